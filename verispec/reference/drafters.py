@@ -1,0 +1,449 @@
+"""Drafters: how draft trees are sampled. A drafter is `drafter(draft_model, context, rand) -> Draft`.
+
+A `Draft` is a token tree below the context. Nodes are token tuples relative to the context
+(root = ()). It is expanded lazily: a node's next tokens are drawn the first time a verifier asks
+for them. The draws of different nodes are independent given the tree above them, so drawing them
+in the order a verifier reads them — and never drawing the parts it never reads — leaves the joint
+law of everything the verifier sees unchanged. Under the exact enumerator this prunes the choice
+tree enormously (a top-down verifier never pays for subtrees it rejected).
+
+Drafters (ALGORITHMS.md): `chain(L)`, `iid_paths(L, K)`, `paths_without_replacement(L, K)`,
+`opt_tree(node_budget, threshold, max_depth)`, point-mass drafters `point_mass(fn)`,
+`greedy(L)` and `prompt_lookup(L, max_ngram)`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from fractions import Fraction
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .models import LanguageModel, _check_positive_int, check_prefix
+from .probability import argmax, one_hot
+
+Node = tuple  # tuple[int, ...], relative to the context
+
+
+class Draft:
+    """A (lazily expanded) draft tree.
+
+    Args:
+        num_paths: K, the number of root-to-leaf paths the drafter starts with.
+        expand: `expand(node, k) -> (drafted, proposal)` for the k paths through `node`:
+            `drafted` is either a tuple with the next token of each path in path order (may be
+            shorter than k: the remaining paths are dropped), or a dict {token: count} with counts
+            summing to k, meaning the paths' tokens are exchangeable (i.i.d.) — their order is then
+            drawn only if a verifier asks for it. `proposal` [V] is the law they were drawn from
+            (the q of the rules). An empty `drafted` makes `node` a leaf.
+        rand: the `Randomness` that draws orders of exchangeable tokens (uniform over the distinct
+            arrangements of the multiset, which is their exact conditional law given the counts).
+    """
+
+    def __init__(self, num_paths: int, expand: Callable[[Node, int], tuple], rand=None):
+        self._expand = expand
+        self._rand = rand
+        self._num: dict[Node, int] = {(): num_paths}
+        self._counts: dict[Node, dict[int, int]] = {}
+        self._order: dict[Node, tuple[int, ...]] = {}
+        self._proposal: dict[Node, np.ndarray | None] = {}
+
+    def _ensure(self, node: Node) -> None:
+        if node in self._counts:
+            return
+        if node not in self._num:
+            raise KeyError(f"node {node} is not in the draft")
+        k = self._num[node]
+        drafted, proposal = self._expand(node, k)
+        if isinstance(drafted, dict):
+            counts = {int(t): int(c) for t, c in sorted(drafted.items()) if c > 0}
+            if sum(counts.values()) != k:
+                raise ValueError(f"expand returned counts for {sum(counts.values())} paths, not {k}, at {node}")
+        else:
+            order = tuple(int(t) for t in drafted)
+            if len(order) > k:
+                raise ValueError(f"expand returned {len(order)} tokens for {k} paths at node {node}")
+            counts = {}
+            for t in order:
+                counts[t] = counts.get(t, 0) + 1
+            self._order[node] = order
+        self._counts[node] = counts
+        self._proposal[node] = proposal
+        for t, c in counts.items():
+            self._num[node + (t,)] = c
+
+    def counts(self, node: Node = ()) -> dict[int, int]:
+        """{drafted child token: number of paths through it} (token order; draws no order)."""
+        self._ensure(node)
+        return self._counts[node]
+
+    def child_set(self, node: Node = ()) -> tuple[int, ...]:
+        """The distinct drafted children of `node` in token-id order (draws no order)."""
+        return tuple(self.counts(node))
+
+    def tokens(self, node: Node = ()) -> tuple[int, ...]:
+        """The drafted next token of every path through `node`, in path order (duplicates kept);
+        () at a leaf. These are x_1..x_k of the one-step multi-draft rules."""
+        counts = self.counts(node)
+        if node not in self._order:
+            multiset = [t for t, c in counts.items() for _ in range(c)]
+            arrangements = sorted(set(itertools.permutations(multiset)))
+            if len(arrangements) == 1:
+                self._order[node] = arrangements[0]
+            else:
+                exact = self._proposal[node] is not None and self._proposal[node].dtype == object
+                n = len(arrangements)
+                uniform = np.array([Fraction(1, n)] * n, dtype=object) if exact else np.full(n, 1.0 / n)
+                self._order[node] = arrangements[self._rand.categorical(uniform)]
+        return self._order[node]
+
+    def children(self, node: Node = ()) -> tuple[int, ...]:
+        """The distinct drafted children of `node`, in order of first appearance among the paths."""
+        return tuple(dict.fromkeys(self.tokens(node)))
+
+    def proposal(self, node: Node = ()) -> np.ndarray:
+        """q(. | context + node) -> [V]: the law the children of `node` were drawn from."""
+        self._ensure(node)
+        if self._proposal[node] is None:
+            raise ValueError(f"node {node} is a leaf: it has no proposal distribution")
+        return self._proposal[node]
+
+    def num_paths(self, node: Node = ()) -> int:
+        """How many draft paths pass through `node` (0 if it is not in the draft)."""
+        return self._num.get(node, 0)
+
+    def contains(self, node: Node) -> bool:
+        """True when `node` is a node of the draft tree (expanding ancestors as needed)."""
+        for depth in range(len(node)):
+            if node[depth] not in self.counts(node[:depth]):
+                return False
+        return True
+
+    @property
+    def paths(self) -> tuple[tuple[int, ...], ...]:
+        """Every root-to-leaf path, one per draft path in path order (duplicates kept)."""
+        ends: dict[int, Node] = {}
+        stack = [((), list(range(self._num[()])))]
+        while stack:
+            node, ids = stack.pop()
+            tokens = self.tokens(node)
+            if not tokens:
+                for path_id in ids:
+                    ends[path_id] = node
+            groups: dict[int, list[int]] = {}
+            for path_id, t in zip(ids, tokens):
+                groups.setdefault(t, []).append(path_id)
+            stack += [(node + (t,), group) for t, group in groups.items()]
+        return tuple(ends[i] for i in sorted(ends))
+
+    @property
+    def depth(self) -> int:
+        """The length of the longest path."""
+        return max((len(p) for p in self.paths), default=0)
+
+    @classmethod
+    def from_paths(cls, paths, proposal: Callable[[Node], np.ndarray]) -> "Draft":
+        """A fixed draft from explicit paths (e.g. drafted by another backend).
+
+        Args:
+            paths: K root-to-leaf token tuples (duplicates allowed, equal lengths not required).
+            proposal: node -> the q [V] its children were drawn from.
+        """
+        paths = [tuple(int(t) for t in path) for path in paths]
+
+        def expand(node, k):
+            through = [path for path in paths if path[:len(node)] == node and len(path) > len(node)]
+            if not through:
+                return (), None
+            return tuple(path[len(node)] for path in through), proposal(node)
+
+        if not paths:
+            raise ValueError("paths: a draft needs at least one path")
+        return cls(len(paths), expand)
+
+
+def draw_counts(q: np.ndarray, k: int, rand) -> dict[int, int]:
+    """The multiset of k i.i.d. draws from q, as {token: count}, by sequential binomials.
+
+    count(t) ~ Binomial(k - drawn so far, q(t) / mass left): the multinomial law, drawn with one
+    categorical per token of positive probability (exact for Fractions).
+    """
+    counts: dict[int, int] = {}
+    left, mass = k, q.sum()
+    support = [t for t in range(len(q)) if q[t] > 0]
+    for i, t in enumerate(support):
+        if left == 0:
+            break
+        if i == len(support) - 1:
+            counts[t] = left
+            break
+        r = min(q[t] / mass, 1)
+        pmf = np.array([math.comb(left, j) * r ** j * (1 - r) ** (left - j) for j in range(left + 1)],
+                       dtype=object if q.dtype == object else np.float64)  # [left + 1]
+        if q.dtype != object:
+            pmf = pmf / pmf.sum()
+        c = rand.categorical(pmf)
+        if c:
+            counts[t] = c
+        left -= c
+        mass = mass - q[t]
+    return counts
+
+
+class Drafter:
+    """A named drafting strategy: `drafter(draft_model, context, rand) -> Draft`."""
+
+    def __init__(self, name: str, build: Callable, **params):
+        self.name = name
+        self.params = params
+        self._build = build
+
+    def __call__(self, draft_model, context, rand) -> Draft:
+        return self._build(draft_model, tuple(context), rand)
+
+    def __getattr__(self, item):
+        params = self.__dict__.get("params", {})
+        if item in params:
+            return params[item]
+        raise AttributeError(item)
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"drafters.{self.name}({args})"
+
+
+def _require_model(draft_model, who: str) -> LanguageModel:
+    if not isinstance(draft_model, LanguageModel):
+        raise TypeError(f"draft: {who} needs a draft LanguageModel, got {type(draft_model).__name__}")
+    return draft_model
+
+
+def iid_paths(draft_length: int, num_paths: int) -> Drafter:
+    """K i.i.d. autoregressive paths of length L from the draft model q (duplicates kept).
+
+    Used by gbv, nss, rrs, spectr and traversal (Miao et al. 2024, arXiv 2305.09781; Sun et al.
+    2023, arXiv 2310.15141; Thomas & Pal 2026, arXiv 2602.16961).
+
+    Raises:
+        TypeError / ValueError: draft_length or num_paths not an int >= 1.
+    """
+    L = _check_positive_int(draft_length, "draft_length")
+    K = _check_positive_int(num_paths, "num_paths")
+
+    def build(draft_model, context, rand):
+        draft_model = _require_model(draft_model, "iid_paths")
+
+        def expand(node, k):
+            if len(node) == L:
+                return (), None
+            q = draft_model.probs(context + node)  # [V]
+            return draw_counts(q, k, rand), q
+
+        return Draft(K, expand, rand)
+
+    return Drafter("iid_paths", build, draft_length=L, num_paths=K)
+
+
+def chain(draft_length: int) -> Drafter:
+    """One autoregressive path X_1..X_L ~ q (Leviathan et al. 2023, arXiv 2211.17192)."""
+    drafter = iid_paths(draft_length, 1)
+    drafter.name = "chain"
+    drafter.params = {"draft_length": drafter.params["draft_length"]}
+    return drafter
+
+
+def paths_without_replacement(draft_length: int, num_paths: int) -> Drafter:
+    """K paths whose first tokens are K distinct draws from q without replacement (Gumbel-top-K,
+    realised as successive draws from q renormalised over the unused tokens); below the root
+    every path continues as its own autoregressive chain. Fewer than K paths when q has fewer
+    than K tokens of positive probability. Used by rrsw (Jeon et al. 2024, arXiv 2402.14160).
+    """
+    L = _check_positive_int(draft_length, "draft_length")
+    K = _check_positive_int(num_paths, "num_paths")
+
+    def build(draft_model, context, rand):
+        draft_model = _require_model(draft_model, "paths_without_replacement")
+
+        def expand(node, k):
+            if len(node) == L:
+                return (), None
+            q = draft_model.probs(context + node)  # [V]
+            remaining = q.copy()
+            tokens = []
+            for _ in range(k):
+                if not np.any(remaining > 0):
+                    break
+                t = rand.categorical(remaining / remaining.sum())
+                tokens.append(t)
+                remaining[t] = 0
+            return tuple(tokens), q
+
+        return Draft(K, expand)
+
+    return Drafter("paths_without_replacement", build, draft_length=L, num_paths=K)
+
+
+def _fixed_tree(children: dict, proposal_of: Callable[[Node], np.ndarray]) -> Draft:
+    """A deterministic Draft from {node: [child tokens in order]}; one path per leaf."""
+
+    def leaves(node):
+        kids = children.get(node, [])
+        return 1 if not kids else sum(leaves(node + (t,)) for t in kids)
+
+    def expand(node, k):
+        kids = children.get(node, [])
+        if not kids:
+            return (), None
+        return tuple(t for t in kids for _ in range(leaves(node + (t,)))), proposal_of(node)
+
+    return Draft(leaves(()), expand)
+
+
+def opt_tree_structure(q_of: Callable[[Node], np.ndarray], node_budget: int, threshold: float,
+                       max_depth: int) -> dict[Node, list[int]]:
+    """OPT-Tree's layer-wise construction (Wang et al. 2024, arXiv 2406.17276, Algorithm 1).
+
+    Node weight W(u) = product of draft probabilities on u's root path. Layer 1 = the top-n root
+    children by q; each next layer = the global top-n of W(parent) * q(child | parent) over the
+    top-n children of every node of the previous layer. After each layer E[A] = sum of the n
+    largest W seen so far; stop when its gain is <= threshold or at max_depth. The tree is the n
+    largest-W nodes (ties: shallower first, so it is a subtree). Zero-probability children are
+    never drafted.
+
+    Returns:
+        {node: [child tokens]} ordered by W descending (ties by token id).
+    """
+    n = node_budget
+    weights: dict[Node, float] = {}
+    layer: list[Node] = [()]
+    parent_w = {(): 1.0}
+    expected = 0.0
+    for _depth in range(max_depth):
+        candidates = []
+        for u in layer:
+            q = np.asarray(q_of(u), dtype=np.float64)  # [V]
+            top = sorted((t for t in range(len(q)) if q[t] > 0), key=lambda t: (-q[t], t))[:n]
+            candidates += [(parent_w[u] * q[t], u + (t,)) for t in top]
+        candidates.sort(key=lambda c: (-c[0], c[1]))
+        layer = [node for _, node in candidates[:n]]
+        if not layer:
+            break
+        parent_w = {node: w for w, node in candidates[:n]}
+        weights.update(parent_w)
+        best = heapq.nlargest(n, weights.values())
+        gain = sum(best) - expected
+        expected = sum(best)
+        if gain <= threshold:
+            break
+    chosen = sorted(weights, key=lambda u: (-weights[u], len(u), u))[:n]
+    chosen_set = set(chosen)
+    children: dict[Node, list[int]] = {}
+    for u in sorted(chosen, key=lambda u: (-weights[u], u)):
+        assert u[:-1] == () or u[:-1] in chosen_set  # W shrinks along paths: a subtree
+        children.setdefault(u[:-1], []).append(u[-1])
+    return children
+
+
+def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = None) -> Drafter:
+    """OPT-Tree adaptive draft tree (deterministic given the draft model); see `opt_tree_structure`.
+
+    Args:
+        node_budget: n >= 1, the number of draft tokens (tree nodes besides the root).
+        threshold: delta >= 0, stop growing when E[A] gains <= delta from a new layer.
+        max_depth: >= 1 (default: node_budget).
+    """
+    n = _check_positive_int(node_budget, "node_budget")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0:
+        raise ValueError(f"threshold: must be a number >= 0, got {threshold!r}")
+    depth = n if max_depth is None else _check_positive_int(max_depth, "max_depth")
+
+    def build(draft_model, context, rand):
+        draft_model = _require_model(draft_model, "opt_tree")
+
+        def q_of(node):
+            return draft_model.probs(context + node)
+
+        return _fixed_tree(opt_tree_structure(q_of, n, float(threshold), depth), q_of)
+
+    return Drafter("opt_tree", build, node_budget=n, threshold=threshold, max_depth=depth)
+
+
+def _phrase_draft(phrase: tuple[int, ...], vocab_size: int) -> Draft:
+    """A chain along `phrase` whose proposals are point masses (q = one-hot)."""
+
+    def expand(node, k):
+        i = len(node)
+        if i >= len(phrase):
+            return (), None
+        return (phrase[i],), one_hot(phrase[i], vocab_size, exact=True)
+
+    return Draft(1, expand)
+
+
+def point_mass(fn: Callable[[tuple], Sequence[int]], draft_length: int | None = None,
+               vocab_size: int | None = None) -> Drafter:
+    """Point-mass drafts: `fn(context) -> phrase` (n-gram / prompt lookup, lookahead, Ouroboros).
+
+    q is one-hot on each drafted token, so token verification accepts x with probability p(x) and
+    otherwise resamples from p with x removed — lossless at any temperature (ALGORITHMS.md,
+    "Drafting without a draft distribution"). An empty phrase drafts nothing (one token per call).
+
+    Args:
+        fn: context tuple -> sequence of token ids (truncated to draft_length when given).
+        vocab_size: V, needed when there is no draft model to read it from.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn: expected a callable context -> phrase, got {type(fn).__name__}")
+    L = None if draft_length is None else _check_positive_int(draft_length, "draft_length")
+
+    def build(draft_model, context, rand):
+        V = vocab_size if vocab_size is not None else getattr(draft_model, "vocab_size", None)
+        if V is None:
+            raise ValueError("vocab_size: point_mass needs vocab_size when no draft model is given")
+        phrase = check_prefix(tuple(fn(context)), V, "phrase returned by fn")
+        return _phrase_draft(phrase[:L] if L is not None else phrase, V)
+
+    return Drafter("point_mass", build, fn=fn, draft_length=L)
+
+
+def greedy(draft_length: int) -> Drafter:
+    """The draft model's greedy phrase (argmax chain) as a point-mass draft.
+
+    The right way to verify greedy drafts at T > 0: q is the point mass actually sampled from, not
+    the soft draft distribution (the soft-q mistake is transformers issue #32867).
+    """
+    L = _check_positive_int(draft_length, "draft_length")
+
+    def build(draft_model, context, rand):
+        draft_model = _require_model(draft_model, "greedy")
+        phrase: tuple[int, ...] = ()
+        for _ in range(L):
+            phrase += (argmax(draft_model.probs(context + phrase)),)
+        return _phrase_draft(phrase, draft_model.vocab_size)
+
+    return Drafter("greedy", build, draft_length=L)
+
+
+def lookup_phrase(sequence: Sequence[int], draft_length: int, max_ngram: int = 2) -> tuple[int, ...]:
+    """Prompt lookup: find the latest earlier occurrence of the longest suffix n-gram
+    (n = max_ngram .. 1) and return up to `draft_length` tokens that followed it; () if none."""
+    seq = tuple(sequence)
+    for n in range(min(max_ngram, len(seq) - 1), 0, -1):
+        suffix = seq[-n:]
+        for start in range(len(seq) - n - 1, -1, -1):
+            if seq[start:start + n] == suffix:
+                return seq[start + n:start + n + draft_length]
+    return ()
+
+
+def prompt_lookup(draft_length: int, max_ngram: int = 2) -> Drafter:
+    """n-gram prompt-lookup drafts (point mass) from the context itself; no draft model needed."""
+    L = _check_positive_int(draft_length, "draft_length")
+    N = _check_positive_int(max_ngram, "max_ngram")
+    drafter = point_mass(lambda context: lookup_phrase(context, L, N), draft_length=L)
+    drafter.name = "prompt_lookup"
+    drafter.params = {"draft_length": L, "max_ngram": N}
+    return drafter

@@ -1,0 +1,207 @@
+"""Methods: a drafter paired with a verifier (ARCHITECTURE.md, core idea 3).
+
+A verifier's correctness depends on how its drafts were sampled, so the two travel together.
+Built-in methods (ALGORITHMS.md): token, block, gbv, nss, rrs, rrsw, spectr, traversal, opt_tree,
+point_mass, prompt_lookup. `get(name, **params)` builds one by name; `names()` lists them;
+`Method(name, draft=..., verify=...)` wraps a researcher's own rule.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import drafters
+from .drafters import Draft
+from .models import LanguageModel, _check_positive_int, check_pair, check_prefix
+from .randomness import Randomness
+from .verifiers import (block_verify, gbv_verify, nss_verify, rrs_verify, rrsw_verify,
+                        sample_and_follow, spectr_verify, token_verify, traversal_verify)
+
+
+@dataclass(frozen=True)
+class Method:
+    """A speculative decoding method: one iteration drafts, then verifies in one target call.
+
+    Args:
+        name: a label.
+        draft: drafter, `draft(draft_model, context, rand) -> Draft` (see `verispec.reference.drafters`).
+        verify: `verify(target, draft_model, context, draft, rand) -> tuple[int, ...]`: the accepted
+            draft prefix followed by exactly one correction/bonus token.
+        params: the parameters it was built with (for reports).
+        model_state_only: True when an iteration depends on the prefix only through the models'
+            conditionals (true of every built-in method except prompt lookup); lets `exact` reuse an
+            iteration's law across prefixes with the same model state. Leave False if unsure.
+    """
+
+    name: str
+    draft: Callable
+    verify: Callable
+    params: dict = field(default_factory=dict)
+    model_state_only: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError("name: expected a non-empty string")
+        for arg in ("draft", "verify"):
+            if not callable(getattr(self, arg)):
+                raise TypeError(f"{arg}: expected a callable, got {type(getattr(self, arg)).__name__}")
+
+    @property
+    def draft_length(self) -> int | None:
+        """L (or the node budget's max depth for trees), when the method has one."""
+        return self.params.get("draft_length", self.params.get("max_depth"))
+
+    def step(self, target: LanguageModel, draft_model, context: tuple, rand: Randomness) -> tuple[int, ...]:
+        """One draft-verify iteration from `context`; returns the emitted tokens (tau + 1 of them).
+
+        Raises:
+            TypeError: the drafter did not return a Draft.
+            ValueError: the verifier's output is empty, has out-of-range ids, or its accepted
+                prefix is not a node of the draft.
+        """
+        draft = self.draft(draft_model, context, rand)
+        if not isinstance(draft, Draft):
+            raise TypeError(f"draft: method {self.name!r}'s drafter returned {type(draft).__name__}, not a Draft")
+        out = self.verify(target, draft_model, context, draft, rand)
+        out = check_prefix(out, target.vocab_size, f"tokens emitted by {self.name!r}")
+        if not out:
+            raise ValueError(f"verify: method {self.name!r} emitted no token")
+        if not draft.contains(out[:-1]):
+            raise ValueError(f"verify: method {self.name!r} accepted {out[:-1]}, which is not a drafted path")
+        return out
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"methods.{self.name}({args})"
+
+
+def token(draft_length: int) -> Method:
+    """Token-level speculative sampling on a chain (arXiv 2211.17192)."""
+    return Method("token", drafters.chain(draft_length), token_verify,
+                  {"draft_length": draft_length}, model_state_only=True)
+
+
+def block(draft_length: int) -> Method:
+    """Block verification on a chain (arXiv 2403.10444)."""
+    return Method("block", drafters.chain(draft_length), block_verify,
+                  {"draft_length": draft_length}, model_state_only=True)
+
+
+def _multi(name, verify, drafter_factory):
+    def factory(draft_length: int, num_paths: int) -> Method:
+        return Method(name, drafter_factory(draft_length, num_paths), verify,
+                      {"draft_length": draft_length, "num_paths": num_paths}, model_state_only=True)
+
+    factory.__name__ = name
+    return factory
+
+
+gbv = _multi("gbv", gbv_verify, drafters.iid_paths)
+gbv.__doc__ = "Greedy multi-path block verification on K i.i.d. paths (arXiv 2602.16961)."
+nss = _multi("nss", nss_verify, drafters.iid_paths)
+nss.__doc__ = "Naive multi-draft sampling on K i.i.d. paths (SpecInfer, arXiv 2305.09781)."
+rrs = _multi("rrs", rrs_verify, drafters.iid_paths)
+rrs.__doc__ = "Recursive rejection sampling on K i.i.d. paths (SpecInfer, arXiv 2305.09781)."
+rrsw = _multi("rrsw", rrsw_verify, drafters.paths_without_replacement)
+rrsw.__doc__ = "RRS without replacement on K paths with distinct first tokens (arXiv 2402.14160)."
+spectr = _multi("spectr", spectr_verify, drafters.iid_paths)
+spectr.__doc__ = "SpecTr K-SEQ on K i.i.d. paths (arXiv 2310.15141)."
+traversal = _multi("traversal", traversal_verify, drafters.iid_paths)
+traversal.__doc__ = "Traversal verification on the tree of K i.i.d. paths (arXiv 2505.12398)."
+
+
+def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = None) -> Method:
+    """OPT-Tree adaptive draft tree with sample-and-follow verification (arXiv 2406.17276)."""
+    drafter = drafters.opt_tree(node_budget, threshold, max_depth)
+    return Method("opt_tree", drafter, sample_and_follow, dict(drafter.params), model_state_only=True)
+
+
+def point_mass(draft_length: int) -> Method:
+    """The draft model's greedy phrase as a point-mass draft, with token verification."""
+    return Method("point_mass", drafters.greedy(draft_length), token_verify,
+                  {"draft_length": draft_length}, model_state_only=True)
+
+
+def prompt_lookup(draft_length: int, max_ngram: int = 2) -> Method:
+    """Prompt-lookup (n-gram) point-mass drafts with token verification; reads the whole prefix."""
+    return Method("prompt_lookup", drafters.prompt_lookup(draft_length, max_ngram), token_verify,
+                  {"draft_length": draft_length, "max_ngram": max_ngram})
+
+
+_REGISTRY: dict[str, Callable[..., Method]] = {
+    "token": token, "block": block, "gbv": gbv, "nss": nss, "rrs": rrs, "rrsw": rrsw,
+    "spectr": spectr, "traversal": traversal, "opt_tree": opt_tree, "point_mass": point_mass,
+    "prompt_lookup": prompt_lookup,
+}
+
+
+def names() -> list[str]:
+    """Names of the built-in methods, in the order of ALGORITHMS.md."""
+    return list(_REGISTRY)
+
+
+def parameters(name: str) -> list[str]:
+    """The parameter names method `name` accepts."""
+    return list(inspect.signature(_factory(name)).parameters)
+
+
+def _factory(name: str):
+    if not isinstance(name, str):
+        raise TypeError(f"name: expected a method name string, got {type(name).__name__}")
+    if name not in _REGISTRY:
+        raise ValueError(f"name: unknown method {name!r}; known: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def get(name: str, **params) -> Method:
+    """Build the built-in method `name` with `params`.
+
+    Raises:
+        ValueError: unknown name, or a parameter out of range (named in the message).
+        TypeError: a parameter the method does not take.
+    """
+    factory = _factory(name)
+    unknown = set(params) - set(inspect.signature(factory).parameters)
+    if unknown:
+        raise TypeError(f"{', '.join(sorted(unknown))}: not a parameter of method {name!r} "
+                        f"(takes {', '.join(parameters(name))})")
+    return factory(**params)
+
+
+def get_compatible(name: str, **params) -> Method:
+    """Like `get`, silently ignoring parameters the method does not take (used by the CLI, which
+    passes one set of --draft-length/--num-paths to every method). Trees get node_budget = L * K
+    and max_depth = L when not given."""
+    accepted = set(parameters(name))
+    if name == "opt_tree":
+        L, K = params.get("draft_length", 3), params.get("num_paths", 1)
+        params = {"node_budget": L * K, "max_depth": L, **params}
+    return get(name, **{k: v for k, v in params.items() if k in accepted})
+
+
+def generate(target: LanguageModel, draft: LanguageModel | None, method: Method, context=(),
+             num_tokens: int = 50, rng: Randomness | None = None) -> tuple[int, ...]:
+    """Run the draft-verify loop until `num_tokens` tokens are emitted; returns exactly those.
+
+    Args:
+        target, draft: LanguageModels over one vocabulary (draft may be None for prompt lookup).
+        method: a `Method`. context: tuple of token ids. num_tokens: N >= 1.
+        rng: a `Randomness` (e.g. `Sampler(seed)`); default `Sampler(None)`.
+
+    Raises:
+        TypeError / ValueError: mismatched vocabularies, bad context, N < 1, non-Method.
+    """
+    from .randomness import Sampler
+
+    check_pair(target, draft)
+    if not isinstance(method, Method):
+        raise TypeError(f"method: expected a Method, got {type(method).__name__}")
+    context = check_prefix(context, target.vocab_size, "context")
+    N = _check_positive_int(num_tokens, "num_tokens")
+    rand = rng if rng is not None else Sampler(None)
+    out: tuple[int, ...] = ()
+    while len(out) < N:
+        out += method.step(target, draft, context + out, rand)
+    return out[:N]

@@ -1,0 +1,313 @@
+"""Toy language models as oracles: a prefix (tuple of token ids) -> probability vector [V].
+
+Families (ARCHITECTURE.md, core idea 4): i.i.d. (`iid`), first-order Markov (`markov`,
+`random_markov`), random tree (`random_tree`: a seeded Dirichlet per prefix, so every prefix has
+its own conditional), explicit tables (`table`), and wrappers (`temperature`, `mixture`). Pass
+`rational=True` (or Fraction inputs) for exact-arithmetic variants.
+
+The prefix a model sees is the whole sequence so far: context followed by emitted/drafted tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Hashable, Mapping, Sequence
+
+import numpy as np
+
+from .probability import argmax, as_probs, is_exact, one_hot, to_rational
+
+
+def check_prefix(prefix, vocab_size: int, name: str = "prefix") -> tuple[int, ...]:
+    """Validate a token sequence: a tuple/list of ints in [0, vocab_size). Returns a tuple.
+
+    Raises:
+        TypeError: not a sequence of ints.
+        ValueError: a token id out of range.
+    """
+    if isinstance(prefix, (str, bytes)) or not isinstance(prefix, (tuple, list, np.ndarray)):
+        raise TypeError(f"{name}: expected a tuple of token ids, got {type(prefix).__name__}")
+    out = []
+    for t in prefix:
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+            raise TypeError(f"{name}: token ids must be ints, got {t!r}")
+        if not 0 <= t < vocab_size:
+            raise ValueError(f"{name}: token id {int(t)} out of range [0, {vocab_size})")
+        out.append(int(t))
+    return tuple(out)
+
+
+def _check_positive_int(value, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name}: must be >= {minimum}, got {value}")
+    return int(value)
+
+
+class LanguageModel:
+    """A causal LM over a vocabulary of `vocab_size` tokens, as a prefix -> probabilities oracle.
+
+    Subclasses implement `_compute(prefix)`; `probs` validates the prefix and memoises.
+
+    Attributes:
+        vocab_size: V.
+        exact: True when every conditional is a vector of Fractions.
+    """
+
+    vocab_size: int
+    exact: bool = False
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = _check_positive_int(vocab_size, "vocab_size")
+        self._cache: dict[tuple[int, ...], np.ndarray] = {}
+
+    def probs(self, prefix: Sequence[int]) -> np.ndarray:
+        """p(. | prefix) -> [vocab_size] (float64, or object array of Fraction when `exact`).
+
+        Raises:
+            TypeError / ValueError: `prefix` is not a sequence of in-range token ids.
+        """
+        key = prefix if type(prefix) is tuple else None
+        if key is not None and key in self._cache:
+            return self._cache[key]
+        key = check_prefix(prefix, self.vocab_size)
+        if key not in self._cache:
+            self._cache[key] = self._compute(key)
+        return self._cache[key]
+
+    def _compute(self, prefix: tuple[int, ...]) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def state_key(self, prefix: tuple[int, ...]) -> Hashable:
+        """A key such that probs(prefix + s) depends only on (state_key(prefix), s).
+
+        Lets `exact` reuse one iteration's law across prefixes of a Markov or i.i.d. model.
+        The default (the prefix itself) is always valid.
+        """
+        return prefix
+
+    def describe(self) -> str:
+        """A one-line description (used in counterexample reports)."""
+        return repr(self)
+
+
+class IID(LanguageModel):
+    """Every position ~ `dist`, whatever the prefix."""
+
+    def __init__(self, dist):
+        dist = as_probs(dist, "probs")
+        super().__init__(len(dist))
+        self.dist = dist
+        self.exact = is_exact(dist)
+
+    def _compute(self, prefix):
+        return self.dist
+
+    def state_key(self, prefix):
+        return ()
+
+    def __repr__(self):
+        return f"models.iid({list(self.dist)!r})"
+
+
+class Markov(LanguageModel):
+    """First-order Markov chain: p(. | ()) = initial, p(. | ..., t) = transition[t]."""
+
+    def __init__(self, initial, transition):
+        initial = as_probs(initial, "initial")
+        V = len(initial)
+        rows = np.asarray(transition, dtype=object if is_exact(initial) else None)
+        if rows.ndim != 2 or rows.shape != (V, V):
+            raise ValueError(f"transition: expected shape [{V}, {V}], got {rows.shape}")
+        super().__init__(V)
+        self.initial = initial
+        self.transition = [as_probs(rows[t], f"transition[{t}]", V) for t in range(V)]
+        self.exact = is_exact(initial) and all(is_exact(r) for r in self.transition)
+
+    def _compute(self, prefix):
+        return self.initial if not prefix else self.transition[prefix[-1]]
+
+    def state_key(self, prefix):
+        return prefix[-1:] 
+
+    def __repr__(self):
+        return f"models.markov(initial={list(self.initial)!r}, transition={[list(r) for r in self.transition]!r})"
+
+
+class RandomTree(LanguageModel):
+    """A seeded Dirichlet(concentration * 1) conditional for every prefix (a random V-ary tree).
+
+    Small `concentration` gives peaked conditionals (target and draft rarely agree); large gives
+    near-uniform ones (high overlap). The conditional of a prefix depends only on (seed, prefix).
+    """
+
+    def __init__(self, vocab_size, seed, concentration=1.0, rational=False, denominator=64):
+        super().__init__(vocab_size)
+        self.seed = _check_positive_int(seed, "seed", minimum=0)
+        if not (isinstance(concentration, (int, float)) and math.isfinite(concentration) and concentration > 0):
+            raise ValueError(f"concentration: must be a positive finite number, got {concentration!r}")
+        self.concentration = float(concentration)
+        self.rational = bool(rational)
+        self.denominator = _check_positive_int(denominator, "denominator")
+        self.exact = self.rational
+
+    def _compute(self, prefix):
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, len(prefix), *prefix]))
+        dist = rng.dirichlet(np.full(self.vocab_size, self.concentration))
+        dist = dist / dist.sum()
+        return to_rational(dist, self.denominator) if self.rational else dist
+
+    def __repr__(self):
+        extra = f", rational=True, denominator={self.denominator}" if self.rational else ""
+        return (f"models.random_tree(vocab_size={self.vocab_size}, seed={self.seed}, "
+                f"concentration={self.concentration}{extra})")
+
+
+class Table(LanguageModel):
+    """Explicit conditionals: {prefix tuple: probs}; prefixes not listed use `default`."""
+
+    def __init__(self, probs_by_prefix: Mapping, default=None, vocab_size=None):
+        if not isinstance(probs_by_prefix, Mapping):
+            raise TypeError("probs_by_prefix: expected a dict {prefix tuple: probs}")
+        if not probs_by_prefix and default is None:
+            raise ValueError("probs_by_prefix: empty table and no default")
+        first = next(iter(probs_by_prefix.values())) if probs_by_prefix else default
+        V = vocab_size or len(first)
+        super().__init__(V)
+        self.table = {check_prefix(k, V, "probs_by_prefix key"): as_probs(v, f"probs_by_prefix[{k!r}]", V)
+                      for k, v in probs_by_prefix.items()}
+        self.default = None if default is None else as_probs(default, "default", V)
+        dists = list(self.table.values()) + ([self.default] if self.default is not None else [])
+        self.exact = all(is_exact(d) for d in dists)
+
+    def _compute(self, prefix):
+        if prefix in self.table:
+            return self.table[prefix]
+        if self.default is None:
+            raise KeyError(f"prefix {prefix} is not in the table and no default was given")
+        return self.default
+
+    def __repr__(self):
+        return f"models.table({ {k: list(v) for k, v in self.table.items()}!r}, default={None if self.default is None else list(self.default)!r})"
+
+
+class Tempered(LanguageModel):
+    """`base` at temperature T: p_T ∝ p^(1/T); T = 0 is the greedy point mass (argmax, ties to the
+    lowest id); T = 1 returns `base`'s vectors unchanged (so exactness is kept)."""
+
+    def __init__(self, base: LanguageModel, temperature):
+        if not isinstance(base, LanguageModel):
+            raise TypeError(f"model: expected a LanguageModel, got {type(base).__name__}")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float, Fraction)):
+            raise TypeError(f"temperature: expected a number, got {type(temperature).__name__}")
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"temperature: must be finite and >= 0, got {temperature!r}")
+        super().__init__(base.vocab_size)
+        self.base = base
+        self.temperature = temperature
+        self.exact = base.exact and temperature in (0, 1)
+
+    def _compute(self, prefix):
+        p = self.base.probs(prefix)
+        if self.temperature == 1:
+            return p
+        if self.temperature == 0:
+            return one_hot(argmax(p), self.vocab_size, self.base.exact)
+        logp = np.log(np.asarray(p, dtype=np.float64), where=np.asarray(p, dtype=np.float64) > 0,
+                      out=np.full(self.vocab_size, -np.inf))
+        scaled = np.exp((logp - logp.max()) / self.temperature)  # [V]
+        return scaled / scaled.sum()
+
+    def state_key(self, prefix):
+        return self.base.state_key(prefix)
+
+    def __repr__(self):
+        return f"models.temperature({self.base!r}, {self.temperature!r})"
+
+
+class Mixture(LanguageModel):
+    """(1 - weight) * a + weight * b at every prefix: dials the overlap between two models."""
+
+    def __init__(self, a: LanguageModel, b: LanguageModel, weight):
+        for name, m in (("a", a), ("b", b)):
+            if not isinstance(m, LanguageModel):
+                raise TypeError(f"{name}: expected a LanguageModel, got {type(m).__name__}")
+        if a.vocab_size != b.vocab_size:
+            raise ValueError(f"b: vocab_size {b.vocab_size} differs from a's {a.vocab_size}")
+        if not 0 <= weight <= 1:
+            raise ValueError(f"weight: must lie in [0, 1], got {weight!r}")
+        super().__init__(a.vocab_size)
+        self.a, self.b, self.weight = a, b, weight
+        self.exact = a.exact and b.exact and isinstance(weight, (Fraction, int))
+
+    def _compute(self, prefix):
+        return (1 - self.weight) * self.a.probs(prefix) + self.weight * self.b.probs(prefix)
+
+    def state_key(self, prefix):
+        return (self.a.state_key(prefix), self.b.state_key(prefix))
+
+    def __repr__(self):
+        return f"models.mixture({self.a!r}, {self.b!r}, weight={self.weight!r})"
+
+
+def _rationalise(dist, rational: bool, denominator: int):
+    return to_rational(dist, denominator) if rational else dist
+
+
+def iid(probs, rational: bool = False, denominator: int = 64) -> IID:
+    """A context-free model: every position ~ `probs` ([V]). Fractions in `probs` (or
+    `rational=True`, rounding to k/denominator) give an exact model."""
+    return IID(_rationalise(as_probs(probs, "probs"), rational, denominator))
+
+
+def markov(initial, transition, rational: bool = False, denominator: int = 64) -> Markov:
+    """First-order Markov model. initial: [V]; transition: [V, V], row t = p(. | last token t)."""
+    initial = as_probs(initial, "initial")
+    if rational:
+        initial = to_rational(initial, denominator)
+        rows = np.asarray(transition, dtype=np.float64)
+        transition = np.array([list(to_rational(r, denominator)) for r in rows], dtype=object)
+    return Markov(initial, transition)
+
+
+def random_markov(vocab_size: int, seed: int, concentration: float = 1.0, rational: bool = False,
+                  denominator: int = 64) -> Markov:
+    """A Markov model whose initial law and transition rows are seeded Dirichlet draws."""
+    vocab_size = _check_positive_int(vocab_size, "vocab_size")
+    rng = np.random.default_rng(_check_positive_int(seed, "seed", minimum=0))
+    rows = rng.dirichlet(np.full(vocab_size, float(concentration)), size=vocab_size + 1)  # [V + 1, V]
+    rows = rows / rows.sum(axis=1, keepdims=True)
+    return markov(rows[0], rows[1:], rational=rational, denominator=denominator)
+
+
+def random_tree(vocab_size: int, seed: int, concentration: float = 1.0, rational: bool = False,
+                denominator: int = 64) -> RandomTree:
+    """A seeded Dirichlet conditional per prefix (see `RandomTree`)."""
+    return RandomTree(vocab_size, seed, concentration, rational, denominator)
+
+
+def table(probs_by_prefix: Mapping, default=None, vocab_size: int | None = None) -> Table:
+    """Explicit conditionals {prefix tuple: probs [V]}, with an optional `default` row."""
+    return Table(probs_by_prefix, default, vocab_size)
+
+
+def temperature(model: LanguageModel, temperature) -> Tempered:
+    """`model` at the given temperature (0 = greedy point mass)."""
+    return Tempered(model, temperature)
+
+
+def mixture(a: LanguageModel, b: LanguageModel, weight) -> Mixture:
+    """(1 - weight) * a + weight * b, prefix by prefix."""
+    return Mixture(a, b, weight)
+
+
+def check_pair(target: LanguageModel, draft: LanguageModel) -> None:
+    """Raise TypeError/ValueError unless target and draft are LanguageModels over one vocabulary."""
+    if not isinstance(target, LanguageModel):
+        raise TypeError(f"target: expected a LanguageModel, got {type(target).__name__}")
+    if draft is not None and not isinstance(draft, LanguageModel):
+        raise TypeError(f"draft: expected a LanguageModel, got {type(draft).__name__}")
+    if draft is not None and draft.vocab_size != target.vocab_size:
+        raise ValueError(f"draft: vocab_size {draft.vocab_size} differs from target's {target.vocab_size}")
