@@ -14,6 +14,7 @@ Drafters (ALGORITHMS.md): `chain(L)`, `iid_paths(L, K)`, `paths_without_replacem
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -165,6 +166,15 @@ class Draft:
         return cls(len(paths), expand)
 
 
+@functools.lru_cache(maxsize=65536)
+def _binomial_pmf(r, n: int, exact: bool) -> np.ndarray:
+    """Binomial(n, r) pmf -> [n + 1] (Fractions when exact); cached, as the enumerator replays
+    the same draws many times. Treat the result as read-only."""
+    pmf = np.array([math.comb(n, j) * r ** j * (1 - r) ** (n - j) for j in range(n + 1)],
+                   dtype=object if exact else np.float64)
+    return pmf if exact else pmf / pmf.sum()
+
+
 def draw_counts(q: np.ndarray, k: int, rand) -> dict[int, int]:
     """The multiset of k i.i.d. draws from q, as {token: count}, by sequential binomials.
 
@@ -180,12 +190,7 @@ def draw_counts(q: np.ndarray, k: int, rand) -> dict[int, int]:
         if i == len(support) - 1:
             counts[t] = left
             break
-        r = min(q[t] / mass, 1)
-        pmf = np.array([math.comb(left, j) * r ** j * (1 - r) ** (left - j) for j in range(left + 1)],
-                       dtype=object if q.dtype == object else np.float64)  # [left + 1]
-        if q.dtype != object:
-            pmf = pmf / pmf.sum()
-        c = rand.categorical(pmf)
+        c = rand.categorical(_binomial_pmf(min(q[t] / mass, 1), left, q.dtype == object))
         if c:
             counts[t] = c
         left -= c

@@ -57,6 +57,16 @@ def iteration_distribution(target: LanguageModel, draft: LanguageModel | None, m
     return _iteration(target, draft, method, context).law
 
 
+def iteration_enumeration(target, draft, method, context=(), max_branches: int | None = None):
+    """`iteration_distribution` with its cost: an `Enumeration` (.law, .num_branches).
+
+    Raises:
+        RuntimeError: more than `max_branches` leaves.
+    """
+    context = _check_call(target, draft, method, context)
+    return _iteration(target, draft, method, context, max_branches)
+
+
 def output_enumeration(target, draft, method, context=(), num_tokens: int = 1,
                        max_branches: int | None = None) -> OutputEnumeration:
     """`output_distribution` together with its cost (branches, iterations); see there."""

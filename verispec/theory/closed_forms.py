@@ -70,3 +70,153 @@ def leviathan_block_efficiency(acceptance_rate, draft_length: int):
     if a == 1:
         return L + 1
     return (1 - a ** (L + 1)) / (1 - a)
+
+
+# ---------------------------------------------------------------------------------------------
+# One position, K drafts (ALGORITHMS.md, "One-step multi-draft rules"; THEORY.md, "One position,
+# K drafts"). p, q: target and draft distributions [V] at one node; K drafts.
+# ---------------------------------------------------------------------------------------------
+
+
+def _one_step_inputs(p, q, num_drafts):
+    from ..reference.probability import align, as_probs
+
+    p = as_probs(p, "p")
+    q = as_probs(q, "q", len(p))
+    K = _check_positive_int(num_drafts, "num_drafts")
+    p, q = align(p, q)
+    return p, q, K
+
+
+def _sorted_by_ratio(p, q):
+    """Token ids sorted by p/q ascending (q = 0 last, as ratio +inf); ties by token id."""
+    from ..reference.probability import ratio
+
+    return sorted(range(len(p)), key=lambda t: (ratio(p[t], q[t]), t))
+
+
+def optimal_multidraft_acceptance(p, q, num_drafts: int):
+    """alpha* = min over token sets H of p(H) + 1 - q(H)^K: the best one-step acceptance
+    P(Y in drafts) of any valid verifier of K i.i.d. drafts from q (Hu et al. 2025,
+    arXiv 2502.18779; Khisti et al. 2024, arXiv 2410.18234; the SpecTr transport LP,
+    arXiv 2310.15141, by max-flow/min-cut).
+
+    An optimal H is a prefix of the tokens sorted by p/q ascending (1 - m^K is concave in m, so
+    for every tangent slope the best H is a ratio threshold set), so this costs O(V log V).
+
+    Args:
+        p, q: distributions [V] (float64 or Fraction; exact in, exact out). num_drafts: K >= 1.
+
+    Raises:
+        TypeError / ValueError: p or q not a distribution, mismatched lengths, K < 1.
+    """
+    p, q, K = _one_step_inputs(p, q, num_drafts)
+    best = 1  # H = {} gives p({}) + 1 - 0 = 1
+    p_h = q_h = 0
+    for t in _sorted_by_ratio(p, q):
+        p_h, q_h = p_h + p[t], q_h + q[t]
+        best = min(best, p_h + 1 - min(q_h, 1) ** K)
+    return best
+
+
+def multidraft_cut_value(p, q, num_drafts: int, tokens, replacement: bool = True):
+    """p(H) + P(some draft outside H) for the token set H = `tokens`: an upper bound on the
+    one-step acceptance of any valid verifier (weak duality of the transport LP, arXiv 2310.15141).
+    With replacement P(some draft outside H) = 1 - q(H)^K; without replacement it is 1 - P(all K
+    distinct draws lie in H) (computed by enumerating ordered draws, O(V^K))."""
+    p, q, K = _one_step_inputs(p, q, num_drafts)
+    H = sorted(set(int(t) for t in tokens))
+    p_h = sum(p[t] for t in H)
+    if replacement:
+        return p_h + 1 - min(sum(q[t] for t in H), 1) ** K
+    import itertools
+
+    support = [t for t in range(len(q)) if q[t] > 0]
+    k = min(K, len(support))
+    inside = 0
+    for seq in itertools.permutations([t for t in H if q[t] > 0], k):
+        prob, left = 1, set(support)
+        for t in seq:
+            prob = prob * q[t] / sum(q[u] for u in left)  # unused mass, no 1 - used round-off
+            left.discard(t)
+        inside = inside + prob
+    return p_h + 1 - inside
+
+
+def sorted_prefix_dual(p, q, num_drafts: int, replacement: bool = True):
+    """min over prefixes H of the tokens sorted by p/q ascending of `multidraft_cut_value`.
+
+    With replacement this IS alpha* (`optimal_multidraft_acceptance`). Without replacement it is
+    an upper bound on alpha*; THEORY.md reports it equal to the LP in random trials (unproven) —
+    `verispec.theory.lp.multidraft(..., replacement=False)` decides.
+    """
+    order = _sorted_by_ratio(*_one_step_inputs(p, q, num_drafts)[:2])
+    return min(multidraft_cut_value(p, q, num_drafts, order[:i], replacement)
+               for i in range(len(order) + 1))
+
+
+def nss_acceptance(p, q, num_drafts: int):
+    """One-step acceptance of naive multi-draft sampling (Y ~ p, accepted when drafted; SpecInfer,
+    Miao et al. 2024, arXiv 2305.09781): sum_x p(x) (1 - (1 - q(x))^K)."""
+    p, q, K = _one_step_inputs(p, q, num_drafts)
+    return sum(p[x] * (1 - (1 - q[x]) ** K) for x in range(len(p)))
+
+
+def rrs_acceptance(p, q, num_drafts: int):
+    """One-step acceptance of recursive rejection sampling with K i.i.d. drafts (SpecInfer,
+    arXiv 2305.09781): 1 - prod_k (1 - sum_x min(p_k(x), q(x))), p_1 = p,
+    p_{k+1} = norm(max(p_k - q, 0))."""
+    from ..reference.probability import residual
+
+    p, q, K = _one_step_inputs(p, q, num_drafts)
+    reject, current = 1, p
+    for _ in range(K):
+        reject = reject * (1 - sum(min(current[x], q[x]) for x in range(len(p))))
+        current = residual(current, q)
+    return 1 - reject
+
+
+def spectr_acceptance(p, q, num_drafts: int):
+    """One-step acceptance of SpecTr's K-SEQ (Sun et al. 2023, arXiv 2310.15141):
+    1 - (1 - beta(rho))^K, beta(rho) = sum_x min(q(x), p(x)/rho), rho in [1, K] from
+    `verispec.reference.verifiers.spectr_rho` (bisection). float64."""
+    import numpy as np
+
+    from ..reference.verifiers import spectr_rho
+
+    p, q, K = _one_step_inputs(p, q, num_drafts)
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    rho = spectr_rho(p, q, K)
+    beta = q.clip(max=p / rho).sum()
+    return 1 - (1 - beta) ** K
+
+
+def rrsw_acceptance(p, q, num_drafts: int):
+    """One-step acceptance of RRS without replacement (Jeon et al. 2024, arXiv 2402.14160):
+    drafts are K successive draws from q renormalised over unused tokens; x_k is accepted with
+    probability min(1, p_k(x_k)/q_k(x_k)); on rejection p_{k+1} = norm(max(p_k - q_k, 0)) and
+    q_{k+1} = q_k with x_k zeroed and renormalised. Computed by recursion over the draws,
+    O(V^K) (exact for Fractions)."""
+    from ..reference.probability import accept_probability, residual
+
+    p, q, K = _one_step_inputs(p, q, num_drafts)
+
+    def accept(current, proposal, left):
+        if left == 0 or not any(x > 0 for x in proposal):
+            return 0
+        total = 0
+        for x in range(len(proposal)):
+            if proposal[x] == 0:
+                continue
+            a = accept_probability(current[x], proposal[x])
+            rest = 0
+            if a != 1:
+                nxt = proposal.copy()
+                nxt[x] = 0
+                if nxt.sum() > 0:
+                    nxt = nxt / nxt.sum()
+                rest = accept(residual(current, proposal), nxt, left - 1)
+            total = total + proposal[x] * (a + (1 - a) * rest)
+        return total
+
+    return accept(p, q, K)

@@ -15,9 +15,15 @@ from ..probability import accept_probability, align, positive_mass, residual
 
 
 def stop_probability(p_next, q_next, w):
-    """h_i = Z_i / (Z_i + 1 - w_i) for i < L, with Z_i the residual mass at X^i (1 if 0/0)."""
+    """h_i = Z_i / (Z_i + 1 - w_i) for i < L, with Z_i the residual mass at X^i (1 if 0/0).
+
+    h = 1 exactly when w = 1; computing Z / (Z + 1 - 1) in float64 can round to 1 - 2^-53 and
+    open a spurious branch (e.g. traversal's root, whose weight is 1 by construction).
+    """
+    if w == 1:
+        return 1
     z = positive_mass(p_next, q_next, w)
-    denominator = z + 1 - w
+    denominator = z + (1 - w)
     return 1 if denominator == 0 else z / denominator
 
 

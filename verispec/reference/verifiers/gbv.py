@@ -32,6 +32,8 @@ def skewed_proposal(p, q, A, x, num_paths):
     b = (A + y)/s, s = A + x in [.., 1]: (a^K - b^K) without catastrophic cancellation, and exact
     for Fractions. Returns a normalised [V] vector.
     """
+    zero = q[0] * 0  # Fraction(0) for exact q: int / int would turn into a float below
+    A, x = A + zero, x + zero
     order = sorted(range(len(q)), key=lambda t: rank_key(p, q, t))
     below = {}
     cumulative = 0

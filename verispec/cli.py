@@ -1,0 +1,129 @@
+"""The `verispec` command. With no arguments it runs `verispec check` on its defaults.
+
+    verispec check [--method NAME ...] [--vocab-size V] [--draft-length L] [--num-paths K]
+                   [--instances N] [--seed S] [--num-tokens N] [--rational] [--json PATH]
+    verispec lp ...        (LP certificates; needs cvxpy)
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+
+from . import __version__
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _add_check(sub) -> None:
+    from .reference import methods
+
+    p = sub.add_parser("check", help="prove every built-in method lossless on seeded toy instances",
+                       description="Exact enumeration of each method's output law vs the target's.")
+    p.add_argument("--method", action="append", choices=methods.names(), metavar="NAME",
+                   help=f"method to check (repeatable; default all: {', '.join(methods.names())})")
+    p.add_argument("--vocab-size", type=_positive_int, default=3, help="V (default 3)")
+    p.add_argument("--draft-length", type=_positive_int, default=2, help="L (default 2)")
+    p.add_argument("--num-paths", type=_positive_int, default=2, help="K for multi-path methods (default 2)")
+    p.add_argument("--instances", type=_positive_int, default=4, help="random instances (default 4)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the instances (default 0)")
+    p.add_argument("--num-tokens", type=_positive_int, default=None, help="N tokens of output law (default L + 2)")
+    p.add_argument("--rational", action="store_true", help="exact Fraction models: lossless means TV == 0")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON (atomically)")
+    p.set_defaults(func=_run_check)
+
+
+def _run_check(args) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from .check import run_check, write_json_atomic
+    from .reference import methods
+
+    names = args.method or methods.names()
+    num_tokens = args.num_tokens or args.draft_length + 2
+    console = Console(width=max(Console().width, 100))
+    start = time.perf_counter()
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("enumerating", total=len(names))
+        results = run_check(names, args.vocab_size, args.draft_length, args.num_paths, args.instances,
+                            args.seed, num_tokens, args.rational,
+                            progress=lambda name: progress.advance(task))
+    elapsed = time.perf_counter() - start
+
+    table = Table(title=f"verispec check: V={args.vocab_size} L={args.draft_length} K={args.num_paths} "
+                        f"N={num_tokens} tokens, {args.instances} instances, seed {args.seed}"
+                        + (", rational" if args.rational else ""))
+    for column in ("method", "inst.", "max TV", "block eff.", "branches", "time s", "lossless"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for r in results:
+        tv = "0 (exact)" if args.rational and r.exact_zero and r.max_tv == 0 else f"{r.max_tv:.2e}"
+        table.add_row(r.method, str(r.instances), tv, f"{r.mean_block_efficiency:.4f}", str(r.branches),
+                      f"{r.seconds:.2f}", "[green]yes[/]" if r.passed else "[red]NO[/]")
+    console.print(table)
+    console.print("max TV: total variation between the exact law of the first N emitted tokens and the "
+                  "target's; block eff.: E\\[tokens per target call] = E\\[tau] + 1 of one iteration")
+    console.print(f"total {elapsed:.1f} s")
+    failed = [r.method for r in results if not r.passed]
+    if args.json:
+        from dataclasses import asdict
+
+        write_json_atomic(args.json, {
+            "command": "check", "version": __version__, "python": platform.python_version(),
+            "vocab_size": args.vocab_size, "draft_length": args.draft_length,
+            "num_paths": args.num_paths, "num_tokens": num_tokens, "instances": args.instances,
+            "seed": args.seed, "rational": args.rational, "seconds": elapsed,
+            "results": [asdict(r) for r in results],
+        })
+    if failed:
+        console.print(f"[red]NOT lossless: {', '.join(failed)}[/]")
+        return 1
+    console.print("[green]all methods lossless[/]")
+    return 0
+
+
+def _add_lp(sub) -> None:
+    try:
+        from .theory import certify
+    except ImportError as err:  # cvxpy missing: keep `verispec check` usable
+        p = sub.add_parser("lp", help=f"LP certificates (unavailable: {err})")
+        p.set_defaults(func=lambda args: (print(f"verispec lp needs cvxpy: {err}", file=sys.stderr), 2)[1])
+        return
+    p = sub.add_parser("lp", help="LP certificates: BV = LP optimum, multi-path methods under the bound")
+    certify.add_arguments(p)
+    p.set_defaults(func=certify.run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="verispec", description="Verify verifiers for speculative decoding.")
+    parser.add_argument("--version", action="version", version=f"verispec {__version__}")
+    sub = parser.add_subparsers(dest="command")
+    _add_check(sub)
+    _add_lp(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `verispec` console script; returns the exit status."""
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv or ["check"])
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""What researchers import in their own pytest suites.
+
+    from verispec.testing import assert_lossless, strategies, planted
+
+- `assert_lossless(method, ...)`: exact proof (by enumeration) that a method's output law equals the
+  target's, on one instance or a deterministic sweep; reports the smallest counterexample.
+- `assert_not_worse(method, baseline, ...)`: exact E[tau] comparison (catches lossless-but-slower).
+- `strategies`: hypothesis strategies (distributions, toy LMs, target/draft pairs, temperatures,
+  instances).
+- `planted`: the planted bugs of TESTING.md, to show that a check can fail.
+- A pytest plugin (entry point ``verispec``) registers hypothesis profiles "verispec-ci" and
+  "verispec-dev" and the fixtures ``assert_lossless`` and ``assert_not_worse``.
+"""
+
+from . import planted, strategies
+from .assertions import (LosslessnessError, LosslessReport, NotWorseError, assert_lossless, assert_not_worse,
+                         sweep)
+from .strategies import Instance
+
+__all__ = ["assert_lossless", "assert_not_worse", "sweep", "strategies", "planted", "Instance",
+           "LosslessnessError", "LosslessReport", "NotWorseError"]

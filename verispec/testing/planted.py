@@ -1,0 +1,290 @@
+"""Planted bugs: small, honest, broken verification rules that every lossless check must catch.
+
+Each entry of `BUGS` is ``factory(draft_length) -> Method``: a chain method whose rule is token-level
+speculative sampling (Leviathan et al. 2023, arXiv 2211.17192) with ONE mistake taken from a real
+implementation (TESTING.md, "A check must be able to fail"). Use them to prove that your own check
+can fail::
+
+    import pytest
+    from verispec.testing import assert_lossless, planted
+
+    @pytest.mark.parametrize("name", sorted(planted.LOSSY))
+    def test_my_check_catches(name):
+        with pytest.raises(AssertionError):
+            my_check(planted.BUGS[name](2))
+
+All bugs but one are lossy. `block_replaced_by_token` is lossless (it is token verification) but
+slower than block verification, which is the bug (vllm-ascend #7807): catch it with
+`verispec.testing.assert_not_worse(bug, methods.block(L))` or `efficiency_gap`.
+
+Which instances expose which bug (the default `assert_lossless` sweep covers all of them):
+
+- ``bonus_off_by_one`` needs a target whose conditional depends on the prefix (Markov, random
+  tree): an i.i.d. target hides it.
+- ``temperature_ignored`` needs a TEMPERED target, ``models.temperature(base, T)`` with T != 1
+  (the sweep's temperatures include 0 and 0.5); at T = 1 it is exact token verification.
+- ``topk_draft_raw_q`` (top-k = 2) needs V >= 3: with two tokens top-2 filtering changes nothing.
+- ``greedy_draft_soft_q`` needs a non-greedy draft model (T > 0): at T = 0 soft q is one-hot.
+- ``u_zero`` differs from always-accept only when a drafted token has p(x) = 0.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..reference import drafters, exact, methods
+from ..reference.drafters import Draft, Drafter, draw_counts
+from ..reference.methods import Method
+from ..reference.models import LanguageModel, Tempered, _check_positive_int
+from ..reference.probability import accept_probability, align, residual
+
+__all__ = ["BUGS", "LOSSY", "LOSSLESS_BUT_SLOWER", "efficiency_gap", "top_k_proposal"]
+
+
+def _chain_method(name: str, verify: Callable, draft_length: int, drafter: Drafter | None = None,
+                  **extra) -> Method:
+    L = _check_positive_int(draft_length, "draft_length")
+    return Method(f"planted.{name}", drafter or drafters.chain(L), verify, {"draft_length": L, **extra},
+                  model_state_only=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. always accept
+
+def _always_accept_verify(target, draft_model, context, draft, rand):
+    path = draft.paths[0]
+    return path + (rand.categorical(target.probs(context + path)),)
+
+
+def always_accept(draft_length: int) -> Method:
+    """Accept every drafted token, then a bonus token ~ p.
+
+    The degenerate verifier (what any rejection step that never fires amounts to); output law is
+    the draft's for the first L tokens.
+    """
+    return _chain_method("always_accept", _always_accept_verify, draft_length)
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. residual p instead of max(p - q, 0)
+
+def _residual_p_verify(target, draft_model, context, draft, rand):
+    node = ()
+    while draft.counts(node):
+        x = draft.tokens(node)[0]
+        p, q = align(target.probs(context + node), draft.proposal(node))
+        if not rand.bernoulli(accept_probability(p[x], q[x])):
+            return node + (rand.categorical(p),)  # BUG: should be norm(max(p - q, 0))
+        node = node + (x,)
+    return node + (rand.categorical(target.probs(context + node)),)
+
+
+def residual_p(draft_length: int) -> Method:
+    """After a rejection, resample the correction token from p instead of norm(max(p - q, 0)).
+
+    The most common re-implementation slip of speculative sampling (the "modified rejection
+    sampling" step of Leviathan et al. 2023 / Chen et al. 2023 is dropped): tokens with p > q get
+    too much mass.
+    """
+    return _chain_method("residual_p", _residual_p_verify, draft_length)
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. bonus token drawn from q
+
+def _bonus_from_q_verify(target, draft_model, context, draft, rand):
+    node = ()
+    while draft.counts(node):
+        x = draft.tokens(node)[0]
+        p, q = align(target.probs(context + node), draft.proposal(node))
+        if not rand.bernoulli(accept_probability(p[x], q[x])):
+            return node + (rand.categorical(residual(p, q)),)
+        node = node + (x,)
+    return node + (rand.categorical(draft_model.probs(context + node)),)  # BUG: should be p
+
+
+def bonus_from_q(draft_length: int) -> Method:
+    """When all L drafts are accepted, draw the bonus token from the DRAFT model q(. | X^L)
+    instead of the target p(. | X^L) (reusing the draft's next-token logits for the extra token)."""
+    return _chain_method("bonus_from_q", _bonus_from_q_verify, draft_length)
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. off-by-one context for the bonus token
+
+def _bonus_off_by_one_verify(target, draft_model, context, draft, rand):
+    node = ()
+    while draft.counts(node):
+        x = draft.tokens(node)[0]
+        p, q = align(target.probs(context + node), draft.proposal(node))
+        if not rand.bernoulli(accept_probability(p[x], q[x])):
+            return node + (rand.categorical(residual(p, q)),)
+        node = node + (x,)
+    # BUG: the bonus distribution is read one position too early, p(. | X^{L-1}) not p(. | X^L)
+    return node + (rand.categorical(target.probs(context + node[:-1])),)
+
+
+def bonus_off_by_one(draft_length: int) -> Method:
+    """The bonus token is drawn from the target's distribution at the wrong prefix,
+    p(. | context + X^{L-1}) instead of p(. | context + X^L): an off-by-one in the logits index
+    (the target returns L + 1 rows; taking row L - 1 for the bonus). Invisible on i.i.d. targets:
+    needs a prefix-dependent target (Markov or random tree)."""
+    return _chain_method("bonus_off_by_one", _bonus_off_by_one_verify, draft_length)
+
+
+# --------------------------------------------------------------------------------------------------
+# 5. greedy draft, soft q in the ratio (transformers #32867)
+
+def _soft_q_verify(target, draft_model, context, draft, rand):
+    node = ()
+    while draft.counts(node):
+        x = draft.tokens(node)[0]
+        # BUG: the draft was the argmax (q is a point mass) but the rule reads the soft q
+        p, q = align(target.probs(context + node), draft_model.probs(context + node))
+        if not rand.bernoulli(accept_probability(p[x], q[x])):
+            return node + (rand.categorical(residual(p, q)),)
+        node = node + (x,)
+    return node + (rand.categorical(target.probs(context + node)),)
+
+
+def greedy_draft_soft_q(draft_length: int) -> Method:
+    """Draft tokens are the draft model's argmax (greedy), but the acceptance ratio p(x)/q(x) and
+    the residual use the soft draft distribution q instead of the point mass actually sampled from
+    (transformers issue #32867, assisted generation with a greedy assistant and a sampling target).
+    Needs a draft model at T > 0 (at T = 0 soft q is the point mass)."""
+    return _chain_method("greedy_draft_soft_q", _soft_q_verify, draft_length,
+                         drafter=drafters.greedy(draft_length))
+
+
+# --------------------------------------------------------------------------------------------------
+# 6. top-k-processed draft, raw q in the ratio (transformers #47932)
+
+def top_k_proposal(q: np.ndarray, k: int) -> np.ndarray:
+    """q restricted to its k most probable tokens (ties to the lower id) and renormalised -> [V]."""
+    order = sorted(range(len(q)), key=lambda t: (-q[t], t))[:k]
+    kept = q * 0
+    for t in order:
+        kept[t] = q[t]
+    return kept / kept.sum()
+
+
+def _top_k_chain(draft_length: int, top_k: int) -> Drafter:
+    L = _check_positive_int(draft_length, "draft_length")
+
+    def build(draft_model, context, rand):
+        if not isinstance(draft_model, LanguageModel):
+            raise TypeError(f"draft: top-k chain needs a draft LanguageModel, got {type(draft_model).__name__}")
+
+        def expand(node, k):
+            if len(node) == L:
+                return (), None
+            q = top_k_proposal(draft_model.probs(context + node), top_k)  # the processed q, drawn from
+            return draw_counts(q, k, rand), q
+
+        return Draft(1, expand, rand)
+
+    return Drafter("top_k_chain", build, draft_length=L, top_k=top_k)
+
+
+def topk_draft_raw_q(draft_length: int, top_k: int = 2) -> Method:
+    """Draft tokens are sampled from top-k-filtered q (logits processors applied to the draft), but
+    the ratio p(x)/q(x) and the residual use the RAW q (transformers issue #47932). With top_k = 2
+    the bug needs V >= 3 (for V = 2 top-2 filtering is the identity)."""
+    return _chain_method("topk_draft_raw_q", _soft_q_verify, draft_length,
+                         drafter=_top_k_chain(draft_length, top_k), top_k=top_k)
+
+
+# --------------------------------------------------------------------------------------------------
+# 7. target temperature ignored in verification (vLLM PR #10198)
+
+def _untempered(target):
+    return target.base if isinstance(target, Tempered) else target
+
+
+def _temperature_ignored_verify(target, draft_model, context, draft, rand):
+    base = _untempered(target)  # BUG: verification reads the logits before temperature scaling
+    node = ()
+    while draft.counts(node):
+        x = draft.tokens(node)[0]
+        p, q = align(base.probs(context + node), draft.proposal(node))
+        if not rand.bernoulli(accept_probability(p[x], q[x])):
+            return node + (rand.categorical(residual(p, q)),)
+        node = node + (x,)
+    return node + (rand.categorical(target.probs(context + node)),)
+
+
+def temperature_ignored(draft_length: int) -> Method:
+    """The target's sampling temperature is not applied to the probabilities used in verification
+    (vLLM PR #10198): acceptance and residual use p at T = 1 although the target law is p_T.
+    Modelled as reading ``target.base`` of a ``models.temperature`` wrapper.
+
+    NEEDS a tempered target, ``models.temperature(base, T)`` with T != 1 (at T = 1 the wrapper
+    changes nothing and the rule is exactly token verification)."""
+    return _chain_method("temperature_ignored", _temperature_ignored_verify, draft_length)
+
+
+# --------------------------------------------------------------------------------------------------
+# 8. u = 0 hard-coded (vllm-ascend #13730)
+
+def _u_zero_verify(target, draft_model, context, draft, rand):
+    node = ()
+    while draft.counts(node):
+        x = draft.tokens(node)[0]
+        p, q = align(target.probs(context + node), draft.proposal(node))
+        # BUG: u = 0 instead of U[0, 1): the test log p(x) > log(u) + log q(x) = -inf passes
+        # whenever p(x) > 0, so no draft token with positive target probability is rejected.
+        if not p[x] > 0:
+            return node + (rand.categorical(residual(p, q)),)
+        node = node + (x,)
+    return node + (rand.categorical(target.probs(context + node)),)
+
+
+def u_zero(draft_length: int) -> Method:
+    """The acceptance uniform is hard-coded to u = 0 (vllm-ascend issue #13730: the NPU kernel lacked
+    a random generator): the log-space test ``log p(x) > log u + log q(x)`` is then always true
+    unless p(x) = 0, so drafts are accepted without rejection sampling."""
+    return _chain_method("u_zero", _u_zero_verify, draft_length)
+
+
+# --------------------------------------------------------------------------------------------------
+# 9. block verification replaced by token verification (vllm-ascend #7807)
+
+def block_replaced_by_token(draft_length: int) -> Method:
+    """A method configured as block verification that actually runs the token-level rule
+    (vllm-ascend #7807). Lossless, so `assert_lossless` passes; the bug is efficiency: its E[tau]
+    is LOWER than block verification's on generic instances (block is optimal, arXiv 2403.10444).
+    Catch it with `assert_not_worse(bug, methods.block(L))` or `efficiency_gap`."""
+    from ..reference.verifiers import token_verify
+
+    return _chain_method("block_replaced_by_token", token_verify, draft_length)
+
+
+def efficiency_gap(target, draft, draft_length: int, context=()):
+    """E[tau](block) - E[tau](block_replaced_by_token) for one iteration from ``context``, exactly
+    (Fractions for rational models). > 0 on generic instances, 0 at T = 0 and when q == p."""
+    bug = block_replaced_by_token(draft_length)
+    good = methods.block(draft_length)
+    return (exact.expected_accepted_length(target, draft, good, context)
+            - exact.expected_accepted_length(target, draft, bug, context))
+
+
+#: {name: factory(draft_length) -> Method}, every planted bug of TESTING.md.
+BUGS: dict[str, Callable[[int], Method]] = {
+    "always_accept": always_accept,
+    "residual_p": residual_p,
+    "bonus_from_q": bonus_from_q,
+    "bonus_off_by_one": bonus_off_by_one,
+    "greedy_draft_soft_q": greedy_draft_soft_q,
+    "topk_draft_raw_q": topk_draft_raw_q,
+    "temperature_ignored": temperature_ignored,
+    "u_zero": u_zero,
+    "block_replaced_by_token": block_replaced_by_token,
+}
+
+#: Bugs that break losslessness (assert_lossless must raise).
+LOSSY = frozenset(BUGS) - {"block_replaced_by_token"}
+
+#: {bug name: factory of the method it must underperform in E[tau]} for the lossless-but-slower bugs.
+LOSSLESS_BUT_SLOWER: dict[str, Callable[[int], Method]] = {"block_replaced_by_token": methods.block}

@@ -1,0 +1,170 @@
+"""`verispec lp`: certify optimality claims with LPs on seeded random instances.
+
+For each instance (target = models.random_tree(V, 2s), draft = models.random_tree(V, 2s + 1,
+concentration), s = seed + i):
+
+1. single path: the information-agnostic LP value (Thomas & Pal 2026, arXiv 2602.16961) must equal
+   block verification's E[tau] (arXiv 2403.10444) within 1e-7; token-level E[tau] is reported with
+   its gap to the optimum;
+2. K > 1 paths: the multi-path LP bound must dominate the exactly enumerated E[tau] of every
+   i.i.d.-path method (gbv, rrs, spectr, nss, traversal) up to 1e-7.
+
+Wiring (done by the CLI owner): `add_arguments(subparser)` then `run(args) -> exit code`
+(0 = every certificate holds, 1 = some certificate failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+from ..reference import exact, methods, models
+from . import closed_forms
+
+#: |LP - block| and (method - bound) tolerances for a certificate to hold.
+TOLERANCE = 1e-7
+
+#: Multi-path methods whose drafts are K i.i.d. paths (the bound's assumption; rrsw is not).
+IID_METHODS = ("gbv", "rrs", "spectr", "nss", "traversal")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the `verispec lp` options to `parser` (an argparse (sub)parser); returns it."""
+    parser.add_argument("--vocab-size", type=int, default=3, help="V (default 3)")
+    parser.add_argument("--draft-length", type=int, default=2, help="L (default 2)")
+    parser.add_argument("--num-paths", type=int, default=2, help="K; 1 skips the multi-path bound (default 2)")
+    parser.add_argument("--instances", type=int, default=5, help="number of random instances (default 5)")
+    parser.add_argument("--seed", type=int, default=0, help="first instance seed (default 0)")
+    parser.add_argument("--concentration", type=float, default=1.0,
+                        help="Dirichlet concentration of the draft model (default 1.0)")
+    parser.add_argument("--json", metavar="PATH", default=None, help="write the results as JSON (atomically)")
+    return parser
+
+
+def _check(args):
+    for name in ("vocab_size", "draft_length", "num_paths", "instances"):
+        value = getattr(args, name)
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name.replace('_', '-')}: must be an int >= 1, got {value!r}")
+    if args.seed < 0:
+        raise ValueError(f"--seed: must be >= 0, got {args.seed}")
+    if not args.concentration > 0:
+        raise ValueError(f"--concentration: must be > 0, got {args.concentration}")
+
+
+def certify_instance(vocab_size: int, draft_length: int, num_paths: int, seed: int,
+                     concentration: float = 1.0) -> dict:
+    """All certificates for one seeded instance, as a JSON-ready dict (values in accepted tokens,
+    times in seconds). `ok` is False when a certificate fails."""
+    from . import lp
+
+    V, L, K = vocab_size, draft_length, num_paths
+    target = models.random_tree(V, 2 * seed)
+    draft = models.random_tree(V, 2 * seed + 1, concentration)
+    single = lp.single_path(target, draft, (), L)
+    block = float(closed_forms.block_expected_accepted_length(target, draft, (), L))
+    token = float(closed_forms.token_expected_accepted_length(target, draft, (), L))
+    record = {
+        "seed": seed, "vocab_size": V, "draft_length": L, "num_paths": K,
+        "target": repr(target), "draft": repr(draft),
+        "single_path": {"lp_value": single.value, "block": block, "token": token,
+                        "token_gap": single.value - token, "lp_minus_block": single.value - block,
+                        "ok": abs(single.value - block) <= TOLERANCE, "solver": single.solver,
+                        "status": single.status, "solve_time": single.solve_time,
+                        "num_variables": single.num_variables, "num_constraints": single.num_constraints},
+    }
+    ok = record["single_path"]["ok"]
+    if K > 1:
+        bound = lp.multi_path(target, draft, (), L, K)
+        rows = {}
+        for name in IID_METHODS:
+            start = time.perf_counter()
+            value = float(exact.expected_accepted_length(target, draft,
+                                                         methods.get(name, draft_length=L, num_paths=K)))
+            rows[name] = {"expected_accepted_length": value, "slack": bound.value - value,
+                          "ok": value <= bound.value + TOLERANCE,
+                          "enumeration_time": time.perf_counter() - start}
+            ok = ok and rows[name]["ok"]
+        record["multi_path"] = {"bound": bound.value, "method": bound.method, "solver": bound.solver,
+                                "status": bound.status, "solve_time": bound.solve_time,
+                                "rounds": bound.rounds, "num_variables": bound.num_variables,
+                                "num_constraints": bound.num_constraints, "methods": rows}
+    record["ok"] = bool(ok)
+    return record
+
+
+def write_json_atomic(path: str, payload) -> None:
+    """Write `payload` as JSON to `path` via a temporary file in the same folder and os.replace."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(payload, handle, indent=2, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _print_table(records, console) -> None:
+    from rich.table import Table
+
+    table = Table(title="verispec lp: LP certificates (E\\[tau], accepted draft tokens)")
+    columns = ["seed", "V,L,K", "block", "LP", "token gap", "bound"] + list(IID_METHODS) + ["LP s", "ok"]
+    for col in columns:
+        table.add_column(col, justify="right" if col not in ("ok",) else "center")
+    for r in records:
+        sp_ = r["single_path"]
+        mp = r.get("multi_path")
+        lp_cell = f"{sp_['lp_value']:.4f}" + ("" if sp_["ok"] else " FAIL")
+        cells = [str(r["seed"]), f"{r['vocab_size']},{r['draft_length']},{r['num_paths']}",
+                 f"{sp_['block']:.4f}", lp_cell, f"{sp_['token_gap']:.4f}",
+                 "-" if mp is None else f"{mp['bound']:.4f}"]
+        for name in IID_METHODS:
+            m = None if mp is None else mp["methods"][name]
+            cells.append("-" if m is None else f"{m['expected_accepted_length']:.4f}" + ("" if m["ok"] else " FAIL"))
+        time_s = sp_["solve_time"] + (mp["solve_time"] if mp else 0.0)
+        cells += [f"{time_s:.3f}", "yes" if r["ok"] else "FAIL"]
+        table.add_row(*cells)
+    console.print(table)
+    if records and records[0].get("multi_path"):
+        console.print(f"multi-path bound: {records[0]['multi_path']['method']} "
+                      f"(solver {records[0]['multi_path']['solver']}); single path: "
+                      f"{records[0]['single_path']['solver']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the certificates described by `args` (from `add_arguments`); print a rich table; write
+    JSON when --json is given. Returns 0 when every certificate holds, 1 otherwise, 2 on bad
+    arguments (message on stderr)."""
+    from rich.console import Console
+
+    console = Console()
+    try:
+        _check(args)
+    except ValueError as err:
+        Console(stderr=True).print(f"verispec lp: {err}")
+        return 2
+    records = [certify_instance(args.vocab_size, args.draft_length, args.num_paths, args.seed + i,
+                                args.concentration) for i in range(args.instances)]
+    _print_table(records, console)
+    failed = [r["seed"] for r in records if not r["ok"]]
+    summary = {"tolerance": TOLERANCE, "all_ok": not failed, "failed_seeds": failed, "instances": records}
+    if args.json:
+        write_json_atomic(args.json, summary)
+    console.print("all certificates hold" if not failed else f"FAILED certificates for seeds {failed}")
+    return 0 if not failed else 1
+
+
+def main(argv=None) -> int:  # pragma: no cover - convenience entry point until cli.py wires it
+    parser = add_arguments(argparse.ArgumentParser(prog="verispec lp"))
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,525 @@
+"""Linear programs that certify optimality of speculative-decoding verifiers (THEORY.md).
+
+Three LPs, all solved with cvxpy (HiGHS by default, Clarabel as fallback):
+
+- `single_path`: the information-agnostic node-budget LP of Thomas & Pal 2026 (arXiv 2602.16961).
+  Variables a(u) >= 0 for every node u of depth 1..L of the full V-ary tree below the context
+  (a(u) = probability that the accepted prefix extends u); maximise sum_u a(u) = E[tau] subject to
+  prefix matching a(u) <= q(u) and target matching a(u t) <= a(u) p(t | u), a(root) = 1.
+  Its value equals block verification's E[tau] (Sun et al. 2024, arXiv 2403.10444).
+- `multi_path`: the same LP for K i.i.d. draft paths, where prefix matching becomes the coverage
+  constraint sum_{u in S} a(u) <= 1 - (1 - q(S))^K for every set S of same-depth nodes. Its value
+  upper-bounds E[tau] of every valid K-path verifier.
+- `multidraft`: the one-position transport LP of SpecTr (Sun et al. 2023, arXiv 2310.15141):
+  a coupling of the law of the K drafts with p maximising P(Y in drafts) (the optimal acceptance
+  alpha*; Hu et al. 2025, arXiv 2502.18779; Khisti et al. 2024, arXiv 2410.18234).
+
+cvxpy is imported lazily (inside the solve), so importing this module is cheap; the rest of
+`verispec.theory` never imports cvxpy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..reference.models import LanguageModel, _check_positive_int, check_pair, check_prefix
+from ..reference.probability import as_probs
+
+#: Solvers tried in order when `solver=None`.
+DEFAULT_SOLVERS = ("HIGHS", "CLARABEL")
+
+#: Solver options: tighter than the defaults (1e-7) so LP values match closed forms to ~1e-12.
+SOLVER_OPTIONS = {
+    "HIGHS": {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10},
+    "CLARABEL": {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10},
+}
+
+#: Largest number of positive-probability nodes at one depth for which `multi_path(method="exact")`
+#: enumerates every subset (2^m - 1 constraint rows).
+EXACT_SUBSET_LIMIT = 16
+
+
+@dataclass
+class LPResult:
+    """The solution of one LP, with its cost.
+
+    Attributes:
+        value: the optimal objective (expected accepted draft tokens for the tree LPs; the optimal
+            acceptance probability for `multidraft`).
+        node_budgets: {node tuple: a(u)} for the tree LPs (nodes relative to the context); for
+            `multidraft`, {(drafted token set as a sorted tuple, y): pi} for the positive entries.
+        solver: the cvxpy solver name that produced the solution.
+        status: cvxpy status string ("optimal", ...).
+        solve_time: seconds spent in the solver (summed over rounds of constraint generation).
+        num_variables: number of scalar LP variables.
+        num_constraints: number of scalar inequality/equality rows, excluding the variables'
+            non-negativity (for constraint generation: the rows of the final round).
+        method: how the constraints were built ("full", "exact", "constraint_generation",
+            "transport").
+        rounds: LP solves performed (> 1 only for constraint generation).
+        setup_time: seconds spent building the LP (model calls, matrices, cvxpy compilation).
+        info: extra diagnostics (e.g. constraint-generation cut counts).
+    """
+
+    value: float
+    node_budgets: dict
+    solver: str
+    status: str
+    solve_time: float
+    num_variables: int
+    num_constraints: int
+    method: str = "full"
+    rounds: int = 1
+    setup_time: float = 0.0
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Tree:
+    """The full V-ary tree of depth L below a context, level by level (breadth-first order).
+
+    Node i at depth l (0-based index within the level) has parent i // V at depth l - 1 and last
+    token i % V. Arrays are float64 of shape [V^l] per level; `offsets[l - 1]` is the global index
+    of the level's first node, so the global variable vector has V + V^2 + ... + V^L entries.
+    """
+
+    V: int
+    L: int
+    nodes: list  # list over depth of lists of node tuples
+    p_cond: list  # p(t | parent) per level, [V^l]
+    q_joint: list  # joint draft probability per level, [V^l]
+    offsets: list
+
+    @property
+    def size(self) -> int:
+        return self.offsets[-1] + len(self.nodes[-1])
+
+    def all_nodes(self) -> list:
+        return [u for level in self.nodes for u in level]
+
+
+def _build_tree(target: LanguageModel, draft: LanguageModel, context, draft_length) -> _Tree:
+    check_pair(target, draft)
+    if draft is None:
+        raise TypeError("draft: expected a LanguageModel, got NoneType")
+    context = check_prefix(context, target.vocab_size, "context")
+    L = _check_positive_int(draft_length, "draft_length")
+    V = target.vocab_size
+    nodes, p_cond, q_joint, offsets = [], [], [], []
+    parents, parent_q, offset = [()], np.ones(1), 0
+    for _ in range(L):
+        p_rows = np.array([np.asarray(target.probs(context + u), dtype=np.float64) for u in parents])
+        q_rows = np.array([np.asarray(draft.probs(context + u), dtype=np.float64) for u in parents])
+        level = [u + (t,) for u in parents for t in range(V)]
+        nodes.append(level)
+        p_cond.append(p_rows.reshape(-1))  # [V^l]
+        q_level = (parent_q[:, None] * q_rows).reshape(-1)  # [V^l]
+        q_joint.append(q_level)
+        offsets.append(offset)
+        offset += len(level)
+        parents, parent_q = level, q_level
+    return _Tree(V, L, nodes, p_cond, q_joint, offsets)
+
+
+def _target_matching(tree: _Tree):
+    """Sparse rows of target matching: a(u t) - p(t|u) a(u) <= 0 (depth >= 2), a(t) <= p(t) at
+    depth 1. Returns (matrix [n, n] csr, rhs [n])."""
+    n, V = tree.size, tree.V
+    idx = np.arange(n)
+    rows, cols, vals = [idx], [idx], [np.ones(n)]
+    rhs = np.zeros(n)
+    rhs[: V] = tree.p_cond[0]
+    for l in range(1, tree.L):
+        m = len(tree.nodes[l])
+        child = tree.offsets[l] + np.arange(m)
+        parent = tree.offsets[l - 1] + np.arange(m) // V
+        rows.append(child)
+        cols.append(parent)
+        vals.append(-tree.p_cond[l])
+    matrix = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                           shape=(n, n))
+    return matrix, rhs
+
+
+def _solve(objective_vec, a_ub, b_ub, upper, solver, a_eq=None, b_eq=None):
+    """maximise c^T x s.t. A_ub x <= b_ub, A_eq x = b_eq, 0 <= x <= upper, with cvxpy.
+
+    Returns (x [n], value, solver name, status, solver seconds, compile seconds)."""
+    import cvxpy as cp
+
+    n = len(objective_vec)
+    x = cp.Variable(n)
+    constraints = [x >= 0]
+    if upper is not None:
+        constraints.append(x <= upper)
+    if a_ub is not None and a_ub.shape[0]:
+        constraints.append(a_ub @ x <= b_ub)
+    if a_eq is not None and a_eq.shape[0]:
+        constraints.append(a_eq @ x == b_eq)
+    problem = cp.Problem(cp.Maximize(objective_vec @ x), constraints)
+    names = DEFAULT_SOLVERS if solver is None else (solver,)
+    installed = set(cp.installed_solvers())
+    last_error = None
+    for name in names:
+        if name not in installed:
+            last_error = RuntimeError(f"solver {name} is not installed")
+            continue
+        start = time.perf_counter()
+        try:
+            problem.solve(solver=name, **SOLVER_OPTIONS.get(name, {}))
+        except cp.error.SolverError as err:  # pragma: no cover - depends on the solver build
+            last_error = err
+            continue
+        wall = time.perf_counter() - start
+        if problem.status not in ("optimal", "optimal_inaccurate"):
+            last_error = RuntimeError(f"solver {name} returned status {problem.status}")
+            continue
+        stats = problem.solver_stats
+        solve_time = stats.solve_time if stats is not None and stats.solve_time is not None else wall
+        return (np.asarray(x.value, dtype=np.float64), float(problem.value), name, problem.status,
+                float(solve_time), max(wall - float(solve_time), 0.0))
+    raise RuntimeError(f"no LP solver succeeded ({last_error})")
+
+
+def single_path(target: LanguageModel, draft: LanguageModel, context=(), draft_length: int = 1,
+                solver: str | None = None) -> LPResult:
+    """The information-agnostic single-path LP (Thomas & Pal 2026, arXiv 2602.16961).
+
+    maximise sum_u a(u) over nodes u of depth 1..L of the full V-ary tree, subject to
+    0 <= a(u) <= q(u) (joint draft probability) and a(u t) <= a(u) p(t | u), a(root) = 1.
+    The optimum equals block verification's E[tau] (`closed_forms.block_expected_accepted_length`).
+
+    Args:
+        target, draft: LanguageModels over one vocabulary of size V (exact models are read as float64).
+        context: tuple of token ids. draft_length: L >= 1.
+        solver: a cvxpy solver name (default: HiGHS, then Clarabel).
+
+    Returns:
+        LPResult; value in expected accepted draft tokens (block efficiency = value + 1);
+        num_variables = V + ... + V^L; num_constraints = 2 * num_variables (prefix + target rows).
+
+    Raises:
+        TypeError / ValueError: non-models, vocab mismatch, bad context, draft_length < 1.
+        RuntimeError: no solver produced an optimal solution.
+    """
+    start = time.perf_counter()
+    tree = _build_tree(target, draft, context, draft_length)
+    matrix, rhs = _target_matching(tree)
+    upper = np.concatenate(tree.q_joint)  # [n]
+    build = time.perf_counter() - start
+    x, value, name, status, solve_time, compile_time = _solve(np.ones(tree.size), matrix, rhs, upper,
+                                                              solver)
+    return LPResult(value=value, node_budgets=dict(zip(tree.all_nodes(), x.tolist())), solver=name,
+                    status=status, solve_time=solve_time, num_variables=tree.size,
+                    num_constraints=2 * tree.size, method="full", setup_time=build + compile_time)
+
+
+def coverage(q_mass, num_paths: int):
+    """1 - (1 - q(S))^K: the probability that at least one of K i.i.d. paths passes through a set
+    of same-depth nodes of total joint draft probability q(S) (elementwise on arrays)."""
+    return 1.0 - (1.0 - np.minimum(q_mass, 1.0)) ** num_paths
+
+
+def most_violated_set(budgets, q_joint, num_paths: int):
+    """The set S of same-depth nodes maximising sum_{u in S} a(u) - (1 - (1 - q(S))^K).
+
+    Exact by sorting whenever some set is violated: 1 - (1 - m)^K is concave in m, so it is the
+    minimum of its tangent lines c(lam) + lam m; with lam the slope at q(S*) of a maximiser S*,
+    the set {u : a(u) > lam q(u)} — a prefix of the nodes sorted by a(u)/q(u) descending, or
+    empty — is at least as violated as S*. So if the best violation is positive it is attained
+    by a prefix, and scanning all prefixes finds it. (When no set is violated the returned
+    violation is <= 0 but need not be the largest non-positive one.)
+
+    Args:
+        budgets: a(u) at one depth [m]; q_joint: q(u) [m]; num_paths: K.
+
+    Returns:
+        (indices of S as an int array, violation = a(S) - coverage(q(S))).
+    """
+    a = np.asarray(budgets, dtype=np.float64)
+    q = np.asarray(q_joint, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(q > 0, a / np.where(q > 0, q, 1.0), np.where(a > 0, np.inf, 0.0))
+    order = np.argsort(-ratio, kind="stable")
+    gain = np.cumsum(a[order]) - coverage(np.cumsum(q[order]), num_paths)  # [m]
+    best = int(np.argmax(gain))
+    return order[: best + 1], float(gain[best])
+
+
+def violated_prefixes(budgets, q_joint, num_paths: int, tolerance: float = 0.0):
+    """Every prefix of the nodes sorted by a(u)/q(u) descending whose coverage constraint is
+    violated by more than `tolerance`: [(indices, violation)], most violated first (the first is
+    `most_violated_set` when any violation exceeds the tolerance). Adding all of them per round
+    makes constraint generation converge in far fewer rounds on degenerate LPs."""
+    a = np.asarray(budgets, dtype=np.float64)
+    q = np.asarray(q_joint, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(q > 0, a / np.where(q > 0, q, 1.0), np.where(a > 0, np.inf, 0.0))
+    order = np.argsort(-ratio, kind="stable")
+    gain = np.cumsum(a[order]) - coverage(np.cumsum(q[order]), num_paths)  # [m]
+    hits = np.flatnonzero(gain > tolerance)
+    hits = hits[np.argsort(-gain[hits], kind="stable")]
+    return [(order[: i + 1], float(gain[i])) for i in hits]
+
+
+def multi_path(target: LanguageModel, draft: LanguageModel, context=(), draft_length: int = 1,
+               num_paths: int = 1, method: str = "auto", solver: str | None = None,
+               tolerance: float = 1e-9, max_rounds: int = 500) -> LPResult:
+    """Upper bound on E[tau] of any valid verifier of K i.i.d. draft paths (THEORY.md; Thomas & Pal
+    2026, arXiv 2602.16961).
+
+    Variables a(u) as in `single_path`; target matching a(u t) <= a(u) p(t|u); prefix matching
+    sum_{u in S} a(u) <= 1 - (1 - q(S))^K for every depth l and every set S of depth-l nodes.
+
+    Args:
+        target, draft: LanguageModels over one vocabulary. context: tuple of token ids.
+        draft_length: L >= 1. num_paths: K >= 1.
+        method: "exact" enumerates every subset of the positive-probability nodes of each depth
+            (at most `EXACT_SUBSET_LIMIT` = 16 such nodes per depth); "constraint_generation" starts
+            from singletons and whole levels and adds the most violated set (`most_violated_set`,
+            exact separation by sorting; every violated sorted prefix is added) per depth until
+            none is violated by more than `tolerance` — with HiGHS this runs on one incremental
+            highspy model re-solved warm each round (`info["backend"]`), else via cvxpy;
+            "auto" picks "exact" when every depth has at most 10 positive-probability nodes.
+        solver: cvxpy solver name (default HiGHS, then Clarabel).
+        tolerance: violation threshold that ends constraint generation.
+        max_rounds: cap on constraint-generation rounds (RuntimeError if reached).
+
+    Returns:
+        LPResult with `method` saying which formulation ran; `num_constraints` counts target rows
+        plus coverage rows (the final round's, for constraint generation).
+
+    Raises:
+        TypeError / ValueError: bad models/context, draft_length or num_paths < 1, unknown method,
+            or method="exact" on a level with more than 16 positive-probability nodes.
+        RuntimeError: no solver succeeded, or constraint generation did not converge.
+    """
+    K = _check_positive_int(num_paths, "num_paths")
+    if method not in ("auto", "exact", "constraint_generation"):
+        raise ValueError(f"method: expected 'auto', 'exact' or 'constraint_generation', got {method!r}")
+    start = time.perf_counter()
+    tree = _build_tree(target, draft, context, draft_length)
+    target_rows, target_rhs = _target_matching(tree)
+    support = [np.flatnonzero(qj > 0) for qj in tree.q_joint]  # per depth, indices within level
+    widest = max(len(s) for s in support)
+    if method == "auto":
+        method = "exact" if widest <= 10 else "constraint_generation"
+    if method == "exact" and widest > EXACT_SUBSET_LIMIT:
+        raise ValueError(f"method: 'exact' needs at most {EXACT_SUBSET_LIMIT} positive-probability "
+                         f"nodes per depth, this tree has {widest}; use 'constraint_generation'")
+    n = tree.size
+    # Nodes with q(u) = 0 are pinned to 0 by their singleton; the per-node upper bound is the
+    # singleton coverage constraint.
+    upper = coverage(np.concatenate(tree.q_joint), K)  # [n]
+
+    if method == "exact":
+        blocks, rhss = [target_rows], [target_rhs]
+        for level, s in enumerate(support):
+            m = len(s)
+            if m < 2:
+                continue  # singletons are the variable bounds
+            masks = np.arange(1, 2 ** m, dtype=np.int64)
+            member = ((masks[:, None] >> np.arange(m)) & 1).astype(bool)  # [2^m - 1, m]
+            member = member[member.sum(axis=1) >= 2]
+            mat = sp.csr_matrix(member.astype(np.float64))
+            cols = tree.offsets[level] + s
+            mat = sp.csr_matrix((mat.data, cols[mat.indices], mat.indptr), shape=(mat.shape[0], n))
+            blocks.append(mat)
+            rhss.append(coverage(member.astype(np.float64) @ tree.q_joint[level][s], K))
+        a_ub, b_ub = sp.vstack(blocks, format="csr"), np.concatenate(rhss)
+        build = time.perf_counter() - start
+        x, value, name, status, solve_time, compile_time = _solve(np.ones(n), a_ub, b_ub, upper, solver)
+        return LPResult(value=value, node_budgets=dict(zip(tree.all_nodes(), x.tolist())), solver=name,
+                        status=status, solve_time=solve_time, num_variables=n,
+                        num_constraints=a_ub.shape[0] + n, method="exact",
+                        setup_time=build + compile_time)
+
+    # Constraint generation: start from whole levels, add every violated sorted prefix per depth.
+    cuts = {level: [s] for level, s in enumerate(support) if len(s) >= 2}
+    seen = {(level, tuple(sorted(s.tolist()))) for level, sets in cuts.items() for s in sets}
+    build = time.perf_counter() - start
+    incremental = _IncrementalHighs.create(n, upper, target_rows, target_rhs) \
+        if solver in (None, "HIGHS") else None
+    total_solve, total_compile, rounds = 0.0, 0.0, 0
+    pending = [(level, s) for level, sets in cuts.items() for s in sets]
+    while True:
+        rounds += 1
+        if rounds > max_rounds:
+            raise RuntimeError(f"constraint generation did not converge in {max_rounds} rounds")
+        if incremental is not None:
+            rows, rhs = _cut_rows(tree, pending, n, K)
+            x, value, status, solve_time = incremental.add_and_solve(rows, rhs)
+            name, compile_time = "HIGHS", 0.0
+        else:
+            blocks, rhss = [target_rows], [target_rhs]
+            for level, sets in cuts.items():
+                mat, rhs = _cut_rows(tree, [(level, s) for s in sets], n, K)
+                blocks.append(mat)
+                rhss.append(rhs)
+            a_ub, b_ub = sp.vstack(blocks, format="csr"), np.concatenate(rhss)
+            x, value, name, status, solve_time, compile_time = _solve(np.ones(n), a_ub, b_ub, upper, solver)
+        total_solve += solve_time
+        total_compile += compile_time
+        pending = []
+        worst = 0.0
+        for level in range(tree.L):
+            lo = tree.offsets[level]
+            budgets = x[lo: lo + len(tree.nodes[level])]
+            for subset, violation in violated_prefixes(budgets, tree.q_joint[level], K, tolerance):
+                worst = max(worst, violation)
+                key = (level, tuple(sorted(subset.tolist())))
+                if key not in seen:
+                    seen.add(key)
+                    cuts.setdefault(level, []).append(subset)
+                    pending.append((level, subset))
+        if not pending:
+            break
+    num_cuts = sum(len(v) for v in cuts.values())
+    return LPResult(value=value, node_budgets=dict(zip(tree.all_nodes(), x.tolist())), solver=name,
+                    status=status, solve_time=total_solve, num_variables=n,
+                    num_constraints=n + num_cuts, method="constraint_generation", rounds=rounds,
+                    setup_time=build + total_compile,
+                    info={"cuts": num_cuts, "max_violation": worst,
+                          "backend": "highspy (incremental)" if incremental is not None else "cvxpy"})
+
+
+def _cut_rows(tree: _Tree, cuts, n: int, K: int):
+    """Coverage rows sum_{u in S} a(u) <= 1 - (1 - q(S))^K for [(level, S indices)] -> (csr, rhs)."""
+    if not cuts:
+        return sp.csr_matrix((0, n)), np.zeros(0)
+    rows = np.concatenate([np.full(len(s), i) for i, (_, s) in enumerate(cuts)])
+    cols = np.concatenate([tree.offsets[level] + np.asarray(s) for level, s in cuts])
+    mat = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(cuts), n))
+    rhs = coverage(np.array([tree.q_joint[level][s].sum() for level, s in cuts]), K)
+    return mat, rhs
+
+
+class _IncrementalHighs:
+    """A HiGHS model kept alive across constraint-generation rounds: new cut rows are appended and
+    the LP is re-solved warm (dual simplex from the previous basis). cvxpy would rebuild and cold
+    solve every round, which made degenerate instances take hundreds of slow rounds."""
+
+    def __init__(self, highs, hs):
+        self.highs, self.hs = highs, hs
+
+    @classmethod
+    def create(cls, n, upper, rows, rhs):
+        try:
+            import highspy
+        except ImportError:  # pragma: no cover - highspy is an install requirement of the LP extra
+            return None
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        for key, val in SOLVER_OPTIONS["HIGHS"].items():
+            h.setOptionValue(key, val)
+        h.addVars(n, np.zeros(n), np.asarray(upper, dtype=np.float64))
+        h.changeColsCost(n, np.arange(n, dtype=np.int32), np.ones(n))
+        h.changeObjectiveSense(highspy.ObjSense.kMaximize)
+        out = cls(h, highspy)
+        out._add(rows, rhs)
+        return out
+
+    def _add(self, rows, rhs):
+        rows = sp.csr_matrix(rows)
+        if rows.shape[0] == 0:
+            return
+        self.highs.addRows(rows.shape[0], np.full(rows.shape[0], -np.inf), np.asarray(rhs, dtype=np.float64),
+                           rows.nnz, rows.indptr[:-1].astype(np.int32), rows.indices.astype(np.int32),
+                           rows.data.astype(np.float64))
+
+    def add_and_solve(self, rows, rhs):
+        self._add(rows, rhs)
+        start = time.perf_counter()
+        self.highs.run()
+        elapsed = time.perf_counter() - start
+        status = self.highs.modelStatusToString(self.highs.getModelStatus())
+        if self.highs.getModelStatus() != self.hs.HighsModelStatus.kOptimal:
+            raise RuntimeError(f"HiGHS returned status {status}")
+        x = np.asarray(self.highs.getSolution().col_value, dtype=np.float64)
+        value = float(self.highs.getInfo().objective_function_value)
+        return x, value, "optimal", elapsed
+
+
+def draft_set_law(q, num_drafts: int, replacement: bool = True) -> dict:
+    """The law of the SET of distinct tokens among K drafts from q: {sorted token tuple: prob}.
+
+    With replacement the drafts are K i.i.d. draws; without, K successive draws from q renormalised
+    over unused tokens (stopping early when q has fewer than K positive tokens, as
+    `drafters.paths_without_replacement` does). Enumerates ordered draws: cost O(V^K).
+    """
+    q = np.asarray(q, dtype=np.float64)
+    K = _check_positive_int(num_drafts, "num_drafts")
+    law: dict = {}
+    support = [t for t in range(len(q)) if q[t] > 0]
+    if replacement:
+        for seq in itertools.product(support, repeat=K):
+            key = tuple(sorted(set(seq)))
+            law[key] = law.get(key, 0.0) + float(np.prod(q[list(seq)]))
+        return law
+    k = min(K, len(support))
+    for seq in itertools.permutations(support, k):
+        prob, left = 1.0, set(support)
+        for t in seq:
+            prob *= q[t] / sum(q[u] for u in left)  # mass of the unused tokens, no 1 - used round-off
+            left.discard(t)
+        key = tuple(sorted(seq))
+        law[key] = law.get(key, 0.0) + prob
+    return law
+
+
+def multidraft(p, q, num_drafts: int, replacement: bool = True, solver: str | None = None) -> LPResult:
+    """The one-position transport LP (SpecTr, Sun et al. 2023, arXiv 2310.15141).
+
+    Variables pi(S, y) >= 0 over drafted token sets S (law Q(S) from `draft_set_law`) and outputs y:
+    sum_y pi(S, y) = Q(S), sum_S pi(S, y) = p(y) (posed as <= rows, same optimum); maximise sum_{y in S} pi(S, y) = P(Y in drafts).
+    (Only the set of drafted tokens matters for the objective, so couplings of ordered tuples
+    reduce to couplings of sets without loss.) With replacement the value equals
+    `closed_forms.optimal_multidraft_acceptance` (Hu et al. 2025, arXiv 2502.18779; Khisti et al.
+    2024, arXiv 2410.18234).
+
+    Args:
+        p, q: target and draft distributions [V] (float or Fraction; validated).
+        num_drafts: K >= 1. replacement: i.i.d. drafts (True) or distinct draws (False).
+
+    Returns:
+        LPResult; value = alpha*; node_budgets = {(S, y): pi(S, y)} for pi > 1e-12 (a full
+        coupling: the LP's sub-coupling plus the product of the leftover marginals).
+
+    Raises:
+        TypeError / ValueError: p or q not a distribution, mismatched lengths, K < 1.
+    """
+    p = np.asarray(as_probs(p, "p"), dtype=np.float64)
+    q = np.asarray(as_probs(q, "q", len(p)), dtype=np.float64)
+    K = _check_positive_int(num_drafts, "num_drafts")
+    start = time.perf_counter()
+    law = draft_set_law(q, K, replacement)
+    sets = list(law)
+    V, m = len(p), len(sets)
+    n = m * V  # variable (i, y) at index i * V + y
+    objective = np.zeros(n)
+    for i, s in enumerate(sets):
+        objective[i * V + np.array(s, dtype=int)] = 1.0
+    row_sets = sp.kron(sp.identity(m), np.ones((1, V)), format="csr")  # [m, n]
+    row_y = sp.kron(np.ones((1, m)), sp.identity(V), format="csr")  # [V, n]
+    # Marginals as <= rows: a sub-coupling's success mass extends to a full coupling (couple the
+    # leftover masses by their product), so the optimum is unchanged, and round-off in
+    # sum Q != sum p cannot make the LP infeasible.
+    a_ub = sp.vstack([row_sets, row_y], format="csr")
+    b_ub = np.concatenate([np.array([law[s] for s in sets]), p])
+    build = time.perf_counter() - start
+    x, value, name, status, solve_time, compile_time = _solve(objective, a_ub, b_ub, None, solver)
+    # Complete the sub-coupling to a coupling: leftover set mass x leftover target mass / total.
+    pi = np.maximum(x, 0.0).reshape(m, V)  # [m, V]
+    left_sets = np.maximum(b_ub[:m] - pi.sum(axis=1), 0.0)  # [m]
+    left_y = np.maximum(p - pi.sum(axis=0), 0.0)  # [V]
+    if left_y.sum() > 0:
+        pi = pi + np.outer(left_sets, left_y) / left_y.sum()
+    plan = {(sets[i], y): float(pi[i, y]) for i in range(m) for y in range(V) if pi[i, y] > 1e-12}
+    return LPResult(value=value, node_budgets=plan, solver=name, status=status, solve_time=solve_time,
+                    num_variables=n, num_constraints=m + V, method="transport",
+                    setup_time=build + compile_time)
