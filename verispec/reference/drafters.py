@@ -175,6 +175,13 @@ def _binomial_pmf(r, n: int, exact: bool) -> np.ndarray:
     return pmf if exact else pmf / pmf.sum()
 
 
+@functools.lru_cache(maxsize=65536)
+def _support(key) -> tuple[int, ...]:
+    """Tokens of positive probability of a distribution given by its bytes (float64) or tuple."""
+    values = np.frombuffer(key) if isinstance(key, bytes) else key
+    return tuple(t for t in range(len(values)) if values[t] > 0)
+
+
 def draw_counts(q: np.ndarray, k: int, rand) -> dict[int, int]:
     """The multiset of k i.i.d. draws from q, as {token: count}, by sequential binomials.
 
@@ -182,8 +189,8 @@ def draw_counts(q: np.ndarray, k: int, rand) -> dict[int, int]:
     categorical per token of positive probability (exact for Fractions).
     """
     counts: dict[int, int] = {}
-    left, mass = k, q.sum()
-    support = [t for t in range(len(q)) if q[t] > 0]
+    left, mass = k, 1
+    support = _support(q.tobytes() if q.dtype != object else tuple(q))
     for i, t in enumerate(support):
         if left == 0:
             break

@@ -94,13 +94,14 @@ class Sampler:
 class _Replay:
     """Randomness that replays `forced` choices, then takes branch 0 and queues the siblings."""
 
-    __slots__ = ("forced", "trace", "weight", "pending")
+    __slots__ = ("forced", "trace", "weight", "pending", "supports")
 
-    def __init__(self, forced: tuple[int, ...], pending: list):
+    def __init__(self, forced: tuple[int, ...], pending: list, supports: dict):
         self.forced = forced
         self.trace: list[int] = []
         self.weight = 1
         self.pending = pending
+        self.supports = supports
 
     def _choose(self, probs: list) -> int:
         pos = len(self.trace)
@@ -124,11 +125,18 @@ class _Replay:
         return self._choose([p, 1 - p]) == 0
 
     def categorical(self, probs) -> int:
-        probs = _check_categorical(probs)
-        support = [i for i in range(len(probs)) if probs[i] > 0]
+        # Replays hand us the same cached arrays (model conditionals, binomial pmfs) again and
+        # again: validate each once. The memo holds the array itself, so its id is never reused.
+        entry = self.supports.get(id(probs))
+        if entry is None or entry[0] is not probs:
+            probs = _check_categorical(probs)
+            support = [i for i in range(len(probs)) if probs[i] > 0]
+            entry = (probs, support, [probs[i] for i in support])
+            self.supports[id(probs)] = entry
+        _, support, weights = entry
         if len(support) == 1:
             return support[0]
-        return support[self._choose([probs[i] for i in support])]
+        return support[self._choose(weights)]
 
 
 @dataclass
@@ -157,9 +165,10 @@ def enumerate_law(program: Callable[[Randomness], Hashable], max_branches: int |
     """
     law: dict = {}
     pending: list[tuple[int, ...]] = [()]
+    supports: dict = {}
     branches = 0
     while pending:
-        rand = _Replay(pending.pop(), pending)
+        rand = _Replay(pending.pop(), pending, supports)
         outcome = program(rand)
         law[outcome] = law.get(outcome, 0) + rand.weight
         branches += 1
