@@ -22,8 +22,8 @@ from verispec.theory import closed_forms, lp
 from verispec.theory.certify import write_json_atomic
 
 SINGLE = [(2, 4), (4, 3), (8, 3), (16, 3), (4, 6), (16, 4)]
-MULTI = [(2, 3, 2), (3, 2, 2), (2, 3, 3), (3, 3, 2), (4, 2, 3), (4, 3, 3), (8, 2, 3), (4, 4, 3), (8, 3, 3),
-         (16, 3, 2)]
+# (8, 3, 3) and larger do not converge quickly: constraint generation is degenerate there (see report).
+MULTI = [(2, 3, 2), (3, 2, 2), (2, 3, 3), (3, 3, 2), (4, 2, 3), (4, 3, 3), (8, 2, 3), (4, 4, 3), (16, 2, 3)]
 TARGETS = {("single_path", 16, 4, 1): 10.0, ("multi_path", 4, 3, 3): 60.0}
 
 

@@ -134,3 +134,32 @@ def test_bad_input():
         lp.multi_path(target, draft, (), 0, 2)
     with pytest.raises(ValueError, match="method"):
         lp.multi_path(models.random_tree(5, 1), models.random_tree(5, 2), (), 2, 2, method="exact")
+
+
+def test_cvxpy_backend_constraint_generation_agrees():
+    target, draft = models.random_tree(3, 9), models.random_tree(3, 10, 0.5)
+    fast = lp.multi_path(target, draft, (), 2, 2, method="constraint_generation")
+    slow = lp.multi_path(target, draft, (), 2, 2, method="constraint_generation", solver="CLARABEL")
+    assert fast.info["backend"].startswith("highspy") and slow.info["backend"] == "cvxpy"
+    assert slow.solver == "CLARABEL" and slow.value == pytest.approx(fast.value, abs=1e-6)
+
+
+def test_certify_cli_passes_and_fails(tmp_path, monkeypatch):
+    import argparse
+    import json
+
+    from verispec.theory import certify
+
+    parser = certify.add_arguments(argparse.ArgumentParser())
+    out = tmp_path / "cert.json"
+    args = parser.parse_args(["--vocab-size", "2", "--draft-length", "2", "--num-paths", "2",
+                              "--instances", "2", "--json", str(out)])
+    assert certify.run(args) == 0
+    payload = json.loads(out.read_text())
+    assert payload["all_ok"] and len(payload["instances"]) == 2
+    assert payload["instances"][0]["multi_path"]["methods"]["gbv"]["ok"]
+    monkeypatch.setattr(certify, "TOLERANCE", -1.0)  # every certificate must now fail
+    assert certify.run(args) == 1
+    assert json.loads(out.read_text())["all_ok"] is False
+    bad = parser.parse_args(["--instances", "0"])
+    assert certify.run(bad) == 2

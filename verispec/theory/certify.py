@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     arguments (message on stderr)."""
     from rich.console import Console
 
-    console = Console()
+    console = Console(width=max(Console().width, 150))  # full table when piped
     try:
         _check(args)
     except ValueError as err:
