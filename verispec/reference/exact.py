@@ -170,4 +170,7 @@ def acceptance_rates(target, draft, method, context=()) -> list:
     law = accepted_length_distribution(target, draft, method, context)
     top = max(law)
     survival = [sum(p for tau, p in law.items() if tau >= i) for i in range(top + 2)]
-    return [survival[i] / survival[i - 1] if survival[i - 1] > 0 else 0 for i in range(1, top + 2)]
+    def ratio(a, b):  # int / int would be a float: keep exact laws exact
+        return Fraction(a) / b if isinstance(a, (int, Fraction)) and isinstance(b, (int, Fraction)) else a / b
+
+    return [ratio(survival[i], survival[i - 1]) if survival[i - 1] > 0 else 0 for i in range(1, top + 2)]

@@ -21,6 +21,14 @@ from .verifiers import (block_verify, gbv_verify, nss_verify, rrs_verify, rrsw_v
 
 
 @dataclass(frozen=True)
+class VocabularyOnly:
+    """Stands in for a missing draft model: it has a vocabulary size and nothing else, so a
+    drafter that needs real draft probabilities still fails with a TypeError naming `draft`."""
+
+    vocab_size: int
+
+
+@dataclass(frozen=True)
 class Method:
     """A speculative decoding method: one iteration drafts, then verifies in one target call.
 
@@ -61,7 +69,9 @@ class Method:
             ValueError: the verifier's output is empty, has out-of-range ids, or its accepted
                 prefix is not a node of the draft.
         """
-        draft = self.draft(draft_model, context, rand)
+        # Drafters that need no model (prompt lookup) still read the vocabulary size.
+        draft = self.draft(draft_model if draft_model is not None else VocabularyOnly(target.vocab_size),
+                           context, rand)
         if not isinstance(draft, Draft):
             raise TypeError(f"draft: method {self.name!r}'s drafter returned {type(draft).__name__}, not a Draft")
         out = self.verify(target, draft_model, context, draft, rand)

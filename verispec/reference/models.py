@@ -46,6 +46,14 @@ def _check_positive_int(value, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
+def _check_concentration(concentration) -> float:
+    if isinstance(concentration, bool) or not isinstance(concentration, (int, float, np.floating)):
+        raise TypeError(f"concentration: expected a number, got {type(concentration).__name__}")
+    if not (math.isfinite(concentration) and concentration > 0):
+        raise ValueError(f"concentration: must be a positive finite number, got {concentration!r}")
+    return float(concentration)
+
+
 class LanguageModel:
     """A causal LM over a vocabulary of `vocab_size` tokens, as a prefix -> probabilities oracle.
 
@@ -146,9 +154,7 @@ class RandomTree(LanguageModel):
     def __init__(self, vocab_size, seed, concentration=1.0, rational=False, denominator=64):
         super().__init__(vocab_size)
         self.seed = _check_positive_int(seed, "seed", minimum=0)
-        if not (isinstance(concentration, (int, float)) and math.isfinite(concentration) and concentration > 0):
-            raise ValueError(f"concentration: must be a positive finite number, got {concentration!r}")
-        self.concentration = float(concentration)
+        self.concentration = _check_concentration(concentration)
         self.rational = bool(rational)
         self.denominator = _check_positive_int(denominator, "denominator")
         self.exact = self.rational
@@ -236,6 +242,8 @@ class Mixture(LanguageModel):
                 raise TypeError(f"{name}: expected a LanguageModel, got {type(m).__name__}")
         if a.vocab_size != b.vocab_size:
             raise ValueError(f"b: vocab_size {b.vocab_size} differs from a's {a.vocab_size}")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float, Fraction, np.floating)):
+            raise TypeError(f"weight: expected a number in [0, 1], got {type(weight).__name__}")
         if not 0 <= weight <= 1:
             raise ValueError(f"weight: must lie in [0, 1], got {weight!r}")
         super().__init__(a.vocab_size)
@@ -243,7 +251,10 @@ class Mixture(LanguageModel):
         self.exact = a.exact and b.exact and isinstance(weight, (Fraction, int))
 
     def _compute(self, prefix):
-        return (1 - self.weight) * self.a.probs(prefix) + self.weight * self.b.probs(prefix)
+        mixed = (1 - self.weight) * self.a.probs(prefix) + self.weight * self.b.probs(prefix)  # [V]
+        # A Fraction weight over float models yields an object array of floats: only an all-exact
+        # mixture may stay dtype=object (object arrays are read as exact everywhere).
+        return mixed if self.exact else np.asarray(mixed, dtype=np.float64)
 
     def state_key(self, prefix):
         return (self.a.state_key(prefix), self.b.state_key(prefix))
@@ -276,6 +287,7 @@ def random_markov(vocab_size: int, seed: int, concentration: float = 1.0, ration
                   denominator: int = 64) -> Markov:
     """A Markov model whose initial law and transition rows are seeded Dirichlet draws."""
     vocab_size = _check_positive_int(vocab_size, "vocab_size")
+    _check_concentration(concentration)
     rng = np.random.default_rng(_check_positive_int(seed, "seed", minimum=0))
     rows = rng.dirichlet(np.full(vocab_size, float(concentration)), size=vocab_size + 1)  # [V + 1, V]
     rows = rows / rows.sum(axis=1, keepdims=True)

@@ -39,6 +39,8 @@ def as_probs(probs, name: str = "probs", vocab_size: int | None = None) -> np.nd
         ValueError: wrong shape/length, empty, NaN/inf, negative entries, or a sum that is not 1
             (within 1e-9 for float64, exactly for Fractions).
     """
+    if np.ndim(probs) == 0 and not isinstance(probs, (list, tuple)):
+        raise TypeError(f"{name}: expected a vector of probabilities [vocab_size], got {type(probs).__name__}")
     if isinstance(probs, np.ndarray) and probs.dtype == object or (
         not isinstance(probs, np.ndarray)
         and len(probs) > 0

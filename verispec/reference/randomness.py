@@ -71,6 +71,10 @@ class Sampler:
     def __init__(self, seed: int | np.random.Generator | np.random.SeedSequence | None = None):
         if isinstance(seed, np.random.Generator):
             self.generator = seed
+        elif isinstance(seed, bool):
+            raise TypeError("seed: expected int, SeedSequence or numpy Generator, got bool")
+        elif isinstance(seed, (int, np.integer)) and seed < 0:
+            raise ValueError(f"seed: must be a non-negative int, got {seed}")
         elif seed is None or isinstance(seed, (int, np.integer, np.random.SeedSequence)):
             self.generator = np.random.default_rng(seed)
         else:

@@ -13,6 +13,8 @@ def _tree_sum(target, draft, context, draft_length, combine):
     """sum over nodes x^l (1 <= l <= L) of the V-ary tree of a(x^l), where
     a(x^l) = combine(a(x^{l-1}), q(x_l | x^{l-1}), p(x_l | x^{l-1}), qjoint(x^{l-1}))."""
     check_pair(target, draft)
+    if draft is None:
+        raise TypeError("draft: the closed forms need a draft LanguageModel, got None")
     context = check_prefix(context, target.vocab_size, "context")
     L = _check_positive_int(draft_length, "draft_length")
     total = 0
