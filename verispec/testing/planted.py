@@ -68,17 +68,41 @@ def always_accept(draft_length: int) -> Method:
 
 
 # --------------------------------------------------------------------------------------------------
-# 2. residual p instead of max(p - q, 0)
+# Bugs 2-8: token-level speculative sampling with exactly one step replaced.
 
-def _residual_p_verify(target, draft_model, context, draft, rand):
-    node = ()
-    while draft.counts(node):
-        x = draft.tokens(node)[0]
-        p, q = align(target.probs(context + node), draft.proposal(node))
-        if not rand.bernoulli(accept_probability(p[x], q[x])):
-            return node + (rand.categorical(p),)  # BUG: should be norm(max(p - q, 0))
-        node = node + (x,)
-    return node + (rand.categorical(target.probs(context + node)),)
+def _target_p(target, prefix):
+    return target.probs(prefix)
+
+
+def _drafted_q(draft, draft_model, context, node):
+    return draft.proposal(node)  # the law the token was actually drawn from
+
+
+def _rejection_test(p, q, x, rand):
+    return rand.bernoulli(accept_probability(p[x], q[x]))
+
+
+def _bonus_p(target, draft_model, context, node):
+    return target.probs(context + node)
+
+
+def _token_rule(p_at=_target_p, q_at=_drafted_q, accepts=_rejection_test, correction=residual,
+                bonus_at=_bonus_p):
+    """Token-level speculative sampling (Leviathan et al. 2023, arXiv 2211.17192); each planted
+    bug replaces ONE of: the target law read, the draft law read, the acceptance test, the
+    correction law, the bonus law."""
+
+    def verify(target, draft_model, context, draft, rand):
+        node = ()
+        while draft.counts(node):
+            x = draft.tokens(node)[0]
+            p, q = align(p_at(target, context + node), q_at(draft, draft_model, context, node))  # [V], [V]
+            if not accepts(p, q, x, rand):
+                return node + (rand.categorical(correction(p, q)),)
+            node = node + (x,)
+        return node + (rand.categorical(bonus_at(target, draft_model, context, node)),)
+
+    return verify
 
 
 def residual_p(draft_length: int) -> Method:
@@ -88,42 +112,14 @@ def residual_p(draft_length: int) -> Method:
     sampling" step of Leviathan et al. 2023 / Chen et al. 2023 is dropped): tokens with p > q get
     too much mass.
     """
-    return _chain_method("residual_p", _residual_p_verify, draft_length)
-
-
-# --------------------------------------------------------------------------------------------------
-# 3. bonus token drawn from q
-
-def _bonus_from_q_verify(target, draft_model, context, draft, rand):
-    node = ()
-    while draft.counts(node):
-        x = draft.tokens(node)[0]
-        p, q = align(target.probs(context + node), draft.proposal(node))
-        if not rand.bernoulli(accept_probability(p[x], q[x])):
-            return node + (rand.categorical(residual(p, q)),)
-        node = node + (x,)
-    return node + (rand.categorical(draft_model.probs(context + node)),)  # BUG: should be p
+    return _chain_method("residual_p", _token_rule(correction=lambda p, q: p), draft_length)
 
 
 def bonus_from_q(draft_length: int) -> Method:
     """When all L drafts are accepted, draw the bonus token from the DRAFT model q(. | X^L)
     instead of the target p(. | X^L) (reusing the draft's next-token logits for the extra token)."""
-    return _chain_method("bonus_from_q", _bonus_from_q_verify, draft_length)
-
-
-# --------------------------------------------------------------------------------------------------
-# 4. off-by-one context for the bonus token
-
-def _bonus_off_by_one_verify(target, draft_model, context, draft, rand):
-    node = ()
-    while draft.counts(node):
-        x = draft.tokens(node)[0]
-        p, q = align(target.probs(context + node), draft.proposal(node))
-        if not rand.bernoulli(accept_probability(p[x], q[x])):
-            return node + (rand.categorical(residual(p, q)),)
-        node = node + (x,)
-    # BUG: the bonus distribution is read one position too early, p(. | X^{L-1}) not p(. | X^L)
-    return node + (rand.categorical(target.probs(context + node[:-1])),)
+    bonus = lambda target, draft_model, context, node: draft_model.probs(context + node)  # noqa: E731
+    return _chain_method("bonus_from_q", _token_rule(bonus_at=bonus), draft_length)
 
 
 def bonus_off_by_one(draft_length: int) -> Method:
@@ -131,22 +127,12 @@ def bonus_off_by_one(draft_length: int) -> Method:
     p(. | context + X^{L-1}) instead of p(. | context + X^L): an off-by-one in the logits index
     (the target returns L + 1 rows; taking row L - 1 for the bonus). Invisible on i.i.d. targets:
     needs a prefix-dependent target (Markov or random tree)."""
-    return _chain_method("bonus_off_by_one", _bonus_off_by_one_verify, draft_length)
+    bonus = lambda target, draft_model, context, node: target.probs(context + node[:-1])  # noqa: E731
+    return _chain_method("bonus_off_by_one", _token_rule(bonus_at=bonus), draft_length)
 
 
-# --------------------------------------------------------------------------------------------------
-# 5. greedy draft, soft q in the ratio (transformers #32867)
-
-def _soft_q_verify(target, draft_model, context, draft, rand):
-    node = ()
-    while draft.counts(node):
-        x = draft.tokens(node)[0]
-        # BUG: the draft was the argmax (q is a point mass) but the rule reads the soft q
-        p, q = align(target.probs(context + node), draft_model.probs(context + node))
-        if not rand.bernoulli(accept_probability(p[x], q[x])):
-            return node + (rand.categorical(residual(p, q)),)
-        node = node + (x,)
-    return node + (rand.categorical(target.probs(context + node)),)
+def _soft_q(draft, draft_model, context, node):
+    return draft_model.probs(context + node)  # BUG: not the law the drafter sampled from
 
 
 def greedy_draft_soft_q(draft_length: int) -> Method:
@@ -154,12 +140,9 @@ def greedy_draft_soft_q(draft_length: int) -> Method:
     the residual use the soft draft distribution q instead of the point mass actually sampled from
     (transformers issue #32867, assisted generation with a greedy assistant and a sampling target).
     Needs a draft model at T > 0 (at T = 0 soft q is the point mass)."""
-    return _chain_method("greedy_draft_soft_q", _soft_q_verify, draft_length,
+    return _chain_method("greedy_draft_soft_q", _token_rule(q_at=_soft_q), draft_length,
                          drafter=drafters.greedy(draft_length))
 
-
-# --------------------------------------------------------------------------------------------------
-# 6. top-k-processed draft, raw q in the ratio (transformers #47932)
 
 def top_k_proposal(q: np.ndarray, k: int) -> np.ndarray:
     """q restricted to its k most probable tokens (ties to the lower id) and renormalised -> [V]."""
@@ -192,27 +175,12 @@ def topk_draft_raw_q(draft_length: int, top_k: int = 2) -> Method:
     """Draft tokens are sampled from top-k-filtered q (logits processors applied to the draft), but
     the ratio p(x)/q(x) and the residual use the RAW q (transformers issue #47932). With top_k = 2
     the bug needs V >= 3 (for V = 2 top-2 filtering is the identity)."""
-    return _chain_method("topk_draft_raw_q", _soft_q_verify, draft_length,
+    return _chain_method("topk_draft_raw_q", _token_rule(q_at=_soft_q), draft_length,
                          drafter=_top_k_chain(draft_length, top_k), top_k=top_k)
 
 
-# --------------------------------------------------------------------------------------------------
-# 7. target temperature ignored in verification (vLLM PR #10198)
-
 def _untempered(target):
     return target.base if isinstance(target, Tempered) else target
-
-
-def _temperature_ignored_verify(target, draft_model, context, draft, rand):
-    base = _untempered(target)  # BUG: verification reads the logits before temperature scaling
-    node = ()
-    while draft.counts(node):
-        x = draft.tokens(node)[0]
-        p, q = align(base.probs(context + node), draft.proposal(node))
-        if not rand.bernoulli(accept_probability(p[x], q[x])):
-            return node + (rand.categorical(residual(p, q)),)
-        node = node + (x,)
-    return node + (rand.categorical(target.probs(context + node)),)
 
 
 def temperature_ignored(draft_length: int) -> Method:
@@ -222,30 +190,15 @@ def temperature_ignored(draft_length: int) -> Method:
 
     NEEDS a tempered target, ``models.temperature(base, T)`` with T != 1 (at T = 1 the wrapper
     changes nothing and the rule is exactly token verification)."""
-    return _chain_method("temperature_ignored", _temperature_ignored_verify, draft_length)
-
-
-# --------------------------------------------------------------------------------------------------
-# 8. u = 0 hard-coded (vllm-ascend #13730)
-
-def _u_zero_verify(target, draft_model, context, draft, rand):
-    node = ()
-    while draft.counts(node):
-        x = draft.tokens(node)[0]
-        p, q = align(target.probs(context + node), draft.proposal(node))
-        # BUG: u = 0 instead of U[0, 1): the test log p(x) > log(u) + log q(x) = -inf passes
-        # whenever p(x) > 0, so no draft token with positive target probability is rejected.
-        if not p[x] > 0:
-            return node + (rand.categorical(residual(p, q)),)
-        node = node + (x,)
-    return node + (rand.categorical(target.probs(context + node)),)
+    p_at = lambda target, prefix: _untempered(target).probs(prefix)  # noqa: E731
+    return _chain_method("temperature_ignored", _token_rule(p_at=p_at), draft_length)
 
 
 def u_zero(draft_length: int) -> Method:
     """The acceptance uniform is hard-coded to u = 0 (vllm-ascend issue #13730: the NPU kernel lacked
     a random generator): the log-space test ``log p(x) > log u + log q(x)`` is then always true
     unless p(x) = 0, so drafts are accepted without rejection sampling."""
-    return _chain_method("u_zero", _u_zero_verify, draft_length)
+    return _chain_method("u_zero", _token_rule(accepts=lambda p, q, x, rand: p[x] > 0), draft_length)
 
 
 # --------------------------------------------------------------------------------------------------

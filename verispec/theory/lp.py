@@ -225,6 +225,17 @@ def coverage(q_mass, num_paths: int):
     return 1.0 - (1.0 - np.minimum(q_mass, 1.0)) ** num_paths
 
 
+def _prefix_violations(budgets, q_joint, num_paths: int):
+    """Nodes sorted by a(u)/q(u) descending, and the violation a(S) - coverage(q(S)) of every
+    prefix S of that order -> (order [m], violation [m])."""
+    a = np.asarray(budgets, dtype=np.float64)  # [m]
+    q = np.asarray(q_joint, dtype=np.float64)  # [m]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(q > 0, a / np.where(q > 0, q, 1.0), np.where(a > 0, np.inf, 0.0))
+    order = np.argsort(-ratio, kind="stable")
+    return order, np.cumsum(a[order]) - coverage(np.cumsum(q[order]), num_paths)
+
+
 def most_violated_set(budgets, q_joint, num_paths: int):
     """The set S of same-depth nodes maximising sum_{u in S} a(u) - (1 - (1 - q(S))^K).
 
@@ -241,12 +252,7 @@ def most_violated_set(budgets, q_joint, num_paths: int):
     Returns:
         (indices of S as an int array, violation = a(S) - coverage(q(S))).
     """
-    a = np.asarray(budgets, dtype=np.float64)
-    q = np.asarray(q_joint, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(q > 0, a / np.where(q > 0, q, 1.0), np.where(a > 0, np.inf, 0.0))
-    order = np.argsort(-ratio, kind="stable")
-    gain = np.cumsum(a[order]) - coverage(np.cumsum(q[order]), num_paths)  # [m]
+    order, gain = _prefix_violations(budgets, q_joint, num_paths)
     best = int(np.argmax(gain))
     return order[: best + 1], float(gain[best])
 
@@ -256,12 +262,7 @@ def violated_prefixes(budgets, q_joint, num_paths: int, tolerance: float = 0.0):
     violated by more than `tolerance`: [(indices, violation)], most violated first (the first is
     `most_violated_set` when any violation exceeds the tolerance). Adding all of them per round
     makes constraint generation converge in far fewer rounds on degenerate LPs."""
-    a = np.asarray(budgets, dtype=np.float64)
-    q = np.asarray(q_joint, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(q > 0, a / np.where(q > 0, q, 1.0), np.where(a > 0, np.inf, 0.0))
-    order = np.argsort(-ratio, kind="stable")
-    gain = np.cumsum(a[order]) - coverage(np.cumsum(q[order]), num_paths)  # [m]
+    order, gain = _prefix_violations(budgets, q_joint, num_paths)
     hits = np.flatnonzero(gain > tolerance)
     hits = hits[np.argsort(-gain[hits], kind="stable")]
     return [(order[: i + 1], float(gain[i])) for i in hits]
