@@ -27,7 +27,8 @@ from rich.progress import track
 from rich.table import Table
 
 from verispec import __version__
-from verispec.check import make_instances, run_check, write_json_atomic
+from verispec._io import write_json_atomic
+from verispec.check import run_check
 from verispec.reference import exact, methods, models
 
 #: Methods whose drafts do not depend on K (single chain or point mass): measured at K = 1 only.

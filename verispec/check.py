@@ -7,13 +7,11 @@ efficiency E[tau] + 1 of one iteration. A method whose TV exceeds the tolerance 
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
 
 from .reference import exact, methods, models
 
@@ -104,16 +102,6 @@ def check_method(name: str, instances: list[Instance], draft_length: int, num_pa
     result.mean_block_efficiency = sum(efficiencies) / len(efficiencies)
     result.seconds = time.perf_counter() - start
     return result
-
-
-def write_json_atomic(path: str, payload) -> None:
-    """Write JSON to `path` via a temporary file + os.replace (never a half-written file)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
 
 
 def run_check(method_names, vocab_size, draft_length, num_paths, num_instances, seed, num_tokens,

@@ -48,7 +48,8 @@ def _run_check(args) -> int:
     from rich.progress import Progress
     from rich.table import Table
 
-    from .check import run_check, write_json_atomic
+    from ._io import write_json_atomic
+    from .check import run_check
     from .reference import methods
 
     names = args.method or methods.names()
@@ -97,8 +98,14 @@ def _add_lp(sub) -> None:
     try:
         from .theory import certify
     except ImportError as err:  # cvxpy missing: keep `verispec check` usable
-        p = sub.add_parser("lp", help=f"LP certificates (unavailable: {err})")
-        p.set_defaults(func=lambda args: (print(f"verispec lp needs cvxpy: {err}", file=sys.stderr), 2)[1])
+        reason = str(err)  # `err` itself is unbound once the except block ends
+
+        def unavailable(args) -> int:
+            print(f"verispec lp needs cvxpy and highspy: {reason}", file=sys.stderr)
+            return 2
+
+        p = sub.add_parser("lp", help=f"LP certificates (unavailable: {reason})")
+        p.set_defaults(func=unavailable)
         return
     p = sub.add_parser("lp", help="LP certificates: BV = LP optimum, multi-path methods under the bound")
     certify.add_arguments(p)

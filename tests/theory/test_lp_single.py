@@ -3,7 +3,6 @@ verification's E[tau]; token-level verification sits strictly below it in genera
 
 from fractions import Fraction
 
-import numpy as np
 import pytest
 
 pytest.importorskip("cvxpy")

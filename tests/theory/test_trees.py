@@ -3,7 +3,6 @@ true sample-and-follow acceptance against the reference enumerator."""
 
 import itertools
 
-import numpy as np
 import pytest
 
 from verispec.reference import exact, methods, models

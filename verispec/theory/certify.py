@@ -16,12 +16,10 @@ Wiring (done by the CLI owner): `add_arguments(subparser)` then `run(args) -> ex
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import tempfile
 import time
 
 from ..reference import exact, methods, models
+from .._io import write_json_atomic
 from . import closed_forms
 
 #: |LP - block| and (method - bound) tolerances for a certificate to hold.
@@ -94,21 +92,6 @@ def certify_instance(vocab_size: int, draft_length: int, num_paths: int, seed: i
                                 "num_constraints": bound.num_constraints, "methods": rows}
     record["ok"] = bool(ok)
     return record
-
-
-def write_json_atomic(path: str, payload) -> None:
-    """Write `payload` as JSON to `path` via a temporary file in the same folder and os.replace."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _print_table(records, console) -> None:

@@ -1,0 +1,23 @@
+"""Torch backend: the reference rules as batched tensor functions, run on real causal LMs.
+
+    from verispec.empirical import rules, uniforms          # pure rules on probability tensors
+    from verispec.empirical.model import CausalLM            # thin transformers wrapper (KV cache, trees)
+    from verispec.empirical import decode                    # target-only and speculative decoding
+
+Needs the optional extras `torch` (and `transformers` for `model` / `decode`); importing this
+package without torch raises an ImportError naming the extra. `verispec.reference` never imports
+this package.
+"""
+
+try:
+    import torch  # noqa: F401
+except ImportError as err:  # pragma: no cover - exercised only without torch
+    raise ImportError("verispec.empirical needs torch: pip install 'verispec[torch]' "
+                      "(on CPU-only machines: pip install torch==2.13.0 first)") from err
+
+from . import rules, uniforms  # noqa: E402
+from .rules import RULES, RuleOutput, uniforms_needed, verify  # noqa: E402
+from .uniforms import NumpyUniforms, ReplayUniforms, TorchUniforms, UniformSource  # noqa: E402
+
+__all__ = ["rules", "uniforms", "RULES", "RuleOutput", "uniforms_needed", "verify", "NumpyUniforms",
+           "ReplayUniforms", "TorchUniforms", "UniformSource"]

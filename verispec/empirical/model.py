@@ -1,0 +1,301 @@
+"""A thin wrapper around a `transformers` causal LM for speculative decoding.
+
+`CausalLM` runs three kinds of forward passes against a KV cache (`transformers.DynamicCache`):
+
+- `prefill(input_ids)`: a fresh cache from a prompt;
+- `chain(cache, tokens)`: append tokens (ordinary causal attention);
+- `tree(cache, tokens, parents, ...)`: append a token *tree* in one pass, each token attending to the
+  valid cached positions and to its own ancestors only. The mask is a 4D additive float mask
+  [batch, 1, q_len, kv_len] (0 where allowed, dtype-min elsewhere) with explicit
+  position_ids = prefix length + depth. (A bool mask under eager attention is silently wrong in
+  transformers 5.x, EMPIRICAL.md; FlashAttention-2 takes 2D padding masks only and is refused.)
+
+and edits caches in place: `crop_cache` (drop the tail; `DynamicCache.crop` with a negative count,
+which transformers 4.x and 5.x both accept), `gather_cache` (keep given positions per row: the
+accepted path of a tree), `select_cache_rows` / `repeat_cache_rows` (batch axis).
+Works on CPU and CUDA, in float32 and bfloat16; logits are returned in float32.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["CausalLM", "tree_attention_mask", "cache_length", "crop_cache", "gather_cache",
+           "select_cache_rows", "repeat_cache_rows"]
+
+
+# ----------------------------------------------------------------------------------------------
+# KV-cache editing
+# ----------------------------------------------------------------------------------------------
+
+def _layers(cache):
+    """(keys, values, setter) per layer for transformers 5.x (`cache.layers`) or 4.x lists."""
+    if hasattr(cache, "layers"):
+        out = []
+        for layer in cache.layers:
+            if getattr(layer, "is_sliding", False):
+                raise ValueError("cache: sliding-window cache layers cannot be edited position-wise")
+            if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
+                continue
+
+            def setter(k, v, layer=layer):
+                layer.keys, layer.values = k, v
+
+            out.append((layer.keys, layer.values, setter))
+        return out
+    if hasattr(cache, "key_cache"):  # transformers 4.x
+        out = []
+        for i in range(len(cache.key_cache)):
+            def setter(k, v, i=i):
+                cache.key_cache[i], cache.value_cache[i] = k, v
+
+            out.append((cache.key_cache[i], cache.value_cache[i], setter))
+        return out
+    raise TypeError(f"cache: expected a transformers DynamicCache, got {type(cache).__name__}")
+
+
+def cache_length(cache) -> int:
+    """Number of positions held by the cache (the sequence axis, -2, of every layer's keys)."""
+    if cache is None:
+        return 0
+    return int(cache.get_seq_length())
+
+
+def crop_cache(cache, length: int) -> None:
+    """Keep the first `length` positions of every layer (in place).
+
+    Uses `DynamicCache.crop(-(current - length))`: transformers 5.x accepts only a negative count
+    of tokens to drop (a positive target length raises); 4.x accepts both.
+
+    Raises:
+        ValueError: length < 0 or longer than the cache.
+    """
+    current = cache_length(cache)
+    if not 0 <= length <= current:
+        raise ValueError(f"length: must lie in [0, {current}] (the cache length), got {length}")
+    if length < current:
+        cache.crop(length - current)
+
+
+def gather_cache(cache, positions: torch.Tensor) -> None:
+    """Keep, per batch row, the cache positions `positions` (in that order), in place.
+
+    Args:
+        cache: a DynamicCache. positions: int64 [B, n] (or [n], same for every row), indices
+        on the sequence axis; a row's valid positions must come first when rows keep different
+        numbers of positions (pad with any index and mask the padding out).
+
+    When every row keeps 0..n-1 this is `crop_cache(cache, n)` (no copy).
+    """
+    if positions.dim() == 1:
+        positions = positions.unsqueeze(0)
+    n = positions.shape[1]
+    if bool((positions == torch.arange(n, device=positions.device)).all()):
+        crop_cache(cache, n)
+        return
+    for keys, values, setter in _layers(cache):
+        B, H, _, D = keys.shape
+        index = positions.to(keys.device).expand(B, n)[:, None, :, None].expand(B, H, n, D)
+        setter(keys.gather(2, index), values.gather(2, index.expand(B, values.shape[1], n, values.shape[3])))
+
+
+def select_cache_rows(cache, rows: torch.Tensor) -> None:
+    """Keep only batch rows `rows` (int64 [b], repeats allowed), in place."""
+    for keys, values, setter in _layers(cache):
+        index = rows.to(keys.device)
+        setter(keys.index_select(0, index), values.index_select(0, index))
+
+
+def repeat_cache_rows(cache, repeats: int) -> None:
+    """Repeat every batch row `repeats` times (row b -> rows b*repeats .. b*repeats+repeats-1)."""
+    for keys, values, setter in _layers(cache):
+        setter(keys.repeat_interleave(repeats, dim=0), values.repeat_interleave(repeats, dim=0))
+
+
+# ----------------------------------------------------------------------------------------------
+# Tree masks
+# ----------------------------------------------------------------------------------------------
+
+def tree_attention_mask(parents: torch.Tensor, past_valid: torch.Tensor | int, dtype: torch.dtype) -> torch.Tensor:
+    """The 4D additive mask of a token tree appended to a cache.
+
+    Args:
+        parents: int64 [B, N]: parents[b, j] < j is the index (within the new block) of node j's
+            parent, -1 for a node attached directly to the cached prefix (the root).
+        past_valid: bool [B, S] (which cached positions each row may see) or an int S (all valid).
+        dtype: the model's dtype (the mask is 0 where allowed and finfo(dtype).min elsewhere).
+
+    Returns:
+        [B, 1, N, S + N] float mask.
+
+    Raises:
+        ValueError: a parent index not smaller than its child's.
+    """
+    B, N = parents.shape
+    device = parents.device
+    if bool((parents >= torch.arange(N, device=device)).any()):
+        raise ValueError("parents: every node's parent must come before it (parents[b, j] < j)")
+    ancestors = torch.eye(N, dtype=torch.bool, device=device).expand(B, N, N).clone()  # [B, N, N]
+    for j in range(N):
+        parent = parents[:, j]  # [B]
+        has = parent >= 0
+        row = ancestors[torch.arange(B, device=device), parent.clamp(min=0)]  # [B, N]
+        ancestors[:, j] |= row & has.unsqueeze(1)
+    if isinstance(past_valid, int):
+        past = torch.ones(B, N, past_valid, dtype=torch.bool, device=device)
+    else:
+        past = past_valid.to(device).unsqueeze(1).expand(B, N, past_valid.shape[1])
+    allowed = torch.cat([past, ancestors], dim=2)  # [B, N, S + N]
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask.unsqueeze(1)
+
+
+def _depths(parents: torch.Tensor) -> torch.Tensor:
+    """Depth of every node of the block (root = 0): parents [B, N] -> [B, N]."""
+    B, N = parents.shape
+    depth = torch.zeros(B, N, dtype=torch.long, device=parents.device)
+    for j in range(N):
+        parent = parents[:, j]
+        depth[:, j] = torch.where(parent >= 0, depth.gather(1, parent.clamp(min=0).unsqueeze(1)).squeeze(1) + 1, 0)
+    return depth
+
+
+# ----------------------------------------------------------------------------------------------
+# The wrapper
+# ----------------------------------------------------------------------------------------------
+
+class CausalLM:
+    """A `transformers` causal LM prepared for speculative decoding.
+
+    Args:
+        model: a `PreTrainedModel` with a causal-LM head (e.g. from `AutoModelForCausalLM`).
+        name: a label for reports.
+
+    Attributes:
+        vocab_size: V, the number of logits per position.
+        device, dtype: of the model's parameters.
+        forward_count: forward passes run so far (prefill, chain and tree each count 1).
+
+    Raises:
+        TypeError: `model` is not a torch module with a `config`.
+        ValueError: FlashAttention-2 (tree masks need 4D float masks; use "sdpa" or "eager").
+    """
+
+    def __init__(self, model, name: str | None = None):
+        if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+            raise TypeError(f"model: expected a transformers causal LM, got {type(model).__name__}")
+        attn = getattr(model.config, "_attn_implementation", None)
+        if attn is not None and "flash" in str(attn):
+            raise ValueError(f"model: attention implementation {attn!r} takes 2D masks only; load it "
+                             "with attn_implementation='sdpa' or 'eager' for tree verification")
+        self.model = model.eval()
+        self.name = name or type(model).__name__
+        parameter = next(model.parameters())
+        self.device, self.dtype = parameter.device, parameter.dtype
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        self.vocab_size = int(head.out_features if head is not None else model.config.vocab_size)
+        self.forward_count = 0
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, *, dtype=torch.bfloat16, device="cpu",
+                        attn_implementation: str = "sdpa", **kwargs) -> "CausalLM":
+        """Load with `AutoModelForCausalLM.from_pretrained(..., dtype=dtype)` (transformers 5.x
+        spells it `dtype`; 4.x `torch_dtype`) and move to `device`."""
+        from transformers import AutoModelForCausalLM
+
+        try:
+            model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype,
+                                                         attn_implementation=attn_implementation, **kwargs)
+        except TypeError:  # transformers 4.x
+            model = AutoModelForCausalLM.from_pretrained(name_or_path, torch_dtype=dtype,
+                                                         attn_implementation=attn_implementation, **kwargs)
+        return cls(model.to(device), name=str(name_or_path))
+
+    @classmethod
+    def from_config(cls, config, *, seed: int = 0, dtype=torch.float32, device="cpu",
+                    attn_implementation: str = "sdpa") -> "CausalLM":
+        """A randomly initialised model from a transformers config (seeded with torch.manual_seed)."""
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(seed)
+        try:
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
+        except TypeError:  # transformers 4.x
+            model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype, attn_implementation=attn_implementation)
+        return cls(model.to(device), name=f"{type(config).__name__}(seed={seed})")
+
+    def new_cache(self):
+        """An empty `DynamicCache` for this model."""
+        from transformers import DynamicCache
+
+        try:
+            return DynamicCache(config=self.model.config)
+        except TypeError:  # transformers 4.x
+            return DynamicCache()
+
+    # -- forwards --------------------------------------------------------------------------------
+
+    def _check_ids(self, ids, name):
+        if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"{name}: expected an int64 tensor of token ids")
+        if ids.dim() != 2 or ids.shape[1] == 0:
+            raise ValueError(f"{name}: expected shape [batch, length >= 1], got {tuple(ids.shape)}")
+        if bool(((ids < 0) | (ids >= self.vocab_size)).any()):
+            raise ValueError(f"{name}: token ids must lie in [0, {self.vocab_size})")
+        return ids.to(self.device, torch.long)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, cache=None, *, position_ids=None, attention_mask=None):
+        """One forward pass; returns (logits float32 [B, q, V], cache). A new cache when None."""
+        out = self.model(input_ids=input_ids, past_key_values=cache, position_ids=position_ids,
+                         attention_mask=attention_mask, use_cache=True)
+        self.forward_count += 1
+        return out.logits.float(), out.past_key_values
+
+    def prefill(self, input_ids: torch.Tensor):
+        """A fresh cache holding `input_ids` [B, n]; returns (logits [B, n, V], cache)."""
+        return self.forward(self._check_ids(input_ids, "input_ids"))
+
+    def chain(self, cache, tokens: torch.Tensor) -> torch.Tensor:
+        """Append `tokens` [B, q] to `cache` (causal; every cached position visible); returns
+        logits [B, q, V]: row i is the next-token distribution after tokens[:, :i+1]."""
+        logits, _ = self.forward(self._check_ids(tokens, "tokens"), cache)
+        return logits
+
+    def tree(self, cache, tokens: torch.Tensor, parents: torch.Tensor, *,
+             past_valid: torch.Tensor | None = None, past_lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """Append a token tree to `cache` in one forward pass.
+
+        Args:
+            cache: DynamicCache holding S positions per row.
+            tokens: int64 [B, N], the new tokens (node j of the tree is tokens[:, j]).
+            parents: int64 [B, N], parents[b, j] < j (-1: attached to the cached prefix).
+            past_valid: optional bool [B, S]: which cached positions each row may attend to
+                (default: all).
+            past_lengths: optional int64 [B]: each row's prefix length, i.e. the position id of
+                depth 0 (default: past_valid.sum(-1), or S).
+
+        Returns:
+            logits float32 [B, N, V]: row j is the next-token distribution after the prefix and
+            node j's root path. The cache grows by N positions (all rows).
+        """
+        tokens = self._check_ids(tokens, "tokens")
+        if not isinstance(parents, torch.Tensor) or tuple(parents.shape) != tuple(tokens.shape):
+            raise ValueError(f"parents: expected shape {tuple(tokens.shape)} (as tokens)")
+        parents = parents.to(self.device, torch.long)
+        S = cache_length(cache)
+        if past_valid is not None:
+            if tuple(past_valid.shape) != (tokens.shape[0], S):
+                raise ValueError(f"past_valid: expected shape [{tokens.shape[0]}, {S}] (batch, cache length)")
+            past_valid = past_valid.to(self.device, torch.bool)
+        if past_lengths is None:
+            past_lengths = past_valid.sum(-1) if past_valid is not None else torch.full(
+                (tokens.shape[0],), S, dtype=torch.long, device=self.device)
+        mask = tree_attention_mask(parents, S if past_valid is None else past_valid, self.dtype)
+        position_ids = past_lengths.to(self.device).unsqueeze(1) + _depths(parents)  # [B, N]
+        logits, _ = self.forward(tokens, cache, position_ids=position_ids, attention_mask=mask)
+        return logits
+
+    def __repr__(self):
+        return f"CausalLM({self.name!r}, vocab_size={self.vocab_size}, dtype={self.dtype}, device={self.device})"
