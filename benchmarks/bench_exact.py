@@ -37,7 +37,7 @@ SINGLE_PATH = {"token", "block", "point_mass", "prompt_lookup"}
 
 def time_iteration(name, V, L, K, repeats, max_branches):
     """Median seconds and branch count of one iteration's exact law (fresh models each repeat,
-    so model caches do not carry over)."""
+    so model caches do not carry over; a run over 5 s is not repeated)."""
     method = methods.get_compatible(name, draft_length=L, num_paths=K)
     context = (0, 1, 0)
     times, branches = [], 0
@@ -47,6 +47,8 @@ def time_iteration(name, V, L, K, repeats, max_branches):
         result = exact.iteration_enumeration(target, draft, method, context, max_branches)
         times.append(time.perf_counter() - start)
         branches = result.num_branches
+        if times[-1] > 5.0:  # long runs are stable enough; repeating them only costs minutes
+            break
     return statistics.median(times), branches
 
 
@@ -81,7 +83,14 @@ def main(argv=None) -> int:
         key = f"{name}/V{V}/L{L}/K{K}"
         if key in payload["rows"]:
             continue
-        seconds, branches = time_iteration(name, V, L, K, args.repeats, args.max_branches)
+        try:
+            seconds, branches = time_iteration(name, V, L, K, args.repeats, args.max_branches)
+        except RuntimeError:  # over --max-branches: record it, and go on with the grid
+            payload["rows"][key] = {"method": name, "V": V, "L": L, "K": K, "seconds": None,
+                                    "branches": None, "branches_per_s": None,
+                                    "exceeded_max_branches": args.max_branches}
+            write_json_atomic(args.out, payload)
+            continue
         payload["rows"][key] = {"method": name, "V": V, "L": L, "K": K, "seconds": seconds,
                                 "branches": branches, "branches_per_s": branches / seconds}
         write_json_atomic(args.out, payload)
@@ -102,6 +111,10 @@ def main(argv=None) -> int:
     rows = payload["rows"]
     for row in sorted(rows.values(), key=lambda r: (r["V"], r["L"], r["K"], args.methods.index(r["method"])
                                                       if r["method"] in args.methods else 99)):
+        if row["seconds"] is None:
+            table.add_row(row["method"], str(row["V"]), str(row["L"]), str(row["K"]),
+                          f"> {row['exceeded_max_branches']}", "-", "-", "-")
+            continue
         base = rows.get(f"token/V{row['V']}/L{row['L']}/K1")
         ratio = f"{row['seconds'] / base['seconds']:.1f}" if base else "-"
         table.add_row(row["method"], str(row["V"]), str(row["L"]), str(row["K"]), str(row["branches"]),
