@@ -23,6 +23,7 @@ import numpy as np
 from ..reference import exact as _exact
 from ..reference import models
 from ..reference.methods import Method
+from ..reference.models import _check_positive_int as _check_int
 from ..reference.models import check_pair, check_prefix
 from ..reference.randomness import law_is_exact
 from .strategies import Instance, _check_vocab_sizes
@@ -97,14 +98,6 @@ def _check_method(method, name="method") -> Method:
     if not isinstance(method, Method):
         raise TypeError(f"{name}: expected a verispec.reference.methods.Method, got {type(method).__name__}")
     return method
-
-
-def _check_int(value, name, minimum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name}: must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def _check_temperatures(temperatures) -> tuple:
