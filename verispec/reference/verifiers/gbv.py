@@ -19,6 +19,15 @@ def rank_key(p, q, t):
     return (ratio(p[t], q[t]), t)
 
 
+def mass_below(p, q) -> dict:
+    """{t: sum of q(t') over tokens t' ranked strictly below t} (the cdf before t in rank order)."""
+    below, cumulative = {}, 0
+    for t in sorted(range(len(q)), key=lambda t: rank_key(p, q, t)):
+        below[t] = cumulative
+        cumulative = cumulative + q[t]
+    return below
+
+
 def skewed_proposal(p, q, A, x, num_paths):
     """q_skew(. | u) of the best-of-K path at node u -> [V].
 
@@ -34,12 +43,7 @@ def skewed_proposal(p, q, A, x, num_paths):
     """
     zero = q[0] * 0  # Fraction(0) for exact q: int / int would turn into a float below
     A, x = A + zero, x + zero
-    order = sorted(range(len(q)), key=lambda t: rank_key(p, q, t))
-    below = {}
-    cumulative = 0
-    for t in order:
-        below[t] = cumulative
-        cumulative = cumulative + q[t]
+    below = mass_below(p, q)
     scale = A + x
     weights = q * 0  # [V], same number system as q
     for t in range(len(q)):
@@ -57,8 +61,7 @@ def best_path(target, context, draft, num_paths):
         p, q = align(target.probs(context + node), draft.proposal(node))  # [V], [V]
         best = max(draft.child_set(node), key=lambda t: rank_key(p, q, t))
         skews.append(skewed_proposal(p, q, A, x, num_paths))
-        below_best = sum(q[t] for t in range(len(q)) if rank_key(p, q, t) < rank_key(p, q, best))
-        A, x = A + x * below_best, x * q[best]
+        A, x = A + x * mass_below(p, q)[best], x * q[best]
         node = node + (best,)
     return node, skews
 
@@ -66,7 +69,7 @@ def best_path(target, context, draft, num_paths):
 def gbv_verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
     """GBV: block verification of the best drafted path against its skewed draft law."""
     path, skews = best_path(target, context, draft, draft.num_paths(()))
-    ps = [target.probs(context + path[:i]) for i in range(len(path) + 1)]
-    ps = [align(p, s)[0] for p, s in zip(ps, skews)] + [ps[-1]]
-    qs = [align(p, s)[1] for p, s in zip(ps, skews)]
+    pairs = [align(target.probs(context + path[:i]), skew) for i, skew in enumerate(skews)]  # ([V], [V])
+    ps = [p for p, _ in pairs] + [target.probs(context + path)]
+    qs = [skew for _, skew in pairs]
     return block_rule(ps, qs, path, rand)
