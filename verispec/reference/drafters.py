@@ -359,6 +359,17 @@ def opt_tree_structure(q_of: Callable[[Node], np.ndarray], node_budget: int, thr
     return children
 
 
+def check_threshold(threshold) -> float:
+    """Validate OPT-Tree's E[A]-gain threshold delta (a number >= 0); returns it as a float.
+
+    Raises:
+        ValueError: not a number, negative or NaN.
+    """
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0:
+        raise ValueError(f"threshold: must be a number >= 0, got {threshold!r}")
+    return float(threshold)
+
+
 def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = None) -> Drafter:
     """OPT-Tree adaptive draft tree (deterministic given the draft model); see `opt_tree_structure`.
 
@@ -368,8 +379,7 @@ def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = N
         max_depth: >= 1 (default: node_budget).
     """
     n = _check_positive_int(node_budget, "node_budget")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0:
-        raise ValueError(f"threshold: must be a number >= 0, got {threshold!r}")
+    check_threshold(threshold)
     depth = n if max_depth is None else _check_positive_int(max_depth, "max_depth")
 
     def build(draft_model, context, rand):

@@ -6,7 +6,14 @@ block efficiency = E[tau] + 1.
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..reference import drafters, models
 from ..reference.models import LanguageModel, _check_positive_int, check_pair, check_prefix
+from ..reference.probability import accept_probability, align, as_probs, residual
+from ..reference.randomness import enumerate_law
+from ..reference.verifiers import spectr_rho
+from ..reference.verifiers.gbv import rank_key
 
 
 def _tree_sum(target, draft, context, draft_length, combine):
@@ -81,8 +88,6 @@ def leviathan_block_efficiency(acceptance_rate, draft_length: int):
 
 
 def _one_step_inputs(p, q, num_drafts):
-    from ..reference.probability import align, as_probs
-
     p = as_probs(p, "p")
     q = as_probs(q, "q", len(p))
     K = _check_positive_int(num_drafts, "num_drafts")
@@ -91,10 +96,26 @@ def _one_step_inputs(p, q, num_drafts):
 
 
 def _sorted_by_ratio(p, q):
-    """Token ids sorted by p/q ascending (q = 0 last, as ratio +inf); ties by token id."""
-    from ..reference.probability import ratio
+    """Token ids sorted by p/q ascending (q = 0 last, as ratio +inf); ties by token id — the
+    ranking GBV uses (`verifiers.gbv.rank_key`)."""
+    return sorted(range(len(p)), key=lambda t: rank_key(p, q, t))
 
-    return sorted(range(len(p)), key=lambda t: (ratio(p[t], q[t]), t))
+
+def draft_set_law(q, num_drafts: int, replacement: bool = True) -> dict:
+    """The law of the SET of distinct tokens among K drafts from q: {sorted token tuple: prob}.
+
+    The drafts are those of the reference drafters — `drafters.iid_paths` (i.i.d., with
+    replacement) or `drafters.paths_without_replacement` (successive draws over the unused tokens,
+    fewer than K when q has fewer positive tokens) — and the law is their exact enumeration, so
+    the bounds here speak of the drafts the methods really use. Exact for Fraction q.
+
+    Raises:
+        TypeError / ValueError: q not a distribution, K < 1.
+    """
+    K = _check_positive_int(num_drafts, "num_drafts")
+    drafter = (drafters.iid_paths if replacement else drafters.paths_without_replacement)(1, K)
+    draft_model = models.iid(as_probs(q, "q"))
+    return enumerate_law(lambda rand: drafter(draft_model, (), rand).child_set(())).law
 
 
 def optimal_multidraft_acceptance(p, q, num_drafts: int):
@@ -124,24 +145,14 @@ def optimal_multidraft_acceptance(p, q, num_drafts: int):
 def multidraft_cut_value(p, q, num_drafts: int, tokens, replacement: bool = True):
     """p(H) + P(some draft outside H) for the token set H = `tokens`: an upper bound on the
     one-step acceptance of any valid verifier (weak duality of the transport LP, arXiv 2310.15141).
-    With replacement P(some draft outside H) = 1 - q(H)^K; without replacement it is 1 - P(all K
-    distinct draws lie in H) (computed by enumerating ordered draws, O(V^K))."""
+    With replacement P(some draft outside H) = 1 - q(H)^K; without replacement it is 1 - P(all
+    distinct draws lie in H), from `draft_set_law`."""
     p, q, K = _one_step_inputs(p, q, num_drafts)
-    H = sorted(set(int(t) for t in tokens))
+    H = set(int(t) for t in tokens)
     p_h = sum(p[t] for t in H)
     if replacement:
         return p_h + 1 - min(sum(q[t] for t in H), 1) ** K
-    import itertools
-
-    support = [t for t in range(len(q)) if q[t] > 0]
-    k = min(K, len(support))
-    inside = 0
-    for seq in itertools.permutations([t for t in H if q[t] > 0], k):
-        prob, left = 1, set(support)
-        for t in seq:
-            prob = prob * q[t] / sum(q[u] for u in left)  # unused mass, no 1 - used round-off
-            left.discard(t)
-        inside = inside + prob
+    inside = sum(prob for drafted, prob in draft_set_law(q, K, replacement=False).items() if H.issuperset(drafted))
     return p_h + 1 - inside
 
 
@@ -168,8 +179,6 @@ def rrs_acceptance(p, q, num_drafts: int):
     """One-step acceptance of recursive rejection sampling with K i.i.d. drafts (SpecInfer,
     arXiv 2305.09781): 1 - prod_k (1 - sum_x min(p_k(x), q(x))), p_1 = p,
     p_{k+1} = norm(max(p_k - q, 0))."""
-    from ..reference.probability import residual
-
     p, q, K = _one_step_inputs(p, q, num_drafts)
     reject, current = 1, p
     for _ in range(K):
@@ -182,10 +191,6 @@ def spectr_acceptance(p, q, num_drafts: int):
     """One-step acceptance of SpecTr's K-SEQ (Sun et al. 2023, arXiv 2310.15141):
     1 - (1 - beta(rho))^K, beta(rho) = sum_x min(q(x), p(x)/rho), rho in [1, K] from
     `verispec.reference.verifiers.spectr_rho` (bisection). float64."""
-    import numpy as np
-
-    from ..reference.verifiers import spectr_rho
-
     p, q, K = _one_step_inputs(p, q, num_drafts)
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     rho = spectr_rho(p, q, K)
@@ -199,8 +204,6 @@ def rrsw_acceptance(p, q, num_drafts: int):
     probability min(1, p_k(x_k)/q_k(x_k)); on rejection p_{k+1} = norm(max(p_k - q_k, 0)) and
     q_{k+1} = q_k with x_k zeroed and renormalised. Computed by recursion over the draws,
     O(V^K) (exact for Fractions)."""
-    from ..reference.probability import accept_probability, residual
-
     p, q, K = _one_step_inputs(p, q, num_drafts)
 
     def accept(current, proposal, left):

@@ -20,7 +20,6 @@ cvxpy is imported lazily (inside the solve), so importing this module is cheap; 
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -29,6 +28,7 @@ import scipy.sparse as sp
 
 from ..reference.models import LanguageModel, _check_positive_int, check_pair, check_prefix
 from ..reference.probability import as_probs
+from .closed_forms import draft_set_law
 
 #: Solvers tried in order when `solver=None`.
 DEFAULT_SOLVERS = ("HIGHS", "CLARABEL")
@@ -444,33 +444,6 @@ class _IncrementalHighs:
         x = np.asarray(self.highs.getSolution().col_value, dtype=np.float64)
         value = float(self.highs.getInfo().objective_function_value)
         return x, value, "optimal", elapsed
-
-
-def draft_set_law(q, num_drafts: int, replacement: bool = True) -> dict:
-    """The law of the SET of distinct tokens among K drafts from q: {sorted token tuple: prob}.
-
-    With replacement the drafts are K i.i.d. draws; without, K successive draws from q renormalised
-    over unused tokens (stopping early when q has fewer than K positive tokens, as
-    `drafters.paths_without_replacement` does). Enumerates ordered draws: cost O(V^K).
-    """
-    q = np.asarray(q, dtype=np.float64)
-    K = _check_positive_int(num_drafts, "num_drafts")
-    law: dict = {}
-    support = [t for t in range(len(q)) if q[t] > 0]
-    if replacement:
-        for seq in itertools.product(support, repeat=K):
-            key = tuple(sorted(set(seq)))
-            law[key] = law.get(key, 0.0) + float(np.prod(q[list(seq)]))
-        return law
-    k = min(K, len(support))
-    for seq in itertools.permutations(support, k):
-        prob, left = 1.0, set(support)
-        for t in seq:
-            prob *= q[t] / sum(q[u] for u in left)  # mass of the unused tokens, no 1 - used round-off
-            left.discard(t)
-        key = tuple(sorted(seq))
-        law[key] = law.get(key, 0.0) + prob
-    return law
 
 
 def multidraft(p, q, num_drafts: int, replacement: bool = True, solver: str | None = None) -> LPResult:

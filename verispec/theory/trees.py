@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..reference.drafters import opt_tree_structure
+from ..reference.drafters import check_threshold, opt_tree_structure
 from ..reference.models import LanguageModel, _check_positive_int, check_pair, check_prefix
 
 
@@ -148,9 +148,7 @@ def opt_tree_layerwise(draft: LanguageModel, context=(), node_budget: int = 1, t
     context = check_prefix(context, draft.vocab_size, "context")
     n = _check_positive_int(node_budget, "node_budget")
     depth = n if max_depth is None else _check_positive_int(max_depth, "max_depth")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0:
-        raise ValueError(f"threshold: must be a number >= 0, got {threshold!r}")
-    return opt_tree_structure(lambda u: draft.probs(context + u), n, float(threshold), depth)
+    return opt_tree_structure(lambda u: draft.probs(context + u), n, check_threshold(threshold), depth)
 
 
 @dataclass
