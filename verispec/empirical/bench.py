@@ -1,0 +1,427 @@
+"""`verispec bench`: speculative decoding on a real model pair, against target-only decoding and
+transformers' assisted generation, in one process (EMPIRICAL.md, "Benchmark protocol").
+
+For every prompt and temperature, every runner decodes exactly `max_new_tokens` tokens from the
+same prefilled state: the prompt (but its last token) is prefilled once per model and reused by
+every runner (`CausalLM.reuse_prefills`), so timings are of the decoding phase, the part
+speculative decoding speeds up. The peer (`hf`, `generate(assistant_model=...)`) cannot start
+from our cache; its decoding time is its wall time minus our two measured prefills, and its
+end-to-end time is reported too.
+
+Runners (``--methods``): ``target_only`` (always run: the baseline), ``hf`` (the peer), and every
+method of `verispec.empirical.decode.METHODS` (token, block, gbv, nss, rrs, rrsw, spectr,
+traversal) with optional per-method parameters: ``gbv:K=3``, ``block:L=5``.
+
+Results: one record per (runner, temperature, prompt) in a JSON file written atomically after each
+record; a rerun with the same configuration resumes (records present are skipped), a different
+configuration is refused unless ``--fresh``. A table is printed and a plot written next to the JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from .._io import write_json_atomic
+from . import decode
+from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
+
+__all__ = ["BenchConfig", "RunnerSpec", "parse_runner", "run_bench", "summarize", "default_output"]
+
+DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
+_PARAMS = {"L": "draft_length", "K": "num_paths"}
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """One runner: `name` (target_only, hf or a decode method) and its L / K."""
+
+    label: str
+    name: str
+    draft_length: int = 0
+    num_paths: int = 1
+
+
+def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
+    """``"name"`` or ``"name:L=4,K=3"`` -> RunnerSpec (chain methods get K = 1).
+
+    Raises:
+        ValueError: unknown runner or parameter, K > 1 for a chain method, values < 1.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"methods: expected a runner name, got {text!r}")
+    name, _, params = text.strip().partition(":")
+    known = ("target_only", "hf") + tuple(decode.METHODS)
+    if name not in known:
+        raise ValueError(f"methods: unknown runner {name!r}; known: {', '.join(known)}")
+    values = {"draft_length": draft_length, "num_paths": num_paths}
+    for item in filter(None, params.split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() not in _PARAMS or not value.strip().isdigit() or int(value) < 1:
+            raise ValueError(f"methods: bad parameter {item!r} in {text!r} (use L=<int >= 1>, K=<int >= 1>)")
+        values[_PARAMS[key.strip()]] = int(value)
+    if name in ("target_only", "hf"):
+        return RunnerSpec(name, name)
+    if decode.METHODS[name] == "chain":
+        if "K=" in params and values["num_paths"] != 1:
+            raise ValueError(f"methods: {name} drafts one path; K must be 1 in {text!r}")
+        values["num_paths"] = 1
+    label = name if not params else f"{name}:{params}"
+    return RunnerSpec(label, name, values["draft_length"], values["num_paths"])
+
+
+@dataclass
+class BenchConfig:
+    """What `run_bench` measures. Field names are the CLI's long options."""
+
+    target: str = DEFAULT_TARGET
+    draft: str = DEFAULT_DRAFT
+    prompts: int = 10
+    max_new_tokens: int = 128
+    methods: tuple = DEFAULT_METHODS
+    temperatures: tuple = (0.0, 1.0)
+    draft_length: int = 4
+    num_paths: int = 3
+    dtype: str = "bfloat16"
+    device: str = "cpu"
+    threads: int = 0
+    seed: int = 0
+    device_map: str | None = None
+
+    def identity(self) -> dict:
+        """The fields a resumed run must share with the file it resumes (every record depends on
+        them). Prompts, methods and temperatures may change: records are keyed by them, so a
+        rerun with more of either only adds records."""
+        out = asdict(self)
+        for name in ("threads", "prompts", "methods", "temperatures", "device_map"):
+            out.pop(name)
+        return out
+
+
+def default_output(device: str) -> str:
+    """benchmarks/results/bench_real_<device>.json (device "cpu" or a slug of the GPU name)."""
+    tag = "cpu"
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        tag = torch.cuda.get_device_name(torch.device(device)).lower().replace(" ", "-")
+    return os.path.join("benchmarks", "results", f"bench_real_{tag}.json")
+
+
+# ----------------------------------------------------------------------------------------------
+# Measurement helpers
+# ----------------------------------------------------------------------------------------------
+
+class PeakMemory:
+    """Peak memory over a block: CUDA allocator peak, or the process RSS sampled every 5 ms on
+    CPU (Linux /proc; None elsewhere). `peak_mb` after exit."""
+
+    def __init__(self, device: str):
+        self.cuda = str(device).startswith("cuda")
+        self.peak_mb = None
+        self._stop = threading.Event()
+
+    @staticmethod
+    def _rss_mb():
+        try:
+            with open("/proc/self/statm") as handle:
+                return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _sample(self):
+        while not self._stop.wait(0.005):
+            rss = self._rss_mb()
+            if rss is not None:
+                self.peak_mb = max(self.peak_mb or 0.0, rss)
+
+    def __enter__(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            self.peak_mb = self._rss_mb()
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.peak_mb = torch.cuda.max_memory_allocated() / 2 ** 20
+        else:
+            self._stop.set()
+            self._thread.join()
+        return False
+
+
+def _environment(config: BenchConfig, threads: int) -> dict:
+    import transformers
+
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    cuda = str(config.device).startswith("cuda") and torch.cuda.is_available()
+    return {"machine": platform.machine(), "cpu": cpu, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cores": os.cpu_count(), "torch_threads": threads, "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version(),
+            "device": config.device,
+            "device_name": torch.cuda.get_device_name(torch.device(config.device)) if cuda else "cpu"}
+
+
+# ----------------------------------------------------------------------------------------------
+# Running
+# ----------------------------------------------------------------------------------------------
+
+def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed: int):
+    if spec.name == "target_only":
+        return decode.target_only(pair.target, prompt, config.max_new_tokens, T, uniforms=seed)
+    if spec.name == "hf":
+        from .peer import hf_assisted
+
+        return hf_assisted(pair.target, pair.draft, prompt, config.max_new_tokens, T, seed=seed)
+    return decode.speculative(pair.target, pair.draft, prompt, config.max_new_tokens, spec.name,
+                              draft_length=spec.draft_length, num_paths=spec.num_paths,
+                              temperature=T, uniforms=seed)
+
+
+def _record(spec, result, memory, prefill) -> dict:
+    stats = result.stats
+    tokens = result.tokens[0].tolist()
+    decode_s = stats.wall_time_s
+    if spec.name == "hf":  # the peer prefills inside generate: subtract our measured prefills
+        decode_s = max(stats.wall_time_s - prefill["target_s"] - prefill["draft_s"], 1e-9)
+    record = {"tokens": tokens, "new_tokens": len(tokens), "wall_s": stats.wall_time_s, "decode_s": decode_s,
+              "target_forwards": stats.target_forwards, "draft_forwards": stats.draft_forwards,
+              "iterations": stats.iterations, "accepted_sum": float(stats.accepted_lengths.double().sum()),
+              "accepted_count": int(stats.accepted_lengths.numel()), "peak_memory_mb": memory.peak_mb}
+    if stats.top2_margins is not None:
+        record["top2_margins"] = [round(float(m), 5) for m in stats.top2_margins[0]]
+        record["runner_up_tokens"] = stats.runner_up_tokens[0].tolist()
+    return record
+
+
+def _warm_up(pair, runners, config):
+    """Short runs so one-time costs (kernels, allocator) are paid before timing."""
+    prompt = torch.arange(1, 9).unsqueeze(0) % pair.target.vocab_size
+    for spec in runners:
+        small = BenchConfig(**{**asdict(config), "max_new_tokens": 4})
+        _decode(spec, pair, prompt, small, 1.0 if spec.name != "target_only" else 0.0, 0)
+
+
+def _load_results(path, config, fresh):
+    import json
+
+    if fresh or not os.path.exists(path):
+        return {"config": config.identity(), "records": {}, "prefill": {}}
+    with open(path) as handle:
+        results = json.load(handle)
+    if results.get("config") != config.identity():
+        raise ValueError(f"output: {path} holds a run with another configuration; pass --fresh to "
+                         "overwrite it or --output for a new file")
+    return results
+
+
+def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = False, pair=None,
+              prompts=None, progress=None, plot: bool = True) -> dict:
+    """Run (or resume) the benchmark and return the results dict (also written to `output`).
+
+    Args:
+        config: what to measure. output: JSON path (default `default_output(config.device)`).
+        fresh: ignore an existing file. pair: a loaded `ModelPair` (default: load config's).
+        prompts: list of {"task_id", "prompt"} (default: the first `config.prompts` of HumanEval).
+        progress: callable(description) called before each record (the CLI's progress bar).
+        plot: write a PNG next to the JSON (needs matplotlib; skipped with a note otherwise).
+
+    Raises:
+        ValueError: bad methods or an output file from another configuration.
+    """
+    runners = [parse_runner("target_only", config.draft_length, config.num_paths)] + [
+        parse_runner(m, config.draft_length, config.num_paths) for m in config.methods if m != "target_only"]
+    output = output or default_output(config.device)
+    results = _load_results(output, config, fresh)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    if pair is None:
+        from .weights import load_pair
+
+        pair = load_pair(config.target, config.draft, dtype=getattr(torch, config.dtype), device=config.device,
+                         device_map=config.device_map)
+    if prompts is None:
+        from .prompts import humaneval_prompts
+
+        prompts = humaneval_prompts(config.prompts)
+    results["environment"] = _environment(config, torch.get_num_threads())
+    results["last_run"] = {"prompts": [p["task_id"] for p in prompts], "methods": [r.label for r in runners],
+                           "temperatures": [float(t) for t in config.temperatures]}
+    _warm_up(pair, runners, config)
+    try:
+        for item in prompts:
+            _run_prompt(item, pair, runners, config, results, output, progress)
+    finally:
+        for model in (pair.target, pair.draft):
+            model.reuse_prefills(False)
+    results["summary"] = summarize(results, config)
+    write_json_atomic(output, results)
+    if plot:
+        results["plot"] = plot_summary(results["summary"], os.path.splitext(output)[0] + ".png")
+    return results
+
+
+def _run_prompt(item, pair, runners, config, results, output, progress):
+    task = item["task_id"]
+    todo = [(s, T) for T in config.temperatures for s in runners
+            if f"{s.label}|T={float(T):g}|{task}" not in results["records"]]
+    if not todo:
+        return
+    ids = pair.tokenizer(item["prompt"], return_tensors="pt").input_ids.to(pair.target.device)  # [1, n]
+    for model in (pair.target, pair.draft):
+        model.reuse_prefills(True)
+        model.prefill_seconds = 0.0
+        if ids.shape[1] > 1:
+            model.prefill(ids[:, :-1])
+    prefill = {"target_s": pair.target.prefill_seconds, "draft_s": pair.draft.prefill_seconds,
+               "prompt_tokens": int(ids.shape[1])}
+    results["prefill"].setdefault(task, prefill)
+    for spec, T in todo:
+        if progress:
+            progress(f"{task} {spec.label} T={float(T):g}")
+        with PeakMemory(config.device) as memory:
+            result = _decode(spec, pair, ids, config, float(T), config.seed)
+        key = f"{spec.label}|T={float(T):g}|{task}"
+        results["records"][key] = _record(spec, result, memory, results["prefill"][task])
+        write_json_atomic(output, results)
+
+
+# ----------------------------------------------------------------------------------------------
+# Summary, table, plot
+# ----------------------------------------------------------------------------------------------
+
+def _first_divergence(tokens, reference):
+    return next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b), None)
+
+
+def summarize(results: dict, config: BenchConfig) -> list[dict]:
+    """One row per (runner, temperature) among all records of the file (runs that resumed it
+    with other methods or temperatures included), over the prompts done by both the runner and
+    target-only: block efficiency (tokens per target call), mean accepted length tau, decode
+    tokens/s, speedup vs target-only (decode phase, same run), end-to-end speedup (prefill
+    included), forwards per prompt, peak memory, and at T = 0 the greedy match rate vs
+    target-only with each first divergence explained."""
+    records, prefill, rows = results["records"], results.get("prefill", {}), []
+    labels = list(dict.fromkeys(k.split("|", 1)[0] for k in records))
+    labels = ["target_only"] + [label for label in labels if label != "target_only"]
+    runners = [parse_runner(label, config.draft_length, config.num_paths) for label in labels]
+    temperatures = sorted({float(k.split("|")[1][2:]) for k in records})
+    for T in temperatures:
+        key = f"T={float(T):g}"
+        base = {t: r for k, r in records.items() if k.startswith(f"target_only|{key}|")
+                for t in [k.split("|", 2)[2]]}
+        for spec in runners:
+            done = {k.split("|", 2)[2]: r for k, r in records.items() if k.startswith(f"{spec.label}|{key}|")}
+            common = [t for t in done if t in base]
+            if not common:
+                continue
+            rows.append(_summary_row(spec, float(T), done, base, prefill, common))
+    return rows
+
+
+def _summary_row(spec, T, done, base, prefill, common):
+    tokens = sum(done[t]["new_tokens"] for t in common)
+    decode_s = sum(done[t]["decode_s"] for t in common)
+    base_s = sum(base[t]["decode_s"] for t in common)
+    pre_t = sum(prefill[t]["target_s"] for t in common)
+    pre_d = sum(prefill[t]["draft_s"] for t in common)
+    e2e = decode_s + pre_t + (pre_d if spec.name not in ("target_only",) else 0.0)
+    if spec.name == "hf":
+        e2e = sum(done[t]["wall_s"] for t in common)
+    iterations = sum(done[t]["accepted_count"] for t in common) or 1
+    accepted = sum(done[t]["accepted_sum"] for t in common) / iterations
+    row = {"runner": spec.label, "temperature": T, "prompts": len(common), "tokens": tokens,
+           "block_efficiency": accepted + 1.0 if spec.name != "target_only" else 1.0,
+           "mean_accepted": accepted if spec.name != "target_only" else 0.0,
+           "tokens_per_s": tokens / decode_s, "speedup": base_s / decode_s,
+           "speedup_end_to_end": (base_s + pre_t) / e2e,
+           "target_forwards": sum(done[t]["target_forwards"] for t in common) / len(common),
+           "draft_forwards": sum(done[t]["draft_forwards"] for t in common) / len(common),
+           "peak_memory_mb": max((done[t]["peak_memory_mb"] or 0.0) for t in common)}
+    if T == 0 and spec.name != "target_only":
+        row.update(_greedy_match(done, base, common))
+    return row
+
+
+def _greedy_match(done, base, common):
+    """Greedy match rate vs target-only; each first divergence with the target-only 1-row
+    forward's top-1/top-2 logit margin there and whether the method chose the runner-up."""
+    divergences = []
+    for t in common:
+        i = _first_divergence(done[t]["tokens"], base[t]["tokens"])
+        if i is None:
+            continue
+        margins, runner_up = base[t].get("top2_margins"), base[t].get("runner_up_tokens")
+        divergences.append({"task_id": t, "index": i, "token": done[t]["tokens"][i],
+                            "target_only_token": base[t]["tokens"][i],
+                            "top2_margin": margins[i] if margins else None,
+                            "chose_runner_up": bool(runner_up and runner_up[i] == done[t]["tokens"][i])})
+    matched = [min((_first_divergence(done[t]["tokens"], base[t]["tokens"]) or len(base[t]["tokens"])),
+                   len(base[t]["tokens"])) / len(base[t]["tokens"]) for t in common]
+    return {"greedy_match_rate": 1 - len(divergences) / len(common),
+            "greedy_matched_fraction": sum(matched) / len(matched), "divergences": divergences}
+
+
+COLUMNS = (("runner", "runner", "{}"), ("T", "temperature", "{:g}"), ("prompts", "prompts", "{}"),
+           ("block eff.", "block_efficiency", "{:.2f}"), ("tau", "mean_accepted", "{:.2f}"),
+           ("tok/s", "tokens_per_s", "{:.2f}"), ("speedup", "speedup", "{:.2f}x"),
+           ("e2e", "speedup_end_to_end", "{:.2f}x"), ("target fw", "target_forwards", "{:.1f}"),
+           ("draft fw", "draft_forwards", "{:.1f}"), ("peak MB", "peak_memory_mb", "{:.0f}"),
+           ("greedy match", "greedy_match_rate", "{:.0%}"))
+
+
+def format_table(summary: list[dict], title: str = "verispec bench"):
+    """A `rich.table.Table` of the summary rows."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for header, _, _ in COLUMNS:
+        table.add_column(header, justify="left" if header == "runner" else "right")
+    for row in summary:
+        table.add_row(*[fmt.format(row[key]) if row.get(key) is not None else "-" for _, key, fmt in COLUMNS])
+    return table
+
+
+def plot_summary(summary: list[dict], path: str) -> str | None:
+    """Bar charts of speedup and block efficiency per runner and temperature -> PNG path, or
+    None when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    temperatures = sorted({row["temperature"] for row in summary})
+    runners = list(dict.fromkeys(row["runner"] for row in summary))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / max(len(temperatures), 1)
+    for j, T in enumerate(temperatures):
+        by = {row["runner"]: row for row in summary if row["temperature"] == T}
+        xs = [i + j * width for i in range(len(runners))]
+        for ax, key in zip(axes, ("speedup", "block_efficiency")):
+            ax.bar(xs, [by[r][key] if r in by else 0 for r in runners], width, label=f"T={T:g}")
+    for ax, label in zip(axes, ("decode speedup vs target-only", "tokens per target call")):
+        ax.set_xticks([i + width * (len(temperatures) - 1) / 2 for i in range(len(runners))])
+        ax.set_xticklabels(runners, rotation=30, ha="right")
+        ax.set_title(label)
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.legend()
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
