@@ -98,6 +98,21 @@ def test_bench_records_summary_table_and_plot(tiny_pair, tmp_path):
     assert bench.format_table(results["summary"]).row_count == len(results["summary"])
 
 
+def test_bench_tree_and_phrase_runners_are_greedy_exact(tiny_pair, tmp_path):
+    methods = ("opt_tree:n=6", "kary:n=4", "eagle:n=5", "chain_tree:n=3", "ouroboros", "lookahead",
+               "prompt_lookup", "hf_prompt_lookup")
+    results = bench.run_bench(config(methods=methods, temperatures=(0.0,), max_new_tokens=12),
+                              str(tmp_path / "b.json"), pair=tiny_pair, prompts=PROMPTS, plot=False)
+    rows = {r["runner"]: r for r in results["summary"]}
+    assert set(rows) == {"target_only", *methods}
+    for label in methods:
+        assert rows[label]["greedy_match_rate"] == 1.0, label  # fp32: exact greedy for every runner
+    for label in methods[:4]:
+        assert rows[label]["predicted_accepted"] > 0.0  # the draft's E[A] of its own trees
+    assert "pool_hit_rate" in rows["ouroboros"] and "pool_hit_rate" in rows["lookahead"]
+    assert rows["lookahead"]["draft_forwards"] == 0 and rows["prompt_lookup"]["draft_forwards"] == 0
+
+
 def test_bench_resumes_and_refuses_another_configuration(tiny_pair, tmp_path):
     out = str(tmp_path / "bench.json")
     bench.run_bench(config(methods=("block",), temperatures=(0.0,)), out, pair=tiny_pair, prompts=PROMPTS[:1],
@@ -125,7 +140,8 @@ def test_greedy_divergence_is_reported_with_margin():
     assert d["index"] == 1 and d["top2_margin"] == 0.01 and d["chose_runner_up"]
 
 
-@pytest.mark.parametrize("text, match", [("nope", "unknown runner"), ("block:K=2", "one path"),
+@pytest.mark.parametrize("text, match", [("nope", "unknown runner"), ("block:K=2", "no K"),
+                                         ("opt_tree:K=2", "no K"), ("opt_tree:n=0", "bad parameter"),
                                          ("gbv:X=2", "bad parameter"), ("gbv:K=0", "bad parameter"), ("", "runner")])
 def test_parse_runner_rejects_bad_specs(text, match):
     with pytest.raises(ValueError, match=match):
@@ -135,6 +151,8 @@ def test_parse_runner_rejects_bad_specs(text, match):
 def test_parse_runner_parameters():
     assert bench.parse_runner("gbv:K=3,L=5", 4, 2) == bench.RunnerSpec("gbv:K=3,L=5", "gbv", 5, 3)
     assert bench.parse_runner("block", 4, 3) == bench.RunnerSpec("block", "block", 4, 1)
+    assert bench.parse_runner("opt_tree:n=25", 4, 3) == bench.RunnerSpec("opt_tree:n=25", "opt_tree", 4, 1, 25)
+    assert bench.parse_runner("eagle", 4, 3).node_budget == 50
 
 
 def test_prefill_reuse_is_transparent(tiny_pair):

@@ -8,9 +8,14 @@ speculative decoding speeds up. The peer (`hf`, `generate(assistant_model=...)`)
 from our cache; its decoding time is its wall time minus our two measured prefills, and its
 end-to-end time is reported too.
 
-Runners (``--methods``): ``target_only`` (always run: the baseline), ``hf`` (the peer), and every
-method of `verispec.empirical.decode.METHODS` (token, block, gbv, nss, rrs, rrsw, spectr,
-traversal) with optional per-method parameters: ``gbv:K=3``, ``block:L=5``.
+Runners (``--methods``): ``target_only`` (always run: the baseline), ``hf`` (the peer),
+``hf_prompt_lookup`` (transformers' ``prompt_lookup_num_tokens=10``), every method of
+`verispec.empirical.decode.METHODS` (token, block, gbv, nss, rrs, rrsw, spectr, traversal) with
+optional parameters (``gbv:K=3``, ``block:L=5``), draft trees of `verispec.empirical.trees`
+(``opt_tree``, ``kary``, ``eagle``, ``chain_tree``; node budget ``opt_tree:n=25``, default 50; the
+predicted E[A] is reported next to the measured tau), ``ouroboros`` and ``lookahead``
+(`verispec.empirical.ouroboros`; one phrase pool per runner, warm across the prompts of a run) and
+``prompt_lookup`` (n-gram drafts from the context, point-mass token verification).
 
 Results: one record per (runner, temperature, prompt) in a JSON file written atomically after each
 record; a rerun with the same configuration resumes (records present are skipped), a different
@@ -22,8 +27,7 @@ from __future__ import annotations
 import os
 import platform
 import threading
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -34,21 +38,32 @@ from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
 __all__ = ["BenchConfig", "RunnerSpec", "parse_runner", "run_bench", "summarize", "default_output"]
 
 DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
-_PARAMS = {"L": "draft_length", "K": "num_paths"}
+_PARAMS = {"L": "draft_length", "K": "num_paths", "n": "node_budget"}
+#: Tree drafters of `verispec.empirical.trees` (runner name -> tree kind), node budget `n`.
+TREE_RUNNERS = {"opt_tree": "opt_tree", "kary": "kary", "eagle": "eagle", "chain_tree": "chain"}
+#: Runners with no verispec rule parameters of their own beyond L.
+OTHER_RUNNERS = ("target_only", "hf", "hf_prompt_lookup", "ouroboros", "lookahead", "prompt_lookup")
 
 
 @dataclass(frozen=True)
 class RunnerSpec:
-    """One runner: `name` (target_only, hf or a decode method) and its L / K."""
+    """One runner: `name` and its L (draft length), K (paths), n (node budget of trees)."""
 
     label: str
     name: str
     draft_length: int = 0
     num_paths: int = 1
+    node_budget: int = 0
+
+
+def runner_names() -> tuple:
+    """Every runner `verispec bench --methods` accepts."""
+    return OTHER_RUNNERS + tuple(decode.METHODS) + tuple(TREE_RUNNERS)
 
 
 def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
-    """``"name"`` or ``"name:L=4,K=3"`` -> RunnerSpec (chain methods get K = 1).
+    """``"name"`` or ``"name:L=4,K=3"`` (trees: ``"opt_tree:n=50"``) -> RunnerSpec. Chain
+    methods get K = 1; trees default to n = 50.
 
     Raises:
         ValueError: unknown runner or parameter, K > 1 for a chain method, values < 1.
@@ -56,23 +71,24 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"methods: expected a runner name, got {text!r}")
     name, _, params = text.strip().partition(":")
-    known = ("target_only", "hf") + tuple(decode.METHODS)
-    if name not in known:
-        raise ValueError(f"methods: unknown runner {name!r}; known: {', '.join(known)}")
-    values = {"draft_length": draft_length, "num_paths": num_paths}
+    if name not in runner_names():
+        raise ValueError(f"methods: unknown runner {name!r}; known: {', '.join(runner_names())}")
+    values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50}
     for item in filter(None, params.split(",")):
         key, _, value = item.partition("=")
         if key.strip() not in _PARAMS or not value.strip().isdigit() or int(value) < 1:
-            raise ValueError(f"methods: bad parameter {item!r} in {text!r} (use L=<int >= 1>, K=<int >= 1>)")
+            raise ValueError(f"methods: bad parameter {item!r} in {text!r} (use L=, K= or n= with an int >= 1)")
         values[_PARAMS[key.strip()]] = int(value)
-    if name in ("target_only", "hf"):
+    if name in ("target_only", "hf", "hf_prompt_lookup"):
         return RunnerSpec(name, name)
-    if decode.METHODS[name] == "chain":
+    if decode.METHODS.get(name, "chain") == "chain":  # one path (chains) or a tree: no K
         if "K=" in params and values["num_paths"] != 1:
-            raise ValueError(f"methods: {name} drafts one path; K must be 1 in {text!r}")
+            raise ValueError(f"methods: {name} takes no K (one draft path or a tree); got {text!r}")
         values["num_paths"] = 1
+    if name not in TREE_RUNNERS:
+        values["node_budget"] = 0
     label = name if not params else f"{name}:{params}"
-    return RunnerSpec(label, name, values["draft_length"], values["num_paths"])
+    return RunnerSpec(label, name, values["draft_length"], values["num_paths"], values["node_budget"])
 
 
 @dataclass
@@ -179,24 +195,46 @@ def _environment(config: BenchConfig, threads: int) -> dict:
 # Running
 # ----------------------------------------------------------------------------------------------
 
-def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed: int):
+def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed: int, pools: dict):
+    """Run one runner on prompt [1, n]. `pools` keeps phrase pools warm across prompts."""
+    N = config.max_new_tokens
     if spec.name == "target_only":
-        return decode.target_only(pair.target, prompt, config.max_new_tokens, T, uniforms=seed)
-    if spec.name == "hf":
+        return decode.target_only(pair.target, prompt, N, T, uniforms=seed)
+    if spec.name in ("hf", "hf_prompt_lookup"):
         from .peer import hf_assisted
 
-        return hf_assisted(pair.target, pair.draft, prompt, config.max_new_tokens, T, seed=seed)
-    return decode.speculative(pair.target, pair.draft, prompt, config.max_new_tokens, spec.name,
-                              draft_length=spec.draft_length, num_paths=spec.num_paths,
-                              temperature=T, uniforms=seed)
+        if spec.name == "hf":
+            return hf_assisted(pair.target, pair.draft, prompt, N, T, seed=seed)
+        return hf_assisted(pair.target, None, prompt, N, T, seed=seed, prompt_lookup_num_tokens=10)
+    if spec.name in TREE_RUNNERS:
+        from .trees import tree_speculative
+
+        return tree_speculative(pair.target, pair.draft, prompt, N, tree=TREE_RUNNERS[spec.name],
+                                node_budget=spec.node_budget, temperature=T, uniforms=seed)
+    if spec.name in ("ouroboros", "lookahead"):
+        from .ouroboros import PhrasePool, lookahead_speculative, ouroboros_speculative
+
+        pool = pools.setdefault((spec.label, T), PhrasePool())
+        if spec.name == "lookahead":
+            return lookahead_speculative(pair.target, prompt, N, pool=pool, temperature=T, uniforms=seed)
+        return ouroboros_speculative(pair.target, pair.draft, prompt, N, pool=pool, draft_length=spec.draft_length,
+                                     temperature=T, uniforms=seed)
+    if spec.name == "prompt_lookup":
+        from .batched import batched_speculative
+
+        return batched_speculative(pair.target, None, [prompt[0]], N, method="token", draft_length=spec.draft_length,
+                                   temperature=T, drafter="prompt_lookup", uniforms=seed)
+    return decode.speculative(pair.target, pair.draft, prompt, N, spec.name, draft_length=spec.draft_length,
+                              num_paths=spec.num_paths, temperature=T, uniforms=seed)
 
 
 def _record(spec, result, memory, prefill) -> dict:
     stats = result.stats
     tokens = result.tokens[0].tolist()
     decode_s = stats.wall_time_s
-    if spec.name == "hf":  # the peer prefills inside generate: subtract our measured prefills
-        decode_s = max(stats.wall_time_s - prefill["target_s"] - prefill["draft_s"], 1e-9)
+    if spec.name.startswith("hf"):  # the peer prefills inside generate: subtract our measured prefills
+        decode_s = max(stats.wall_time_s - prefill["target_s"] - (prefill["draft_s"] if spec.name == "hf" else 0.0),
+                       1e-9)
     record = {"tokens": tokens, "new_tokens": len(tokens), "wall_s": stats.wall_time_s, "decode_s": decode_s,
               "target_forwards": stats.target_forwards, "draft_forwards": stats.draft_forwards,
               "iterations": stats.iterations, "accepted_sum": float(stats.accepted_lengths.double().sum()),
@@ -204,15 +242,21 @@ def _record(spec, result, memory, prefill) -> dict:
     if stats.top2_margins is not None:
         record["top2_margins"] = [round(float(m), 5) for m in stats.top2_margins[0]]
         record["runner_up_tokens"] = stats.runner_up_tokens[0].tolist()
+    if hasattr(stats, "predicted_acceptance"):  # trees: the draft's own E[A] per iteration
+        record["predicted_sum"] = float(stats.predicted_acceptance.double().sum())
+    for name in ("pool_lookups", "pool_hits"):
+        if hasattr(stats, name):
+            record[name] = int(getattr(stats, name))
     return record
 
 
 def _warm_up(pair, runners, config):
-    """Short runs so one-time costs (kernels, allocator) are paid before timing."""
+    """Short runs so one-time costs (kernels, allocator) are paid before timing (on throwaway
+    phrase pools, so the measured pools start cold)."""
     prompt = torch.arange(1, 9).unsqueeze(0) % pair.target.vocab_size
+    small = BenchConfig(**{**asdict(config), "max_new_tokens": 4})
     for spec in runners:
-        small = BenchConfig(**{**asdict(config), "max_new_tokens": 4})
-        _decode(spec, pair, prompt, small, 1.0 if spec.name != "target_only" else 0.0, 0)
+        _decode(spec, pair, prompt, small, 1.0 if spec.name != "target_only" else 0.0, 0, {})
 
 
 def _load_results(path, config, fresh):
@@ -261,9 +305,10 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     results["last_run"] = {"prompts": [p["task_id"] for p in prompts], "methods": [r.label for r in runners],
                            "temperatures": [float(t) for t in config.temperatures]}
     _warm_up(pair, runners, config)
+    pools = {}
     try:
         for item in prompts:
-            _run_prompt(item, pair, runners, config, results, output, progress)
+            _run_prompt(item, pair, runners, config, results, output, progress, pools)
     finally:
         for model in (pair.target, pair.draft):
             model.reuse_prefills(False)
@@ -274,7 +319,7 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     return results
 
 
-def _run_prompt(item, pair, runners, config, results, output, progress):
+def _run_prompt(item, pair, runners, config, results, output, progress, pools):
     task = item["task_id"]
     todo = [(s, T) for T in config.temperatures for s in runners
             if f"{s.label}|T={float(T):g}|{task}" not in results["records"]]
@@ -293,7 +338,7 @@ def _run_prompt(item, pair, runners, config, results, output, progress):
         if progress:
             progress(f"{task} {spec.label} T={float(T):g}")
         with PeakMemory(config.device) as memory:
-            result = _decode(spec, pair, ids, config, float(T), config.seed)
+            result = _decode(spec, pair, ids, config, float(T), config.seed, pools)
         key = f"{spec.label}|T={float(T):g}|{task}"
         results["records"][key] = _record(spec, result, memory, results["prefill"][task])
         write_json_atomic(output, results)
@@ -338,8 +383,8 @@ def _summary_row(spec, T, done, base, prefill, common):
     base_s = sum(base[t]["decode_s"] for t in common)
     pre_t = sum(prefill[t]["target_s"] for t in common)
     pre_d = sum(prefill[t]["draft_s"] for t in common)
-    e2e = decode_s + pre_t + (pre_d if spec.name not in ("target_only",) else 0.0)
-    if spec.name == "hf":
+    e2e = decode_s + pre_t + (pre_d if spec.name not in ("target_only", "lookahead", "prompt_lookup") else 0.0)
+    if spec.name.startswith("hf"):
         e2e = sum(done[t]["wall_s"] for t in common)
     iterations = sum(done[t]["accepted_count"] for t in common) or 1
     accepted = sum(done[t]["accepted_sum"] for t in common) / iterations
@@ -351,6 +396,11 @@ def _summary_row(spec, T, done, base, prefill, common):
            "target_forwards": sum(done[t]["target_forwards"] for t in common) / len(common),
            "draft_forwards": sum(done[t]["draft_forwards"] for t in common) / len(common),
            "peak_memory_mb": max((done[t]["peak_memory_mb"] or 0.0) for t in common)}
+    if any("predicted_sum" in done[t] for t in common):
+        row["predicted_accepted"] = sum(done[t].get("predicted_sum", 0.0) for t in common) / iterations
+    if any("pool_hits" in done[t] for t in common):
+        row["pool_hit_rate"] = (sum(done[t]["pool_hits"] for t in common)
+                                / max(sum(done[t]["pool_lookups"] for t in common), 1))
     if T == 0 and spec.name != "target_only":
         row.update(_greedy_match(done, base, common))
     return row
@@ -377,6 +427,7 @@ def _greedy_match(done, base, common):
 
 COLUMNS = (("runner", "runner", "{}"), ("T", "temperature", "{:g}"), ("prompts", "prompts", "{}"),
            ("block eff.", "block_efficiency", "{:.2f}"), ("tau", "mean_accepted", "{:.2f}"),
+           ("E[A] pred.", "predicted_accepted", "{:.2f}"),
            ("tok/s", "tokens_per_s", "{:.2f}"), ("speedup", "speedup", "{:.2f}x"),
            ("e2e", "speedup_end_to_end", "{:.2f}x"), ("target fw", "target_forwards", "{:.1f}"),
            ("draft fw", "draft_forwards", "{:.1f}"), ("peak MB", "peak_memory_mb", "{:.0f}"),

@@ -28,7 +28,7 @@ def hf_generation_config(max_new_tokens: int, temperature: float):
     from transformers import GenerationConfig
 
     sampling = temperature > 0
-    return GenerationConfig(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
+    return GenerationConfig(max_new_tokens=max_new_tokens,
                             do_sample=sampling, temperature=temperature if sampling else None,
                             top_k=0 if sampling else None, top_p=1.0 if sampling else None,
                             repetition_penalty=1.0, eos_token_id=None, pad_token_id=0)

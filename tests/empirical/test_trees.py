@@ -1,0 +1,389 @@
+"""Draft trees (OPT-Tree, arXiv 2406.17276, and static baselines) on tiny random Qwen2 models (fp32, CPU).
+
+- Greedy: every tree kind at several node budgets (n = 1 included) reproduces target-only greedy
+  decoding token for token, on a batch of prompts and on a one-token prompt.
+- Forward counts: exactly one draft forward per tree layer and one target forward per iteration
+  (plus one prefill each): draft_forwards == 1 + sum(layers), target_forwards == 1 + iterations.
+- Structure: the drafted OPT-Tree equals the reference `opt_tree_structure` (pure python) on the
+  draft's probabilities recomputed by plain (non-tree) forwards of every prefix; static trees equal
+  their rank shapes; the per-iteration predicted E[A] of a whole run equals the recomputation from
+  the full emitted prefix (the draft cache stays in sync).
+- Planted bugs: a target tree mask letting siblings see each other breaks greedy equality; a draft
+  mask letting siblings see each other, or never reset between layers, changes the drafted tree.
+- Law at T > 0: the joint law of the first 2 tokens (V = 8, 64 outcomes) equals the exact target law.
+  G-test (scipy power_divergence, lambda_="log-likelihood"), false-alarm rate alpha = 1e-6,
+  n = g_test_sample_size(63) = 241,883 independent runs (batched), the size for power 0.9 against any
+  law at total variation >= 0.01. Draw for draw, with the reference's uniform stream, the output equals
+  the reference `methods.opt_tree` run (`NumpyUniforms` / `Sampler`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from verispec.empirical import decode, model as model_module, trees  # noqa: E402
+from verispec.empirical.model import CausalLM  # noqa: E402
+from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
+from verispec.reference import methods  # noqa: E402
+from verispec.reference.drafters import opt_tree_structure  # noqa: E402
+from verispec.reference.models import LanguageModel  # noqa: E402
+from verispec.reference.randomness import Sampler  # noqa: E402
+
+from .conftest import ALPHA, g_test, g_test_sample_size  # noqa: E402
+
+
+def tiny(vocab_size, seed, *, noise=0.0, head_scale=1.0, attn_scale=1.0, attn="sdpa", hidden=32, heads=4):
+    """A 2-layer Qwen2 with random weights (fp32); `noise` perturbs a copy (a draft close to the
+    target); `head_scale` multiplies the LM head (peaked conditionals); `attn_scale` the attention
+    projections (attention then moves the logits enough for a wrong mask to flip argmaxes)."""
+    config = transformers.Qwen2Config(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=2,
+                                      num_attention_heads=heads, num_key_value_heads=heads // 2,
+                                      intermediate_size=2 * hidden, max_position_embeddings=256,
+                                      tie_word_embeddings=False)
+    model = CausalLM.from_config(config, seed=seed, attn_implementation=attn)
+    g = torch.Generator().manual_seed(seed + 1000)
+    with torch.no_grad():
+        for parameter in model.model.parameters():
+            if noise:
+                parameter.add_(noise * parameter.std() * torch.randn(parameter.shape, generator=g))
+        for name, parameter in model.model.named_parameters():
+            if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight")):
+                parameter.mul_(attn_scale)
+        model.model.get_output_embeddings().weight.mul_(head_scale)
+    return model
+
+
+class TorchLM(LanguageModel):
+    """A reference oracle over a `CausalLM`: p(. | prefix) from a plain (non-tree) forward."""
+
+    def __init__(self, lm: CausalLM, temperature: float):
+        super().__init__(lm.vocab_size)
+        self.lm, self.temperature = lm, temperature
+
+    def _compute(self, prefix):
+        logits, _ = self.lm.prefill(torch.tensor([prefix]))
+        return decode.probabilities(logits[0, -1], self.temperature).numpy()
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny(64, 0, head_scale=3.0, attn_scale=2.0), tiny(64, 0, noise=0.3, head_scale=3.0, attn_scale=2.0)
+
+
+@pytest.fixture(scope="module")
+def peaked():
+    """Peaked draft conditionals: trees several layers deep, and clear gaps between W's (float
+    round-off of tree vs plain forwards decides no tie)."""
+    return tiny(32, 5, head_scale=30.0), tiny(32, 6, head_scale=30.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# greedy: identical to target-only greedy
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tree", trees.TREES)
+@pytest.mark.parametrize("budget", [1, 4, 12])
+def test_greedy_equals_target_only(pair, tree, budget):
+    target, draft = pair
+    prompts = torch.randint(0, 64, (3, 6), generator=torch.Generator().manual_seed(7))
+    reference = decode.target_only(target, prompts, 24)
+    result = trees.tree_speculative(target, draft, prompts, 24, tree=tree, node_budget=budget, max_depth=4)
+    assert torch.equal(result.tokens, reference.tokens)
+    assert result.tokens.shape == (3, 24)
+    stats = result.stats
+    assert bool((stats.tree_sizes <= budget).all()) and bool((stats.layers <= 4).all())
+    single = trees.tree_speculative(target, draft, torch.tensor([11]), 9, tree=tree, node_budget=budget)
+    assert torch.equal(single.tokens, decode.target_only(target, torch.tensor([[11]]), 9).tokens)
+
+
+def test_greedy_full_acceptance(pair):
+    """Draft = target: the chain of its argmaxes is accepted whole (two pending draft tokens)."""
+    target, _ = pair
+    prompt = torch.tensor([[3, 1, 4, 1, 5]])
+    reference = decode.target_only(target, prompt, 17)
+    result = trees.tree_speculative(target, target, prompt, 17, tree="chain", node_budget=4)
+    assert torch.equal(result.tokens, reference.tokens)
+    assert result.stats.mean_accepted == 4.0 and result.stats.iterations == 4  # ceil(17 / 5)
+    # A one-hot q (draft temperature 0): zero-probability children are never drafted, so every tree
+    # is the draft's argmax chain (as deep as the shape allows), W = 1 per node, E[A] predicted = depth.
+    for tree in trees.TREES:
+        result = trees.tree_speculative(target, target, prompt, 17, tree=tree, node_budget=6, max_depth=4,
+                                        draft_temperature=0.0)
+        assert torch.equal(result.tokens, reference.tokens)
+        depth = 4 if tree == "opt_tree" else max(len(u) for u in trees.static_shape(tree, 6, 4))
+        assert result.stats.mean_accepted == depth and bool((result.stats.tree_sizes == depth).all())
+        assert bool((result.stats.predicted_acceptance == depth).all())
+
+
+# ----------------------------------------------------------------------------------------------
+# forward counts
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tree,budget,threshold,depth", [("opt_tree", 6, 0.0, 3), ("opt_tree", 8, 0.02, 6),
+                                                         ("opt_tree", 1, 0.0, 5), ("chain", 5, 0.0, 3),
+                                                         ("kary", 7, 0.0, 10), ("eagle", 9, 0.0, 10)])
+def test_one_draft_forward_per_layer_one_target_forward_per_iteration(pair, tree, budget, threshold, depth):
+    target, draft = pair
+    result = trees.tree_speculative(target, draft, torch.tensor([[4, 8, 15, 16]]), 20, tree=tree,
+                                    node_budget=budget, threshold=threshold, max_depth=depth)
+    s = result.stats
+    prefill = 1  # the prompt but its last token, once per model
+    assert s.target_forwards == prefill + s.iterations  # one tree verification per iteration
+    assert s.draft_forwards == prefill + int(s.layers.sum())  # one forward per layer, none wasted
+    assert s.layers.numel() == s.iterations and bool((s.layers >= 1).all()) and bool((s.layers <= depth).all())
+    if tree == "chain":
+        assert bool((s.layers == min(budget, depth)).all())
+    if tree == "opt_tree" and budget == 1:  # layer 2 cannot raise the top-1 sum: gain 0 <= threshold
+        assert s.draft_forwards == 1 + 2 * s.iterations
+    assert s.accepted_lengths.numel() == s.predicted_acceptance.numel() == s.tree_sizes.numel()
+    assert bool((s.predicted_acceptance > 0).all()) and s.mean_predicted_acceptance > 0
+
+
+# ----------------------------------------------------------------------------------------------
+# structure: the drafted tree equals the pure-python recomputation
+# ----------------------------------------------------------------------------------------------
+
+def _reference_opt_tree(draft_ref, prefix, n, threshold, depth):
+    """(nodes {node: W}, layers) from `opt_tree_structure` on plain-forward probabilities."""
+    asked = []
+
+    def q_of(u):
+        asked.append(len(u))
+        return draft_ref.probs(tuple(prefix) + u)
+
+    children = opt_tree_structure(q_of, n, threshold, depth)
+    weights, stack = {}, [((), 1.0)]
+    while stack:
+        u, w = stack.pop()
+        for t in children.get(u, []):
+            weights[u + (t,)] = w * float(draft_ref.probs(tuple(prefix) + u)[t])
+            stack.append((u + (t,), weights[u + (t,)]))
+    return weights, max(asked) + 1
+
+
+def _reference_static(draft_ref, prefix, shape):
+    """{node: W} of a static rank shape, from plain-forward probabilities."""
+    nodes, weights = {(): ()}, {}
+    for ranks in shape:  # breadth first: parents first
+        u = nodes[ranks[:-1]]
+        q = draft_ref.probs(tuple(prefix) + u)
+        t = int(np.argsort(-q, kind="stable")[ranks[-1]])
+        nodes[ranks] = u + (t,)
+        weights[u + (t,)] = (weights[u] if u else 1.0) * float(q[t])
+    return weights
+
+
+def _same_tree(got: dict, want: dict) -> bool:
+    return set(got) == set(want) and all(abs(got[u] - want[u]) <= 1e-5 * want[u] for u in want)
+
+
+OPT_CASES = [(6, 0.0, 3), (10, 0.0, 4), (10, 0.05, 8), (3, 0.0, 6), (1, 0.0, 3)]
+
+
+def _check_opt_tree_cases(draft, prefixes):
+    """True iff every drafted OPT-Tree equals the reference on every case (and counts forwards)."""
+    draft_ref = TorchLM(draft, 1.0)
+    stopped_early = False
+    for prefix in prefixes:
+        for n, threshold, depth in OPT_CASES:
+            before = draft.forward_count
+            dt = trees.draft_tree(draft, torch.tensor([prefix]), "opt_tree", n, threshold, depth)
+            prefill = int(len(prefix) > 1)  # all but the last token; none for a one-token prefix
+            assert draft.forward_count - before == prefill + dt.draft_forwards  # + one per layer
+            want, layers = _reference_opt_tree(draft_ref, prefix, n, threshold, depth)
+            if not _same_tree(dt.nodes(0), want) or int(dt.layers[0]) != layers or dt.draft_forwards != layers:
+                return False
+            assert float(dt.predicted_acceptance[0]) == pytest.approx(sum(want.values()), rel=1e-5)
+            stopped_early |= layers < depth
+    assert stopped_early  # the threshold case stops before max_depth
+    return True
+
+
+PREFIXES = [[3, 7, 1], [20, 4, 9, 9, 0], [13]]
+
+
+def test_opt_tree_equals_reference_structure(peaked):
+    _, draft = peaked
+    assert _check_opt_tree_cases(draft, PREFIXES)
+
+
+@pytest.mark.parametrize("tree,budget,depth", [("chain", 4, 10), ("kary", 9, 3), ("eagle", 12, 10),
+                                               ("eagle", 12, 2)])
+def test_static_trees_equal_their_shapes(peaked, tree, budget, depth):
+    _, draft = peaked
+    shape = trees.static_shape(tree, budget, depth, branching=3)
+    for prefix in PREFIXES:
+        dt = trees.draft_tree(draft, torch.tensor([prefix]), tree, budget, 0.0, depth, branching=3)
+        assert _same_tree(dt.nodes(0), _reference_static(TorchLM(draft, 1.0), prefix, shape))
+        assert dt.draft_forwards == max(len(u) for u in shape)
+
+
+def test_static_shapes():
+    assert trees.static_shape("chain", 3, 10) == [(0,), (0, 0), (0, 0, 0)]
+    assert trees.static_shape("chain", 50, 4) == [(0,) * d for d in range(1, 5)]
+    assert trees.static_shape("kary", 5, 10, branching=2) == [(0,), (1,), (0, 0), (0, 1), (1, 0)]
+    assert trees.static_shape("kary", 9, 1, branching=3) == [(0,), (1,), (2,)]
+    # EAGLE-style: scores 0.6 (0), 0.36 (0,0), 0.216 (0,0,0), 0.15 (1) beat 0.1296 (0,0,0,0)
+    assert trees.static_shape("eagle", 4, 10) == [(0,), (1,), (0, 0), (0, 0, 0)]
+    eagle = trees.static_shape("eagle", 50, 10)
+    assert len(eagle) == 50 and all(u[:-1] in eagle or len(u) == 1 for u in eagle)
+    assert max(max(u) for u in eagle) <= 3 and max(len(u) for u in eagle) <= 10
+
+
+@pytest.mark.parametrize("tree", ["opt_tree", "kary"])
+def test_draft_cache_stays_in_sync(peaked, tree):
+    """Per iteration, the predicted E[A] and tree size of a whole run equal the recomputation from
+    the full emitted prefix with plain forwards (a stale draft cache would change both)."""
+    target, draft = peaked
+    prompt = [5, 17, 2]
+    n, depth = 7, 4
+    result = trees.tree_speculative(target, draft, torch.tensor([prompt]), 16, tree=tree, node_budget=n,
+                                    max_depth=depth, branching=2, draft_temperature=1.0)
+    s = result.stats
+    draft_ref, prefix, emitted = TorchLM(draft, 1.0), list(prompt), result.tokens[0].tolist()
+    assert s.accepted_lengths.sum() > 0  # some iterations accept: the pending/kept paths are used
+    for i in range(s.iterations):
+        if tree == "opt_tree":
+            want, _ = _reference_opt_tree(draft_ref, prefix, n, 0.0, depth)
+        else:
+            want = _reference_static(draft_ref, prefix, trees.static_shape(tree, n, depth, 2))
+        assert float(s.predicted_acceptance[i]) == pytest.approx(sum(want.values()), rel=1e-5)
+        assert int(s.tree_sizes[i]) == len(want)
+        prefix += emitted[len(prefix) - len(prompt):][:int(s.accepted_lengths[i]) + 1]
+
+
+# ----------------------------------------------------------------------------------------------
+# planted bugs
+# ----------------------------------------------------------------------------------------------
+
+def test_planted_target_mask_bug_breaks_greedy_equality(pair, monkeypatch):
+    """Siblings seeing each other in the verification forward (a causal mask inside the tree)."""
+    target, draft = pair
+    prompts = torch.randint(0, 64, (3, 6), generator=torch.Generator().manual_seed(7))
+    reference = decode.target_only(target, prompts, 24)
+    correct = model_module.tree_attention_mask
+
+    def leaky(parents, past_valid, dtype):
+        mask = correct(parents, past_valid, dtype)
+        N = parents.shape[1]
+        lower = torch.ones(N, N, dtype=torch.bool, device=parents.device).tril()
+        mask[..., -N:] = mask[..., -N:].masked_fill(lower, 0.0)
+        return mask
+
+    monkeypatch.setattr(model_module, "tree_attention_mask", leaky)
+    for tree in ("opt_tree", "kary", "eagle"):  # a chain has no siblings: the bug is invisible there
+        result = trees.tree_speculative(target, draft, prompts, 24, tree=tree, node_budget=12, max_depth=4)
+        assert not torch.equal(result.tokens, reference.tokens), tree
+
+
+def test_planted_draft_mask_bugs_change_the_tree(peaked, monkeypatch):
+    """Draft-side mask bugs leave greedy output intact (the verifier never reads q) but draft the
+    wrong tree: the structure check catches both."""
+    _, draft = peaked
+
+    def siblings_visible(visible):
+        B, m, _ = visible.shape
+        return torch.cat([visible, torch.ones(B, m, m, dtype=torch.bool)], dim=2)
+
+    def never_reset(allowed, parent):  # every child sees every node run so far (the original's defect)
+        return allowed.any(1, keepdim=True).expand(-1, parent.shape[1], -1)
+
+    for name, bug in (("_layer_mask", siblings_visible), ("_child_visibility", never_reset)):
+        with monkeypatch.context() as m:
+            m.setattr(trees, name, bug)
+            assert not _check_opt_tree_cases(draft, PREFIXES), name
+
+
+# ----------------------------------------------------------------------------------------------
+# law at T > 0
+# ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def law_pair():
+    # Peaked, disagreeing conditionals; very small (hidden 8, 2 heads, eager attention: fastest on
+    # 60,000-row batches) so that 241,883 runs take seconds.
+    return (tiny(8, 20, head_scale=25.0, hidden=8, heads=2, attn="eager"),
+            tiny(8, 21, head_scale=25.0, hidden=8, heads=2, attn="eager"))
+
+
+def _exact_two_token_law(target, prompt, temperature):
+    """[8, 8]: p(y1 | prompt) p(y2 | prompt, y1) from the model's softmax at `temperature`."""
+    first, _ = target.prefill(prompt)
+    p1 = decode.probabilities(first[0, -1], temperature)
+    seconds, _ = target.prefill(torch.cat([prompt.expand(8, -1), torch.arange(8).unsqueeze(1)], dim=1))
+    return (p1.unsqueeze(1) * decode.probabilities(seconds[:, -1], temperature)).numpy()
+
+
+@pytest.mark.parametrize("tree,budget,depth,T,Td", [("opt_tree", 3, 2, 1.0, None),
+                                                    pytest.param("eagle", 5, 3, 0.7, 1.5, marks=pytest.mark.slow)])
+def test_first_two_tokens_follow_target_law(law_pair, tree, budget, depth, T, Td):
+    target, draft = law_pair
+    prompt = torch.tensor([[5]])  # one token: no prefill, the cheapest run
+    law = _exact_two_token_law(target, prompt, T)
+    n = g_test_sample_size(63)
+    counts, chunk = np.zeros(64), 60_500
+    source = TorchUniforms(sum(map(ord, tree)))
+    accepted = []
+    for start in range(0, n, chunk):
+        rows = min(chunk, n - start)
+        result = trees.tree_speculative(target, draft, prompt.expand(rows, -1), 2, tree=tree, node_budget=budget,
+                                        max_depth=depth, temperature=T, uniforms=source, draft_temperature=Td)
+        counts += np.bincount((result.tokens[:, 0] * 8 + result.tokens[:, 1]).numpy(), minlength=64)
+        accepted.append(result.stats.accepted_lengths)
+    taus = torch.cat(accepted)
+    assert bool((taus == 0).any()) and bool((taus == 2).any())  # rejections and whole paths both occur
+    assert (law > 0).all()
+    stat, p_value, df = g_test(counts, law.reshape(-1))
+    assert p_value > ALPHA, f"{tree}: G = {stat:.1f}, df = {df}, p = {p_value:.3g}, n = {n}"
+
+
+def test_draw_for_draw_equal_to_reference_method(peaked):
+    """Same uniform stream (NumpyUniforms(seed) vs Sampler(seed)): same tokens as the reference
+    `methods.opt_tree` (deterministic tree + sample-and-follow) on the models' plain-forward laws."""
+    target, draft = peaked
+    T, n, threshold, depth = 1.0, 5, 0.01, 3
+    method = methods.opt_tree(n, threshold, depth)
+    prompt = (7, 3, 30)
+    for seed in range(3):
+        want = methods.generate(TorchLM(target, T), TorchLM(draft, T), method, prompt, 14, rng=Sampler(seed))
+        got = trees.tree_speculative(target, draft, torch.tensor([prompt]), 14, node_budget=n, threshold=threshold,
+                                     max_depth=depth, temperature=T, uniforms=NumpyUniforms(seed))
+        assert tuple(got.tokens[0].tolist()) == want
+
+
+# ----------------------------------------------------------------------------------------------
+# bad input
+# ----------------------------------------------------------------------------------------------
+
+def test_bad_input(pair):
+    target, draft = pair
+    prompt = torch.tensor([[1, 2, 3]])
+    run = trees.tree_speculative
+    cases = [(ValueError, "tree", dict(tree="nope")), (TypeError, "tree", dict(tree=3)),
+             (ValueError, "node_budget", dict(node_budget=0)), (TypeError, "node_budget", dict(node_budget=2.5)),
+             (ValueError, "threshold", dict(threshold=-0.1)), (ValueError, "threshold", dict(threshold="x")),
+             (ValueError, "max_depth", dict(max_depth=0)), (ValueError, "branching", dict(branching=0)),
+             (ValueError, "temperature", dict(temperature=-1.0)),
+             (ValueError, "draft_temperature", dict(draft_temperature=-1.0)),
+             (TypeError, "temperature", dict(temperature="hot"))]
+    for error, name, kwargs in cases:
+        with pytest.raises(error, match=name):
+            run(target, draft, prompt, 4, **kwargs)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        run(target, draft, prompt, 0)
+    with pytest.raises(ValueError, match="prompt_ids"):
+        run(target, draft, torch.tensor([[1, 99]]), 4)
+    with pytest.raises(ValueError, match="draft"):
+        run(target, tiny(30, 1), prompt, 4)
+    with pytest.raises(TypeError, match="target"):
+        run("model", draft, prompt, 4)
+    with pytest.raises(ValueError, match="uniforms"):
+        run(target, draft, torch.zeros(2, 3, dtype=torch.long), 4, temperature=1.0, uniforms=NumpyUniforms(0))
+    with pytest.raises(ValueError, match="tree"):
+        trees.static_shape("opt_tree", 4, 3)
+    with pytest.raises(TypeError, match="draft"):
+        trees.draft_tree(target.model, prompt)

@@ -1,0 +1,116 @@
+"""Prompt-lookup (n-gram) drafts on token tensors: point-mass drafts read from the context itself.
+
+`prompt_lookup_draft(context_ids, max_ngram, draft_length)` finds the longest suffix n-gram of the
+context (n = max_ngram .. 1) that also occurs earlier, takes its most recent earlier occurrence and
+returns up to `draft_length` tokens that followed it (empty when no suffix n-gram recurs). It is
+the torch twin of `verispec.reference.drafters.lookup_phrase` (same match, same tie-break: the
+latest earlier start), so a torch run and the reference draft the same phrase.
+
+The draft is a *point mass*: q = one-hot on each drafted token. Token or block verification with
+that q is lossless at any temperature (ALGORITHMS.md, "Drafting without a draft distribution").
+
+`prompt_lookup_batch(contexts, context_lengths, max_ngram, draft_length)` drafts for a batch of
+rows of different lengths (right-padded contexts) and returns padded drafts and their lengths.
+
+Source: prompt lookup decoding, Saxena 2023 (github.com/apoorvumang/prompt-lookup-decoding); used
+as the drafter of EMS-SD, Ni et al. 2024 (arXiv 2405.07542).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["prompt_lookup_draft", "prompt_lookup_batch"]
+
+
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _check_ids(t, name: str, ndim: int) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor of token ids, got {type(t).__name__}")
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"{name}: expected an integer tensor of token ids, got {t.dtype}")
+    if t.dim() != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimension(s), got shape {tuple(t.shape)}")
+
+
+def prompt_lookup_draft(context_ids: torch.Tensor, max_ngram: int, draft_length: int) -> torch.Tensor:
+    """The prompt-lookup draft of one context.
+
+    Args:
+        context_ids: int [n] token ids (the prompt and everything generated so far).
+        max_ngram: N >= 1, the longest suffix n-gram tried (then N-1, ..., 1).
+        draft_length: L >= 1, the most tokens returned.
+
+    Returns:
+        int64 [l], 0 <= l <= L, on the context's device: the tokens that followed the most recent
+        earlier occurrence of the longest recurring suffix n-gram (l < L when that occurrence is
+        close to the end); empty when no suffix n-gram occurs earlier.
+
+    Raises:
+        TypeError: not an integer tensor, or non-int max_ngram / draft_length.
+        ValueError: context_ids not 1-D, max_ngram or draft_length < 1.
+    """
+    _check_ids(context_ids, "context_ids", 1)
+    N = _check_int(max_ngram, "max_ngram", 1)
+    L = _check_int(draft_length, "draft_length", 1)
+    ctx = context_ids.long()
+    n_ctx = ctx.numel()
+    for n in range(min(N, n_ctx - 1), 0, -1):
+        # Windows starting at 0 .. n_ctx - n - 1: every earlier occurrence, the suffix itself excluded.
+        windows = ctx.unfold(0, n, 1)[: n_ctx - n]  # [n_ctx - n, n]
+        hits = (windows == ctx[n_ctx - n:]).all(dim=1).nonzero()  # [h, 1]
+        if hits.numel():
+            start = int(hits[-1, 0]) + n  # the most recent occurrence wins (as the reference)
+            return ctx[start:start + L].clone()
+    return ctx.new_zeros(0)
+
+
+def prompt_lookup_batch(contexts: torch.Tensor, context_lengths: torch.Tensor, max_ngram: int,
+                        draft_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt-lookup drafts for a batch of contexts of different lengths.
+
+    Args:
+        contexts: int [B, S], row b's context is contexts[b, :context_lengths[b]] (right padding).
+        context_lengths: int [B] in [0, S].
+        max_ngram, draft_length: as `prompt_lookup_draft`.
+
+    Returns:
+        (drafts int64 [B, L] (0 after each row's draft), lengths int64 [B] in [0, L]), on the
+        contexts' device.
+
+    Raises:
+        TypeError / ValueError: as `prompt_lookup_draft`; context_lengths of the wrong shape or
+        outside [0, S].
+    """
+    _check_ids(contexts, "contexts", 2)
+    _check_ids(context_lengths, "context_lengths", 1)
+    L = _check_int(draft_length, "draft_length", 1)
+    B, S = contexts.shape
+    if S == 0:
+        raise ValueError("contexts: expected at least one column")
+    if context_lengths.shape[0] != B or bool(((context_lengths < 0) | (context_lengths > S)).any()):
+        raise ValueError(f"context_lengths: expected {B} lengths in [0, {S}]")
+    N = _check_int(max_ngram, "max_ngram", 1)
+    ctx, length = contexts.long(), context_lengths.long().to(contexts.device)  # [B, S], [B]
+    start = torch.full((B,), -1, dtype=torch.long, device=ctx.device)  # first drafted index; -1: none
+    for n in range(min(N, S - 1), 0, -1):  # longest n first: rows matched at a longer n keep it
+        windows = ctx.unfold(1, n, 1)  # [B, S-n+1, n], window s = ctx[:, s:s+n]
+        at = (length - n).clamp(min=0).unsqueeze(1) + torch.arange(n, device=ctx.device)  # [B, n]
+        suffix = ctx.gather(1, at)  # [B, n]
+        s = torch.arange(windows.shape[1], device=ctx.device)  # [S-n+1]
+        # An earlier occurrence ends before the last token: s + n < length (the suffix excluded).
+        hit = (windows == suffix.unsqueeze(1)).all(-1) & (s + n < length.unsqueeze(1))  # [B, S-n+1]
+        latest = torch.where(hit, s, -1).max(1).values  # [B], the most recent occurrence
+        start = torch.where((start < 0) & (latest >= 0), latest + n, start)
+    lengths = torch.where(start >= 0, (length - start).clamp(max=L), 0)  # [B]
+    j = torch.arange(L, device=ctx.device)
+    index = (start.clamp(min=0).unsqueeze(1) + j).clamp(max=S - 1)  # [B, L]
+    drafts = torch.where(j < lengths.unsqueeze(1), ctx.gather(1, index), 0)  # [B, L]
+    return drafts, lengths

@@ -1,0 +1,736 @@
+"""Phrase-pool drafting: Ouroboros (with a draft model) and a lookahead-style baseline (without).
+
+Both decode one prompt (B = 1) and read their drafts from a `PhrasePool`: phrases of a fixed
+length keyed by the token they follow, newest first, least-recently-used entries evicted. The pool
+is an ordinary object the caller may pass to many calls, so it stays warm across prompts.
+
+`ouroboros_speculative` — Ouroboros (Zhao et al. 2024, arXiv 2402.13720), one iteration:
+
+1. Draft, phrase by phrase: every draft forward is one tree forward of the draft model holding
+   the tokens it has not seen yet, the newest pool phrases keyed by the last token (a trie) and a
+   Jacobi window. Walking the trie along the draft's own argmax accepts the longest matching
+   phrase prefix, then the draft's argmax after it: one forward yields several draft tokens.
+   Repeat until the draft holds `draft_length` tokens.
+2. Verify: ONE target tree forward over [last token, draft, pool phrases keyed by the last draft
+   token hung after the draft] (4D float mask, position ids = prefix length + depth); the target
+   KV cache keeps the accepted path by a gather.
+3. Fill the pool: the draft's Jacobi window trajectories (a), the n-grams of the verified output
+   (b), and the target's own argmax continuations of the pool phrases it just scored (candidate
+   refinement, c). The pool object outlives the call (warm start across prompts).
+
+`lookahead_speculative` — a simplified lookahead decoding (Fu et al. 2024, arXiv 2402.02057),
+target only: each target forward holds [last token, the pool phrases keyed by it (verification
+branches), a Jacobi window of W guesses (lookahead branch)]; the window's outputs become the next
+guesses and their trajectories over `phrase_length` steps become pool phrases; the verified
+output's n-grams are added too. Not implemented from the paper: the 2D window of N - 1 levels
+decoded in one forward (here one level; the trajectories are collected over consecutive
+forwards, the window shifting by one slot per forward whatever was accepted), and its custom
+kernels / multi-device lookahead parallelism.
+
+Verification (both; `point_mass_tree_verify`). Every candidate token is a deterministic function
+of the history (the draft's argmax, pool contents filled from argmaxes and emitted text), so its
+draft law is a point mass q = one-hot(x). At each node of the candidate trie, children are tried
+in order: x is accepted with probability p'(x) (p' = p at first) and on rejection
+p' <- norm(max(p' - one-hot(x), 0)) (x removed, renormalised); if no child is accepted the
+correction is drawn from p'; at a leaf the bonus is drawn from p. This is token verification with
+one-hot q (the reference `point_mass` method, proven lossless by exact enumeration) applied to
+each child in turn, i.e. recursive rejection sampling with a point-mass proposal per child: the
+emitted token at every node is an exact draw from p, so the output law is the target's at any
+temperature. At T = 0 p is one-hot on the argmax and this is longest-prefix matching with the
+argmax as bonus: the output equals target-only greedy decoding token for token. The original
+Ouroboros is greedy only; the T > 0 rule is this package's extension.
+
+Differences from the original Ouroboros code (thunlp/Ouroboros, read, not copied):
+- its draft runs full lookahead decoding (2D window: 20 slots x 6 levels, guess set 20) and checks
+  pool phrases in the same forward; here the draft forward holds one Jacobi level (`window`
+  slots) and the K newest phrases as a trie.
+- its target corrections are n-grams of the target's argmax along a rejected draft suffix and
+  refined guesses written over the newest pool entries; here (b) is the n-grams of the committed
+  output and (c) inserts the target's continuation of every scored phrase as the newest entry.
+- on full acceptance it keeps the longest matching guess; the T = 0 walk here does the same.
+- it stops at EOS and is greedy only; here no EOS stop, and T > 0 is supported (lossless).
+- defaults: its gamma 4, window 20, lookahead level 7 (phrases of 6), guess set 20, top-k 3; here
+  draft_length 4, window 4, phrase_length 4, max_phrases_per_key 20, num_candidates 3 (small
+  trees: CPU forwards cost grows with rows).
+
+Every call generates exactly `max_new_tokens` tokens (no EOS stop).
+"""
+
+from __future__ import annotations
+
+import numbers
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import torch
+
+from . import rules
+from .decode import (DecodeResult, DecodeStats, _check_positive, _check_prompt, _check_temperature,
+                     probabilities)
+from .model import CausalLM, crop_cache, gather_cache
+from .uniforms import as_uniform_source, bernoulli, categorical
+
+__all__ = ["PhrasePool", "PhraseStats", "point_mass_tree_verify", "ouroboros_speculative",
+           "lookahead_speculative"]
+
+
+# ----------------------------------------------------------------------------------------------
+# The phrase candidate pool
+# ----------------------------------------------------------------------------------------------
+
+def _check_token(value, name) -> int:
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point() \
+            and value.dtype != torch.bool:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an int token id, got {type(value).__name__}")
+    value = int(value)
+    if value < 0:
+        raise ValueError(f"{name}: token ids must be >= 0, got {value}")
+    return value
+
+
+class PhrasePool:
+    """Phrase candidate pool keyed by one token (Ouroboros, Zhao et al. 2024, arXiv 2402.13720).
+
+    Each key token holds at most `max_phrases_per_key` phrases of exactly `phrase_length` tokens
+    (the tokens that followed the key), kept in recency order: adding a phrase that is already
+    there refreshes it, adding one to a full key evicts that key's least recently added phrase.
+    At most `capacity` keys are kept; the least recently used key (added to or looked up) goes
+    first. `candidates` counts `lookups` and `hits` (lookups that returned >= 1 phrase).
+
+    Args:
+        phrase_length: n >= 1 tokens per phrase (Ouroboros: lookahead level - 1; default 4).
+        max_phrases_per_key: G >= 1 (Ouroboros' guess set size; default 20).
+        capacity: keys kept at most (default 65536).
+
+    Raises:
+        TypeError / ValueError: a parameter that is not a positive int.
+    """
+
+    def __init__(self, phrase_length: int = 4, max_phrases_per_key: int = 20, capacity: int = 65536):
+        self.phrase_length = _check_positive(phrase_length, "phrase_length")
+        self.max_phrases_per_key = _check_positive(max_phrases_per_key, "max_phrases_per_key")
+        self.capacity = _check_positive(capacity, "capacity")
+        self._table: OrderedDict[int, OrderedDict[tuple, None]] = OrderedDict()  # key -> phrases, oldest first
+        self.lookups = 0
+        self.hits = 0
+
+    def add(self, key: int, phrase: Sequence[int]) -> None:
+        """Insert (or refresh) `phrase` (n token ids) under `key`, evicting per the LRU rules.
+
+        Raises:
+            TypeError / ValueError: a token id that is not a non-negative int, or a phrase whose
+            length is not `phrase_length`.
+        """
+        key = _check_token(key, "key")
+        if isinstance(phrase, (str, bytes)) or not isinstance(phrase, (Sequence, torch.Tensor)):
+            raise TypeError(f"phrase: expected a sequence of token ids, got {type(phrase).__name__}")
+        if isinstance(phrase, torch.Tensor):
+            phrase = phrase.reshape(-1).tolist()
+        phrase = tuple(_check_token(t, "phrase") for t in phrase)
+        if len(phrase) != self.phrase_length:
+            raise ValueError(f"phrase: expected {self.phrase_length} tokens (phrase_length), got {len(phrase)}")
+        self._insert(key, phrase)
+
+    def _insert(self, key: int, phrase: tuple) -> None:
+        phrases = self._table.get(key)
+        if phrases is None:
+            phrases = self._table[key] = OrderedDict()
+        self._table.move_to_end(key)
+        phrases[phrase] = None
+        phrases.move_to_end(phrase)
+        if len(phrases) > self.max_phrases_per_key:
+            phrases.popitem(last=False)
+        if len(self._table) > self.capacity:
+            self._table.popitem(last=False)
+
+    def add_ngrams(self, tokens: Iterable[int]) -> int:
+        """Add every window (tokens[i], tokens[i+1 : i+1+n]) of a token sequence; returns how
+        many windows were added (0 when fewer than n + 1 tokens)."""
+        if isinstance(tokens, torch.Tensor):
+            tokens = tokens.reshape(-1).tolist()
+        tokens = [_check_token(t, "tokens") for t in tokens]
+        n = self.phrase_length
+        for i in range(len(tokens) - n):
+            self._insert(tokens[i], tuple(tokens[i + 1:i + 1 + n]))
+        return max(len(tokens) - n, 0)
+
+    def candidates(self, key: int, limit: int | None = None) -> list[tuple[int, ...]]:
+        """The newest `limit` phrases under `key` (all when None), newest first; counts a lookup
+        (and a hit when any is returned) and marks `key` recently used."""
+        key = _check_token(key, "key")
+        self.lookups += 1
+        phrases = self._table.get(key)
+        if not phrases:
+            return []
+        self.hits += 1
+        self._table.move_to_end(key)
+        out = list(reversed(phrases))
+        return out if limit is None else out[:limit]
+
+    def phrases(self, key: int) -> list[tuple[int, ...]]:
+        """All phrases under `key`, newest first, without counting a lookup or touching LRU order."""
+        return list(reversed(self._table.get(_check_token(key, "key"), ())))
+
+    def keys(self) -> list[int]:
+        """Keys from least to most recently used."""
+        return list(self._table)
+
+    def __contains__(self, key) -> bool:
+        return key in self._table
+
+    def __len__(self) -> int:
+        """Number of phrases held (all keys)."""
+        return sum(len(p) for p in self._table.values())
+
+    def __repr__(self):
+        return (f"PhrasePool(phrase_length={self.phrase_length}, max_phrases_per_key="
+                f"{self.max_phrases_per_key}, capacity={self.capacity}, keys={len(self._table)}, "
+                f"phrases={len(self)})")
+
+
+# ----------------------------------------------------------------------------------------------
+# Point-mass tree verification (batched, pure)
+# ----------------------------------------------------------------------------------------------
+
+def _point_mass_accept(current: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Acceptance probability of a point-mass draft x: min(1, p'(x) / 1) = p'(x).
+    current [B, V] float64, x [B] -> [B]. (A separate function so tests can plant a bug.)"""
+    return current.gather(1, x.unsqueeze(1)).squeeze(1)
+
+
+def _child_table(parents: torch.Tensor, verifiable: torch.Tensor) -> torch.Tensor:
+    """children [B, N, C] of every node (verifiable children only, in index order, -1 padded).
+
+    A stable sort of the nodes by parent groups siblings in index order; a node's slot is its
+    rank inside its group. C >= 1."""
+    B, N = parents.shape
+    device = parents.device
+    group = torch.where(verifiable & (parents >= 0), parents, N)  # [B, N]; N = not a child
+    order = torch.sort(group, dim=1, stable=True).indices  # [B, N]
+    counts = torch.zeros(B, N + 1, dtype=torch.long, device=device).scatter_add_(1, group, torch.ones_like(group))
+    first = counts.cumsum(1) - counts  # [B, N + 1], where each group starts in `order`
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(N, device=device).expand(B, N))  # [B, N]
+    slot = rank - first.gather(1, group)  # [B, N]
+    width = max(int(counts[:, :N].max()) if N else 0, 1)
+    kids = torch.full((B, N + 1, width), -1, dtype=torch.long, device=device)
+    child = group < N
+    b_idx = torch.arange(B, device=device).unsqueeze(1).expand(B, N)
+    j_idx = torch.arange(N, device=device).expand(B, N)
+    kids[b_idx[child], group[child], slot[child]] = j_idx[child]
+    return kids[:, :N]
+
+
+def _height(parents: torch.Tensor, verifiable: torch.Tensor) -> int:
+    """Largest depth (root 0) of a verifiable node. parents [B, N] with parents[:, j] < j."""
+    depth = torch.zeros_like(parents)
+    for j in range(1, parents.shape[1]):
+        depth[:, j] = depth.gather(1, parents[:, j:j + 1].clamp(min=0)).squeeze(1) + 1
+    return int(torch.where(verifiable, depth, 0).max()) if parents.numel() else 0
+
+
+def _check_verify_input(p, tokens, parents, uniforms, verifiable):
+    for name, t, kind in (("p", p, "float"), ("tokens", tokens, "int"), ("parents", parents, "int"),
+                          ("uniforms", uniforms, "float")):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if (kind == "float") != t.is_floating_point() or t.dtype == torch.bool:
+            raise TypeError(f"{name}: expected a {kind} tensor, got {t.dtype}")
+    if p.dim() != 3:
+        raise ValueError(f"p: expected shape [B, N, V], got {tuple(p.shape)}")
+    B, N, V = p.shape
+    for name, t in (("tokens", tokens), ("parents", parents)):
+        if tuple(t.shape) != (B, N):
+            raise ValueError(f"{name}: expected shape [{B}, {N}] (as p), got {tuple(t.shape)}")
+    if uniforms.dim() != 2 or uniforms.shape[0] != B:
+        raise ValueError(f"uniforms: expected shape [{B}, n], got {tuple(uniforms.shape)}")
+    if bool(((uniforms < 0) | (uniforms >= 1) | torch.isnan(uniforms)).any()):
+        raise ValueError("uniforms: values must lie in [0, 1)")
+    if bool((parents[:, 0] != -1).any()) or bool((parents[:, 1:] < 0).any()):
+        raise ValueError("parents: node 0 must be the only root (parent -1)")
+    if bool((parents >= torch.arange(N, device=parents.device)).any()):
+        raise ValueError("parents: every node's parent must come before it (parents[b, j] < j)")
+    if bool(((tokens < 0) | (tokens >= V)).any()):
+        raise ValueError(f"tokens: token ids must lie in [0, {V})")
+    if not bool(torch.isfinite(p).all()) or bool((p < 0).any()):
+        raise ValueError("p: probabilities must be finite and >= 0")
+    if bool(((p.sum(-1, dtype=torch.float64) - 1).abs() > 1e-6).any()):
+        raise ValueError("p: probability rows must sum to 1")
+    if verifiable is None:
+        return torch.ones(B, N, dtype=torch.bool, device=p.device)
+    if not isinstance(verifiable, torch.Tensor) or verifiable.dtype != torch.bool or tuple(verifiable.shape) != (B, N):
+        raise ValueError(f"verifiable: expected a bool tensor of shape [{B}, {N}]")
+    return verifiable
+
+
+def point_mass_tree_uniforms(parents: torch.Tensor, verifiable: torch.Tensor | None = None) -> int:
+    """The most uniforms one row of `point_mass_tree_verify` can read: height * C + 1, with
+    height the largest depth of a verifiable node and C the largest number of (verifiable)
+    children (at most C tries per node entered, then one draw). parents int64 [B, N]."""
+    if verifiable is None:
+        verifiable = torch.ones_like(parents, dtype=torch.bool)
+    return _height(parents, verifiable) * _child_table(parents, verifiable).shape[-1] + 1
+
+
+def point_mass_tree_verify(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor,
+                           uniforms: torch.Tensor, verifiable: torch.Tensor | None = None):
+    """Verify a tree of point-mass candidates (deterministic drafts) against the target, per row.
+
+    From the root, at each node: try its children x (verifiable nodes only, in index order) with
+    acceptance p'(x), p' = p(. | node) at first and p' <- norm(max(p' - one-hot(x), 0)) after each
+    rejection (one uniform per try, `u < p'(x)`); on acceptance enter x; if none is accepted emit
+    Y ~ p' (one uniform, inverse CDF); at a node without children emit Y ~ p (bonus). This is
+    token verification with q = one-hot (Leviathan et al. 2023, arXiv 2211.17192; the reference
+    `point_mass` method) per child, i.e. SpecInfer's recursive rejection sampling (arXiv
+    2305.09781) with one point-mass proposal per child: every emitted token is an exact draw from
+    the target (lossless at any T; at T = 0 it follows the argmax).
+
+    Args:
+        p: float64 [B, N, V], p[b, j] = target distribution after node j's root path.
+        tokens: int64 [B, N], node j's token (node 0, the root, is the last emitted token).
+        parents: int64 [B, N], parents[b, 0] = -1 and 0 <= parents[b, j] < j otherwise.
+        uniforms: float [B, n], n >= `point_mass_tree_uniforms(parents, verifiable)`, in [0, 1).
+        verifiable: optional bool [B, N]: nodes that may be accepted (False: e.g. a lookahead
+            window riding in the same forward); default all.
+
+    Returns:
+        (path [B, N-1] int64: accepted node ids in order, -1 padded; num_accepted [B] int64;
+        y [B] int64: the correction/bonus token; consumed [B] int64: uniforms read).
+
+    Raises:
+        TypeError / ValueError: wrong dtypes or shapes, a second root, a parent after its child,
+        token ids outside [0, V), p rows that are not distributions, uniforms outside [0, 1).
+    """
+    verifiable = _check_verify_input(p, tokens, parents, uniforms, verifiable)
+    kids = _child_table(parents, verifiable)  # [B, N, C]
+    needed = _height(parents, verifiable) * kids.shape[-1] + 1
+    if uniforms.shape[1] < needed:
+        raise ValueError(f"uniforms: need at least {needed} per row, got {uniforms.shape[1]}")
+    return _walk(p, tokens, kids, uniforms)
+
+
+def _walk(p, tokens, kids, uniforms):
+    """The walk of `point_mass_tree_verify` on checked input; kids [B, N, C] from `_child_table`."""
+    B, N, V = p.shape
+    rows = torch.arange(B, device=p.device)
+    cursor = rules._Cursor(uniforms.to(p.device, torch.float64))
+    node = torch.zeros(B, dtype=torch.long, device=p.device)
+    done = torch.zeros(B, dtype=torch.bool, device=p.device)
+    y = torch.zeros(B, dtype=torch.long, device=p.device)
+    path = torch.full((B, max(N - 1, 1)), -1, dtype=torch.long, device=p.device)
+    tau = torch.zeros(B, dtype=torch.long, device=p.device)
+    for _ in range(N):
+        if bool(done.all()):
+            break
+        current = p[rows, node]  # [B, V], p' of the walk at this node
+        entered = torch.zeros(B, dtype=torch.bool, device=p.device)
+        nxt = node.clone()
+        for c in range(kids.shape[-1]):
+            kid = kids[rows, node, c]  # [B]
+            trying = ~done & ~entered & (kid >= 0)
+            x = tokens[rows, kid.clamp(min=0)]  # [B]
+            accepted = trying & bernoulli(_point_mass_accept(current, x), cursor.take(trying))
+            nxt = torch.where(accepted, kid, nxt)
+            entered |= accepted
+            rejected = (trying & ~accepted).unsqueeze(1)  # [B, 1]
+            one_hot = torch.nn.functional.one_hot(x, V).to(current.dtype)  # [B, V]
+            current = torch.where(rejected, rules.residual(current, one_hot), current)
+        stop = ~done & ~entered  # correction (after rejections) or bonus (leaf)
+        y = torch.where(stop, categorical(current, cursor.take(stop)), y)
+        path[rows[entered], tau[entered]] = nxt[entered]
+        tau = tau + entered.long()
+        node, done = nxt, done | stop
+    return path, tau, y, cursor.pos
+
+
+# ----------------------------------------------------------------------------------------------
+# Plumbing: token trees, one-sequence caches, the Jacobi window
+# ----------------------------------------------------------------------------------------------
+
+class _Tree:
+    """The nodes of one tree forward (node 0 = first token; -1 parent = attached to the cache)."""
+
+    def __init__(self):
+        self.tokens: list[int] = []
+        self.parents: list[int] = []
+        self.verifiable: list[bool] = []
+        self.children: list[dict[int, int]] = []  # trie children (verifiable nodes): token -> node
+
+    def add(self, token: int, parent: int, verifiable: bool = True) -> int:
+        self.tokens.append(int(token))
+        self.parents.append(parent)
+        self.verifiable.append(verifiable)
+        self.children.append({})
+        node = len(self.tokens) - 1
+        if verifiable and parent >= 0:
+            self.children[parent].setdefault(int(token), node)
+        return node
+
+    def add_chain(self, parent: int, tokens: Sequence[int], verifiable: bool = True) -> list[int]:
+        nodes = []
+        for t in tokens:
+            parent = self.add(t, parent, verifiable)
+            nodes.append(parent)
+        return nodes
+
+    def add_path(self, start: int, tokens: Sequence[int]) -> list[int]:
+        """Trie insert under `start`: shared prefixes reuse existing nodes. Returns the path nodes."""
+        nodes, node = [], start
+        for t in tokens:
+            nxt = self.children[node].get(int(t))
+            node = nxt if nxt is not None else self.add(t, node)
+            nodes.append(node)
+        return nodes
+
+    def tensors(self, device):
+        """(tokens [1, N], parents [1, N], verifiable [1, N]) on `device`."""
+        return (torch.tensor([self.tokens], dtype=torch.long, device=device),
+                torch.tensor([self.parents], dtype=torch.long, device=device),
+                torch.tensor([self.verifiable], dtype=torch.bool, device=device))
+
+    def height(self) -> int:
+        """Largest depth of a verifiable node (root 0)."""
+        depth = []
+        for parent in self.parents:
+            depth.append(depth[parent] + 1 if parent >= 0 else 0)
+        return max((d for d, v in zip(depth, self.verifiable) if v), default=0)
+
+    def __len__(self):
+        return len(self.tokens)
+
+
+class _SeqCache:
+    """One model's KV cache for one sequence and the tokens it holds (always compact)."""
+
+    def __init__(self, model: CausalLM, tokens: list[int]):
+        self.model = model
+        self.tokens = list(tokens)
+        if tokens:
+            _, self.cache = model.prefill(torch.tensor([tokens], dtype=torch.long, device=model.device))
+        else:
+            self.cache = model.new_cache()
+
+    def forward(self, tree: _Tree) -> torch.Tensor:
+        """Tree forward after the cached tokens -> logits [N, V]; the cache grows by N."""
+        tokens, parents, _ = tree.tensors(self.model.device)
+        return self.model.tree(self.cache, tokens, parents)[0]
+
+    def commit(self, tree: _Tree, nodes: list[int]) -> None:
+        """Keep the cached tokens plus tree nodes `nodes` (a root path, in order) after a forward."""
+        S = len(self.tokens)
+        positions = torch.tensor(list(range(S)) + [S + j for j in nodes], device=self.model.device)
+        gather_cache(self.cache, positions)
+        self.tokens += [tree.tokens[j] for j in nodes]
+
+    def rollback(self, length: int) -> None:
+        crop_cache(self.cache, length)
+        del self.tokens[length:]
+
+
+class _JacobiWindow:
+    """A lookahead (Jacobi) branch of W guesses hung after the current last token.
+
+    After a forward, the argmax at each window slot becomes that slot's next guess (the window
+    thus slides one position per forward). Along a slot s the tokens form a chain: the output of
+    forward t is the next input of slot s, whose output at forward t + 1 continues it; n
+    consecutive forwards give the phrase (input_t[s]; out_t[s], ..., out_{t+n-1}[s]) keyed by
+    input_t[s] (lookahead decoding's n-gram trajectories, Fu et al. 2024, arXiv 2402.02057, with
+    one level per forward instead of a 2D window).
+    """
+
+    def __init__(self, width: int, phrase_length: int, seed: Sequence[int]):
+        self.guesses = [int(seed[-width:][i % min(len(seed), width)]) for i in range(width)]
+        self.history: deque = deque(maxlen=phrase_length)  # (inputs, outputs) of recent forwards
+
+    def attach(self, tree: _Tree, anchor: int) -> list[int]:
+        return tree.add_chain(anchor, self.guesses, verifiable=False)
+
+    def update(self, outputs: list[int], pool: PhrasePool) -> None:
+        self.history.append((self.guesses, outputs))
+        self.guesses = list(outputs)
+        if len(self.history) == self.history.maxlen:
+            for s, key in enumerate(self.history[0][0]):
+                pool._insert(key, tuple(out[s] for _, out in self.history))
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared loop pieces
+# ----------------------------------------------------------------------------------------------
+
+@dataclass
+class PhraseStats(DecodeStats):
+    """`DecodeStats` plus pool counters of one call.
+
+    Attributes:
+        pool_lookups, pool_hits: pool queries during the call, and those that returned phrases.
+        draft_pool_tokens: draft tokens taken from pool phrases (matched by the draft model).
+        verified_pool_tokens: tokens the target accepted from pool phrases (suffixes after the
+            draft for Ouroboros, verification branches for lookahead).
+        pool_phrases: phrases in the pool at the end of the call.
+    """
+
+    pool_lookups: int = 0
+    pool_hits: int = 0
+    draft_pool_tokens: int = 0
+    verified_pool_tokens: int = 0
+    pool_phrases: int = 0
+
+
+def _check_pool(pool):
+    if pool is None:
+        return PhrasePool()
+    if not isinstance(pool, PhrasePool):
+        raise TypeError(f"pool: expected a PhrasePool or None, got {type(pool).__name__}")
+    return pool
+
+
+def _single_prompt(prompt_ids, model: CausalLM) -> list[int]:
+    prompt = _check_prompt(prompt_ids, model)
+    if prompt.shape[0] != 1:
+        raise ValueError(f"prompt_ids: one prompt (batch 1) per call, got batch {prompt.shape[0]}")
+    return prompt[0].tolist()
+
+
+def _candidates(pool: PhrasePool, key: int, limit: int, depth: int, vocab_size: int) -> list[tuple]:
+    """Up to `limit` newest phrases under `key`, cut to `depth` tokens; phrases with ids outside
+    the vocabulary (a pool shared with another tokenizer) are skipped."""
+    if depth < 1:
+        return []
+    out = []
+    for phrase in pool.candidates(key, limit):
+        if max(phrase) < vocab_size:
+            out.append(phrase[:depth])
+    return out
+
+
+def _verify(tcache: _SeqCache, tree: _Tree, temperature: float, source):
+    """One target tree forward and point-mass verification. Returns (accepted nodes, y, argmax
+    [N] of the target at every node)."""
+    logits = tcache.forward(tree)  # [N, V]
+    tokens, parents, verifiable = tree.tensors(logits.device)
+    p = probabilities(logits, temperature).unsqueeze(0)  # [1, N, V] float64
+    kids = _child_table(parents, verifiable)  # [1, N, C]
+    u = source.peek(1, tree.height() * kids.shape[-1] + 1, logits.device)
+    path, tau, y, consumed = _walk(p, tokens, kids, u)  # inputs are well formed by construction
+    source.advance(consumed)
+    nodes = path[0, :int(tau[0])].tolist()
+    tcache.commit(tree, [0] + nodes)
+    return nodes, int(y[0]), logits.argmax(-1).tolist()
+
+
+def _finish(name, out, N, accepted, iterations, t0, tf, df, pool, lookups, hits, drafted, verified):
+    return DecodeResult(torch.tensor([out[:N]], dtype=torch.long), PhraseStats(
+        name, iterations=iterations, target_forwards=tf, draft_forwards=df,
+        accepted_lengths=torch.tensor(accepted, dtype=torch.long), wall_time_s=time.perf_counter() - t0,
+        pool_lookups=pool.lookups - lookups, pool_hits=pool.hits - hits, draft_pool_tokens=drafted,
+        verified_pool_tokens=verified, pool_phrases=len(pool)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Ouroboros
+# ----------------------------------------------------------------------------------------------
+
+def _draft_forward(dcache: _SeqCache, context: list[int], pool: PhrasePool, window: _JacobiWindow | None,
+                   room: int, num_candidates: int) -> tuple[list[int], int]:
+    """One draft forward: unseen tokens, then pool phrases keyed by the last token (trie, at most
+    room - 1 deep) and the Jacobi window. Returns (new draft tokens: the longest phrase prefix
+    matching the draft's argmax then its argmax after it, 1..room tokens; phrase tokens used)."""
+    tree = _Tree()
+    pending = tree.add_chain(-1, context[len(dcache.tokens):])
+    anchor = pending[-1]
+    for phrase in _candidates(pool, context[-1], num_candidates, room - 1, dcache.model.vocab_size):
+        tree.add_path(anchor, phrase)
+    slots = window.attach(tree, anchor) if window is not None else []
+    greedy = dcache.forward(tree).argmax(-1).tolist()  # [N], the draft's point-mass choices
+    path, node = [], anchor
+    while greedy[node] in tree.children[node]:  # longest phrase prefix the draft agrees with
+        node = tree.children[node][greedy[node]]
+        path.append(node)
+    dcache.commit(tree, pending + path)
+    if window is not None:
+        window.update([greedy[j] for j in slots], pool)
+    return [tree.tokens[j] for j in path] + [greedy[node]], len(path)
+
+
+def _draft(dcache, seq, pool, window, L, K):
+    """Draft L tokens phrase by phrase. Returns (draft, draft forwards, pool tokens used)."""
+    common = 0  # the draft cache must hold a proper prefix of seq (its last token is unseen)
+    limit = min(len(dcache.tokens), len(seq) - 1)
+    while common < limit and dcache.tokens[common] == seq[common]:
+        common += 1
+    dcache.rollback(common)
+    draft, forwards, used = [], 0, 0
+    while len(draft) < L:
+        new, from_pool = _draft_forward(dcache, seq + draft, pool, window, L - len(draft), K)
+        draft += new
+        forwards, used = forwards + 1, used + from_pool
+    return draft, forwards, used
+
+
+def _check_models(target, draft):
+    for name, model in (("target", target), ("draft", draft)):
+        if not isinstance(model, CausalLM):
+            raise TypeError(f"{name}: expected a CausalLM, got {type(model).__name__}")
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"draft: vocab_size {draft.vocab_size} differs from target's {target.vocab_size}")
+    if draft.device != target.device:
+        raise ValueError(f"draft: on {draft.device}, target on {target.device}")
+
+
+def _check_window(value, name):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name}: must be >= 0, got {value}")
+    return value
+
+
+def ouroboros_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_tokens: int,
+                          pool: PhrasePool | None = None, draft_length: int = 4, num_candidates: int = 3,
+                          window: int = 4, temperature: float = 0.0, uniforms=None) -> DecodeResult:
+    """Ouroboros speculative decoding (Zhao et al. 2024, arXiv 2402.13720) of one prompt.
+
+    See the module docstring for one iteration (phrase-by-phrase drafting with the draft model,
+    one target tree forward over the draft plus pool suffixes, point-mass verification, pool
+    filling and candidate refinement).
+
+    Args:
+        target, draft: `CausalLM`s over one vocabulary, on one device.
+        prompt_ids: int [n] or [1, n], n >= 1.
+        max_new_tokens: N >= 1; exactly N tokens are generated.
+        pool: a `PhrasePool` to read and fill (pass the same one to later calls to keep it warm);
+            None: a fresh `PhrasePool()`.
+        draft_length: L >= 1 draft tokens per iteration (Ouroboros' gamma).
+        num_candidates: K >= 1 newest pool phrases tried per lookup (draft side and target side).
+        window: W >= 0 Jacobi window slots in every draft forward (0: no draft lookahead).
+        temperature: T >= 0 of the target (0: greedy, output = target-only greedy).
+        uniforms: `UniformSource`, an int seed, or None (read by verification only).
+
+    Returns:
+        `DecodeResult`: tokens int64 [1, N]; stats a `PhraseStats` (forwards incl. prefills,
+        accepted lengths per iteration, pool counters).
+
+    Raises:
+        TypeError / ValueError: non-`CausalLM` models, vocabulary or device mismatch, bad prompt
+        (or a batch of more than one), N / L / K < 1, W < 0, bad temperature, pool, or uniforms.
+    """
+    _check_models(target, draft)
+    seq = _single_prompt(prompt_ids, target)
+    N = _check_positive(max_new_tokens, "max_new_tokens")
+    L = _check_positive(draft_length, "draft_length")
+    K = _check_positive(num_candidates, "num_candidates")
+    W = _check_window(window, "window")
+    T = _check_temperature(temperature, "temperature")
+    pool, source = _check_pool(pool), as_uniform_source(uniforms)
+    t0, tf0, df0 = time.perf_counter(), target.forward_count, draft.forward_count
+    lookups, hits = pool.lookups, pool.hits
+    tcache, dcache = _SeqCache(target, seq[:-1]), _SeqCache(draft, seq[:-1])
+    jacobi = _JacobiWindow(W, pool.phrase_length, seq) if W else None
+    start, accepted, drafted, verified = len(seq), [], 0, 0
+    while len(seq) - start < N:
+        proposal, _, used = _draft(dcache, seq, pool, jacobi, L, K)
+        drafted += used
+        tree, anchor = _ouroboros_tree(seq[-1], proposal, pool, K, target.vocab_size)
+        nodes, y, argmax = _verify(tcache, tree, T, source)
+        accepted.append(len(nodes))
+        verified += sum(1 for j in nodes if j > anchor)
+        before = len(seq)
+        seq += [tree.tokens[j] for j in nodes] + [y]
+        pool.add_ngrams(seq[max(0, before - pool.phrase_length):])  # (b) the verified output
+        _refine(pool, tree, anchor, argmax)  # (c) the target's continuations of the suffixes
+    return _finish("ouroboros", seq[start:], N, accepted, len(accepted), t0, target.forward_count - tf0,
+                   draft.forward_count - df0, pool, lookups, hits, drafted, verified)
+
+
+def _ouroboros_tree(last: int, proposal: list[int], pool: PhrasePool, K: int, vocab_size: int):
+    """The verification tree: root = last emitted token, then the draft, then the K newest pool
+    phrases keyed by the last draft token as a trie under it. Returns (tree, draft-end node)."""
+    tree = _Tree()
+    anchor = tree.add_chain(-1, [last] + list(proposal))[-1]
+    for phrase in _candidates(pool, proposal[-1], K, pool.phrase_length, vocab_size):
+        tree.add_path(anchor, phrase)
+    return tree, anchor
+
+
+def _lookahead_tree(last: int, pool: PhrasePool, K: int, vocab_size: int, window: _JacobiWindow | None):
+    """Root = last emitted token; the K newest pool phrases keyed by it (trie); the Jacobi window
+    (not verifiable). Returns (tree, window slot nodes)."""
+    tree = _Tree()
+    root = tree.add(last, -1)
+    for phrase in _candidates(pool, last, K, pool.phrase_length, vocab_size):
+        tree.add_path(root, phrase)
+    return tree, (window.attach(tree, root) if window is not None else [])
+
+
+def _refine(pool: PhrasePool, tree: _Tree, anchor: int, argmax: list[int]) -> None:
+    """Candidate refinement: for every pool phrase hung at `anchor`, the target's argmax after
+    the anchor and after each phrase token but the last is the target's own phrase for the
+    anchor's token; insert it (the newest entry). argmax: [N] over the tree's nodes."""
+    n = pool.phrase_length
+    for first in tree.children[anchor].values():
+        node, refined = first, [argmax[anchor]]
+        while len(refined) < n:
+            refined.append(argmax[node])
+            if not tree.children[node]:
+                break
+            node = next(iter(tree.children[node].values()))
+        if len(refined) == n:
+            pool._insert(tree.tokens[anchor], tuple(refined))
+
+
+# ----------------------------------------------------------------------------------------------
+# Lookahead baseline (target only)
+# ----------------------------------------------------------------------------------------------
+
+def lookahead_speculative(target: CausalLM, prompt_ids, max_new_tokens: int, pool: PhrasePool | None = None,
+                          num_candidates: int = 3, window: int = 4, temperature: float = 0.0,
+                          uniforms=None) -> DecodeResult:
+    """Lookahead-style decoding without a draft model (after Fu et al. 2024, arXiv 2402.02057).
+
+    Every iteration is ONE target tree forward of [last token, the K newest pool phrases keyed by
+    it (verification branches, a trie), a Jacobi window of W guesses (lookahead branch, never
+    accepted)]; point-mass verification of the branches; the window's argmax outputs become its
+    next guesses and, over `pool.phrase_length` forwards, pool phrases; the verified output's
+    n-grams are added too. Simplified (see the module docstring): one window level per forward.
+
+    Args:
+        target: `CausalLM`. prompt_ids: int [n] or [1, n], n >= 1. max_new_tokens: N >= 1.
+        pool: a `PhrasePool` (kept warm across calls) or None (a fresh one).
+        num_candidates: K >= 1 verification branches. window: W >= 0 lookahead slots.
+        temperature: T >= 0 (0: output = target-only greedy). uniforms: as `ouroboros_speculative`.
+
+    Returns:
+        `DecodeResult`: tokens int64 [1, N]; stats a `PhraseStats` (draft_forwards = 0).
+
+    Raises:
+        TypeError / ValueError: non-`CausalLM` target, bad prompt (or batch > 1), N / K < 1,
+        W < 0, bad temperature, pool or uniforms.
+    """
+    if not isinstance(target, CausalLM):
+        raise TypeError(f"target: expected a CausalLM, got {type(target).__name__}")
+    seq = _single_prompt(prompt_ids, target)
+    N = _check_positive(max_new_tokens, "max_new_tokens")
+    K = _check_positive(num_candidates, "num_candidates")
+    W = _check_window(window, "window")
+    T = _check_temperature(temperature, "temperature")
+    pool, source = _check_pool(pool), as_uniform_source(uniforms)
+    t0, tf0 = time.perf_counter(), target.forward_count
+    lookups, hits = pool.lookups, pool.hits
+    tcache = _SeqCache(target, seq[:-1])
+    jacobi = _JacobiWindow(W, pool.phrase_length, seq) if W else None
+    start, accepted, verified = len(seq), [], 0
+    while len(seq) - start < N:
+        tree, slots = _lookahead_tree(seq[-1], pool, K, target.vocab_size, jacobi)
+        nodes, y, argmax = _verify(tcache, tree, T, source)
+        accepted.append(len(nodes))
+        verified += len(nodes)
+        if jacobi is not None:
+            jacobi.update([argmax[j] for j in slots], pool)
+        before = len(seq)
+        seq += [tree.tokens[j] for j in nodes] + [y]
+        pool.add_ngrams(seq[max(0, before - pool.phrase_length):])
+    return _finish("lookahead", seq[start:], N, accepted, len(accepted), t0, target.forward_count - tf0,
+                   0, pool, lookups, hits, 0, verified)
