@@ -121,6 +121,10 @@ def _comma_list(text: str) -> tuple:
     return items
 
 
+def _int_list(text: str) -> tuple:
+    return tuple(_positive_int(item) for item in _comma_list(text))
+
+
 def _temperatures(text: str) -> tuple:
     try:
         values = tuple(float(item) for item in _comma_list(text))
@@ -139,12 +143,17 @@ def _add_bench(sub) -> None:
     target, draft = "qwen2.5-coder-1.5b-instruct-q4_k_m", "qwen2.5-coder-0.5b-instruct-q4_k_m"
     p.add_argument("--target", default=target, help=f"built-in name, local path or HF id (default {target})")
     p.add_argument("--draft", default=draft, help=f"built-in name, local path or HF id (default {draft})")
-    p.add_argument("--prompts", type=_positive_int, default=10, help="first N HumanEval prompts (default 10)")
-    p.add_argument("--max-new-tokens", type=_positive_int, default=128, help="tokens per prompt (default 128)")
+    p.add_argument("--prompts", type=_positive_int, default=None,
+                   help="first N HumanEval prompts (default 10; with --batch-size the largest B)")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=None,
+                   help="tokens per prompt (default 128; with --batch-size 64)")
+    p.add_argument("--batch-size", type=_int_list, default=None, metavar="B,B,...",
+                   help="batched mode (EMS-SD vs padded, e.g. 1,2,4,8): speedup over batched target-only "
+                        "per B; methods token, block, prompt_lookup (default block)")
     p.add_argument("--methods", type=_comma_list, default=None,
                    help="runners, e.g. hf,token,block,gbv:K=3 (target_only always runs; default "
                         "hf,token,block,gbv:K=3)")
-    p.add_argument("--temperatures", type=_temperatures, default=(0.0, 1.0), help="default 0,1")
+    p.add_argument("--temperatures", type=_temperatures, default=None, help="default 0,1 (batched: 0)")
     p.add_argument("--draft-length", type=_positive_int, default=4, help="L (default 4)")
     p.add_argument("--num-paths", type=_positive_int, default=3, help="K of multi-path methods (default 3)")
     p.add_argument("--dtype", choices=("bfloat16", "float32", "float16"), default="bfloat16")
@@ -174,22 +183,45 @@ def _run_bench(args) -> int:
         print(f"verispec bench needs the torch extra: {err}", file=sys.stderr)
         return 2
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    config = bench.BenchConfig(target=args.target, draft=args.draft, prompts=args.prompts,
-                               max_new_tokens=args.max_new_tokens,
-                               methods=args.methods or bench.DEFAULT_METHODS, temperatures=args.temperatures,
-                               draft_length=args.draft_length, num_paths=args.num_paths, dtype=args.dtype,
-                               device=args.device or ("cuda" if _cuda() else "cpu"),
-                               threads=args.threads or 0, seed=args.seed, device_map=args.device_map)
+    device = args.device or ("cuda" if _cuda() else "cpu")
+    common = dict(target=args.target, draft=args.draft, dtype=args.dtype, device=device,
+                  threads=args.threads or 0, seed=args.seed, device_map=args.device_map)
+    console = Console(width=max(Console().width, 120))
+    if args.batch_size:
+        return _run_batched_bench(args, common, console)
+    config = bench.BenchConfig(prompts=args.prompts or 10, max_new_tokens=args.max_new_tokens or 128,
+                               methods=args.methods or bench.DEFAULT_METHODS,
+                               temperatures=args.temperatures or (0.0, 1.0), draft_length=args.draft_length,
+                               num_paths=args.num_paths, **common)
     try:
         runners = [bench.parse_runner(m, config.draft_length, config.num_paths) for m in config.methods]
     except ValueError as err:
         print(f"verispec bench: {err}", file=sys.stderr)
         return 2
     output = args.output or bench.default_output(config.device)
-    console = Console(width=max(Console().width, 120))
-    total = args.prompts * len(config.temperatures) * (1 + sum(r.name != "target_only" for r in runners))
+    total = config.prompts * len(config.temperatures) * (1 + sum(r.name != "target_only" for r in runners))
+    try:
+        results = _with_progress(console, total, lambda step: bench.run_bench(
+            config, output, fresh=args.fresh, progress=step, plot=not args.no_plot))
+    except ValueError as err:
+        console.print(f"[red]verispec bench: {err}[/]")
+        return 2
+    env = results["environment"]
+    console.print(bench.format_table(results["summary"], title=(
+        f"verispec bench: {config.target} / {config.draft}, HumanEval, {config.max_new_tokens} tokens, "
+        f"{config.dtype} on {env['device_name']} ({env['torch_threads']} threads), "
+        f"L={config.draft_length} K={config.num_paths}")))
+    console.print("speedup: decode-phase tokens/s over target-only's in this run (every runner starts from the "
+                  "same prefilled cache; hf: its wall time minus our measured prefills); e2e: prefill included")
+    console.print(f"results: {output}" + (f", plot: {results['plot']}" if results.get("plot") else ""))
+    return 0
+
+
+def _with_progress(console, total, run):
+    """Run `run(step)` under a progress bar; `step(description)` starts the next unit."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("loading models", total=total)
@@ -201,20 +233,40 @@ def _run_bench(args) -> int:
             state["started"] = True
             progress.update(task, description=description)
 
-        try:
-            results = bench.run_bench(config, output, fresh=args.fresh, progress=step, plot=not args.no_plot)
-        except ValueError as err:
-            console.print(f"[red]verispec bench: {err}[/]")
-            return 2
+        results = run(step)
         progress.update(task, completed=total)
+    return results
+
+
+def _run_batched_bench(args, common, console) -> int:
+    from .empirical import bench_batched
+
+    config = bench_batched.BatchedBenchConfig(
+        prompts=args.prompts or max(args.batch_size), max_new_tokens=args.max_new_tokens or 64,
+        batch_sizes=args.batch_size, methods=args.methods or ("block",), temperatures=args.temperatures or (0.0,),
+        draft_length=args.draft_length, **common)
+    try:
+        config.check()
+    except ValueError as err:
+        print(f"verispec bench: {err}", file=sys.stderr)
+        return 2
+    output = args.output
+    units = sum(config.prompts // B for B in config.batch_sizes) * len(config.temperatures) * (
+        1 + 2 * len(config.methods))
+    try:
+        results = _with_progress(console, units, lambda step: bench_batched.run_batched_bench(
+            config, output, fresh=args.fresh, progress=step, plot=not args.no_plot))
+    except ValueError as err:
+        console.print(f"[red]verispec bench: {err}[/]")
+        return 2
     env = results["environment"]
-    console.print(bench.format_table(results["summary"], title=(
-        f"verispec bench: {config.target} / {config.draft}, {config.prompts} HumanEval prompts, "
-        f"{config.max_new_tokens} tokens, {config.dtype} on {env['device_name']} ({env['torch_threads']} threads), "
-        f"L={config.draft_length} K={config.num_paths}")))
-    console.print("speedup: decode-phase tokens/s over target-only's in this run (every runner starts from the "
-                  "same prefilled cache; hf: its wall time minus our measured prefills); e2e: prefill included")
-    console.print(f"results: {output}" + (f", plot: {results['plot']}" if results.get("plot") else ""))
+    console.print(bench_batched.format_batched_table(results["summary"], title=(
+        f"verispec bench --batch-size: {config.prompts} HumanEval prompts, {config.max_new_tokens} tokens, "
+        f"{config.dtype} on {env['device_name']} ({env['torch_threads']} threads), L={config.draft_length}")))
+    console.print("speedup: batched target-only's wall time / the runner's, same prompts and B (prefill included); "
+                  "vanilla pads inputs and KV cache, ems (EMS-SD) packs them unpadded")
+    if results.get("plot"):
+        console.print(f"plot: {results['plot']}")
     return 0
 
 

@@ -183,3 +183,38 @@ def test_real_pair_smoke(tmp_path):
     assert rows["block"]["block_efficiency"] > 1.0  # the 0.5B drafts Python well for the 1.5B
     for d in rows["block"]["divergences"]:  # bf16: only near-ties may flip the argmax
         assert d["top2_margin"] < 0.5 and d["chose_runner_up"], d
+
+
+def test_batched_bench_vanilla_and_ems_against_batched_target_only(tiny_pair, tmp_path):
+    from verispec.empirical import bench_batched
+
+    prompts = PROMPTS + [{"task_id": "t/2", "prompt": "xyzxyzxyzxy"}, {"task_id": "t/3", "prompt": "q"}]
+    cfg = bench_batched.BatchedBenchConfig(prompts=4, max_new_tokens=8, batch_sizes=(1, 2, 4),
+                                           methods=("block", "prompt_lookup"), temperatures=(0.0,), dtype="float32")
+    out = str(tmp_path / "batched.json")
+    results = bench_batched.run_batched_bench(cfg, out, pair=tiny_pair, prompts=prompts)
+    rows = {(r["runner"], r["batch_size"]): r for r in results["summary"]}
+    assert set(rows) == {(r, B) for r in ("target_only", "block/vanilla", "block/ems", "prompt_lookup/vanilla",
+                                          "prompt_lookup/ems") for B in (1, 2, 4)}
+    for (runner, B), row in rows.items():
+        assert row["greedy_match_rate"] == 1.0, (runner, B)  # fp32: every row is target-only greedy
+        assert row["tokens"] == 4 * 8 and row["batches"] == 4 // B
+        if runner.endswith("/ems"):
+            assert row["padded_kv_slots"] == 0  # EMS-SD never writes a padded slot
+    assert rows[("block/vanilla", 4)]["padded_kv_slots"] > 0  # prompts of different lengths: padding
+    assert results["plot"] and os.path.getsize(results["plot"]) > 0
+    again = bench_batched.run_batched_bench(cfg, out, pair=tiny_pair, prompts=prompts, plot=False)
+    assert again["records"] == results["records"]  # resumed: nothing re-run
+    with pytest.raises(ValueError, match="prompts"):
+        bench_batched.BatchedBenchConfig(prompts=2, batch_sizes=(4,)).check()
+    with pytest.raises(ValueError, match="methods"):
+        bench_batched.BatchedBenchConfig(methods=("gbv",)).check()
+
+
+def test_cli_bench_rejects_bad_runner(capsys):
+    from verispec.cli import main
+
+    assert main(["bench", "--methods", "nope"]) == 2
+    assert "unknown runner" in capsys.readouterr().err
+    assert main(["bench", "--batch-size", "4", "--prompts", "2"]) == 2
+    assert "prompts" in capsys.readouterr().err

@@ -1,0 +1,234 @@
+"""`verispec bench --batch-size 1,2,4,8`: batched speculative decoding, padded ("vanilla") vs
+unpadded (EMS-SD, Ni et al. 2024, arXiv 2405.07542), each against batched target-only decoding at
+the same batch size B, as in EMS-SD's Figure 1 (speedup vs B).
+
+The first `prompts` HumanEval prompts (P, at least the largest B) are cut into consecutive batches
+of B (P rounded down to a multiple of B), so every B decodes the same prompts. Per batch and
+temperature, runners: ``target_only`` (`batched_target_only`) and, for every method (``token``,
+``block``: draft-model chains; ``prompt_lookup``: n-gram drafts verified by the token rule), both
+implementations of `verispec.empirical.batched.batched_speculative`. Times are wall-clock of the
+whole call (prefill included, the same prompts for all runners of a B); speedup = target-only's
+time / the runner's at the same B and T. Each record also keeps the KV accounting (padded slots
+written, peak slots) and, at T = 0, whether every row equals batched target-only greedy.
+
+Results: JSON written atomically after every record, resumable like `verispec bench`
+(`benchmarks/results/bench_batched_<device>.json`), a table, and a plot of speedup vs B.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .._io import write_json_atomic
+from .bench import PeakMemory, _environment, default_output
+from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
+
+__all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "run_batched_bench", "summarize_batched",
+           "format_batched_table", "plot_batched"]
+
+#: method -> (rule, drafter) of `batched_speculative`.
+BATCHED_METHODS = {"token": ("token", "model"), "block": ("block", "model"),
+                   "prompt_lookup": ("token", "prompt_lookup")}
+IMPLEMENTATIONS = ("vanilla", "ems")
+
+
+@dataclass
+class BatchedBenchConfig:
+    """What `run_batched_bench` measures (CLI: `verispec bench --batch-size ...`)."""
+
+    target: str = DEFAULT_TARGET
+    draft: str = DEFAULT_DRAFT
+    prompts: int = 8
+    max_new_tokens: int = 64
+    batch_sizes: tuple = (1, 2, 4, 8)
+    methods: tuple = ("block",)
+    temperatures: tuple = (0.0,)
+    draft_length: int = 3
+    dtype: str = "bfloat16"
+    device: str = "cpu"
+    threads: int = 0
+    seed: int = 0
+    device_map: str | None = None
+
+    def identity(self) -> dict:
+        """Fields every record depends on (a resumed file must share them)."""
+        out = asdict(self)
+        for name in ("threads", "prompts", "batch_sizes", "methods", "temperatures", "device_map"):
+            out.pop(name)
+        return out
+
+    def check(self) -> None:
+        """Raises ValueError naming the field: unknown method, B < 1, fewer prompts than max B."""
+        for m in self.methods:
+            if m not in BATCHED_METHODS:
+                raise ValueError(f"methods: {m!r} is not batched; known: {', '.join(BATCHED_METHODS)}")
+        if not self.batch_sizes or any(not isinstance(b, int) or b < 1 for b in self.batch_sizes):
+            raise ValueError(f"batch_sizes: expected ints >= 1, got {self.batch_sizes!r}")
+        if self.prompts < max(self.batch_sizes):
+            raise ValueError(f"prompts: {self.prompts} prompts cannot fill a batch of {max(self.batch_sizes)}")
+
+
+def _runners(config):
+    return ["target_only"] + [f"{m}/{impl}" for m in config.methods for impl in IMPLEMENTATIONS]
+
+
+def _run(runner, pair, batch, config, T):
+    from .batched import batched_speculative, batched_target_only
+
+    N = config.max_new_tokens
+    if runner == "target_only":
+        return batched_target_only(pair.target, batch, N, T, uniforms=config.seed)
+    method, implementation = runner.split("/")
+    rule, drafter = BATCHED_METHODS[method]
+    return batched_speculative(pair.target, pair.draft if drafter == "model" else None, batch, N, method=rule,
+                               draft_length=config.draft_length, temperature=T, implementation=implementation,
+                               drafter=drafter, uniforms=config.seed)
+
+
+def _record(result, memory) -> dict:
+    s = result.stats
+    return {"tokens": result.tokens.tolist(), "wall_s": s.wall_time_s, "target_forwards": s.target_forwards,
+            "draft_forwards": s.draft_forwards, "accepted_sum": float(s.accepted_lengths.double().sum()),
+            "accepted_count": int(s.accepted_lengths.numel()),
+            "padded_kv_slots": int(getattr(s, "padded_kv_slots", 0)),
+            "peak_kv_slots": int(getattr(s, "peak_kv_slots", 0)), "peak_memory_mb": memory.peak_mb}
+
+
+def _load(path, config, fresh):
+    import json
+
+    if fresh or not os.path.exists(path):
+        return {"config": config.identity(), "records": {}}
+    with open(path) as handle:
+        results = json.load(handle)
+    if results.get("config") != config.identity():
+        raise ValueError(f"output: {path} holds a run with another configuration; pass --fresh or --output")
+    return results
+
+
+def run_batched_bench(config: BatchedBenchConfig, output: str | None = None, *, fresh: bool = False, pair=None,
+                      prompts=None, progress=None, plot: bool = True) -> dict:
+    """Run (or resume) the batched benchmark; returns the results dict (also written to `output`,
+    default benchmarks/results/bench_batched_<device>.json). Arguments as `bench.run_bench`.
+
+    Raises:
+        ValueError: bad configuration (`BatchedBenchConfig.check`) or an output file from another one.
+    """
+    config.check()
+    output = output or default_output(config.device).replace("bench_real_", "bench_batched_")
+    results = _load(output, config, fresh)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    if pair is None:
+        from .weights import load_pair
+
+        pair = load_pair(config.target, config.draft, dtype=getattr(torch, config.dtype), device=config.device,
+                         device_map=config.device_map)
+    if prompts is None:
+        from .prompts import humaneval_prompts
+
+        prompts = humaneval_prompts(config.prompts)
+    ids = [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids[0] for p in prompts]  # each [n_i]
+    results["environment"] = _environment(config, torch.get_num_threads())
+    small = BatchedBenchConfig(**{**asdict(config), "max_new_tokens": 2})
+    for runner in _runners(config):  # warm-up
+        _run(runner, pair, ids[:2], small, 1.0)
+    for B in config.batch_sizes:
+        for i in range(len(ids) // B):
+            for T in config.temperatures:
+                for runner in _runners(config):
+                    key = f"{runner}|B={B}|T={float(T):g}|{i}"
+                    if key in results["records"]:
+                        continue
+                    if progress:
+                        progress(f"B={B} batch {i} {runner} T={float(T):g}")
+                    with PeakMemory(config.device) as memory:
+                        result = _run(runner, pair, ids[i * B:(i + 1) * B], config, float(T))
+                    results["records"][key] = _record(result, memory)
+                    write_json_atomic(output, results)
+    results["summary"] = summarize_batched(results)
+    write_json_atomic(output, results)
+    if plot:
+        results["plot"] = plot_batched(results["summary"], os.path.splitext(output)[0] + ".png")
+    return results
+
+
+def summarize_batched(results: dict) -> list[dict]:
+    """One row per (runner, B, T): tokens/s, speedup over target-only at the same B and T (over
+    the batches both ran), block efficiency, padded KV slots per batch, peak KV slots, peak
+    memory, and at T = 0 the fraction of rows equal to batched target-only greedy."""
+    groups: dict = {}
+    for key, record in results["records"].items():
+        runner, B, T, batch = key.split("|")
+        groups.setdefault((runner, int(B[2:]), float(T[2:])), {})[batch] = record
+    rows = []
+    for (runner, B, T), done in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0] != "target_only")):
+        base = groups.get(("target_only", B, T), {})
+        common = [b for b in done if b in base]
+        if not common:
+            continue
+        tokens = sum(len(done[b]["tokens"]) * len(done[b]["tokens"][0]) for b in common)
+        wall = sum(done[b]["wall_s"] for b in common)
+        count = sum(done[b]["accepted_count"] for b in common)
+        row = {"runner": runner, "batch_size": B, "temperature": T, "batches": len(common), "tokens": tokens,
+               "tokens_per_s": tokens / wall, "speedup": sum(base[b]["wall_s"] for b in common) / wall,
+               "block_efficiency": (sum(done[b]["accepted_sum"] for b in common) / count + 1.0)
+               if runner != "target_only" and count else 1.0,
+               "padded_kv_slots": sum(done[b]["padded_kv_slots"] for b in common) / len(common),
+               "peak_kv_slots": max(done[b]["peak_kv_slots"] for b in common),
+               "peak_memory_mb": max((done[b]["peak_memory_mb"] or 0.0) for b in common)}
+        if T == 0:
+            pairs = [(r, s) for b in common for r, s in zip(done[b]["tokens"], base[b]["tokens"])]
+            row["greedy_match_rate"] = sum(r == s for r, s in pairs) / len(pairs)
+        rows.append(row)
+    return rows
+
+
+_COLUMNS = (("runner", "runner", "{}"), ("B", "batch_size", "{}"), ("T", "temperature", "{:g}"),
+            ("batches", "batches", "{}"), ("block eff.", "block_efficiency", "{:.2f}"),
+            ("tok/s", "tokens_per_s", "{:.2f}"), ("speedup", "speedup", "{:.2f}x"),
+            ("padded KV slots", "padded_kv_slots", "{:.0f}"), ("peak KV slots", "peak_kv_slots", "{}"),
+            ("peak MB", "peak_memory_mb", "{:.0f}"), ("greedy match", "greedy_match_rate", "{:.0%}"))
+
+
+def format_batched_table(summary: list[dict], title: str = "verispec bench --batch-size"):
+    """A `rich.table.Table` of the summary rows."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for header, _, _ in _COLUMNS:
+        table.add_column(header, justify="left" if header == "runner" else "right")
+    for row in summary:
+        table.add_row(*[fmt.format(row[key]) if row.get(key) is not None else "-" for _, key, fmt in _COLUMNS])
+    return table
+
+
+def plot_batched(summary: list[dict], path: str) -> str | None:
+    """Speedup over batched target-only vs B, one line per (runner, T) -> PNG path (None without
+    matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    lines = sorted({(r["runner"], r["temperature"]) for r in summary if r["runner"] != "target_only"})
+    for runner, T in lines:
+        pts = sorted((r["batch_size"], r["speedup"]) for r in summary if (r["runner"], r["temperature"]) == (runner, T))
+        ax.plot([b for b, _ in pts], [s for _, s in pts], marker="o", label=f"{runner} T={T:g}")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size B")
+    ax.set_ylabel("speedup over batched target-only")
+    ax.set_title("batched speculative decoding: vanilla (padded) vs EMS-SD")
+    ax.legend()
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
