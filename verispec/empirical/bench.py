@@ -406,6 +406,13 @@ def _summary_row(spec, T, done, base, prefill, common):
     return row
 
 
+#: Logit margin (top-1 minus top-2 of target-only's 1-row forward) at or below which a greedy
+#: divergence counts as a near-tie: bf16 has 8 significant bits, so logits of magnitude 16-32 are
+#: spaced 0.125 apart and a 1-row and a multi-row forward (other GEMM summation orders) can
+#: swap two tokens within 2 such steps.
+NEAR_TIE = 0.25
+
+
 def _greedy_match(done, base, common):
     """Greedy match rate vs target-only; each first divergence with the target-only 1-row
     forward's top-1/top-2 logit margin there and whether the method chose the runner-up."""
@@ -418,6 +425,7 @@ def _greedy_match(done, base, common):
         divergences.append({"task_id": t, "index": i, "token": done[t]["tokens"][i],
                             "target_only_token": base[t]["tokens"][i],
                             "top2_margin": margins[i] if margins else None,
+                            "near_tie": bool(margins and margins[i] <= NEAR_TIE),
                             "chose_runner_up": bool(runner_up and runner_up[i] == done[t]["tokens"][i])})
     matched = [min((_first_divergence(done[t]["tokens"], base[t]["tokens"]) or len(base[t]["tokens"])),
                    len(base[t]["tokens"])) / len(base[t]["tokens"]) for t in common]
