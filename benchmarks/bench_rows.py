@@ -1,0 +1,85 @@
+"""How the cost of a forward grows with the number of token rows, per dtype, on this machine.
+
+Speculative decoding pays off when verifying L + 1 tokens in one target forward costs about as
+much as one token. This measures that premise: the time of one GEMM with the target's MLP shape
+(1536 -> 8960, Qwen2.5-1.5B) for M = 1..32 rows, in bfloat16 and float32, as a ratio to M = 1 in
+the same run; with ``--model``, also one forward of the real target (bf16, KV cache of a
+HumanEval prompt) for 1..16 new tokens. Prints a table and writes benchmarks/results/bench_rows.json.
+
+    python3 benchmarks/bench_rows.py [--model] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from verispec._io import write_json_atomic  # noqa: E402
+
+ROWS = (1, 2, 4, 8, 16, 32)
+
+
+def _time(fn, repeats):
+    fn()  # warm-up
+    start = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - start) / repeats
+
+
+def gemm_rows(dtype, repeats=20):
+    """{M: seconds} for x [M, 1536] @ W.T, W [8960, 1536]."""
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(8960, 1536, generator=g).to(dtype)
+    return {m: _time(lambda x=torch.randn(m, 1536, generator=g).to(dtype): x @ weight.T, repeats) for m in ROWS}
+
+
+def model_rows(repeats=3):
+    """{q: seconds} of one bf16 target forward of q new tokens after a HumanEval prompt."""
+    from verispec.empirical.prompts import humaneval_prompts
+    from verispec.empirical.weights import load_model
+
+    model, tokenizer = load_model(progress=False)
+    ids = tokenizer(humaneval_prompts(1)[0]["prompt"], return_tensors="pt").input_ids  # [1, n]
+    _, cache = model.forward(ids)
+    n = cache.get_seq_length()
+    out = {}
+    for q in (1, 2, 4, 8, 16):
+        def step(q=q):
+            model.forward(ids[:, -q:], cache)
+            cache.crop(n - cache.get_seq_length())  # back to the prompt (negative count, transformers 5)
+        out[q] = _time(step, repeats)
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="store_true", help="also time the real bf16 target (cached pair)")
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    results = {"machine": platform.machine(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+               "torch": torch.__version__, "threads": torch.get_num_threads(), "gemm": {}}
+    print(f"{'dtype':10} " + " ".join(f"M={m:<5}" for m in ROWS) + "   (time / time at M=1)")
+    for dtype in (torch.bfloat16, torch.float32):
+        t = gemm_rows(dtype)
+        results["gemm"][str(dtype)] = {"seconds": t, "ratio_to_1_row": {m: t[m] / t[1] for m in ROWS}}
+        print(f"{str(dtype)[6:]:10} " + " ".join(f"{t[m] / t[1]:<7.2f}" for m in ROWS) + f"   M=1: {t[1] * 1e3:.2f} ms")
+    if args.model:
+        t = model_rows()
+        results["target_forward_bf16"] = {"seconds": t, "ratio_to_1_row": {q: t[q] / t[1] for q in t}}
+        print("target bf16 forward, new tokens: " + ", ".join(f"{q}: {t[q]:.3f} s ({t[q] / t[1]:.2f}x)" for q in t))
+    path = os.path.join(os.path.dirname(__file__), "results", "bench_rows.json")
+    write_json_atomic(path, results)
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()
