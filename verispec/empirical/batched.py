@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import rules
-from .decode import DecodeResult, DecodeStats, _check_positive, _check_temperature, probabilities
+from .decode import DecodeResult, DecodeStats, _check_pair, _check_positive, _check_temperature, probabilities
 from .lookup import prompt_lookup_batch
 from .model import CausalLM, cache_length, crop_cache, gather_cache, select_cache_rows
 from .uniforms import as_uniform_source, categorical
@@ -400,11 +400,7 @@ def _check_speculative(target, draft, method, draft_length, max_new_tokens, temp
     _check_model(target, "target")
     _check_choice(drafter, "drafter", DRAFTERS)
     if drafter == "model":
-        _check_model(draft, "draft")
-        if draft.vocab_size != target.vocab_size:
-            raise ValueError(f"draft: vocab_size {draft.vocab_size} differs from target's {target.vocab_size}")
-        if draft.device != target.device:
-            raise ValueError(f"draft: on {draft.device}, target on {target.device}")
+        _check_pair(target, draft)
     _check_choice(method, "method", tuple(rules.CHAIN_RULES))
     _check_choice(implementation, "implementation", IMPLEMENTATIONS)
     return (_check_positive(draft_length, "draft_length"), _check_positive(max_new_tokens, "max_new_tokens"),

@@ -442,27 +442,51 @@ COLUMNS = (("runner", "runner", "{}"), ("T", "temperature", "{:g}"), ("prompts",
            ("greedy match", "greedy_match_rate", "{:.0%}"))
 
 
-def format_table(summary: list[dict], title: str = "verispec bench"):
-    """A `rich.table.Table` of the summary rows."""
+def table(columns, summary: list[dict], title: str):
+    """A `rich.table.Table` of summary rows; columns: (header, key, format) triples, "-" where a
+    row lacks the key."""
     from rich.table import Table
 
-    table = Table(title=title)
-    for header, _, _ in COLUMNS:
-        table.add_column(header, justify="left" if header == "runner" else "right")
+    out = Table(title=title)
+    for header, _, _ in columns:
+        out.add_column(header, justify="left" if header == "runner" else "right")
     for row in summary:
-        table.add_row(*[fmt.format(row[key]) if row.get(key) is not None else "-" for _, key, fmt in COLUMNS])
-    return table
+        out.add_row(*[fmt.format(row[key]) if row.get(key) is not None else "-" for _, key, fmt in columns])
+    return out
 
 
-def plot_summary(summary: list[dict], path: str) -> str | None:
-    """Bar charts of speedup and block efficiency per runner and temperature -> PNG path, or
-    None when matplotlib is missing."""
+def format_table(summary: list[dict], title: str = "verispec bench"):
+    """A `rich.table.Table` of the summary rows."""
+    return table(COLUMNS, summary, title)
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None when matplotlib is missing (plots are skipped)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def save_figure(fig, path: str) -> str:
+    """Write `fig` as a PNG at `path` (folders created), close it, return the path."""
+    import matplotlib.pyplot as plt
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_summary(summary: list[dict], path: str) -> str | None:
+    """Bar charts of speedup and block efficiency per runner and temperature -> PNG path, or
+    None when matplotlib is missing."""
+    plt = pyplot()
+    if plt is None:
         return None
     temperatures = sorted({row["temperature"] for row in summary})
     runners = list(dict.fromkeys(row["runner"] for row in summary))
@@ -480,7 +504,4 @@ def plot_summary(summary: list[dict], path: str) -> str | None:
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.legend()
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .._io import write_json_atomic
-from .bench import PeakMemory, _environment, default_output
+from .bench import PeakMemory, _environment, default_output, pyplot, save_figure, table
 from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
 
 __all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "run_batched_bench", "summarize_batched",
@@ -196,25 +196,14 @@ _COLUMNS = (("runner", "runner", "{}"), ("B", "batch_size", "{}"), ("T", "temper
 
 def format_batched_table(summary: list[dict], title: str = "verispec bench --batch-size"):
     """A `rich.table.Table` of the summary rows."""
-    from rich.table import Table
-
-    table = Table(title=title)
-    for header, _, _ in _COLUMNS:
-        table.add_column(header, justify="left" if header == "runner" else "right")
-    for row in summary:
-        table.add_row(*[fmt.format(row[key]) if row.get(key) is not None else "-" for _, key, fmt in _COLUMNS])
-    return table
+    return table(_COLUMNS, summary, title)
 
 
 def plot_batched(summary: list[dict], path: str) -> str | None:
     """Speedup over batched target-only vs B, one line per (runner, T) -> PNG path (None without
     matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(6, 4))
     lines = sorted({(r["runner"], r["temperature"]) for r in summary if r["runner"] != "target_only"})
@@ -228,7 +217,4 @@ def plot_batched(summary: list[dict], path: str) -> str | None:
     ax.set_title("batched speculative decoding: vanilla (padded) vs EMS-SD")
     ax.legend()
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -110,6 +110,17 @@ def _check_positive(value, name):
     return value
 
 
+def _check_pair(target, draft) -> None:
+    """TypeError / ValueError unless target and draft are `CausalLM`s on one vocabulary and device."""
+    for name, model in (("target", target), ("draft", draft)):
+        if not isinstance(model, CausalLM):
+            raise TypeError(f"{name}: expected a CausalLM, got {type(model).__name__}")
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"draft: vocab_size {draft.vocab_size} differs from target's {target.vocab_size}")
+    if draft.device != target.device:
+        raise ValueError(f"draft: on {draft.device}, target on {target.device}")
+
+
 def _check_prompt(prompt_ids, model: CausalLM):
     if not isinstance(prompt_ids, torch.Tensor):
         prompt_ids = torch.as_tensor(prompt_ids, dtype=torch.long)
@@ -277,13 +288,7 @@ def speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_tokens: i
         TypeError / ValueError: unknown method, L or K < 1, K > 1 for a chain method, vocabulary
         mismatch, bad prompt or temperature, a stream source with B > 1.
     """
-    for name, model in (("target", target), ("draft", draft)):
-        if not isinstance(model, CausalLM):
-            raise TypeError(f"{name}: expected a CausalLM, got {type(model).__name__}")
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"draft: vocab_size {draft.vocab_size} differs from target's {target.vocab_size}")
-    if draft.device != target.device:
-        raise ValueError(f"draft: on {draft.device}, target on {target.device}")
+    _check_pair(target, draft)
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method: unknown method {method!r}; known: {', '.join(METHODS)}")
     L = _check_positive(draft_length, "draft_length")

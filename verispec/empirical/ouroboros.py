@@ -67,7 +67,7 @@ from typing import Iterable, Sequence
 import torch
 
 from . import rules
-from .decode import (DecodeResult, DecodeStats, _check_positive, _check_prompt, _check_temperature,
+from .decode import (DecodeResult, DecodeStats, _check_pair, _check_positive, _check_prompt, _check_temperature,
                      probabilities)
 from .model import CausalLM, crop_cache, gather_cache
 from .uniforms import as_uniform_source, bernoulli, categorical
@@ -570,16 +570,6 @@ def _draft(dcache, seq, pool, window, L, K):
     return draft, forwards, used
 
 
-def _check_models(target, draft):
-    for name, model in (("target", target), ("draft", draft)):
-        if not isinstance(model, CausalLM):
-            raise TypeError(f"{name}: expected a CausalLM, got {type(model).__name__}")
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"draft: vocab_size {draft.vocab_size} differs from target's {target.vocab_size}")
-    if draft.device != target.device:
-        raise ValueError(f"draft: on {draft.device}, target on {target.device}")
-
-
 def _check_window(value, name):
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
@@ -617,7 +607,7 @@ def ouroboros_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new
         TypeError / ValueError: non-`CausalLM` models, vocabulary or device mismatch, bad prompt
         (or a batch of more than one), N / L / K < 1, W < 0, bad temperature, pool, or uniforms.
     """
-    _check_models(target, draft)
+    _check_pair(target, draft)
     seq = _single_prompt(prompt_ids, target)
     N = _check_positive(max_new_tokens, "max_new_tokens")
     L = _check_positive(draft_length, "draft_length")

@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..reference.drafters import check_threshold
-from .decode import (DecodeResult, DecodeStats, _Cache, _check_positive, _check_prompt, _check_temperature,
-                     probabilities)
+from .decode import (DecodeResult, DecodeStats, _Cache, _check_pair, _check_positive, _check_prompt,
+                     _check_temperature, probabilities)
 from .model import CausalLM
 from .uniforms import as_uniform_source, categorical
 
@@ -383,16 +383,6 @@ def _sample_and_follow(p, tokens, parents, real, uniforms, greedy: bool, max_ste
 # ----------------------------------------------------------------------------------------------
 # Public API
 # ----------------------------------------------------------------------------------------------
-
-def _check_pair(target, draft):
-    for name, model in (("target", target), ("draft", draft)):
-        if not isinstance(model, CausalLM):
-            raise TypeError(f"{name}: expected a CausalLM, got {type(model).__name__}")
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"draft: vocab_size {draft.vocab_size} differs from target's {target.vocab_size}")
-    if draft.device != target.device:
-        raise ValueError(f"draft: on {draft.device}, target on {target.device}")
-
 
 def _check_tree_args(tree, node_budget, threshold, max_depth, branching):
     """Validated (tree, n, threshold, max_depth, shape layers or None)."""
