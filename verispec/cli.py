@@ -201,11 +201,9 @@ def _run_bench(args) -> int:
         return 2
     output = args.output or bench.default_output(config.device)
     total = config.prompts * len(config.temperatures) * (1 + sum(r.name != "target_only" for r in runners))
-    try:
-        results = _with_progress(console, total, lambda step: bench.run_bench(
-            config, output, fresh=args.fresh, progress=step, plot=not args.no_plot))
-    except ValueError as err:
-        console.print(f"[red]verispec bench: {err}[/]")
+    results = _with_progress(console, total, lambda step: bench.run_bench(
+        config, output, fresh=args.fresh, progress=step, plot=not args.no_plot))
+    if results is None:
         return 2
     env = results["environment"]
     console.print(bench.format_table(results["summary"], title=(
@@ -219,7 +217,8 @@ def _run_bench(args) -> int:
 
 
 def _with_progress(console, total, run):
-    """Run `run(step)` under a progress bar; `step(description)` starts the next unit."""
+    """Run `run(step)` under a progress bar; `step(description)` starts the next unit. Returns its
+    results, or None after printing the ValueError it raised (bad configuration or output file)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -233,7 +232,11 @@ def _with_progress(console, total, run):
             state["started"] = True
             progress.update(task, description=description)
 
-        results = run(step)
+        try:
+            results = run(step)
+        except ValueError as err:
+            console.print(f"[red]verispec bench: {err}[/]")
+            return None
         progress.update(task, completed=total)
     return results
 
@@ -253,11 +256,9 @@ def _run_batched_bench(args, common, console) -> int:
     output = args.output
     units = sum(config.prompts // B for B in config.batch_sizes) * len(config.temperatures) * (
         1 + 2 * len(config.methods))
-    try:
-        results = _with_progress(console, units, lambda step: bench_batched.run_batched_bench(
-            config, output, fresh=args.fresh, progress=step, plot=not args.no_plot))
-    except ValueError as err:
-        console.print(f"[red]verispec bench: {err}[/]")
+    results = _with_progress(console, units, lambda step: bench_batched.run_batched_bench(
+        config, output, fresh=args.fresh, progress=step, plot=not args.no_plot))
+    if results is None:
         return 2
     env = results["environment"]
     console.print(bench_batched.format_batched_table(results["summary"], title=(

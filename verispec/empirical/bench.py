@@ -259,17 +259,39 @@ def _warm_up(pair, runners, config):
         _decode(spec, pair, prompt, small, 1.0 if spec.name != "target_only" else 0.0, 0, {})
 
 
-def _load_results(path, config, fresh):
+def load_results(path, config, fresh) -> dict:
+    """The results file at `path` to resume ({"config", "records", ...}), or a fresh one.
+
+    Raises:
+        ValueError: the file holds a run whose `config.identity()` differs (unless `fresh`).
+    """
     import json
 
     if fresh or not os.path.exists(path):
-        return {"config": config.identity(), "records": {}, "prefill": {}}
+        return {"config": config.identity(), "records": {}}
     with open(path) as handle:
         results = json.load(handle)
     if results.get("config") != config.identity():
         raise ValueError(f"output: {path} holds a run with another configuration; pass --fresh to "
                          "overwrite it or --output for a new file")
     return results
+
+
+def prepare(config, pair=None, prompts=None):
+    """Set torch threads and return (pair, prompts): `config`'s models and first `config.prompts`
+    HumanEval prompts where not given."""
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    if pair is None:
+        from .weights import load_pair
+
+        pair = load_pair(config.target, config.draft, dtype=getattr(torch, config.dtype), device=config.device,
+                         device_map=config.device_map)
+    if prompts is None:
+        from .prompts import humaneval_prompts
+
+        prompts = humaneval_prompts(config.prompts)
+    return pair, prompts
 
 
 def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = False, pair=None,
@@ -289,18 +311,9 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     runners = [parse_runner("target_only", config.draft_length, config.num_paths)] + [
         parse_runner(m, config.draft_length, config.num_paths) for m in config.methods if m != "target_only"]
     output = output or default_output(config.device)
-    results = _load_results(output, config, fresh)
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    if pair is None:
-        from .weights import load_pair
-
-        pair = load_pair(config.target, config.draft, dtype=getattr(torch, config.dtype), device=config.device,
-                         device_map=config.device_map)
-    if prompts is None:
-        from .prompts import humaneval_prompts
-
-        prompts = humaneval_prompts(config.prompts)
+    results = load_results(output, config, fresh)
+    results.setdefault("prefill", {})
+    pair, prompts = prepare(config, pair, prompts)
     results["environment"] = _environment(config, torch.get_num_threads())
     results["last_run"] = {"prompts": [p["task_id"] for p in prompts], "methods": [r.label for r in runners],
                            "temperatures": [float(t) for t in config.temperatures]}

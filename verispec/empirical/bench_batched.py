@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .._io import write_json_atomic
-from .bench import PeakMemory, _environment, default_output, pyplot, save_figure, table
+from .bench import PeakMemory, _environment, default_output, load_results, prepare, pyplot, save_figure, table
 from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
 
 __all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "run_batched_bench", "summarize_batched",
@@ -97,18 +97,6 @@ def _record(result, memory) -> dict:
             "peak_kv_slots": int(getattr(s, "peak_kv_slots", 0)), "peak_memory_mb": memory.peak_mb}
 
 
-def _load(path, config, fresh):
-    import json
-
-    if fresh or not os.path.exists(path):
-        return {"config": config.identity(), "records": {}}
-    with open(path) as handle:
-        results = json.load(handle)
-    if results.get("config") != config.identity():
-        raise ValueError(f"output: {path} holds a run with another configuration; pass --fresh or --output")
-    return results
-
-
 def run_batched_bench(config: BatchedBenchConfig, output: str | None = None, *, fresh: bool = False, pair=None,
                       prompts=None, progress=None, plot: bool = True) -> dict:
     """Run (or resume) the batched benchmark; returns the results dict (also written to `output`,
@@ -119,18 +107,8 @@ def run_batched_bench(config: BatchedBenchConfig, output: str | None = None, *, 
     """
     config.check()
     output = output or default_output(config.device).replace("bench_real_", "bench_batched_")
-    results = _load(output, config, fresh)
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    if pair is None:
-        from .weights import load_pair
-
-        pair = load_pair(config.target, config.draft, dtype=getattr(torch, config.dtype), device=config.device,
-                         device_map=config.device_map)
-    if prompts is None:
-        from .prompts import humaneval_prompts
-
-        prompts = humaneval_prompts(config.prompts)
+    results = load_results(output, config, fresh)
+    pair, prompts = prepare(config, pair, prompts)
     ids = [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids[0] for p in prompts]  # each [n_i]
     results["environment"] = _environment(config, torch.get_num_threads())
     small = BatchedBenchConfig(**{**asdict(config), "max_new_tokens": 2})
