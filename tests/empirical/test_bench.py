@@ -100,7 +100,7 @@ def test_bench_records_summary_table_and_plot(tiny_pair, tmp_path):
 
 def test_bench_tree_and_phrase_runners_are_greedy_exact(tiny_pair, tmp_path):
     methods = ("opt_tree:n=6", "kary:n=4", "eagle:n=5", "chain_tree:n=3", "ouroboros", "lookahead",
-               "prompt_lookup", "hf_prompt_lookup")
+               "prompt_lookup", "hf_prompt_lookup", "opt_tree:n=2")
     results = bench.run_bench(config(methods=methods, temperatures=(0.0,), max_new_tokens=12),
                               str(tmp_path / "b.json"), pair=tiny_pair, prompts=PROMPTS, plot=False)
     rows = {r["runner"]: r for r in results["summary"]}
@@ -109,8 +109,13 @@ def test_bench_tree_and_phrase_runners_are_greedy_exact(tiny_pair, tmp_path):
         assert rows[label]["greedy_match_rate"] == 1.0, label  # fp32: exact greedy for every runner
     for label in methods[:4]:
         assert rows[label]["predicted_accepted"] > 0.0  # the draft's E[A] of its own trees
+        assert rows[label]["draft_rows"] >= rows[label]["draft_forwards"]  # >= 1 row per forward
     assert "pool_hit_rate" in rows["ouroboros"] and "pool_hit_rate" in rows["lookahead"]
     assert rows["lookahead"]["draft_forwards"] == 0 and rows["prompt_lookup"]["draft_forwards"] == 0
+    curves = bench.tree_budget_curves(results["summary"])  # opt_tree at n = 2 and 6; others at one n
+    assert set(curves) == {(name, 0.0) for name in ("opt_tree", "kary", "eagle", "chain_tree")}
+    assert [p[0] for p in curves[("opt_tree", 0.0)]] == [2, 6] and [p[0] for p in curves[("kary", 0.0)]] == [4]
+    assert os.path.getsize(bench.plot_summary(results["summary"], str(tmp_path / "trees.png"))) > 0
 
 
 def test_bench_resumes_and_refuses_another_configuration(tiny_pair, tmp_path):
@@ -199,12 +204,22 @@ def test_batched_bench_vanilla_and_ems_against_batched_target_only(tiny_pair, tm
     for (runner, B), row in rows.items():
         assert row["greedy_match_rate"] == 1.0, (runner, B)  # fp32: every row is target-only greedy
         assert row["tokens"] == 4 * 8 and row["batches"] == 4 // B
+        assert row["decode_speedup"] > 0
         if runner.endswith("/ems"):
             assert row["padded_kv_slots"] == 0  # EMS-SD never writes a padded slot
     assert rows[("block/vanilla", 4)]["padded_kv_slots"] > 0  # prompts of different lengths: padding
     assert results["plot"] and os.path.getsize(results["plot"]) > 0
+    for record in results["records"].values():  # the prefill is timed inside the wall time
+        assert 0 < record["prefill_s"] < record["wall_s"]
     again = bench_batched.run_batched_bench(cfg, out, pair=tiny_pair, prompts=prompts, plot=False)
     assert again["records"] == results["records"]  # resumed: nothing re-run
+    one = bench_batched.BatchedBenchConfig(**{**cfg.__dict__, "batches": 1})
+    first = bench_batched.run_batched_bench(one, str(tmp_path / "one.json"), pair=tiny_pair, prompts=prompts,
+                                            plot=False)
+    assert {r["batches"] for r in first["summary"]} == {1}  # only the first batch of each B
+    assert {k.split("|")[-1] for k in first["records"]} == {"0"}
+    with pytest.raises(ValueError, match="batches"):
+        bench_batched.BatchedBenchConfig(batches=-1).check()
     with pytest.raises(ValueError, match="prompts"):
         bench_batched.BatchedBenchConfig(prompts=2, batch_sizes=(4,)).check()
     with pytest.raises(ValueError, match="methods"):

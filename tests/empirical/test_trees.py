@@ -137,8 +137,8 @@ def test_one_draft_forward_per_layer_one_target_forward_per_iteration(pair, tree
     assert s.layers.numel() == s.iterations and bool((s.layers >= 1).all()) and bool((s.layers <= depth).all())
     if tree == "chain":
         assert bool((s.layers == min(budget, depth)).all())
-    if tree == "opt_tree" and budget == 1:  # layer 2 cannot raise the top-1 sum: gain 0 <= threshold
-        assert s.draft_forwards == 1 + 2 * s.iterations
+    if tree == "opt_tree" and budget == 1:  # the one node's children can never be chosen: pruned
+        assert s.draft_forwards == 1 + s.iterations
     assert s.accepted_lengths.numel() == s.predicted_acceptance.numel() == s.tree_sizes.numel()
     assert bool((s.predicted_acceptance > 0).all()) and s.mean_predicted_acceptance > 0
 
@@ -184,18 +184,21 @@ def _same_tree(got: dict, want: dict) -> bool:
 OPT_CASES = [(6, 0.0, 3), (10, 0.0, 4), (10, 0.05, 8), (3, 0.0, 6), (1, 0.0, 3)]
 
 
-def _check_opt_tree_cases(draft, prefixes):
-    """True iff every drafted OPT-Tree equals the reference on every case (and counts forwards)."""
+def _check_opt_tree_cases(draft, prefixes, prune=False):
+    """True iff every drafted OPT-Tree equals the reference on every case (and counts forwards).
+    Unpruned drafting builds exactly the reference's layers; pruned drafting may stop earlier."""
     draft_ref = TorchLM(draft, 1.0)
     stopped_early = False
     for prefix in prefixes:
         for n, threshold, depth in OPT_CASES:
             before = draft.forward_count
-            dt = trees.draft_tree(draft, torch.tensor([prefix]), "opt_tree", n, threshold, depth)
+            dt = trees.draft_tree(draft, torch.tensor([prefix]), "opt_tree", n, threshold, depth, prune=prune)
             prefill = int(len(prefix) > 1)  # all but the last token; none for a one-token prefix
             assert draft.forward_count - before == prefill + dt.draft_forwards  # + one per layer
             want, layers = _reference_opt_tree(draft_ref, prefix, n, threshold, depth)
-            if not _same_tree(dt.nodes(0), want) or int(dt.layers[0]) != layers or dt.draft_forwards != layers:
+            built = int(dt.layers[0])
+            if not _same_tree(dt.nodes(0), want) or dt.draft_forwards != built or not (
+                    built == layers if not prune else built <= layers):
                 return False
             assert float(dt.predicted_acceptance[0]) == pytest.approx(sum(want.values()), rel=1e-5)
             stopped_early |= layers < depth
@@ -206,9 +209,30 @@ def _check_opt_tree_cases(draft, prefixes):
 PREFIXES = [[3, 7, 1], [20, 4, 9, 9, 0], [13]]
 
 
-def test_opt_tree_equals_reference_structure(peaked):
+@pytest.mark.parametrize("prune", [False, True])
+def test_opt_tree_equals_reference_structure(peaked, prune):
     _, draft = peaked
-    assert _check_opt_tree_cases(draft, PREFIXES)
+    assert _check_opt_tree_cases(draft, PREFIXES, prune)
+
+
+@pytest.mark.parametrize("fixture", ["pair", "peaked"])
+def test_pruning_keeps_the_tree_and_saves_draft_rows(request, fixture):
+    """Pruned and unpruned OPT-Trees have the same nodes (and W, E[A] up to float round-off) on
+    random prefixes of a flat and a peaked draft, n from 4 to 40; pruning feeds fewer rows."""
+    _, draft = request.getfixturevalue(fixture)
+    gen = torch.Generator().manual_seed(7)
+    saved = 0
+    for case in range(12):
+        prefix = torch.randint(0, draft.vocab_size, (1, 1 + case % 5), generator=gen)
+        n, depth = (4, 12, 25, 40)[case % 4], (3, 6, 10)[case % 3]
+        full = trees.draft_tree(draft, prefix, "opt_tree", n, 0.0, depth, prune=False)
+        pruned = trees.draft_tree(draft, prefix, "opt_tree", n, 0.0, depth, prune=True)
+        # same nodes; W equal up to round-off (the pruned layer forwards feed other rows)
+        assert _same_tree(pruned.nodes(0), full.nodes(0)), (case, n, depth)
+        assert float(pruned.predicted_acceptance[0]) == pytest.approx(float(full.predicted_acceptance[0]), rel=1e-5)
+        assert pruned.draft_rows <= full.draft_rows and pruned.draft_forwards <= full.draft_forwards
+        saved += full.draft_rows - pruned.draft_rows
+    assert saved > 0
 
 
 @pytest.mark.parametrize("tree,budget,depth", [("chain", 4, 10), ("kary", 9, 3), ("eagle", 12, 10),
@@ -285,17 +309,17 @@ def test_planted_draft_mask_bugs_change_the_tree(peaked, monkeypatch):
     wrong tree: the structure check catches both."""
     _, draft = peaked
 
-    def siblings_visible(visible):
-        B, m, _ = visible.shape
-        return torch.cat([visible, torch.ones(B, m, m, dtype=torch.bool)], dim=2)
+    def siblings_visible(slot, S, c):
+        return torch.ones(*slot.shape, c, dtype=torch.bool)
 
     def never_reset(allowed, parent):  # every child sees every node run so far (the original's defect)
         return allowed.any(1, keepdim=True).expand(-1, parent.shape[1], -1)
 
-    for name, bug in (("_layer_mask", siblings_visible), ("_child_visibility", never_reset)):
+    for name, bug in (("_self_visibility", siblings_visible), ("_child_visibility", never_reset)):
         with monkeypatch.context() as m:
             m.setattr(trees, name, bug)
             assert not _check_opt_tree_cases(draft, PREFIXES), name
+            assert not _check_opt_tree_cases(draft, PREFIXES, prune=True), name
 
 
 # ----------------------------------------------------------------------------------------------

@@ -81,6 +81,8 @@ class BatchedDecodeStats(DecodeStats):
             cache held right after a forward.
         kv_trace: per iteration, (slots in the target cache after the commit, sum over the
             active rows of their true cached lengths); equal when nothing padded is kept.
+        prefill_time_s: seconds of the prompt prefills (target + draft), part of `wall_time_s`;
+            wall_time_s - prefill_time_s is the decode phase.
     """
 
     implementation: str = ""
@@ -90,6 +92,7 @@ class BatchedDecodeStats(DecodeStats):
     peak_kv_slots: int = 0
     peak_draft_kv_slots: int = 0
     kv_trace: list = field(default_factory=list)
+    prefill_time_s: float = 0.0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -333,6 +336,7 @@ def batched_target_only(target: CausalLM, prompts: list[torch.Tensor], max_new_t
     start, forwards = time.perf_counter(), target.forward_count
     kv = _PaddedKV(target, B)
     logits = kv.prefill(tokens, lengths)[:, -1]  # [B, V]: left padding puts every row's last token last
+    prefill_s = time.perf_counter() - start
     ones = torch.ones(B, 1, dtype=torch.bool, device=device)
     out = []
     for i in range(N):
@@ -347,7 +351,8 @@ def batched_target_only(target: CausalLM, prompts: list[torch.Tensor], max_new_t
     stats = BatchedDecodeStats("target_only", iterations=N, target_forwards=target.forward_count - forwards,
                                accepted_lengths=torch.zeros(B * N, dtype=torch.long),
                                wall_time_s=time.perf_counter() - start, implementation="padded",
-                               batch_size=B, padded_kv_slots=kv.padded, peak_kv_slots=kv.peak)
+                               batch_size=B, padded_kv_slots=kv.padded, peak_kv_slots=kv.peak,
+                               prefill_time_s=prefill_s)
     return DecodeResult(torch.stack(out, dim=1).cpu(), stats)
 
 
@@ -489,6 +494,7 @@ def batched_speculative(target: CausalLM, draft: CausalLM | None, prompts: list[
     dkv = _LAYOUTS[implementation](draft, B0) if drafter == "model" else None
     if dkv is not None:
         dkv.prefill(prompt_tokens, prompt_len - 1)
+    prefill_s = time.perf_counter() - start
     rows = _Rows(prompt_tokens, prompt_len, N, L)
     out, accepted, trace = torch.zeros(B0, N, dtype=torch.long), [], []
     while True:
@@ -527,5 +533,5 @@ def batched_speculative(target: CausalLM, draft: CausalLM | None, prompts: list[
         accepted_lengths=torch.cat(accepted), wall_time_s=time.perf_counter() - start,
         implementation=implementation, drafter=drafter, batch_size=B0,
         padded_kv_slots=tkv.padded + (dkv.padded if dkv is not None else 0), peak_kv_slots=tkv.peak,
-        peak_draft_kv_slots=dkv.peak if dkv is not None else 0, kv_trace=trace)
+        peak_draft_kv_slots=dkv.peak if dkv is not None else 0, kv_trace=trace, prefill_time_s=prefill_s)
     return DecodeResult(out, stats)

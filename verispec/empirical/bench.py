@@ -244,6 +244,7 @@ def _record(spec, result, memory, prefill) -> dict:
         record["runner_up_tokens"] = stats.runner_up_tokens[0].tolist()
     if hasattr(stats, "predicted_acceptance"):  # trees: the draft's own E[A] per iteration
         record["predicted_sum"] = float(stats.predicted_acceptance.double().sum())
+        record["draft_rows"] = int(stats.draft_rows)
     for name in ("pool_lookups", "pool_hits"):
         if hasattr(stats, name):
             record[name] = int(getattr(stats, name))
@@ -411,6 +412,9 @@ def _summary_row(spec, T, done, base, prefill, common):
            "peak_memory_mb": max((done[t]["peak_memory_mb"] or 0.0) for t in common)}
     if any("predicted_sum" in done[t] for t in common):
         row["predicted_accepted"] = sum(done[t].get("predicted_sum", 0.0) for t in common) / iterations
+        row["node_budget"] = spec.node_budget
+    if all("draft_rows" in done[t] for t in common):
+        row["draft_rows"] = sum(done[t]["draft_rows"] for t in common) / len(common)
     if any("pool_hits" in done[t] for t in common):
         row["pool_hit_rate"] = (sum(done[t]["pool_hits"] for t in common)
                                 / max(sum(done[t]["pool_lookups"] for t in common), 1))
@@ -495,15 +499,29 @@ def save_figure(fig, path: str) -> str:
     return path
 
 
+def tree_budget_curves(summary: list[dict]) -> dict:
+    """{(tree runner, T): [(node budget n, block efficiency, predicted E[A] + 1, prompts), ...]}
+    sorted by n, for every tree runner (one point when it was measured at one budget)."""
+    curves: dict = {}
+    for row in summary:
+        if "node_budget" in row:
+            curves.setdefault((row["runner"].partition(":")[0], row["temperature"]), []).append(
+                (row["node_budget"], row["block_efficiency"], row["predicted_accepted"] + 1.0, row["prompts"]))
+    return {key: sorted(points) for key, points in curves.items()}
+
+
 def plot_summary(summary: list[dict], path: str) -> str | None:
-    """Bar charts of speedup and block efficiency per runner and temperature -> PNG path, or
-    None when matplotlib is missing."""
+    """Bar charts of speedup and block efficiency per runner and temperature, plus (when a tree
+    runner ran) block efficiency vs node budget, measured
+    (solid) and predicted by the draft (dashed: E[A] + 1) -> PNG path, or None when matplotlib is
+    missing."""
     plt = pyplot()
     if plt is None:
         return None
     temperatures = sorted({row["temperature"] for row in summary})
     runners = list(dict.fromkeys(row["runner"] for row in summary))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    curves = tree_budget_curves(summary)
+    fig, axes = plt.subplots(1, 3 if curves else 2, figsize=(17 if curves else 11, 4))
     width = 0.8 / max(len(temperatures), 1)
     for j, T in enumerate(temperatures):
         by = {row["runner"]: row for row in summary if row["temperature"] == T}
@@ -516,5 +534,14 @@ def plot_summary(summary: list[dict], path: str) -> str | None:
         ax.set_title(label)
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.legend()
+    if curves:
+        ax = axes[2]
+        for (name, T), points in sorted(curves.items()):
+            line, = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{name} T={T:g}")
+            ax.plot([p[0] for p in points], [p[2] for p in points], linestyle="--", color=line.get_color())
+        ax.set_xscale("log")
+        ax.set_xlabel("node budget n")
+        ax.set_title("trees: block efficiency vs n (dashed: draft's E[A] + 1)")
+        ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path)

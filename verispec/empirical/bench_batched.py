@@ -47,6 +47,7 @@ class BatchedBenchConfig:
     methods: tuple = ("block",)
     temperatures: tuple = (0.0,)
     draft_length: int = 3
+    batches: int = 0
     dtype: str = "bfloat16"
     device: str = "cpu"
     threads: int = 0
@@ -56,7 +57,7 @@ class BatchedBenchConfig:
     def identity(self) -> dict:
         """Fields every record depends on (a resumed file must share them)."""
         out = asdict(self)
-        for name in ("threads", "prompts", "batch_sizes", "methods", "temperatures", "device_map"):
+        for name in ("threads", "prompts", "batch_sizes", "methods", "temperatures", "device_map", "batches"):
             out.pop(name)
         return out
 
@@ -67,6 +68,8 @@ class BatchedBenchConfig:
                 raise ValueError(f"methods: {m!r} is not batched; known: {', '.join(BATCHED_METHODS)}")
         if not self.batch_sizes or any(not isinstance(b, int) or b < 1 for b in self.batch_sizes):
             raise ValueError(f"batch_sizes: expected ints >= 1, got {self.batch_sizes!r}")
+        if not isinstance(self.batches, int) or self.batches < 0:
+            raise ValueError(f"batches: expected an int >= 0 (0 = every batch), got {self.batches!r}")
         if self.prompts < max(self.batch_sizes):
             raise ValueError(f"prompts: {self.prompts} prompts cannot fill a batch of {max(self.batch_sizes)}")
 
@@ -90,7 +93,8 @@ def _run(runner, pair, batch, config, T):
 
 def _record(result, memory) -> dict:
     s = result.stats
-    return {"tokens": result.tokens.tolist(), "wall_s": s.wall_time_s, "target_forwards": s.target_forwards,
+    return {"tokens": result.tokens.tolist(), "wall_s": s.wall_time_s, "prefill_s": s.prefill_time_s,
+            "target_forwards": s.target_forwards,
             "draft_forwards": s.draft_forwards, "accepted_sum": float(s.accepted_lengths.double().sum()),
             "accepted_count": int(s.accepted_lengths.numel()),
             "padded_kv_slots": int(getattr(s, "padded_kv_slots", 0)),
@@ -115,7 +119,7 @@ def run_batched_bench(config: BatchedBenchConfig, output: str | None = None, *, 
     for runner in _runners(config):  # warm-up
         _run(runner, pair, ids[:2], small, 1.0)
     for B in config.batch_sizes:
-        for i in range(len(ids) // B):
+        for i in range(min(len(ids) // B, config.batches or len(ids))):
             for T in config.temperatures:
                 for runner in _runners(config):
                     key = f"{runner}|B={B}|T={float(T):g}|{i}"
@@ -134,9 +138,15 @@ def run_batched_bench(config: BatchedBenchConfig, output: str | None = None, *, 
     return results
 
 
+def _decode_s(record: dict) -> float:
+    """The decode phase of a record: wall time minus its prompt prefills (0 in files that predate
+    `prefill_s`, so the decode speedup then equals the end-to-end one)."""
+    return record["wall_s"] - record.get("prefill_s", 0.0)
+
+
 def summarize_batched(results: dict) -> list[dict]:
     """One row per (runner, B, T): tokens/s, speedup over target-only at the same B and T (over
-    the batches both ran), block efficiency, padded KV slots per batch, peak KV slots, peak
+    the batches both ran; `speedup` end to end, `decode_speedup` without the prompt prefills), block efficiency, padded KV slots per batch, peak KV slots, peak
     memory, and at T = 0 the fraction of rows equal to batched target-only greedy."""
     groups: dict = {}
     for key, record in results["records"].items():
@@ -150,9 +160,11 @@ def summarize_batched(results: dict) -> list[dict]:
             continue
         tokens = sum(len(done[b]["tokens"]) * len(done[b]["tokens"][0]) for b in common)
         wall = sum(done[b]["wall_s"] for b in common)
+        decode = sum(_decode_s(done[b]) for b in common)
         count = sum(done[b]["accepted_count"] for b in common)
         row = {"runner": runner, "batch_size": B, "temperature": T, "batches": len(common), "tokens": tokens,
                "tokens_per_s": tokens / wall, "speedup": sum(base[b]["wall_s"] for b in common) / wall,
+               "decode_speedup": sum(_decode_s(base[b]) for b in common) / decode,
                "block_efficiency": (sum(done[b]["accepted_sum"] for b in common) / count + 1.0)
                if runner != "target_only" and count else 1.0,
                "padded_kv_slots": sum(done[b]["padded_kv_slots"] for b in common) / len(common),
@@ -167,7 +179,8 @@ def summarize_batched(results: dict) -> list[dict]:
 
 _COLUMNS = (("runner", "runner", "{}"), ("B", "batch_size", "{}"), ("T", "temperature", "{:g}"),
             ("batches", "batches", "{}"), ("block eff.", "block_efficiency", "{:.2f}"),
-            ("tok/s", "tokens_per_s", "{:.2f}"), ("speedup", "speedup", "{:.2f}x"),
+            ("tok/s", "tokens_per_s", "{:.2f}"), ("speedup (e2e)", "speedup", "{:.2f}x"),
+            ("speedup (decode)", "decode_speedup", "{:.2f}x"),
             ("padded KV slots", "padded_kv_slots", "{:.0f}"), ("peak KV slots", "peak_kv_slots", "{}"),
             ("peak MB", "peak_memory_mb", "{:.0f}"), ("greedy match", "greedy_match_rate", "{:.0%}"))
 
@@ -178,21 +191,25 @@ def format_batched_table(summary: list[dict], title: str = "verispec bench --bat
 
 
 def plot_batched(summary: list[dict], path: str) -> str | None:
-    """Speedup over batched target-only vs B, one line per (runner, T) -> PNG path (None without
-    matplotlib)."""
+    """Speedup over batched target-only vs B, one line per (runner, T); left end to end, right the
+    decode phase (prompt prefills excluded) -> PNG path (None without matplotlib)."""
     plt = pyplot()
     if plt is None:
         return None
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     lines = sorted({(r["runner"], r["temperature"]) for r in summary if r["runner"] != "target_only"})
-    for runner, T in lines:
-        pts = sorted((r["batch_size"], r["speedup"]) for r in summary if (r["runner"], r["temperature"]) == (runner, T))
-        ax.plot([b for b, _ in pts], [s for _, s in pts], marker="o", label=f"{runner} T={T:g}")
-    ax.axhline(1.0, color="grey", linewidth=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size B")
-    ax.set_ylabel("speedup over batched target-only")
-    ax.set_title("batched speculative decoding: vanilla (padded) vs EMS-SD")
-    ax.legend()
+    for ax, key, title in ((axes[0], "speedup", "end to end (prefill included)"),
+                           (axes[1], "decode_speedup", "decode phase (prefill excluded)")):
+        for runner, T in lines:
+            pts = sorted((r["batch_size"], r.get(key, r["speedup"])) for r in summary
+                         if (r["runner"], r["temperature"]) == (runner, T))
+            ax.plot([b for b, _ in pts], [s for _, s in pts], marker="o", label=f"{runner} T={T:g}")
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size B")
+        ax.set_title(title)
+    axes[0].set_ylabel("speedup over batched target-only")
+    axes[0].legend()
+    fig.suptitle("batched speculative decoding: vanilla (padded) vs EMS-SD (unpadded)")
     fig.tight_layout()
     return save_figure(fig, path)

@@ -21,6 +21,15 @@ from each node's own ancestry, not accumulated across layers). The deepest layer
 (its q is not needed). The original code's defects are avoided: its draft-side mask was never reset
 and it spent one extra draft forward per step.
 
+Exact pruning (default, `prune=True`): a layer forward feeds only the nodes whose children can
+still matter. Once n nodes are recorded, a node x with W_x <= the n-th largest W so far is not run:
+each descendant has W <= W_x and n earlier records rank ahead of it (ties go to earlier records),
+so it can never be chosen nor raise E[A]; removing such candidates only ever lets in others that are
+dominated the same way. The final tree and E[A] are the same as without pruning (tested), a layer
+costs its useful rows instead of n (the first layer keeps all n), and drafting stops as soon as a
+layer has nothing worth running. On hardware where a forward's cost grows with its rows (a CPU:
+`benchmarks/bench_rows.py`) this is most of OPT-Tree's draft cost.
+
 Verification: the whole tree (root = the last emitted token) in ONE target forward
 (`CausalLM.tree`: additive float mask, position ids = prefix length + depth), then sample-and-follow
 (the reference `verispec.reference.verifiers.tree.sample_and_follow`): at the current node draw
@@ -79,6 +88,7 @@ class TreeDecodeStats(DecodeStats):
             nodes (the draft's own expected accepted length, OPT-Tree's objective).
         tree_sizes: int64 [num_row_iterations]: nodes drafted (<= n).
         layers: int64 [num_row_iterations]: tree layers built = draft forwards that row's tree needed.
+        draft_rows: token rows fed to the draft while drafting (`DraftTree.draft_rows`, summed).
     """
 
     tree: str = "opt_tree"
@@ -86,6 +96,7 @@ class TreeDecodeStats(DecodeStats):
     predicted_acceptance: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
     tree_sizes: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
     layers: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+    draft_rows: int = 0
 
     @property
     def mean_predicted_acceptance(self) -> float:
@@ -106,6 +117,8 @@ class DraftTree:
         slot: int64 [B, R]: its position in the draft cache, -1 if it was not run by the draft.
         layers: int64 [B]: layers built per row (= draft forwards of the row).
         draft_forwards: draft forwards spent drafting (the max of `layers` over rows).
+        draft_rows: token rows fed to the draft by those forwards (2 pending columns, then per
+            layer the nodes run, padded to the row that runs most); the draft's cost on a CPU.
     """
 
     tokens: torch.Tensor
@@ -116,6 +129,7 @@ class DraftTree:
     slot: torch.Tensor
     layers: torch.Tensor
     draft_forwards: int
+    draft_rows: int = 0
 
     @property
     def predicted_acceptance(self) -> torch.Tensor:
@@ -196,13 +210,10 @@ def _shape_layers(paths: list[tuple[int, ...]], device) -> list[tuple[torch.Tens
 # Drafting: one draft forward per layer
 # ----------------------------------------------------------------------------------------------
 
-def _layer_mask(visible: torch.Tensor) -> torch.Tensor:
-    """Allowed keys of one layer's nodes: visible [B, m, S] (each node's valid prefix + ancestors in
-    the cache) and each node itself among the m new positions -> bool [B, m, S + m]. Siblings and
-    cousins never see each other (their rows of the identity are separate)."""
-    B, m, _ = visible.shape
-    own = torch.eye(m, dtype=torch.bool, device=visible.device).expand(B, m, m)
-    return torch.cat([visible, own], dim=2)
+def _self_visibility(slot: torch.Tensor, S: int, c: int) -> torch.Tensor:
+    """Which of a layer's c new cache slots each node sees: slot [B, m] (S + its packed index, -1 if
+    not run) -> bool [B, m, c]: its own slot only. Siblings and cousins never see each other."""
+    return slot.unsqueeze(-1) == S + torch.arange(c, device=slot.device)
 
 
 def _child_visibility(allowed: torch.Tensor, parent: torch.Tensor) -> torch.Tensor:
@@ -211,19 +222,33 @@ def _child_visibility(allowed: torch.Tensor, parent: torch.Tensor) -> torch.Tens
     return allowed.gather(1, parent.unsqueeze(-1).expand(-1, -1, allowed.shape[2]))
 
 
-def _run_layer(dcache: _Cache, tokens, real, visible, position):
-    """ONE draft forward over a layer: tokens [B, m] (real [B, m]), visible [B, m, S], position [B]
-    (shared by the layer). Returns (logits [B, m, V], allowed [B, m, S + m])."""
+def _run_layer(dcache: _Cache, tokens, run, visible, position):
+    """ONE draft forward over the nodes of a layer that are `run`: tokens / run [B, m], visible
+    [B, m, S], position [B] (shared by the layer). Only those c = max_b(run.sum()) nodes are fed,
+    packed to the left (a pruned or invalid node costs no row; rows with fewer pad with masked
+    dummies). Returns (logits [B, m, V]: zero where not run, allowed [B, m, S + c], slot [B, m]: the
+    node's draft-cache position, -1 where not run)."""
     model = dcache.model
-    allowed = _layer_mask(visible)  # [B, m, S + m]
-    mask = torch.zeros(allowed.shape, dtype=model.dtype, device=model.device)
-    mask.masked_fill_(~allowed, torch.finfo(model.dtype).min)  # additive float mask (EMPIRICAL.md)
-    position_ids = position.unsqueeze(1).expand_as(tokens)  # [B, m]
-    logits, _ = model.forward(torch.where(real, tokens, 0), dcache.cache, position_ids=position_ids,
-                              attention_mask=mask.unsqueeze(1))
+    B, m = tokens.shape
+    S, device = visible.shape[2], tokens.device
+    c = int(run.sum(1).max())
+    pick = torch.sort((~run).to(torch.int8), dim=1, stable=True).indices[:, :c]  # [B, c]: run nodes first
+    real = run.gather(1, pick)  # [B, c]
+    slot = torch.full((B, m), -1, dtype=torch.long, device=device)
+    slot.scatter_(1, pick, torch.where(real, S + torch.arange(c, device=device), -1))
+    allowed = torch.cat([visible, _self_visibility(slot, S, c)], dim=2)  # [B, m, S + c]
+    packed = allowed.gather(1, pick.unsqueeze(-1).expand(-1, -1, S + c))  # [B, c, S + c]
+    mask = torch.zeros(packed.shape, dtype=model.dtype, device=model.device)
+    mask.masked_fill_(~packed, torch.finfo(model.dtype).min)  # additive float mask (EMPIRICAL.md)
+    position_ids = position.unsqueeze(1).expand(B, c)  # [B, c]
+    logits_c, _ = model.forward(torch.where(real, tokens.gather(1, pick), 0), dcache.cache,
+                                position_ids=position_ids, attention_mask=mask.unsqueeze(1))  # [B, c, V]
+    V = logits_c.shape[-1]
+    logits = torch.zeros(B, m, V, dtype=logits_c.dtype, device=device)
+    logits.scatter_(1, pick.unsqueeze(-1).expand(-1, -1, V), torch.where(real.unsqueeze(-1), logits_c, 0))
     # Tree slots are private to their descendants: never valid for later pending tokens.
     dcache.valid = torch.cat([dcache.valid, torch.zeros_like(real)], dim=1)
-    return logits, allowed
+    return logits, allowed, slot
 
 
 def _opt_children(q, weight, valid, n):
@@ -274,12 +299,14 @@ def _choose(cat: dict, tree: str, n: int) -> torch.Tensor:
     return torch.zeros_like(cat["valid"]).scatter_(1, order, True) & cat["valid"]
 
 
-def _draft(dcache: _Cache, pending, pending_count, tree, n, threshold, max_depth, Td, shape) -> DraftTree:
+def _draft(dcache: _Cache, pending, pending_count, tree, n, threshold, max_depth, Td, shape,
+           prune: bool = True) -> DraftTree:
     """Draft one tree per row: layer by layer, ONE draft forward per layer (`_run_pending` for the
-    root's q, then `_run_layer` for every layer but the deepest). shape: `_shape_layers` (static)."""
+    root's q, then `_run_layer` for every layer but the deepest). shape: `_shape_layers` (static).
+    prune (opt_tree): skip nodes whose descendants can never be chosen (same tree, fewer rows)."""
     B, device = pending.shape[0], pending.device
     q = _run_pending(dcache, pending, pending_count, Td)  # [B, 1, V]
-    forwards = 1
+    forwards, rows = 1, pending.shape[1]
     weight = torch.ones(B, 1, dtype=torch.float64, device=device)  # the root: W = 1
     valid = torch.ones(B, 1, dtype=torch.bool, device=device)
     allowed = dcache.valid.unsqueeze(1)  # [B, 1, S]: what the root's children see
@@ -302,25 +329,32 @@ def _draft(dcache: _Cache, pending, pending_count, tree, n, threshold, max_depth
                            ("depth", torch.full((m,), depth, dtype=torch.long, device=device))):
             recs[key].append(value)
         layers = layers + ok.any(1).long()
+        run = ok  # [B, m]: this layer's nodes to forward
         if tree == "opt_tree":  # E[A] = sum of the n largest W so far; stop when it gains <= threshold
             all_w = torch.where(torch.cat(recs["valid"], 1), torch.cat(recs["weight"], 1), 0.0)  # [B, total]
-            best = all_w.topk(min(n, total), dim=1).values.sum(1)  # [B]
+            top = all_w.topk(min(n, total), dim=1).values  # [B, <= n], descending
+            best = top.sum(1)  # [B]
             active = active & ok.any(1) & (best - expected > threshold)
             expected = best
+            if prune and top.shape[1] == n:
+                # Exact pruning: a descendant of a node with W <= the n-th largest W so far has
+                # W <= it (W shrinks along paths) and n earlier records with W >= it ahead of it
+                # (ties go to earlier records), so it never enters the final tree nor raises E[A].
+                run = run & (w > top[:, n - 1:])
         else:
             active = active & ok.any(1) & (depth < len(shape))
-        if depth == max_depth or not bool(active.any()):
+        run = run & active.unsqueeze(1)
+        if depth == max_depth or not bool(run.any()):
             break  # the deepest layer is never run: its q is not needed
-        run = ok & active.unsqueeze(1)  # [B, m]: this layer's nodes of rows still growing
-        logits, allowed = _run_layer(dcache, tokens, run, _child_visibility(allowed, parent),
-                                     dcache.pos + depth - 1)  # position: prefix length + depth - 1
+        logits, allowed, slot = _run_layer(dcache, tokens, run, _child_visibility(allowed, parent),
+                                           dcache.pos + depth - 1)  # position: prefix length + depth - 1
         forwards += 1
-        S = dcache.valid.shape[1]
-        recs["slot"][-1] = torch.where(run, torch.arange(S - m, S, device=device), -1)
+        rows += int(run.sum(1).max())
+        recs["slot"][-1] = slot
         q, weight, valid = probabilities(logits, Td), w, run  # [B, m, V], [B, m], [B, m]
     cat = {key: torch.cat(value, dim=-1) for key, value in recs.items()}
     return DraftTree(cat["tokens"], cat["parent"], cat["depth"], cat["weight"], _choose(cat, tree, n),
-                     cat["slot"], layers, forwards)
+                     cat["slot"], layers, forwards, rows)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -406,7 +440,7 @@ def _draft_temperature(draft_temperature, T):
 
 def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget: int = 50,
                threshold: float = 0.0, max_depth: int = 10, draft_temperature: float = 1.0,
-               branching: int = 2) -> DraftTree:
+               branching: int = 2, *, prune: bool = True) -> DraftTree:
     """Draft one tree after `prefix_ids` (the drafting step of `tree_speculative`, exposed for tests
     and analysis). Costs a prefill of all but the last prefix token plus one forward per layer.
 
@@ -415,6 +449,8 @@ def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget:
         node_budget: n >= 1. threshold: OPT-Tree's E[A]-gain threshold >= 0 (opt_tree only).
         max_depth: >= 1. draft_temperature: >= 0 (q = softmax(logits / T_d); 0: one-hot argmax).
         branching: k >= 1 children per node ("kary" only).
+        prune: opt_tree only; False runs every top-n node of every layer, as the paper's code
+            (the same tree, more draft rows; see the module docstring).
 
     Returns:
         `DraftTree` (use `.nodes(row)` for {node tuple: W} and `.predicted_acceptance`).
@@ -433,13 +469,13 @@ def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget:
     pending = prefix[:, -1:].expand(-1, 2)
     count = torch.ones(prefix.shape[0], dtype=torch.long, device=prefix.device)
     layers = None if shape is None else _shape_layers(shape, prefix.device)
-    return _draft(dcache, pending, count, tree, n, delta, depth, Td, layers)
+    return _draft(dcache, pending, count, tree, n, delta, depth, Td, layers, prune)
 
 
 def tree_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_tokens: int, tree: str = "opt_tree",
                      node_budget: int = 50, threshold: float = 0.0, max_depth: int = 10,
                      temperature: float = 0.0, uniforms=None, *, draft_temperature: float | None = None,
-                     branching: int = 2) -> DecodeResult:
+                     branching: int = 2, prune: bool = True) -> DecodeResult:
     """Tree speculative decoding: a draft tree per iteration, verified in one target forward.
 
     Args:
@@ -456,6 +492,8 @@ def tree_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_toke
         draft_temperature: T_d of the q that shapes the trees (default T, or 1 at T = 0); any value
             keeps the output law exact, sample-and-follow never reads q.
         branching: k >= 1 children per node of the "kary" tree.
+        prune: opt_tree only: skip the draft rows of nodes whose descendants can never be chosen
+            (default; the tree is unchanged). False runs every top-n node, as the paper's code.
 
     Returns:
         `DecodeResult` with tokens int64 [B, N] and `TreeDecodeStats` (forwards, accepted lengths,
@@ -479,12 +517,14 @@ def tree_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_toke
     counts = target.forward_count, draft.forward_count
     state = _State(target, draft, prompt, N, depth)
     layers = None if shape is None else _shape_layers(shape, prompt.device)
+    draft_rows = 0
     while state.row_id.numel():
-        dt = _draft(state.dcache, state.pending, state.pending_count, tree, n, delta, depth, Td, layers)
+        dt = _draft(state.dcache, state.pending, state.pending_count, tree, n, delta, depth, Td, layers, prune)
+        draft_rows += dt.draft_rows
         state.step(dt, T, source)
     stats = TreeDecodeStats(tree, iterations=state.iterations, target_forwards=target.forward_count - counts[0],
                             draft_forwards=draft.forward_count - counts[1], wall_time_s=0.0, tree=tree,
-                            node_budget=n, **state.logs())
+                            node_budget=n, draft_rows=draft_rows, **state.logs())
     stats.wall_time_s = time.perf_counter() - start
     return DecodeResult(state.tokens(), stats)
 
