@@ -512,9 +512,8 @@ def tree_budget_curves(summary: list[dict]) -> dict:
 
 def plot_summary(summary: list[dict], path: str) -> str | None:
     """Bar charts of speedup and block efficiency per runner and temperature, plus (when a tree
-    runner ran) block efficiency vs node budget, measured
-    (solid) and predicted by the draft (dashed: E[A] + 1) -> PNG path, or None when matplotlib is
-    missing."""
+    runner ran) block efficiency vs node budget, measured (solid) and predicted by the draft
+    (dashed: E[A] + 1) -> PNG path, or None when matplotlib is missing."""
     plt = pyplot()
     if plt is None:
         return None

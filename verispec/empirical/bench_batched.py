@@ -94,8 +94,7 @@ def _run(runner, pair, batch, config, T):
 def _record(result, memory) -> dict:
     s = result.stats
     return {"tokens": result.tokens.tolist(), "wall_s": s.wall_time_s, "prefill_s": s.prefill_time_s,
-            "target_forwards": s.target_forwards,
-            "draft_forwards": s.draft_forwards, "accepted_sum": float(s.accepted_lengths.double().sum()),
+            "target_forwards": s.target_forwards, "draft_forwards": s.draft_forwards, "accepted_sum": float(s.accepted_lengths.double().sum()),
             "accepted_count": int(s.accepted_lengths.numel()),
             "padded_kv_slots": int(getattr(s, "padded_kv_slots", 0)),
             "peak_kv_slots": int(getattr(s, "peak_kv_slots", 0)), "peak_memory_mb": memory.peak_mb}
@@ -146,8 +145,9 @@ def _decode_s(record: dict) -> float:
 
 def summarize_batched(results: dict) -> list[dict]:
     """One row per (runner, B, T): tokens/s, speedup over target-only at the same B and T (over
-    the batches both ran; `speedup` end to end, `decode_speedup` without the prompt prefills), block efficiency, padded KV slots per batch, peak KV slots, peak
-    memory, and at T = 0 the fraction of rows equal to batched target-only greedy."""
+    the batches both ran; `speedup` end to end, `decode_speedup` without the prompt prefills),
+    block efficiency, padded KV slots per batch, peak KV slots, peak memory, and at T = 0 the
+    fraction of rows equal to batched target-only greedy."""
     groups: dict = {}
     for key, record in results["records"].items():
         runner, B, T, batch = key.split("|")
