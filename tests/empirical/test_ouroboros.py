@@ -12,6 +12,11 @@
 - Law (T > 0), whole loop: 150 full `ouroboros_speculative` runs of 2 tokens, pool warm and
   changing between runs (a smoke test: power 0.9 only against TV >= ~0.4; a full-power loop test
   needs ~240k runs at ~30-60 ms each on this machine).
+- Whole loop, exact, step by step: on warm-pool T = 1 runs (accepted paths through pool branches)
+  every target tree forward equals plain forwards of the emitted prefix plus each verifiable node's
+  root path, and the run emits exactly each step's accepted tokens plus y. With the step law above
+  and fresh uniforms (`TorchUniforms`), this makes the loop's law the target's. Planted bugs: a
+  cache commit keeping tree nodes in index order instead of the accepted path, a chain mask.
 - Planted bugs are caught by the verification-step law test: point-mass drafts accepted with
   probability 1, the correction drawn from p instead of the residual, a plain causal (chain) mask
   instead of the tree mask.
@@ -28,7 +33,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from verispec.empirical import decode, ouroboros, rules  # noqa: E402
-from verispec.empirical.model import CausalLM  # noqa: E402
+from verispec.empirical.model import CausalLM, gather_cache  # noqa: E402
 from verispec.empirical.ouroboros import (PhrasePool, lookahead_speculative, ouroboros_speculative,  # noqa: E402
                                           point_mass_tree_uniforms, point_mass_tree_verify)
 from verispec.empirical.uniforms import TorchUniforms, categorical  # noqa: E402
@@ -239,6 +244,102 @@ def test_whole_loop_law_smoke(law_pair):
     stat, p_value, df = g_test(counts, law)
     assert p_value > ALPHA, f"G = {stat:.1f}, df = {df}, p = {p_value:.3g}"
     assert verified > 0  # pool suffixes were accepted by the target
+
+
+# Whole loop, step by step (exact): the law of a T > 0 run is the product of its verification
+# steps' laws when (a) every step is the tested rule, (b) on the target's true conditionals after
+# the emitted prefix and each node's root path, (c) with fresh uniforms (`TorchUniforms` never
+# hands out a uniform twice), and (d) the loop emits exactly the accepted tokens plus y. (a) and
+# (c) hold by construction; this checks (b) and (d) on every target forward of warm-pool runs whose
+# accepted paths go through pool branches, against plain (non-tree, no cache) forwards.
+
+def _record_loop(monkeypatch, target):
+    """Log every target tree forward (cached tokens, tree tokens, parents, verifiable, logits
+    [N, V]) and every verification's (accepted tokens, y)."""
+    forwards, steps = [], []
+    forward, verify = ouroboros._SeqCache.forward, ouroboros._verify
+
+    def logged_forward(self, tree):
+        before, logits = list(self.tokens), forward(self, tree)
+        if self.model is target:
+            forwards.append((before, list(tree.tokens), list(tree.parents), list(tree.verifiable), logits.clone()))
+        return logits
+
+    def logged_verify(tcache, tree, temperature, source):
+        nodes, y, argmax = verify(tcache, tree, temperature, source)
+        steps.append(([tree.tokens[j] for j in nodes], y))
+        return nodes, y, argmax
+
+    monkeypatch.setattr(ouroboros._SeqCache, "forward", logged_forward)
+    monkeypatch.setattr(ouroboros, "_verify", logged_verify)
+    return forwards, steps
+
+
+def _check_loop(target, prompt, out, forwards, steps):
+    """(b) and (d) for one run: out = the run's N tokens."""
+    assert len(forwards) == len(steps)
+    seq = list(prompt)
+    for (before, tokens, parents, verifiable, logits), (accepted, y) in zip(forwards, steps):
+        assert before == seq[:-1] and tokens[0] == seq[-1]  # the cache holds the emitted prefix
+        for j in range(len(tokens)):
+            if not verifiable[j]:
+                continue  # a Jacobi window node: its logits only seed guesses
+            path, node = [], j
+            while node >= 0:
+                path, node = [tokens[node]] + path, parents[node]
+            plain = target.prefill(torch.tensor([before + path]))[0][0, -1]  # [V]
+            assert torch.allclose(logits[j], plain, atol=1e-5), (len(seq), j)
+        seq += accepted + [y]
+    assert seq[len(prompt):len(prompt) + out.shape[1]] == out[0].tolist()
+
+
+def _whole_loop_runs(law_pair, kind):
+    """Three warm-pool T = 1 runs of 40 tokens; yields (prompt, result) after each."""
+    target, draft = law_pair
+    pool = PhrasePool(phrase_length=2)
+    for key in range(8):
+        pool.add_ngrams([key, key, (key + 1) % 8, key])
+    for i, prompt in enumerate((PROMPT, PROMPT + [3], [7, 0])):
+        if kind == "ouroboros":
+            result = ouroboros_speculative(target, draft, prompt, 40, pool=pool, draft_length=1, num_candidates=3,
+                                           window=2, temperature=1.0, uniforms=i)
+        else:
+            result = lookahead_speculative(target, prompt, 40, pool=pool, num_candidates=3, window=2,
+                                           temperature=1.0, uniforms=i)
+        yield prompt, result
+
+
+@pytest.mark.parametrize("kind", ["ouroboros", "lookahead"])
+def test_whole_loop_steps_use_true_conditionals(law_pair, monkeypatch, kind):
+    target, _ = law_pair
+    forwards, steps = _record_loop(monkeypatch, target)
+    verified = 0
+    for prompt, result in _whole_loop_runs(law_pair, kind):
+        _check_loop(target, prompt, result.tokens, forwards, steps)
+        verified += result.stats.verified_pool_tokens
+        forwards.clear(), steps.clear()
+    assert verified > 0  # accepted paths went through pool branches
+
+
+def _commit_in_index_order(self, tree, nodes):
+    """Planted: keeps the KV of tree nodes 0..len(nodes)-1 (right on the draft chain or the first
+    pool branch, wrong once a later branch is accepted)."""
+    S = len(self.tokens)
+    gather_cache(self.cache, torch.arange(S + len(nodes), device=self.model.device))
+    self.tokens += [tree.tokens[j] for j in nodes]
+
+
+@pytest.mark.parametrize("kind", ["ouroboros", "lookahead"])
+@pytest.mark.parametrize("name,bug", [("commit", _commit_in_index_order), ("forward", _chain_mask_forward)],
+                         ids=["commit_index_order", "chain_mask"])
+def test_planted_loop_bugs_are_caught(law_pair, monkeypatch, kind, name, bug):
+    target, _ = law_pair
+    monkeypatch.setattr(ouroboros._SeqCache, name, bug)
+    forwards, steps = _record_loop(monkeypatch, target)
+    with pytest.raises(AssertionError):
+        for prompt, result in _whole_loop_runs(law_pair, kind):
+            _check_loop(target, prompt, result.tokens, forwards, steps)
+            forwards.clear(), steps.clear()
 
 
 def test_chain_rule_is_token_verification_with_one_hot_q():
