@@ -121,6 +121,18 @@ def _comma_list(text: str) -> tuple:
     return items
 
 
+def _runner_list(text: str) -> tuple:
+    """Comma-separated runners; an item KEY=value after a runner with parameters continues them:
+    "gbv:K=3,L=5,block" -> ("gbv:K=3,L=5", "block"); "block,L=5" stays two items (an error)."""
+    items: list = []
+    for item in _comma_list(text):
+        if items and ":" in items[-1] and ":" not in item and "=" in item:
+            items[-1] += "," + item
+        else:
+            items.append(item)
+    return tuple(items)
+
+
 def _int_list(text: str) -> tuple:
     return tuple(_positive_int(item) for item in _comma_list(text))
 
@@ -152,9 +164,9 @@ def _add_bench(sub) -> None:
                         "per B; methods token, block, prompt_lookup (default block)")
     p.add_argument("--batches", type=_positive_int, default=None,
                    help="batched mode: at most N batches per B (default every batch of the prompts)")
-    p.add_argument("--methods", type=_comma_list, default=None,
-                   help="runners, e.g. hf,token,block,gbv:K=3 (target_only always runs; default "
-                        "hf,token,block,gbv:K=3)")
+    p.add_argument("--methods", type=_runner_list, default=None,
+                   help="runners, e.g. hf,token,block:L=5,gbv:K=3,L=4,opt_tree:n=50,ouroboros:K=1,W=0 "
+                        "(target_only always runs; default hf,token,block,gbv:K=3)")
     p.add_argument("--temperatures", type=_temperatures, default=None, help="default 0,1 (batched: 0)")
     p.add_argument("--draft-length", type=_positive_int, default=4, help="L (default 4)")
     p.add_argument("--num-paths", type=_positive_int, default=3, help="K of multi-path methods (default 3)")

@@ -147,7 +147,9 @@ def test_greedy_divergence_is_reported_with_margin():
 
 @pytest.mark.parametrize("text, match", [("nope", "unknown runner"), ("block:K=2", "no K"),
                                          ("opt_tree:K=2", "no K"), ("opt_tree:n=0", "bad parameter"),
-                                         ("gbv:X=2", "bad parameter"), ("gbv:K=0", "bad parameter"), ("", "runner")])
+                                         ("gbv:X=2", "bad parameter"), ("gbv:K=0", "bad parameter"), ("", "runner"),
+                                         ("block:W=2", "no Jacobi window"), ("ouroboros:W=-1", "bad parameter"),
+                                         ("lookahead:K=0", "bad parameter")])
 def test_parse_runner_rejects_bad_specs(text, match):
     with pytest.raises(ValueError, match=match):
         bench.parse_runner(text, 3, 2)
@@ -158,6 +160,10 @@ def test_parse_runner_parameters():
     assert bench.parse_runner("block", 4, 3) == bench.RunnerSpec("block", "block", 4, 1)
     assert bench.parse_runner("opt_tree:n=25", 4, 3) == bench.RunnerSpec("opt_tree:n=25", "opt_tree", 4, 1, 25)
     assert bench.parse_runner("eagle", 4, 3).node_budget == 50
+    # phrase runners: K = pool candidates, W = Jacobi window; defaults are the decoders' own
+    assert bench.parse_runner("ouroboros", 3, 2) == bench.RunnerSpec("ouroboros", "ouroboros", 3, 3, 0, 4)
+    assert bench.parse_runner("ouroboros:K=1,W=0", 3, 2) == bench.RunnerSpec("ouroboros:K=1,W=0", "ouroboros", 3, 1, 0, 0)
+    assert bench.parse_runner("lookahead:W=2", 3, 2) == bench.RunnerSpec("lookahead:W=2", "lookahead", 3, 3, 0, 2)
 
 
 def test_prefill_reuse_is_transparent(tiny_pair):
@@ -231,5 +237,14 @@ def test_cli_bench_rejects_bad_runner(capsys):
 
     assert main(["bench", "--methods", "nope"]) == 2
     assert "unknown runner" in capsys.readouterr().err
+    assert main(["bench", "--methods", "block,L=2"]) == 2  # a parameter needs a runner
+    assert "unknown runner" in capsys.readouterr().err
     assert main(["bench", "--batch-size", "4", "--prompts", "2"]) == 2
     assert "prompts" in capsys.readouterr().err
+
+
+def test_cli_runner_list_keeps_parameters_together():
+    from verispec.cli import _runner_list
+
+    assert _runner_list("gbv:K=3,L=5,block, ouroboros:K=1,W=0,opt_tree:n=25") == (
+        "gbv:K=3,L=5", "block", "ouroboros:K=1,W=0", "opt_tree:n=25")

@@ -14,7 +14,9 @@ Runners (``--methods``): ``target_only`` (always run: the baseline), ``hf`` (the
 optional parameters (``gbv:K=3``, ``block:L=5``), draft trees of `verispec.empirical.trees`
 (``opt_tree``, ``kary``, ``eagle``, ``chain_tree``; node budget ``opt_tree:n=25``, default 50; the
 predicted E[A] is reported next to the measured tau), ``ouroboros`` and ``lookahead``
-(`verispec.empirical.ouroboros`; one phrase pool per runner, warm across the prompts of a run) and
+(`verispec.empirical.ouroboros`; one phrase pool per runner, warm across the prompts of a run;
+``K`` pool candidates per lookup, default 3, and ``W`` Jacobi window slots, default 4, 0 = none:
+``ouroboros:K=1,W=0``) and
 ``prompt_lookup`` (n-gram drafts from the context, point-mass token verification).
 
 Results: one record per (runner, temperature, prompt) in a JSON file written atomically after each
@@ -38,7 +40,11 @@ from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
 __all__ = ["BenchConfig", "RunnerSpec", "parse_runner", "run_bench", "summarize", "default_output"]
 
 DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
-_PARAMS = {"L": "draft_length", "K": "num_paths", "n": "node_budget"}
+_PARAMS = {"L": "draft_length", "K": "num_paths", "n": "node_budget", "W": "window"}
+#: Phrase-pool runners: K = pool candidates per lookup, W = Jacobi window slots (0: none).
+PHRASE_RUNNERS = ("ouroboros", "lookahead")
+#: Their defaults, the decoders' own (`ouroboros_speculative`, `lookahead_speculative`).
+PHRASE_DEFAULTS = {"num_paths": 3, "window": 4}
 #: Tree drafters of `verispec.empirical.trees` (runner name -> tree kind), node budget `n`.
 TREE_RUNNERS = {"opt_tree": "opt_tree", "kary": "kary", "eagle": "eagle", "chain_tree": "chain"}
 #: Runners with no verispec rule parameters of their own beyond L.
@@ -47,13 +53,15 @@ OTHER_RUNNERS = ("target_only", "hf", "hf_prompt_lookup", "ouroboros", "lookahea
 
 @dataclass(frozen=True)
 class RunnerSpec:
-    """One runner: `name` and its L (draft length), K (paths), n (node budget of trees)."""
+    """One runner: `name` and its L (draft length), K (paths; pool candidates of phrase runners),
+    n (node budget of trees), W (Jacobi window of phrase runners)."""
 
     label: str
     name: str
     draft_length: int = 0
     num_paths: int = 1
     node_budget: int = 0
+    window: int = 0
 
 
 def runner_names() -> tuple:
@@ -62,32 +70,41 @@ def runner_names() -> tuple:
 
 
 def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
-    """``"name"`` or ``"name:L=4,K=3"`` (trees: ``"opt_tree:n=50"``) -> RunnerSpec. Chain
-    methods get K = 1; trees default to n = 50.
+    """``"name"`` or ``"name:L=4,K=3"`` (trees: ``"opt_tree:n=50"``; phrase runners:
+    ``"ouroboros:K=1,W=0"``) -> RunnerSpec. Chain methods get K = 1; trees default to n = 50;
+    ouroboros and lookahead default to K = 3 pool candidates and a W = 4 Jacobi window.
 
     Raises:
-        ValueError: unknown runner or parameter, K > 1 for a chain method, values < 1.
+        ValueError: unknown runner or parameter, K > 1 for a chain method, W for a runner without
+            a Jacobi window, values < 1 (W < 0).
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"methods: expected a runner name, got {text!r}")
     name, _, params = text.strip().partition(":")
     if name not in runner_names():
         raise ValueError(f"methods: unknown runner {name!r}; known: {', '.join(runner_names())}")
-    values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50}
+    values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50, "window": 0}
+    if name in PHRASE_RUNNERS:
+        values.update(PHRASE_DEFAULTS)
     for item in filter(None, params.split(",")):
-        key, _, value = item.partition("=")
-        if key.strip() not in _PARAMS or not value.strip().isdigit() or int(value) < 1:
-            raise ValueError(f"methods: bad parameter {item!r} in {text!r} (use L=, K= or n= with an int >= 1)")
-        values[_PARAMS[key.strip()]] = int(value)
+        key, _, value = (part.strip() for part in item.partition("="))
+        if key not in _PARAMS or not value.isdigit() or int(value) < (0 if key == "W" else 1):
+            raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
+                             "(use L=, K=, n= with an int >= 1 or W= with an int >= 0)")
+        values[_PARAMS[key]] = int(value)
     if name in ("target_only", "hf", "hf_prompt_lookup"):
         return RunnerSpec(name, name)
+    if "W" in {item.partition("=")[0].strip() for item in params.split(",")} and name not in PHRASE_RUNNERS:
+        raise ValueError(f"methods: {name} has no Jacobi window W; got {text!r}")
+    label = name if not params else f"{name}:{params}"
+    if name in PHRASE_RUNNERS:
+        return RunnerSpec(label, name, values["draft_length"], values["num_paths"], 0, values["window"])
     if decode.METHODS.get(name, "chain") == "chain":  # one path (chains) or a tree: no K
         if "K=" in params and values["num_paths"] != 1:
             raise ValueError(f"methods: {name} takes no K (one draft path or a tree); got {text!r}")
         values["num_paths"] = 1
     if name not in TREE_RUNNERS:
         values["node_budget"] = 0
-    label = name if not params else f"{name}:{params}"
     return RunnerSpec(label, name, values["draft_length"], values["num_paths"], values["node_budget"])
 
 
@@ -216,9 +233,11 @@ def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed:
 
         pool = pools.setdefault((spec.label, T), PhrasePool())
         if spec.name == "lookahead":
-            return lookahead_speculative(pair.target, prompt, N, pool=pool, temperature=T, uniforms=seed)
+            return lookahead_speculative(pair.target, prompt, N, pool=pool, num_candidates=spec.num_paths,
+                                         window=spec.window, temperature=T, uniforms=seed)
         return ouroboros_speculative(pair.target, pair.draft, prompt, N, pool=pool, draft_length=spec.draft_length,
-                                     temperature=T, uniforms=seed)
+                                     num_candidates=spec.num_paths, window=spec.window, temperature=T,
+                                     uniforms=seed)
     if spec.name == "prompt_lookup":
         from .batched import batched_speculative
 
