@@ -118,6 +118,31 @@ def test_bench_tree_and_phrase_runners_are_greedy_exact(tiny_pair, tmp_path):
     assert os.path.getsize(bench.plot_summary(results["summary"], str(tmp_path / "trees.png"))) > 0
 
 
+def test_resumed_run_keeps_the_phrase_pools_warm(tiny_pair, tmp_path):
+    """Interrupted after the first prompt and resumed = one uninterrupted run: same pools, same
+    acceptance on the second prompt (whose pool holds the first prompt's phrases)."""
+    cfg = config(methods=("ouroboros", "lookahead:W=2"), temperatures=(0.0,), max_new_tokens=12)
+    whole = bench.run_bench(cfg, str(tmp_path / "whole.json"), pair=tiny_pair, prompts=PROMPTS, plot=False)
+    out = str(tmp_path / "resumed.json")
+    bench.run_bench(cfg, out, pair=tiny_pair, prompts=PROMPTS[:1], plot=False)
+    resumed = bench.run_bench(cfg, out, pair=tiny_pair, prompts=PROMPTS, plot=False)
+    assert set(whole["pools"]) == {"ouroboros|T=0", "lookahead:W=2|T=0"}
+    assert resumed["pools"] == whole["pools"]
+    for label in ("ouroboros", "lookahead:W=2"):
+        key = f"{label}|T=0|t/1"
+        for field in ("accepted_sum", "accepted_count", "tokens"):
+            assert resumed["records"][key][field] == whole["records"][key][field], (key, field)
+    cold = bench.run_bench(cfg, str(tmp_path / "cold.json"), pair=tiny_pair, prompts=PROMPTS[1:], plot=False)
+    assert cold["pools"] != whole["pools"]  # the pool carried over from t/0 matters here
+
+
+def test_planted_cold_resume_is_caught(tiny_pair, tmp_path, monkeypatch):
+    """Planted: a resume that forgets the saved pools (each phrase runner restarts cold)."""
+    monkeypatch.setattr(bench, "_restore_pools", lambda results: {})
+    with pytest.raises(AssertionError):
+        test_resumed_run_keeps_the_phrase_pools_warm(tiny_pair, tmp_path)
+
+
 def test_bench_resumes_and_refuses_another_configuration(tiny_pair, tmp_path):
     out = str(tmp_path / "bench.json")
     bench.run_bench(config(methods=("block",), temperatures=(0.0,)), out, pair=tiny_pair, prompts=PROMPTS[:1],

@@ -26,6 +26,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -404,6 +406,22 @@ def test_pool_ngrams_candidates_and_phrase_length():
     assert all(len(ph) == 3 for key in pool.keys() for ph in pool.phrases(key))
     with pytest.raises(ValueError, match="phrase_length"):
         pool.add(1, (2, 3))
+
+
+def test_pool_state_round_trip():
+    pool = PhrasePool(phrase_length=2, max_phrases_per_key=2, capacity=3)
+    pool.add_ngrams([1, 2, 3, 1, 4, 5, 6, 1, 2, 7])
+    pool.candidates(4)  # touches key 4's recency
+    copy = PhrasePool.from_state(json.loads(json.dumps(pool.state())))
+    assert copy.keys() == pool.keys() and copy.state() == pool.state()
+    assert all(copy.phrases(k) == pool.phrases(k) for k in pool.keys())
+    copy.add(9, (1, 1)), pool.add(9, (1, 1))  # evicts the same least recently used key
+    assert copy.keys() == pool.keys()
+    for bad, error in ((None, TypeError), ({"table": [[1]]}, TypeError),
+                       ({**pool.state(), "phrase_length": 0}, ValueError),
+                       ({**pool.state(), "table": [[1, [[2, 3, 4]]]]}, ValueError)):
+        with pytest.raises(error):
+            PhrasePool.from_state(bad)
 
 
 def test_pool_is_warm_across_calls(pair):

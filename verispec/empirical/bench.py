@@ -21,7 +21,9 @@ predicted E[A] is reported next to the measured tau), ``ouroboros`` and ``lookah
 
 Results: one record per (runner, temperature, prompt) in a JSON file written atomically after each
 record; a rerun with the same configuration resumes (records present are skipped), a different
-configuration is refused unless ``--fresh``. A table is printed and a plot written next to the JSON.
+configuration is refused unless ``--fresh``. The phrase runners' pools are saved with their records
+(``pools``), so a resumed run continues with the pools an uninterrupted run would have. A table is
+printed and a plot written next to the JSON.
 """
 
 from __future__ import annotations
@@ -338,7 +340,7 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     results["last_run"] = {"prompts": [p["task_id"] for p in prompts], "methods": [r.label for r in runners],
                            "temperatures": [float(t) for t in config.temperatures]}
     _warm_up(pair, runners, config)
-    pools = {}
+    pools = _restore_pools(results)
     try:
         for item in prompts:
             _run_prompt(item, pair, runners, config, results, output, progress, pools)
@@ -374,7 +376,24 @@ def _run_prompt(item, pair, runners, config, results, output, progress, pools):
             result = _decode(spec, pair, ids, config, float(T), config.seed, pools)
         key = f"{spec.label}|T={float(T):g}|{task}"
         results["records"][key] = _record(spec, result, memory, results["prefill"][task])
+        if (spec.label, float(T)) in pools:  # saved with the record: a resumed run starts as warm
+            results.setdefault("pools", {})[f"{spec.label}|T={float(T):g}"] = pools[spec.label, float(T)].state()
         write_json_atomic(output, results)
+
+
+def _restore_pools(results) -> dict:
+    """{(label, T): PhrasePool} of the phrase runners' pools saved in `results` (each the pool
+    after that runner's last record), so that a resumed run continues with warm pools."""
+    saved = results.get("pools", {})
+    if not saved:
+        return {}
+    from .ouroboros import PhrasePool
+
+    out = {}
+    for key, state in saved.items():
+        label, _, T = key.rpartition("|T=")
+        out[label, float(T)] = PhrasePool.from_state(state)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------

@@ -171,6 +171,31 @@ class PhrasePool:
         out = list(reversed(phrases))
         return out if limit is None else out[:limit]
 
+    def state(self) -> dict:
+        """A JSON-ready snapshot: the parameters and every key's phrases, keys from least to most
+        recently used and phrases oldest first (the lookup counters are not kept)."""
+        return {"phrase_length": self.phrase_length, "max_phrases_per_key": self.max_phrases_per_key,
+                "capacity": self.capacity,
+                "table": [[key, [list(phrase) for phrase in phrases]] for key, phrases in self._table.items()]}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "PhrasePool":
+        """The pool that `state()` snapshotted, LRU order included; counters start at 0.
+
+        Raises:
+            TypeError / ValueError: `state` is not such a snapshot (bad parameters, token ids or
+            phrase lengths).
+        """
+        if not isinstance(state, dict) or not isinstance(state.get("table"), list):
+            raise TypeError(f"state: expected a PhrasePool.state() dict, got {type(state).__name__}")
+        pool = cls(state.get("phrase_length"), state.get("max_phrases_per_key"), state.get("capacity"))
+        for entry in state["table"]:
+            if not isinstance(entry, (list, tuple)) or len(entry) != 2 or not isinstance(entry[1], list):
+                raise TypeError(f"state: expected [key, [phrase, ...]] table entries, got {entry!r}")
+            for phrase in entry[1]:  # oldest first: re-adding rebuilds both LRU orders
+                pool.add(entry[0], phrase)
+        return pool
+
     def phrases(self, key: int) -> list[tuple[int, ...]]:
         """All phrases under `key`, newest first, without counting a lookup or touching LRU order."""
         return list(reversed(self._table.get(_check_token(key, "key"), ())))
