@@ -88,21 +88,23 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50, "window": 0}
     if name in PHRASE_RUNNERS:
         values.update(PHRASE_DEFAULTS)
+    given = set()
     for item in filter(None, params.split(",")):
         key, _, value = (part.strip() for part in item.partition("="))
         if key not in _PARAMS or not value.isdigit() or int(value) < (0 if key == "W" else 1):
             raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
                              "(use L=, K=, n= with an int >= 1 or W= with an int >= 0)")
         values[_PARAMS[key]] = int(value)
+        given.add(key)
     if name in ("target_only", "hf", "hf_prompt_lookup"):
         return RunnerSpec(name, name)
-    if "W" in {item.partition("=")[0].strip() for item in params.split(",")} and name not in PHRASE_RUNNERS:
-        raise ValueError(f"methods: {name} has no Jacobi window W; got {text!r}")
     label = name if not params else f"{name}:{params}"
     if name in PHRASE_RUNNERS:
         return RunnerSpec(label, name, values["draft_length"], values["num_paths"], 0, values["window"])
+    if "W" in given:
+        raise ValueError(f"methods: {name} has no Jacobi window W; got {text!r}")
     if decode.METHODS.get(name, "chain") == "chain":  # one path (chains) or a tree: no K
-        if "K=" in params and values["num_paths"] != 1:
+        if "K" in given and values["num_paths"] != 1:
             raise ValueError(f"methods: {name} takes no K (one draft path or a tree); got {text!r}")
         values["num_paths"] = 1
     if name not in TREE_RUNNERS:
