@@ -356,10 +356,15 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     return results
 
 
+def _runner_key(label: str, T) -> str:
+    """The key "label|T=.." of a runner's pool, also the prefix of its records' keys."""
+    return f"{label}|T={float(T):g}"
+
+
 def _run_prompt(item, pair, runners, config, results, output, progress, pools):
     task = item["task_id"]
     todo = [(s, T) for T in config.temperatures for s in runners
-            if f"{s.label}|T={float(T):g}|{task}" not in results["records"]]
+            if f"{_runner_key(s.label, T)}|{task}" not in results["records"]]
     if not todo:
         return
     ids = pair.tokenizer(item["prompt"], return_tensors="pt").input_ids.to(pair.target.device)  # [1, n]
@@ -376,10 +381,10 @@ def _run_prompt(item, pair, runners, config, results, output, progress, pools):
             progress(f"{task} {spec.label} T={float(T):g}")
         with PeakMemory(config.device) as memory:
             result = _decode(spec, pair, ids, config, float(T), config.seed, pools)
-        key = f"{spec.label}|T={float(T):g}|{task}"
+        key = f"{_runner_key(spec.label, T)}|{task}"
         results["records"][key] = _record(spec, result, memory, results["prefill"][task])
         if (spec.label, float(T)) in pools:  # saved with the record: a resumed run starts as warm
-            results.setdefault("pools", {})[f"{spec.label}|T={float(T):g}"] = pools[spec.label, float(T)].state()
+            results.setdefault("pools", {})[_runner_key(spec.label, T)] = pools[spec.label, float(T)].state()
         write_json_atomic(output, results)
 
 
