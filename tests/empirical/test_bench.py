@@ -11,6 +11,7 @@ reproduce target-only greedy unless it diverges at a near-tie (the peer is check
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import types
@@ -20,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import bench, decode  # noqa: E402
+from verispec.empirical import bench, decode, ouroboros  # noqa: E402
 from verispec.empirical.peer import hf_assisted  # noqa: E402
 
 from .test_decode_tiny import tiny  # noqa: E402
@@ -187,7 +188,12 @@ def test_parse_runner_parameters():
     assert bench.parse_runner("eagle", 4, 3).node_budget == 50
     # phrase runners: K = pool candidates, W = Jacobi window; defaults are the decoders' own
     assert bench.parse_runner("ouroboros", 3, 2) == bench.RunnerSpec("ouroboros", "ouroboros", 3, 3, 0, 4)
-    assert bench.parse_runner("ouroboros:K=1,W=0", 3, 2) == bench.RunnerSpec("ouroboros:K=1,W=0", "ouroboros", 3, 1, 0, 0)
+    assert bench.parse_runner("ouroboros:K=1,W=0", 3, 2) == bench.RunnerSpec("ouroboros:K=1,W=0", "ouroboros",
+                                                                              3, 1, 0, 0)
+    for decoder in (ouroboros.ouroboros_speculative, ouroboros.lookahead_speculative):  # the copy stays in sync
+        defaults = inspect.signature(decoder).parameters
+        assert bench.PHRASE_DEFAULTS == {"num_paths": defaults["num_candidates"].default,
+                                         "window": defaults["window"].default}
     assert bench.parse_runner("lookahead:W=2", 3, 2) == bench.RunnerSpec("lookahead:W=2", "lookahead", 3, 3, 0, 2)
 
 

@@ -49,7 +49,7 @@ PHRASE_RUNNERS = ("ouroboros", "lookahead")
 PHRASE_DEFAULTS = {"num_paths": 3, "window": 4}
 #: Tree drafters of `verispec.empirical.trees` (runner name -> tree kind), node budget `n`.
 TREE_RUNNERS = {"opt_tree": "opt_tree", "kary": "kary", "eagle": "eagle", "chain_tree": "chain"}
-#: Runners with no verispec rule parameters of their own beyond L.
+#: Runners that are neither decode methods nor trees (the phrase runners among them take K and W).
 OTHER_RUNNERS = ("target_only", "hf", "hf_prompt_lookup", "ouroboros", "lookahead", "prompt_lookup")
 
 
@@ -391,13 +391,10 @@ def _run_prompt(item, pair, runners, config, results, output, progress, pools):
 def _restore_pools(results) -> dict:
     """{(label, T): PhrasePool} of the phrase runners' pools saved in `results` (each the pool
     after that runner's last record), so that a resumed run continues with warm pools."""
-    saved = results.get("pools", {})
-    if not saved:
-        return {}
     from .ouroboros import PhrasePool
 
     out = {}
-    for key, state in saved.items():
+    for key, state in results.get("pools", {}).items():
         label, _, T = key.rpartition("|T=")
         out[label, float(T)] = PhrasePool.from_state(state)
     return out

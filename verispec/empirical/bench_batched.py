@@ -94,7 +94,8 @@ def _run(runner, pair, batch, config, T):
 def _record(result, memory) -> dict:
     s = result.stats
     return {"tokens": result.tokens.tolist(), "wall_s": s.wall_time_s, "prefill_s": s.prefill_time_s,
-            "target_forwards": s.target_forwards, "draft_forwards": s.draft_forwards, "accepted_sum": float(s.accepted_lengths.double().sum()),
+            "target_forwards": s.target_forwards, "draft_forwards": s.draft_forwards,
+            "accepted_sum": float(s.accepted_lengths.double().sum()),
             "accepted_count": int(s.accepted_lengths.numel()),
             "padded_kv_slots": int(getattr(s, "padded_kv_slots", 0)),
             "peak_kv_slots": int(getattr(s, "peak_kv_slots", 0)), "peak_memory_mb": memory.peak_mb}
