@@ -180,6 +180,65 @@ def get(name: str, **params) -> Method:
     return factory(**params)
 
 
+def load(spec: str, argument: str = "method") -> Method:
+    """The user's Method named by ``"pkg.module:attr"`` (the command-line form of a Method object).
+
+    ``attr`` may be a dotted path inside the module (``"mod:Rules.mine"``). It must be a `Method`,
+    or a callable taking no arguments that returns one (a factory with all-default parameters).
+    The module is imported with the current directory on ``sys.path``, as ``python -m`` does.
+
+    Raises:
+        ValueError: `spec` has no ``module:attr`` form, the module cannot be imported, the attribute
+            is missing, or it is not (and does not build) a Method; the message names `argument`.
+    """
+    import importlib
+    import os
+    import sys
+
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise ValueError(f"{argument}: expected 'pkg.module:attr', got {spec!r}")
+    module_name, attr = spec.split(":")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj = importlib.import_module(module_name)
+    except Exception as err:  # ImportError, or the user's module failing at import time
+        raise ValueError(f"{argument}: cannot import module {module_name!r} of {spec!r}: "
+                         f"{type(err).__name__}: {err}") from err
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"{argument}: {spec!r}: {type(obj).__name__} {getattr(obj, '__name__', '')!r} "
+                             f"has no attribute {part!r}")
+        obj = getattr(obj, part)
+    if callable(obj) and not isinstance(obj, Method):
+        try:
+            obj = obj()
+        except TypeError as err:
+            raise ValueError(f"{argument}: {spec!r} is a callable that cannot be called with no "
+                             f"arguments ({err}); point at a Method or an all-default factory") from err
+    if not isinstance(obj, Method):
+        raise ValueError(f"{argument}: {spec!r} is a {type(obj).__name__}, not a "
+                         "verispec.reference.methods.Method")
+    return obj
+
+
+def resolve(spec, argument: str = "method", **params) -> Method:
+    """A Method from a Method object, a built-in name (built with `params`, as `get_compatible`),
+    or ``"pkg.module:attr"`` (see `load`; `params` are then ignored).
+
+    Raises:
+        ValueError / TypeError: as `get_compatible` and `load`, naming `argument`.
+    """
+    if isinstance(spec, Method):
+        return spec
+    if isinstance(spec, str) and ":" in spec:
+        return load(spec, argument)
+    if not isinstance(spec, str):
+        raise TypeError(f"{argument}: expected a Method, a method name or 'pkg.module:attr', "
+                        f"got {type(spec).__name__}")
+    return get_compatible(spec, **params)
+
+
 def get_compatible(name: str, **params) -> Method:
     """Like `get`, silently ignoring parameters the method does not take (used by the CLI, which
     passes one set of --draft-length/--num-paths to every method). Trees get node_budget = L * K
