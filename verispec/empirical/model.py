@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["CausalLM", "tree_attention_mask", "cache_length", "crop_cache", "gather_cache",
+__all__ = ["CausalLM", "tree_attention_mask", "tree_ancestors", "additive_mask", "cache_length", "crop_cache", "gather_cache",
            "select_cache_rows", "repeat_cache_rows"]
 
 
@@ -116,13 +116,45 @@ def repeat_cache_rows(cache, repeats: int) -> None:
 # Tree masks
 # ----------------------------------------------------------------------------------------------
 
+def tree_ancestors(parents: torch.Tensor, prior: torch.Tensor | None = None) -> torch.Tensor:
+    """Which nodes each node of a forest descends from (itself included).
+
+    Args:
+        parents: int64 [B, N]: the parent of new node j, indexed in the numbering of the prior
+            nodes followed by the new ones (so parents[b, j] < M + j), -1 for a root.
+        prior: optional bool [B, M, M], the ancestry of M nodes appended earlier (this function's
+            output for them): new nodes may hang below them.
+
+    Returns:
+        bool [B, M + N, M + N]: [b, i, k] is True when node k is node i or one of its ancestors.
+
+    Raises:
+        ValueError: a parent index not smaller than its child's.
+    """
+    B, N = parents.shape
+    device = parents.device
+    M = 0 if prior is None else prior.shape[1]
+    if bool((parents >= M + torch.arange(N, device=device)).any()):
+        raise ValueError("parents: every node's parent must come before it (parents[b, j] < j)")
+    ancestors = torch.eye(M + N, dtype=torch.bool, device=device).expand(B, M + N, M + N).clone()
+    if prior is not None:
+        ancestors[:, :M, :M] = prior
+    rows = torch.arange(B, device=device)
+    for j in range(N):
+        parent = parents[:, j]  # [B]
+        inherited = ancestors[rows, parent.clamp(min=0)]  # [B, M + N]
+        ancestors[:, M + j] |= inherited & (parent >= 0).unsqueeze(1)
+    return ancestors
+
+
 def tree_attention_mask(parents: torch.Tensor, past_valid: torch.Tensor | int, dtype: torch.dtype) -> torch.Tensor:
     """The 4D additive mask of a token tree appended to a cache.
 
     Args:
         parents: int64 [B, N]: parents[b, j] < j is the index (within the new block) of node j's
             parent, -1 for a node attached directly to the cached prefix (the root).
-        past_valid: bool [B, S] (which cached positions each row may see) or an int S (all valid).
+        past_valid: bool [B, S] (which cached positions each row may see), bool [B, N, S] (per
+            node), or an int S (all valid).
         dtype: the model's dtype (the mask is 0 where allowed and finfo(dtype).min elsewhere).
 
     Returns:
@@ -133,22 +165,21 @@ def tree_attention_mask(parents: torch.Tensor, past_valid: torch.Tensor | int, d
     """
     B, N = parents.shape
     device = parents.device
-    if bool((parents >= torch.arange(N, device=device)).any()):
-        raise ValueError("parents: every node's parent must come before it (parents[b, j] < j)")
-    ancestors = torch.eye(N, dtype=torch.bool, device=device).expand(B, N, N).clone()  # [B, N, N]
-    for j in range(N):
-        parent = parents[:, j]  # [B]
-        has = parent >= 0
-        row = ancestors[torch.arange(B, device=device), parent.clamp(min=0)]  # [B, N]
-        ancestors[:, j] |= row & has.unsqueeze(1)
+    ancestors = tree_ancestors(parents)  # [B, N, N]
     if isinstance(past_valid, int):
         past = torch.ones(B, N, past_valid, dtype=torch.bool, device=device)
+    elif past_valid.dim() == 3:
+        past = past_valid.to(device)
     else:
         past = past_valid.to(device).unsqueeze(1).expand(B, N, past_valid.shape[1])
-    allowed = torch.cat([past, ancestors], dim=2)  # [B, N, S + N]
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask.unsqueeze(1)
+    return additive_mask(torch.cat([past, ancestors], dim=2), dtype).unsqueeze(1)  # [B, 1, N, S + N]
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """0 where `allowed` (bool, any shape), finfo(dtype).min elsewhere: transformers adds it to the
+    attention scores (a bool mask under eager attention is silently wrong in transformers 5.x)."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
+        ~allowed, torch.finfo(dtype).min)
 
 
 def _depths(parents: torch.Tensor) -> torch.Tensor:

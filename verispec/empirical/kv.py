@@ -1,0 +1,296 @@
+"""The KV state of one model for a batch of rows: append a token tree, keep the accepted path.
+
+Where it sits in one decoding iteration (`verispec.empirical.engine`):
+
+    drafter --(draft kv.append per layer)--> DraftTree --(target kv.append: ONE tree forward)--> p
+        --> verifier --> accepted path --> target kv.commit(path), drafter's kv.commit(path)
+
+Every storage holds, per row, a *committed* prefix (tokens the row has emitted) and an
+*uncommitted forest*: the nodes appended since the last commit, numbered in append order, each
+attached to the committed prefix (parent -1) or to an earlier uncommitted node (possibly from an
+earlier forward: a draft tree grows one layer per forward). A node attends to its row's committed
+prefix, its ancestors and itself, never to a sibling; its position id is the committed length plus
+its depth. `commit(keep)` keeps, per row, a root path of uncommitted nodes and drops the rest.
+
+Storages (one interface: `prefill`, `append`, `commit`, `select`, counters):
+
+- `PaddedKV(model, batch, compact=True)`: a [B, S] `DynamicCache` and a per-slot validity mask;
+  4D additive float mask, explicit position ids (`verispec.empirical.model`). compact=True gathers
+  each row's kept slots to the left at every commit (a crop when the kept slots are a prefix);
+  compact=False crops to the *longest* kept length and leaves the other rows' rejected slots
+  written and masked (vanilla batching, the baseline of EMS-SD).
+- `SequenceKV(model)`: a single sequence (B = 1), always compact.
+- `PackedKV(model, batch)`: EMS-SD's "unpad KV cache" + "unpad input tokens" (Ni et al. 2024,
+  arXiv 2405.07542): batch dimension 1, every row's slots in one sequence, owner[slot] = row;
+  a forward feeds only the real nodes of all rows packed into one sequence.
+
+Counters: `padded_slots` counts the cache slots written that hold no real token of a row (fed
+padding) plus rejected slots a commit leaves in the cache (masked), read off the tensors actually
+fed and kept; `peak_slots` the most slots held (summed over rows) right after a forward.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import model as _model
+from .model import CausalLM, cache_length, crop_cache, gather_cache, select_cache_rows
+
+__all__ = ["KVState", "PaddedKV", "SequenceKV", "PackedKV", "STORAGES", "new_kv"]
+
+
+def _visible(valid: torch.Tensor, ancestry: torch.Tensor) -> torch.Tensor:
+    """What each new node of a padded append may attend to: valid [B, S0] committed slots,
+    ancestry [B, n, m] (the new nodes' rows of the forest's ancestry, the forest's m slots follow
+    the committed ones) -> bool [B, n, S0 + m]. Module-level so tests can plant broken masks."""
+    B, n = ancestry.shape[:2]
+    return torch.cat([valid.unsqueeze(1).expand(B, n, valid.shape[1]), ancestry], dim=2)
+
+
+def _packed_positions(pos: torch.Tensor, rows: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
+    """Position id of each packed node: its row's committed length + its depth in the forest."""
+    return pos[rows] + depth
+
+
+class KVState:
+    """The committed length and the uncommitted forest shared by every storage.
+
+    Attributes:
+        model: the `CausalLM`. pos: int64 [B], each row's committed length (next position id).
+        ancestry: bool [B, m, m] of the uncommitted forest (`model.tree_ancestors`).
+        real: bool [B, m]: which uncommitted nodes hold a real token (the rest is padding).
+        padded_slots, peak_slots: counters (module docstring).
+    """
+
+    def __init__(self, model: CausalLM, batch: int):
+        self.model = model
+        device = model.device
+        self.pos = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
+        self.ancestry = torch.zeros(batch, 0, 0, dtype=torch.bool, device=device)  # [B, m, m]
+        self.real = torch.zeros(batch, 0, dtype=torch.bool, device=device)  # [B, m]
+        self.padded_slots = self.peak_slots = 0
+
+    @property
+    def uncommitted(self) -> int:
+        """m, the number of nodes appended since the last commit."""
+        return self.real.shape[1]
+
+    def _grow(self, parents: torch.Tensor, real: torch.Tensor):
+        """Add n nodes (parents [B, n] in forest numbering, real [B, n]) to the forest; returns
+        (their ancestry rows [B, n, m + n], their depth [B, n])."""
+        B, n = parents.shape
+        m = self.uncommitted
+        if tuple(real.shape) != (B, n) or real.dtype != torch.bool:
+            raise ValueError(f"real: expected a bool tensor of shape {(B, n)}")
+        ancestry = _model.tree_ancestors(parents, self.ancestry)  # [B, m + n, m + n]
+        parent_real = torch.cat([self.real, real], 1).gather(1, parents.clamp(min=0))  # [B, n]
+        orphan = real & (parents >= 0) & ~parent_real
+        if bool(orphan.any()):
+            b, j = (int(i) for i in orphan.nonzero()[0])
+            raise ValueError(f"parents: row {b}, node {m + j} is real but its parent "
+                             f"{int(parents[b, j])} is padding")
+        self.ancestry, self.real = ancestry, torch.cat([self.real, real], 1)
+        new = ancestry[:, m:]  # [B, n, m + n]
+        return new, new.sum(-1) - 1
+
+    def _check_keep(self, keep: torch.Tensor) -> torch.Tensor:
+        """keep [B, m] bool: real nodes forming a root path (each kept node's ancestors kept)."""
+        if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool or tuple(keep.shape) != tuple(self.real.shape):
+            raise ValueError(f"keep: expected a bool tensor of shape {tuple(self.real.shape)}")
+        dropped_ancestor = (self.ancestry & ~keep.unsqueeze(1)).any(-1)  # [B, m]
+        deepest = torch.where(keep, self.ancestry.sum(-1), 0).amax(1, keepdim=True) if keep.numel() else 0
+        if bool((keep & (~self.real | dropped_ancestor)).any()) or bool((keep.sum(1) != deepest.squeeze(1)).any()
+                                                                        if keep.numel() else False):
+            raise ValueError("keep: must mark a root path of real nodes in every row")
+        return keep
+
+    def _reset(self, kept: torch.Tensor) -> None:
+        self.pos = self.pos + kept.sum(1)
+        B = self.pos.shape[0]
+        self.ancestry = self.ancestry.new_zeros(B, 0, 0)
+        self.real = self.real.new_zeros(B, 0)
+
+    def _select_rows(self, rows: torch.Tensor) -> None:
+        if self.uncommitted:
+            raise RuntimeError("select: commit before selecting rows")
+        self.pos, self.ancestry, self.real = self.pos[rows], self.ancestry[rows], self.real[rows]
+
+    def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor) -> None:
+        """Commit row b's first lengths[b] tokens of tokens [B, n] (right padding), as a chain."""
+        n = tokens.shape[1]
+        if n == 0 or int(lengths.max()) == 0:
+            return
+        parents = (torch.arange(n, device=tokens.device) - 1).expand_as(tokens)  # a chain
+        real = torch.arange(n, device=tokens.device) < lengths.unsqueeze(1)  # [B, n]
+        self.append(tokens, parents, real)
+        self.commit(real)
+
+
+class PaddedKV(KVState):
+    """A [B, S] cache with a validity mask (module docstring); compact=False is vanilla batching."""
+
+    def __init__(self, model: CausalLM, batch: int, compact: bool = True):
+        super().__init__(model, batch)
+        self.compact = compact
+        self.cache = model.new_cache()
+        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=model.device)  # [B, S0] committed
+
+    def prefill(self, tokens, lengths) -> None:
+        n = tokens.shape[1]
+        if n and bool((lengths == n).all()):  # equal rows: `CausalLM.prefill` (benches reuse it)
+            _, self.cache = self.model.prefill(tokens)
+            self.valid = torch.ones(tokens.shape, dtype=torch.bool, device=self.model.device)
+            self.pos = lengths.to(self.pos)
+            return
+        super().prefill(tokens, lengths)
+
+    def append(self, tokens: torch.Tensor, parents: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """ONE forward of n new nodes per row: tokens / parents (forest numbering, -1: attached to
+        the committed prefix) / real: [B, n]. Returns logits float32 [B, n, V] (rows of padding
+        nodes are meaningless)."""
+        ancestry, depth = self._grow(parents, real)  # [B, n, m + n], [B, n]
+        mask = _model.additive_mask(_visible(self.valid, ancestry), self.model.dtype).unsqueeze(1)
+        position = self.pos.unsqueeze(1) + depth  # [B, n]
+        logits, self.cache = self.model.forward(tokens, self.cache, position_ids=position, attention_mask=mask)
+        self.padded_slots += int((~real).sum())  # written, holding no token of the row
+        self.peak_slots = max(self.peak_slots, cache_length(self.cache) * tokens.shape[0])
+        return logits
+
+    def commit(self, keep: torch.Tensor) -> None:
+        """Keep, per row, the uncommitted nodes marked in keep [B, m] (a root path)."""
+        keep = self._check_keep(keep)
+        if self.compact:
+            every = torch.cat([self.valid, keep], dim=1)  # [B, S]
+            counts = every.sum(1)
+            width = int(counts.max())
+            gather_cache(self.cache, torch.sort((~every).long(), dim=1, stable=True).indices[:, :width])
+            self.valid = torch.arange(width, device=keep.device) < counts.unsqueeze(1)
+        else:  # vanilla: crop to the longest kept length, the rest stays written and masked
+            columns = keep.any(0).nonzero()
+            end = int(columns[-1, 0]) + 1 if columns.numel() else 0
+            crop_cache(self.cache, self.valid.shape[1] + end)
+            self.padded_slots += int((self.real[:, :end] & ~keep[:, :end]).sum())  # rejected, kept masked
+            self.valid = torch.cat([self.valid, keep[:, :end]], dim=1)
+        self._reset(keep)
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only batch rows `rows` (after a commit)."""
+        self._select_rows(rows)
+        select_cache_rows(self.cache, rows)
+        self.valid = self.valid[rows]
+
+    def slots(self) -> int:
+        """Slots held, summed over rows (padding and masked slots included)."""
+        return cache_length(self.cache) * self.valid.shape[0]
+
+
+class SequenceKV(PaddedKV):
+    """One sequence (B = 1): always compact, nothing masked stays in the cache."""
+
+    def __init__(self, model: CausalLM, batch: int = 1):
+        if batch != 1:
+            raise ValueError(f"batch: a SequenceKV holds one row, got {batch}")
+        super().__init__(model, 1, compact=True)
+
+
+class PackedKV(KVState):
+    """EMS-SD layout (module docstring): batch dimension 1, owner[slot] = row of every slot."""
+
+    def __init__(self, model: CausalLM, batch: int):
+        super().__init__(model, batch)
+        self.cache = model.new_cache()
+        device = model.device
+        self.owner = torch.zeros(0, dtype=torch.long, device=device)  # [S], committed then uncommitted
+        self.base = 0  # committed slots
+        self.slot = torch.zeros(batch, 0, dtype=torch.long, device=device)  # [B, m]: -1 = not fed
+
+    def prefill(self, tokens, lengths) -> None:
+        n = tokens.shape[1]
+        if n and tokens.shape[0] == 1 and bool((lengths == n).all()):  # `CausalLM.prefill`, reusable
+            _, self.cache = self.model.prefill(tokens)
+            self.owner = torch.zeros(n, dtype=torch.long, device=self.model.device)
+            self.base, self.pos = n, lengths.to(self.pos)
+            return
+        super().prefill(tokens, lengths)
+
+    def _attention_mask(self, ancestry: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """[1, 1, Q, S + Q] additive mask of the Q packed nodes (rows, cols: [Q] into the new
+        block; ancestry [B, n, m + n] its rows): a node sees its row's committed slots and the
+        slots of its ancestors, itself included (self.slot already holds the new slots)."""
+        Q, S = rows.numel(), self.owner.numel()
+        committed = rows.unsqueeze(1) == self.owner[:self.base].unsqueeze(0)  # [Q, base]
+        mine = ancestry[rows, cols]  # [Q, m + n]
+        slot = self.slot[rows]  # [Q, m + n]
+        fed = slot >= 0
+        width = S + Q - self.base + 1  # the last column absorbs nodes that were never fed
+        later = torch.zeros(Q, width, dtype=torch.bool, device=rows.device)
+        later.scatter_(1, torch.where(fed, slot - self.base, width - 1), mine & fed)
+        allowed = torch.cat([committed, later[:, :-1]], dim=1)  # [Q, S + Q]
+        return _model.additive_mask(allowed, self.model.dtype)[None, None]
+
+    def append(self, tokens: torch.Tensor, parents: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """As `PaddedKV.append`; only the real nodes are fed, packed into one sequence."""
+        B, n = tokens.shape
+        ancestry, depth = self._grow(parents, real)  # [B, n, m + n], [B, n]
+        rows, cols = real.nonzero(as_tuple=True)  # row-major: each row's nodes in order
+        Q, S = rows.numel(), self.owner.numel()
+        new_slot = torch.full((B, n), -1, dtype=torch.long, device=tokens.device)
+        new_slot[rows, cols] = S + torch.arange(Q, device=tokens.device)
+        self.slot = torch.cat([self.slot, new_slot], dim=1)
+        logits = torch.zeros(B, n, self.model.vocab_size, device=self.model.device)  # [B, n, V]
+        if Q == 0:
+            return logits
+        mask = self._attention_mask(ancestry, rows, cols)
+        position = _packed_positions(self.pos, rows, depth[rows, cols]).unsqueeze(0)  # [1, Q]
+        fed = tokens[rows, cols].unsqueeze(0)  # [1, Q]
+        packed, self.cache = self.model.forward(fed, self.cache, position_ids=position, attention_mask=mask)
+        logits[rows, cols] = packed[0]
+        self.owner = torch.cat([self.owner, rows])
+        self.padded_slots += fed.shape[1] - int(real.sum())  # fed tokens that are no row's: none
+        self.peak_slots = max(self.peak_slots, cache_length(self.cache))
+        return logits
+
+    def commit(self, keep: torch.Tensor) -> None:
+        """Keep exactly the kept slots (a gather): no rejected or padded slot stays in the cache."""
+        keep = self._check_keep(keep)
+        kept = torch.sort(self.slot[keep]).values  # cache positions of the kept nodes
+        positions = torch.cat([torch.arange(self.base, device=keep.device), kept])
+        if positions.numel() != cache_length(self.cache):
+            gather_cache(self.cache, positions.unsqueeze(0))
+        self.padded_slots += positions.numel() - self.base - int(keep.sum())  # retained, not kept
+        self.owner = self.owner[positions]
+        self.base = self.owner.numel()
+        self.slot = self.slot[:, :0]
+        self._reset(keep)
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only batch rows `rows` (after a commit)."""
+        remap = torch.full_like(self.pos, -1)
+        remap[rows] = torch.arange(rows.numel(), device=rows.device)
+        positions = (remap[self.owner] >= 0).nonzero().squeeze(1)
+        if positions.numel() != cache_length(self.cache):
+            gather_cache(self.cache, positions.unsqueeze(0))
+        self._select_rows(rows)
+        self.owner = remap[self.owner[positions]]
+        self.base = self.owner.numel()
+        self.slot = self.slot[rows]
+
+    def slots(self) -> int:
+        """Slots held (all rows)."""
+        return cache_length(self.cache)
+
+
+#: Storage name -> factory(model, batch).
+STORAGES = {"sequence": SequenceKV, "padded": PaddedKV, "vanilla": lambda m, b: PaddedKV(m, b, compact=False),
+            "packed": PackedKV, "ems": PackedKV}
+
+
+def new_kv(storage: str, model: CausalLM, batch: int) -> KVState:
+    """A fresh KV state of kind `storage` ("sequence", "padded", "vanilla", "packed" = "ems").
+
+    Raises:
+        ValueError: unknown storage.
+    """
+    if storage not in STORAGES:
+        raise ValueError(f"storage: expected one of {', '.join(STORAGES)}, got {storage!r}")
+    return STORAGES[storage](model, batch)
