@@ -1,0 +1,517 @@
+"""A black-box statistical check of a batched speculative sampler: `assert_sampler_lossless`.
+
+`assert_lossless` enumerates a rule written against verispec's reference API. Production code is
+different: a batched torch/numpy kernel with its own random number generator, such as an inference
+engine's rejection sampler. This harness treats that code as a black box:
+
+1. it takes toy target/draft pairs (the default sweep of `assert_lossless`, or your instances);
+2. it runs the whole draft-verify loop for ``n`` independent rows at once: the harness drafts L
+   tokens from the draft model q, gives your function the batch (draft ids, draft probabilities,
+   target probabilities, a generator), appends what it emits, and repeats until every row has N
+   tokens;
+3. it compares the empirical joint law of the first N emitted tokens with the exact target law
+   (`verispec.reference.exact.target_distribution`) by a G-test (`verispec.testing.gtest`).
+
+The sample size ``n`` per instance is computed, not guessed: the smallest n for which the level
+``alpha / num_instances`` G-test has power >= ``power`` against every law at total variation
+>= ``tv`` (defaults: alpha = 1e-6 over the whole run, power 0.9 at TV 0.01). Sparse cells are
+pooled and the report states what that costs (power holds at TV >= tv + pooled mass). Any
+emitted sequence of probability 0 fails at once.
+
+What it establishes: a statistical check, not a proof. A correct sampler fails with probability
+<= alpha (asymptotically: the G-test's chi-square approximation); a sampler whose law is at TV
+>= tv (+ pooled mass) from the target's on an instance passes with probability <= 1 - power.
+Bugs smaller than that, or tied to sizes the instances do not reach, can pass.
+
+The function's contract (the canonical signature; adapters for vLLM- and HF-style functions are
+in ``examples/vllm_style_sampler.py`` and ``examples/hf_style_sampler.py``)::
+
+    fn(draft_ids, draft_probs, target_probs, generator) -> output_ids
+        draft_ids:    int64   [batch, L]        tokens drawn from draft_probs
+        draft_probs:  float   [batch, L, V]     q(. | prefix + draft[:i]) for i < L
+        target_probs: float   [batch, L + 1, V] p(. | prefix + draft[:i]) for i <= L
+        generator:    numpy.random.Generator (backend "numpy") or torch.Generator ("torch")
+        output_ids:   int     [batch, L + 1]    the accepted draft tokens, then one correction or
+                      bonus token, then -1 padding (vLLM's placeholder convention)
+
+Sources: speculative sampling, Leviathan et al. 2023 (arXiv:2211.17192, Algorithm 1) and Chen et al.
+2023 (arXiv:2302.01318, Algorithm 2); the G-test and its power, see `verispec.testing.gtest`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..reference import exact as _exact
+from ..reference.models import _check_positive_int as _check_int
+from ..reference.models import check_pair, check_prefix
+from . import gtest
+from .assertions import DEFAULT_FAMILIES, LosslessnessError, sweep
+from .strategies import Instance
+
+__all__ = ["assert_sampler_lossless", "reference_sampler", "SamplerReport", "InstanceResult",
+           "SamplerLosslessnessError", "SamplerContractError", "PLACEHOLDER"]
+
+#: Padding after the last emitted token of a row (vLLM's PLACEHOLDER_TOKEN_ID).
+PLACEHOLDER = -1
+
+_MAX_CODE = 2 ** 62  # prefixes are encoded as base-(V+1) integers in int64
+
+
+class SamplerContractError(ValueError):
+    """The function under test broke the calling contract (wrong shape or dtype, a token outside
+    the vocabulary, an emitted prefix that is not the draft, no token emitted, or it raised).
+    This is not a verdict on its law.
+
+    Attributes:
+        instance: the `Instance` being run. row: the offending row (or None).
+    """
+
+    def __init__(self, message, instance=None, row=None):
+        super().__init__(message)
+        self.instance, self.row = instance, row
+
+
+class SamplerLosslessnessError(LosslessnessError):
+    """The G-test rejected the target law on an instance (or an impossible sequence was emitted).
+
+    Attributes (besides `LosslessnessError`'s): result, the failing `InstanceResult`;
+    report, the `SamplerReport` of the instances run so far.
+    """
+
+    def __init__(self, message, result, report, law, target_law):
+        super().__init__(message, instance=result.instance, tv=result.empirical_tv, law=law,
+                         target_law=target_law, exact=False)
+        self.result, self.report = result, report
+
+
+@dataclass
+class InstanceResult:
+    """One instance of `assert_sampler_lossless`.
+
+    Attributes:
+        instance: the target/draft `Instance` (its ``num_tokens`` is N).
+        n: independent runs of the loop (samples of the N-token law).
+        cells: outcomes of positive target probability (V^N at most).
+        df: degrees of freedom of the G-test after pooling.
+        pooled_mass: target probability of the pooled cells (0 if none were merged).
+        statistic, p_value: the G-test's.
+        alpha: this instance's false-alarm level (the run's alpha / number of instances).
+        detectable_tv: power >= the run's power against every law at TV >= detectable_tv +
+            pooled_mass (derived: `gtest.detectable_tv(n, df, alpha, power)`).
+        impossible: emitted N-token outcomes of target probability 0 -> count.
+        empirical_tv: TV(empirical law, target law), a noisy plug-in estimate.
+        seconds: wall time of the instance; seconds_in_fn: the part spent in the function.
+        calls: how many times the function was called.
+    """
+
+    instance: Instance
+    n: int
+    cells: int
+    df: int
+    pooled_mass: float
+    statistic: float
+    p_value: float
+    alpha: float
+    detectable_tv: float
+    impossible: dict
+    empirical_tv: float
+    seconds: float
+    seconds_in_fn: float
+    calls: int
+
+    @property
+    def passed(self) -> bool:
+        return not self.impossible and self.p_value > self.alpha
+
+
+@dataclass
+class SamplerReport:
+    """What `assert_sampler_lossless` ran: alpha (whole run), power and tv as requested, the
+    per-instance `InstanceResult`s, and the total wall time in seconds."""
+
+    alpha: float
+    power: float
+    tv: float
+    results: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def min_p_value(self) -> float:
+        return min((r.p_value for r in self.results), default=1.0)
+
+    def __str__(self) -> str:
+        k = len(self.results)
+        lines = [f"assert_sampler_lossless: {k} instance(s); false-alarm rate alpha = {self.alpha:g} for the "
+                 f"run ({self.alpha / max(k, 1):.3g} per instance, Bonferroni); power {self.power:g} at TV "
+                 f"{self.tv:g} (+ pooled mass); {self.seconds:.1f} s",
+                 f"  {'instance':<34} {'V':>2} {'N':>2} {'n':>9} {'df':>4} {'pooled':>7} {'G':>9} "
+                 f"{'p-value':>9} {'TV@power':>8} {'time s':>7}"]
+        for r in self.results:
+            inst = r.instance
+            lines.append(f"  {inst.label[:34]:<34} {inst.vocab_size:>2} {inst.num_tokens:>2} {r.n:>9,} {r.df:>4} "
+                         f"{r.pooled_mass:>7.4f} {r.statistic:>9.2f} {r.p_value:>9.3g} "
+                         f"{r.detectable_tv + r.pooled_mass:>8.4f} {r.seconds:>7.2f}"
+                         + ("" if r.passed else "  FAIL"))
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# a correct batched sampler (numpy), the known-good baseline
+
+def _categorical(probs, uniforms):
+    """Inverse-CDF draws: probs [rows, V] (rows sum to > 0), uniforms [rows] in [0, 1) -> [rows]."""
+    cdf = np.cumsum(probs, axis=-1)  # [rows, V]
+    cdf = cdf / cdf[:, -1:]  # the last entry is exactly 1, so a zero-probability tail is never drawn
+    return (cdf <= uniforms[:, None]).sum(axis=-1)
+
+
+def reference_sampler(draft_ids, draft_probs, target_probs, generator):
+    """Speculative sampling for a batch of chains (numpy), in the harness's canonical signature.
+
+    Accept draft token x_i with probability min(1, p_i(x_i) / q_i(x_i)); at the first rejection
+    emit a correction token ~ norm(max(p_i - q_i, 0)); if all L are accepted emit a bonus token
+    ~ p_L. Leviathan et al. 2023 (arXiv:2211.17192, Algorithm 1); Chen et al. 2023
+    (arXiv:2302.01318, Algorithm 2).
+
+    Args:
+        draft_ids: int64 [batch, L]. draft_probs: float [batch, L, V].
+        target_probs: float [batch, L + 1, V]. generator: numpy.random.Generator.
+
+    Returns:
+        int64 [batch, L + 1]: accepted tokens, the correction/bonus token, then -1 padding.
+    """
+    B, L = draft_ids.shape
+    rows = np.arange(B)
+    p_x = np.take_along_axis(target_probs[:, :L], draft_ids[..., None], -1)[..., 0]  # [batch, L]
+    q_x = np.take_along_axis(draft_probs, draft_ids[..., None], -1)[..., 0]  # [batch, L]
+    accept = generator.random((B, L)) * q_x < p_x  # u < p/q without dividing by q  # [batch, L]
+    tau = np.where(accept.all(axis=1), L, np.argmin(accept, axis=1))  # accepted length  # [batch]
+    p_last = target_probs[rows, tau]  # [batch, V]
+    q_last = np.where((tau < L)[:, None], draft_probs[rows, np.minimum(tau, L - 1)], 0.0)  # [batch, V]
+    residual = np.maximum(p_last - q_last, 0.0)  # = p_L for a bonus token  # [batch, V]
+    residual = np.where(residual.sum(-1, keepdims=True) > 0, residual, p_last)
+    out = np.where(np.arange(L)[None, :] < tau[:, None], draft_ids, PLACEHOLDER)  # [batch, L]
+    out = np.concatenate([out, np.full((B, 1), PLACEHOLDER)], axis=1)  # [batch, L + 1]
+    out[rows, tau] = _categorical(residual, generator.random(B))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# backends: what the function receives
+
+class _Backend:
+    def __init__(self, name, dtype, device):
+        if name not in ("numpy", "torch"):
+            raise ValueError(f"backend: expected 'numpy' or 'torch', got {name!r}")
+        self.name, self.device = name, device
+        if name == "torch":
+            import torch  # optional dependency: only this backend needs it
+
+            self.torch = torch
+            self.dtype = torch.float32 if dtype is None else dtype
+            if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
+                raise TypeError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
+        else:
+            self.dtype = np.dtype(np.float64 if dtype is None else dtype)
+            if self.dtype.kind != "f":
+                raise TypeError(f"dtype: expected a floating numpy dtype, got {dtype!r}")
+
+    def generator(self, seed):
+        if self.name == "numpy":
+            return np.random.default_rng(seed)
+        return self.torch.Generator(device=self.device).manual_seed(int(seed))
+
+    def inputs(self, draft_ids, draft_probs, target_probs):
+        if self.name == "numpy":
+            return draft_ids, draft_probs.astype(self.dtype), target_probs.astype(self.dtype)
+        t = self.torch
+        return (t.from_numpy(draft_ids).to(self.device),
+                t.from_numpy(draft_probs).to(device=self.device, dtype=self.dtype),
+                t.from_numpy(target_probs).to(device=self.device, dtype=self.dtype))
+
+    def output(self, out):
+        if self.name == "torch" and isinstance(out, self.torch.Tensor):
+            return out.detach().cpu().numpy()
+        return np.asarray(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# the draft-verify loop on many independent rows
+
+class _PrefixTable:
+    """A model's probabilities at many rows' prefixes, computed once per distinct prefix."""
+
+    def __init__(self, model, context, vocab_size, width):
+        self.model, self.context, self.V = model, context, vocab_size
+        self.powers = (vocab_size + 1) ** np.arange(width, dtype=np.int64)  # [width]
+        self.cache: dict = {}
+
+    def probs(self, tokens):
+        """tokens: int64 [rows, width], each row a prefix then -1 padding -> float64 [rows, V]."""
+        codes = (tokens + 1) @ self.powers  # a distinct code per prefix (padding adds 0)  # [rows]
+        unique, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        table = np.empty((len(unique), self.V))  # [num_distinct, V]
+        for i, (code, row) in enumerate(zip(unique.tolist(), first.tolist())):
+            if code not in self.cache:
+                prefix = tuple(int(t) for t in tokens[row] if t >= 0)
+                self.cache[code] = np.asarray(self.model.probs(self.context + prefix), dtype=np.float64)
+            table[i] = self.cache[code]
+        return table[inverse.reshape(-1)]
+
+
+def _contract(message, inst, row, draft_ids=None, out=None):
+    where = f"\n  instance: {inst.label} (V = {inst.vocab_size})"
+    if row is not None and draft_ids is not None:
+        where += f"\n  row {row}: draft_ids = {draft_ids[row].tolist()}"
+        if out is not None:
+            where += f", output = {out[row].tolist()}"
+    return SamplerContractError(message + where, instance=inst, row=row)
+
+
+def _validate(out, draft_ids, inst):
+    """Check the output contract; returns int64 [batch, L + 1] and the emitted counts [batch]."""
+    A, L = draft_ids.shape
+    if out.shape != (A, L + 1):
+        raise _contract(f"output: expected shape [batch, L + 1] = [{A}, {L + 1}], got {list(out.shape)}", inst, None)
+    if out.dtype.kind not in "iu":
+        raise _contract(f"output: expected integer token ids, got dtype {out.dtype}", inst, None)
+    out = out.astype(np.int64)
+    bad = np.flatnonzero(((out < PLACEHOLDER) | (out >= inst.vocab_size)).any(axis=1))
+    if bad.size:
+        raise _contract(f"output: token id outside [0, {inst.vocab_size}) that is not the placeholder "
+                        f"{PLACEHOLDER}", inst, int(bad[0]), draft_ids, out)
+    valid = out >= 0  # [batch, L + 1]
+    k = valid.sum(axis=1)  # tokens emitted per row  # [batch]
+    bad = np.flatnonzero(k == 0)
+    if bad.size:
+        raise _contract("output: a row emitted no token (the correction/bonus token is missing)", inst,
+                        int(bad[0]), draft_ids, out)
+    bad = np.flatnonzero((valid != (np.arange(L + 1)[None, :] < k[:, None])).any(axis=1))
+    if bad.size:
+        raise _contract(f"output: the placeholder {PLACEHOLDER} comes before an emitted token", inst,
+                        int(bad[0]), draft_ids, out)
+    accepted = np.arange(L)[None, :] < (k - 1)[:, None]  # [batch, L]
+    bad = np.flatnonzero((accepted & (out[:, :L] != draft_ids)).any(axis=1))
+    if bad.size:
+        raise _contract("output: the accepted tokens (all but the last emitted) must equal draft_ids[:tau]",
+                        inst, int(bad[0]), draft_ids, out)
+    return out, k
+
+
+class _Loop:
+    """Runs the draft-verify loop with the function under test on one instance."""
+
+    def __init__(self, fn, inst, backend, L, tables):
+        self.fn, self.inst, self.backend, self.L = fn, inst, backend, L
+        self.target_table, self.draft_table = tables
+        self.seconds_in_fn, self.calls = 0.0, 0
+
+    def _draft(self, emitted, length, draft_rng):
+        """Draft L tokens from q for each row; returns draft_ids, q and p (see the module docstring)."""
+        A, L, V, N = len(length), self.L, self.inst.vocab_size, self.inst.num_tokens
+        work = np.full((A, N - 1 + L), PLACEHOLDER, dtype=np.int64)  # prefix + drafted tokens
+        work[:, :N - 1] = emitted[:, :N - 1]
+        draft_ids = np.empty((A, L), dtype=np.int64)  # [batch, L]
+        q = np.empty((A, L, V))  # [batch, L, V]
+        p = np.empty((A, L + 1, V))  # [batch, L + 1, V]
+        for i in range(L + 1):
+            p[:, i] = self.target_table.probs(work)
+            if i == L:
+                break
+            q[:, i] = self.draft_table.probs(work)
+            draft_ids[:, i] = _categorical(q[:, i], draft_rng.random(A))
+            work[np.arange(A), length + i] = draft_ids[:, i]
+        return draft_ids, q, p
+
+    def _call(self, draft_ids, q, p, generator):
+        args = self.backend.inputs(draft_ids, q, p)
+        start = time.perf_counter()
+        try:
+            out = self.fn(*args, generator)
+        except Exception as err:  # a crash is a contract error, not a verdict on the law
+            raise _contract(f"the function raised {type(err).__name__}: {err}", self.inst, None) from err
+        self.seconds_in_fn += time.perf_counter() - start
+        self.calls += 1
+        return _validate(self.backend.output(out), draft_ids, self.inst)
+
+    def run(self, rows, draft_rng, generator):
+        """`rows` independent runs -> their first N tokens, int64 [rows, N]."""
+        L, N = self.L, self.inst.num_tokens
+        emitted = np.full((rows, N + L), PLACEHOLDER, dtype=np.int64)  # [rows, N + L]
+        length = np.zeros(rows, dtype=np.int64)  # [rows]
+        while True:
+            active = np.flatnonzero(length < N)  # [A]
+            if not active.size:
+                return emitted[:, :N]
+            draft_ids, q, p = self._draft(emitted[active], length[active], draft_rng)
+            out, k = self._call(draft_ids, q, p, generator)
+            keep = np.arange(L + 1)[None, :] < k[:, None]  # [A, L + 1]
+            cols = length[active][:, None] + np.arange(L + 1)[None, :]  # [A, L + 1]
+            emitted[np.repeat(active, k), cols[keep]] = out[keep]
+            length[active] += k
+
+
+# --------------------------------------------------------------------------------------------------
+# the check
+
+def _target_law_array(inst):
+    """The exact target law of the first N tokens as float64 [V^N] (base-V order, first token most
+    significant) and the same as a dict."""
+    V, N = inst.vocab_size, inst.num_tokens
+    law = _exact.target_distribution(inst.target, inst.context, N)
+    probs = np.zeros(V ** N)
+    for seq, prob in law.items():
+        probs[int(np.ravel_multi_index(seq, (V,) * N))] = float(prob)
+    return probs, law
+
+
+def _check_number(value, name, low, high):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    if not low < value < high:
+        raise ValueError(f"{name}: must be in ({low}, {high}), got {value!r}")
+    return float(value)
+
+
+def _instances(target, draft, context, instances, vocab_sizes, temperatures, families, N, seed):
+    if target is not None:
+        if instances is not None:
+            raise ValueError("instances: pass either target/draft or instances, not both")
+        check_pair(target, draft)
+        return [Instance(target, draft, check_prefix(context, target.vocab_size, "context"), N,
+                         label="given instance")]
+    if draft is not None:
+        raise ValueError("target: pass target together with draft (draft alone is not an instance)")
+    if instances is None:
+        return sweep(vocab_sizes=vocab_sizes, temperatures=temperatures, num_tokens=N, context=context,
+                     seed=seed, families=families, exact=False)
+    todo = [instances] if isinstance(instances, Instance) else list(instances)
+    if not todo:
+        raise ValueError("instances: empty")
+    for i, inst in enumerate(todo):
+        if not isinstance(inst, Instance):
+            raise TypeError(f"instances: item {i} is a {type(inst).__name__}, not an Instance")
+        check_pair(inst.target, inst.draft)
+    return [Instance(inst.target, inst.draft, inst.context, N, inst.complexity, inst.label) for inst in todo]
+
+
+def _run_instance(fn, inst, index, settings, backend):
+    """Sample, test and return an `InstanceResult` (plus the two laws for a failure report)."""
+    alpha_i, power, tv, num_samples, seed, batch_size, L, min_expected = settings
+    if inst.draft is None:
+        raise ValueError(f"instances: {inst.label} has no draft model; the harness drafts from it")
+    V, N = inst.vocab_size, inst.num_tokens
+    if (V + 1) ** (N - 1 + L) >= _MAX_CODE:
+        raise ValueError(f"num_tokens: (V + 1)^(N - 1 + L) = {V + 1}^{N - 1 + L} is too large for the harness")
+    probs, law = _target_law_array(inst)
+    support = probs > 0
+    n = num_samples or gtest.g_test_sample_size(int(support.sum()) - 1, tv, alpha_i, power)
+    start = time.perf_counter()
+    tables = tuple(_PrefixTable(m, inst.context, V, N - 1 + L) for m in (inst.target, inst.draft))
+    loop = _Loop(fn, inst, backend, L, tables)
+    streams = np.random.SeedSequence([seed, index]).spawn(2)
+    draft_rng, generator = np.random.default_rng(streams[0]), backend.generator(streams[1].generate_state(1)[0])
+    counts = np.zeros(V ** N, dtype=np.int64)
+    for first in range(0, n, batch_size):
+        tokens = loop.run(min(batch_size, n - first), draft_rng, generator)  # [rows, N]
+        counts += np.bincount(np.ravel_multi_index(tokens.T, (V,) * N), minlength=V ** N)
+    test = gtest.g_test(counts[support], probs[support], min_expected)
+    impossible = {np.unravel_index(i, (V,) * N): int(counts[i]) for i in np.flatnonzero(~support & (counts > 0))}
+    result = InstanceResult(
+        instance=inst, n=n, cells=int(support.sum()), df=test.df,
+        pooled_mass=gtest.pooled_mass(probs[support], n, min_expected), statistic=test.statistic,
+        p_value=0.0 if impossible else test.p_value, alpha=alpha_i,
+        detectable_tv=gtest.detectable_tv(n, test.df, alpha_i, power),
+        impossible={tuple(int(t) for t in k): c for k, c in impossible.items()},
+        empirical_tv=0.5 * float(np.abs(counts / n - probs).sum()), seconds=time.perf_counter() - start,
+        seconds_in_fn=loop.seconds_in_fn, calls=loop.calls)
+    empirical = {tuple(int(t) for t in np.unravel_index(i, (V,) * N)): counts[i] / n for i in np.flatnonzero(counts)}
+    return result, empirical, law
+
+
+def _failure(fn, result, report, empirical, law):
+    inst = result.instance
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    if result.impossible:
+        why = f"emitted sequences of target probability 0: {result.impossible}"
+    else:
+        why = (f"G-test rejects the target law: G = {result.statistic:.2f}, df = {result.df}, "
+               f"p = {result.p_value:.3g} <= alpha = {result.alpha:.3g}")
+    keys = sorted(set(empirical) | set(law), key=lambda k: -abs(empirical.get(k, 0) - float(law.get(k, 0))))[:6]
+    rows = "\n".join(f"    {k}: empirical {empirical.get(k, 0):.5f}  target {float(law.get(k, 0)):.5f}" for k in keys)
+    return (f"{name} is NOT lossless on {inst.label} (V = {inst.vocab_size}, N = {inst.num_tokens}): {why}\n"
+            f"  n = {result.n:,} runs of the loop; empirical TV = {result.empirical_tv:.4f}\n"
+            f"  outcomes where the laws differ most:\n{rows}\n"
+            + "\n".join("  " + line for line in inst.describe().splitlines()))
+
+
+def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2, num_tokens: int | None = None,
+                            vocab_sizes=(2, 3), temperatures=(1, 0, 0.5), families=DEFAULT_FAMILIES,
+                            target=None, draft=None, context=(), instances=None, alpha: float = gtest.ALPHA,
+                            power: float = gtest.POWER, tv: float = gtest.TV, num_samples: int | None = None,
+                            seed: int = 0, batch_size: int = 65_536, dtype=None, device="cpu",
+                            min_expected: float = gtest.MIN_EXPECTED) -> SamplerReport:
+    """Check a batched speculative sampler by sampling: the law of its first N emitted tokens must
+    be the target's (G-test, stated false-alarm rate and power). See the module docstring for the
+    function's contract and for what a pass means.
+
+    Args:
+        fn: ``fn(draft_ids [batch, L], draft_probs [batch, L, V], target_probs [batch, L + 1, V],
+            generator) -> output_ids [batch, L + 1]`` (accepted tokens, one correction/bonus token,
+            then -1). Wrap other signatures with an adapter (see ``examples/``).
+        backend: "numpy" (numpy arrays and a numpy Generator) or "torch" (tensors on `device` and
+            a torch.Generator; needs torch installed).
+        draft_length: L >= 1 tokens drafted per call.
+        num_tokens: N >= 1 tokens compared; default L + 2 (two iterations at least, so a wrong
+            bonus token or state carried between calls shows).
+        vocab_sizes, temperatures, families, seed: the instances, as in `assert_lossless`'s sweep
+            (float64 models; T = 0 is greedy: one-hot p and q). Ignored with target/instances.
+        target, draft, context: a single instance instead (LanguageModels over one vocabulary).
+        instances: your own `Instance`s instead (their ``num_tokens`` is replaced by N).
+        alpha: false-alarm rate of the whole run, split evenly over the instances (Bonferroni).
+        power, tv: the power guaranteed against every law at total variation >= tv from the
+            target's (plus the pooled mass; see `InstanceResult.detectable_tv`).
+        num_samples: runs per instance; default the smallest n achieving `power` at `tv`
+            (`verispec.testing.gtest.g_test_sample_size`).
+        batch_size: rows per call of `fn` (rows still running; memory is O(batch_size L V)).
+        dtype: probabilities' dtype (default float64 for numpy, torch.float32 for torch).
+        device: torch device for the inputs and the generator. min_expected: pooling threshold.
+
+    Returns:
+        a `SamplerReport` (per instance: n, df, pooled mass, G, p-value, detectable TV, seconds;
+        ``print(report)`` gives a table).
+
+    Raises:
+        SamplerLosslessnessError (a `LosslessnessError`, an AssertionError): an impossible
+            sequence was emitted, or the G-test rejected at level alpha / num_instances.
+        SamplerContractError (ValueError): the function raised or broke the output contract.
+        TypeError / ValueError: invalid arguments, naming the argument.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+    runner = _Backend(backend, dtype, device)
+    L = _check_int(draft_length, "draft_length")
+    N = L + 2 if num_tokens is None else _check_int(num_tokens, "num_tokens")
+    alpha = _check_number(alpha, "alpha", 0, 1)
+    power = _check_number(power, "power", 0, 1)
+    tv = _check_number(tv, "tv", 0, 1)
+    num_samples = None if num_samples is None else _check_int(num_samples, "num_samples")
+    seed = _check_int(seed, "seed", 0)
+    batch_size = _check_int(batch_size, "batch_size")
+    min_expected = _check_number(min_expected, "min_expected", 0, float("inf"))
+    todo = _instances(target, draft, context, instances, vocab_sizes, temperatures, families, N, seed)
+    report = SamplerReport(alpha=alpha, power=power, tv=tv)
+    settings = (alpha / len(todo), power, tv, num_samples, seed, batch_size, L, min_expected)
+    start = time.perf_counter()
+    for index, inst in enumerate(todo):
+        result, empirical, law = _run_instance(fn, inst, index, settings, runner)
+        report.results.append(result)
+        report.seconds = time.perf_counter() - start
+        if not result.passed:
+            raise SamplerLosslessnessError(_failure(fn, result, report, empirical, law), result, report,
+                                           empirical, law)
+    return report
