@@ -1,0 +1,356 @@
+"""Per-row (varlen) attention for a packed batch: EMS-SD's unpadded layout as compute, not only layout.
+
+EMS-SD (Ni et al. 2024, arXiv 2405.07542, Sec. 3: "unpad KV cache" + "unpad input tokens") holds a
+batch of B rows whose lengths differ in ONE sequence: the KV cache has batch dimension 1 and
+`owner[slot]` says which row a slot belongs to; a forward feeds every row's new tokens packed into
+one [1, Q] input (Q = sum of the rows' new-token counts). A dense block-diagonal mask over that
+sequence makes every row's queries score every row's keys: Q x (K + Q) scores for sum_b q_b x k_b
+useful ones, about B times the work. Here each row attends to its own keys only:
+
+    for each row b:  out[b's queries] = SDPA(q_b [1, H, q_b, D], keys[index_b], values[index_b], mask_b)
+
+with index_b = b's cached slots followed by b's new tokens, and mask_b = [q_b, k_b] (all of b's
+cache; among the new tokens, the token's ancestors and itself: a chain by default, or a tree given
+by `parents`). The cost is sum_b q_b k_b scores plus one gather of sum_b k_b keys per layer: it grows
+with the sum of the rows' lengths, not with B x the total.
+
+Use, on a `verispec.empirical.model.CausalLM` (transformers 5.x, models that call attention through
+`AttentionInterface`, e.g. Qwen2 and Llama):
+
+    use_packed_attention(lm)                              # once; forwards without PackedRows unchanged
+    rows = packed_rows(owner, new_rows, parents=None)     # once per packed forward (all layers share it)
+    logits = packed_forward(lm, tokens, cache, positions, rows)   # [1, Q, V]
+
+`use_packed_attention` registers an attention function (and the base implementation's mask
+function) with transformers' registries under ``"verispec_packed_sdpa"`` / ``"verispec_packed_eager"``
+and switches the model to it. That function runs the varlen path when the layer's attention mask is
+a `PackedRows`, and the model's previous implementation ("sdpa" or "eager") otherwise, so single and
+padded storages keep their 4D float masks and give the same numbers as before.
+
+Why not `flex_attention` with a document mask: on CPU it needs `torch.compile` (inductor, a C++
+toolchain, and a recompile per new (Q, K) shape, which changes every decode step); uncompiled it
+materialises the dense Q x (K + Q) scores, i.e. the cost this module removes. Why not
+FlashAttention-2 varlen (`cu_seqlens`): GPU only, and it takes no per-row tree mask.
+
+KV-cache accounting: `CountingCache` is a `DynamicCache` that counts the slots actually written
+(batch x new positions, once per forward: layer 0) and reports the slots it holds, so a storage's
+`padded_kv_slots` can be measured from its cache writes (`slots_written - real tokens fed`) rather
+than set by construction.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["PACKED_IMPLEMENTATIONS", "PackedRows", "packed_rows", "varlen_attention", "use_packed_attention",
+           "packed_attention_mask", "packed_forward", "CountingCache", "new_counting_cache"]
+
+#: base attention implementation -> the name this module registers for it.
+PACKED_IMPLEMENTATIONS = {"sdpa": "verispec_packed_sdpa", "eager": "verispec_packed_eager"}
+
+
+# ----------------------------------------------------------------------------------------------
+# Which keys each row sees
+# ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PackedRows:
+    """The per-row key sets of one packed forward (built by `packed_rows`; shared by all layers).
+
+    Attributes:
+        cache_length: K, the cache length before the forward (the key axis is K + Q long).
+        query_length: Q, the packed new tokens.
+        segments: one (row, query_start, query_end, key_index, mask) per row with new tokens:
+            queries [query_start, query_end) of the packed axis; key_index int64 [k_b], positions
+            on the key axis (the row's cached slots, then its new tokens at K + j); mask bool
+            [q_b, k_b] (True = may attend) or None when every key is visible.
+        owner: int64 [K], the row of each cached slot (-1: a slot no row sees).
+    """
+
+    cache_length: int
+    query_length: int
+    segments: tuple
+    owner: torch.Tensor
+
+    @property
+    def scores(self) -> int:
+        """sum_b q_b k_b: the attention scores a varlen forward computes per head and layer."""
+        return sum((end - start) * index.numel() for _, start, end, index, _ in self.segments)
+
+
+def _check_index_vector(value, name: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor) or value.dtype not in (torch.int64, torch.int32) or value.dim() != 1:
+        raise TypeError(f"{name}: expected a 1-D int64 tensor, got "
+                        f"{type(value).__name__ if not isinstance(value, torch.Tensor) else (value.dtype, tuple(value.shape))}")
+    return value.long()
+
+
+def _ancestors(local_parents: torch.Tensor, start: int, row: int) -> torch.Tensor:
+    """local_parents [q] (parent within the row's new tokens, -1 = the cached prefix, -2 = outside
+    the row) -> bool [q, q]: entry (j, i) is True when i is j or one of j's ancestors."""
+    q = local_parents.numel()
+    allowed = torch.eye(q, dtype=torch.bool, device=local_parents.device)  # [q, q]
+    for j, parent in enumerate(local_parents.tolist()):
+        if parent >= j or parent < -1:
+            raise ValueError(f"parents: packed token {start + j} (row {row}) has a parent that is not an "
+                             "earlier new token of the same row (nor -1, the row's cached prefix)")
+        if parent >= 0:
+            allowed[j] |= allowed[parent]
+    return allowed
+
+
+def packed_rows(owner: torch.Tensor, rows: torch.Tensor, parents: torch.Tensor | None = None) -> PackedRows:
+    """Describe one packed forward: which keys each packed query may attend to.
+
+    Args:
+        owner: int64 [K]: the row of every cached slot, in cache order (-1: padding no row sees).
+        rows: int64 [Q]: the row of every packed new token, non-decreasing (each row's new tokens
+            contiguous, in row order); Q >= 1.
+        parents: optional int64 [Q]: the packed index of each new token's parent, which must be an
+            earlier new token of the same row, or -1 when the token hangs off its row's cached
+            prefix. Default: a chain per row (each token's parent is the row's previous new token).
+
+    Returns:
+        `PackedRows`. A query sees every cached slot of its own row, its ancestors among its row's
+        new tokens, and itself.
+
+    Raises:
+        TypeError: a non-integer or non-1-D tensor. ValueError: empty `rows`, `rows` not
+        non-decreasing or negative, `parents` of the wrong shape or pointing outside the row.
+    """
+    owner, rows = _check_index_vector(owner, "owner"), _check_index_vector(rows, "rows")
+    if rows.numel() == 0:
+        raise ValueError("rows: expected at least one packed new token")
+    if bool((rows < 0).any()) or bool((rows[1:] < rows[:-1]).any()):
+        raise ValueError("rows: expected non-negative row ids, non-decreasing (each row's new tokens contiguous)")
+    if parents is not None:
+        parents = _check_index_vector(parents, "parents")
+        if parents.shape != rows.shape:
+            raise ValueError(f"parents: expected shape {tuple(rows.shape)} (as rows), got {tuple(parents.shape)}")
+    K, Q, device = owner.numel(), rows.numel(), rows.device
+    B = int(max(rows.max(), owner.max() if K else -1)) + 1
+    counts = torch.bincount(rows, minlength=B).tolist()  # [B] new tokens per row
+    cached = owner.clamp(min=-1)
+    past_order = torch.sort(cached, stable=True).indices  # slots grouped by row, cache order kept
+    past_counts = torch.bincount(cached + 1, minlength=B + 1).tolist()  # [B + 1]; index 0 = no row
+    past_start = [0, *itertools.accumulate(past_counts)]  # past_start[b + 1]: where row b's slots begin
+    segments, start = [], 0
+    for b in range(B):
+        q_b = counts[b]
+        if q_b == 0:
+            continue
+        past = past_order[past_start[b + 1]:past_start[b + 2]]  # [s_b]
+        index = torch.cat([past.to(device), K + torch.arange(start, start + q_b, device=device)])  # [k_b]
+        if parents is None:
+            new = torch.ones(q_b, q_b, dtype=torch.bool, device=device).tril_()  # [q_b, q_b] causal
+        else:
+            packed = parents[start:start + q_b]  # [q_b] packed indices; -2 marks another row's token
+            local = torch.where(packed >= start, packed - start, torch.where(packed == -1, -1, -2))
+            new = _ancestors(local, start, b)
+        mask = None if bool(new.all()) else torch.cat(
+            [torch.ones(q_b, past.numel(), dtype=torch.bool, device=device), new], dim=1)  # [q_b, k_b]
+        segments.append((b, start, start + q_b, index, mask))
+        start += q_b
+    return PackedRows(cache_length=K, query_length=Q, segments=tuple(segments), owner=owner)
+
+
+# ----------------------------------------------------------------------------------------------
+# The attention itself
+# ----------------------------------------------------------------------------------------------
+
+def varlen_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, rows: PackedRows,
+                     scaling: float | None = None, dropout: float = 0.0) -> torch.Tensor:
+    """Each row's queries attend only to that row's keys (scaled dot-product attention per row).
+
+    Args:
+        query: [1, H, Q, D], the packed new tokens' queries (rotary embedding applied).
+        key, value: [1, H_kv, K + Q, D] (H divisible by H_kv: grouped-query attention), the cache
+            after this forward's write: K cached slots, then the Q new tokens in packed order.
+        rows: `PackedRows` of this forward. scaling: the softmax scale (default D ** -0.5).
+        dropout: attention dropout probability (0 in inference).
+
+    Returns:
+        [1, Q, H, D] (the layout transformers' attention functions return).
+
+    Raises:
+        ValueError: shapes that do not match `rows` (a cache of another length, a batch > 1).
+    """
+    if query.dim() != 4 or query.shape[0] != 1 or query.shape[2] != rows.query_length:
+        raise ValueError(f"query: expected [1, H, {rows.query_length}, D] (the packed tokens of `rows`), "
+                         f"got {tuple(query.shape)}")
+    if key.shape[0] != 1 or key.shape[2] != rows.cache_length + rows.query_length:
+        raise ValueError(f"key: expected [1, H_kv, {rows.cache_length + rows.query_length}, D] (cache length "
+                         f"{rows.cache_length} + {rows.query_length} new), got {tuple(key.shape)}")
+    out = query.new_empty(query.shape)  # [1, H, Q, D]
+    gqa = query.shape[1] != key.shape[1]
+    for _, start, end, index, mask in rows.segments:
+        k = key.index_select(2, index)  # [1, H_kv, k_b, D]
+        v = value.index_select(2, index)
+        out[:, :, start:end] = torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, start:end], k, v, attn_mask=mask, dropout_p=dropout, scale=scaling, enable_gqa=gqa)
+    return out.transpose(1, 2).contiguous()  # [1, Q, H, D]
+
+
+def _base_function(name: str, module):
+    if name == "sdpa":
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward
+    eager = getattr(inspect.getmodule(type(module)), "eager_attention_forward", None)
+    if eager is None:
+        raise ValueError(f"model: {type(module).__name__}'s module defines no eager_attention_forward")
+    return eager
+
+
+def _make_attention_function(base: str):
+    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+        if isinstance(attention_mask, PackedRows):
+            if kwargs.get("sliding_window") is not None:
+                raise ValueError("model: sliding-window attention layers are not supported by the packed layout")
+            return varlen_attention(query, key, value, attention_mask, scaling, dropout), None
+        return _base_function(base, module)(module, query, key, value, attention_mask, scaling=scaling,
+                                            dropout=dropout, **kwargs)
+
+    attention.__name__ = f"{PACKED_IMPLEMENTATIONS[base]}_forward"
+    return attention
+
+
+def _register(base: str) -> str:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    name = PACKED_IMPLEMENTATIONS[base]
+    if name not in AttentionInterface._global_mapping:
+        AttentionInterface.register(name, _make_attention_function(base))
+        AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[base])
+    return name
+
+
+def use_packed_attention(lm) -> str:
+    """Switch a `CausalLM` to the packed-aware attention function (idempotent); returns its name.
+
+    Forwards whose attention mask is not a `PackedRows` run the model's previous implementation
+    ("sdpa" or "eager") unchanged, with the same mask preparation.
+
+    Raises:
+        TypeError: `lm` is not a `CausalLM`.
+        ValueError: an implementation other than sdpa / eager (e.g. FlashAttention).
+    """
+    from .model import CausalLM
+
+    if not isinstance(lm, CausalLM):
+        raise TypeError(f"lm: expected a CausalLM, got {type(lm).__name__}")
+    current = lm.model.config._attn_implementation
+    if current in PACKED_IMPLEMENTATIONS.values():
+        return current
+    if current not in PACKED_IMPLEMENTATIONS:
+        raise ValueError(f"lm: attention implementation {current!r}; the packed layout needs 'sdpa' or 'eager'")
+    name = _register(current)
+    lm.model.set_attn_implementation(name)
+    return name
+
+
+def packed_attention_mask(lm, rows: PackedRows) -> dict:
+    """The `attention_mask` argument of a packed forward: {layer type: rows} (transformers passes a
+    prepared dict through to every layer unchanged).
+
+    Raises:
+        TypeError: `rows` is not a `PackedRows`. ValueError: `lm` was not switched with
+        `use_packed_attention`, or it has sliding-window layers.
+    """
+    if not isinstance(rows, PackedRows):
+        raise TypeError(f"rows: expected a PackedRows (see packed_rows), got {type(rows).__name__}")
+    config = lm.model.config
+    if config._attn_implementation not in PACKED_IMPLEMENTATIONS.values():
+        raise ValueError("lm: call use_packed_attention(lm) before a packed forward")
+    types = set(getattr(config, "layer_types", None) or ["full_attention"])
+    if types != {"full_attention"}:
+        raise ValueError(f"lm: layer types {sorted(types)}; the packed layout supports full attention only")
+    return {"full_attention": rows}
+
+
+def packed_forward(lm, tokens: torch.Tensor, cache, position_ids: torch.Tensor, rows: PackedRows):
+    """One packed forward: logits float32 [1, Q, V]; the cache grows by Q slots (packed order).
+
+    Args:
+        lm: a `CausalLM` after `use_packed_attention`. tokens: int64 [1, Q], the packed new tokens
+            (row by row, as `rows`). cache: the packed DynamicCache holding `rows.cache_length`
+            slots. position_ids: int64 [1, Q], each token's position in its own row (the row's
+            length + depth). rows: `PackedRows`.
+
+    Raises:
+        ValueError: tokens / position_ids not [1, Q], a cache of another length than `rows` says,
+            `lm` not switched.
+    """
+    from .model import cache_length
+
+    Q = rows.query_length
+    for name, value in (("tokens", tokens), ("position_ids", position_ids)):
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != (1, Q):
+            raise ValueError(f"{name}: expected shape [1, {Q}] (the packed tokens of rows)")
+    if cache_length(cache) != rows.cache_length:
+        raise ValueError(f"cache: holds {cache_length(cache)} slots, rows were built for {rows.cache_length}")
+    logits, _ = lm.forward(tokens, cache, position_ids=position_ids, attention_mask=packed_attention_mask(lm, rows))
+    return logits
+
+
+# ----------------------------------------------------------------------------------------------
+# Counting the KV-cache slots actually written
+# ----------------------------------------------------------------------------------------------
+
+def _counting_cache_class():
+    from transformers import DynamicCache
+
+    class CountingCache(DynamicCache):
+        """A `DynamicCache` that counts the sequence slots written to it (per forward: the batch x
+        new positions of layer 0's write; all layers write the same) and reports the slots it holds.
+
+        Attributes:
+            slots_written: int, total batch x positions written since creation.
+        """
+
+        slots_written = 0
+
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+            if layer_idx == 0:  # key_states [B, H_kv, n, D]
+                self.slots_written += int(key_states.shape[0] * key_states.shape[-2])
+            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+        def slots_held(self) -> int:
+            """batch x sequence length of the cache now (every slot, visible or masked)."""
+            for layer in getattr(self, "layers", []):
+                keys = getattr(layer, "keys", None)
+                if keys is not None and keys.dim() == 4:
+                    return int(keys.shape[0] * keys.shape[2])
+            return 0
+
+    return CountingCache
+
+
+_COUNTING_CACHE = None
+
+
+def new_counting_cache(lm):
+    """An empty `CountingCache` for a `CausalLM` (use it where `lm.new_cache()` would be).
+
+    With it a storage measures ``padded_kv_slots = cache.slots_written - real tokens fed`` (pad
+    inputs actually written) and ``cache.slots_held() - sum of the rows' true lengths`` (masked
+    slots still held after a commit).
+    """
+    global _COUNTING_CACHE
+    if _COUNTING_CACHE is None:
+        _COUNTING_CACHE = _counting_cache_class()
+    return _COUNTING_CACHE(config=lm.model.config)
+
+
+def __getattr__(name):  # `CountingCache` as a module attribute without importing transformers eagerly
+    if name == "CountingCache":
+        global _COUNTING_CACHE
+        if _COUNTING_CACHE is None:
+            _COUNTING_CACHE = _counting_cache_class()
+        return _COUNTING_CACHE
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
