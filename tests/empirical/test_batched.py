@@ -33,7 +33,7 @@ from verispec.empirical import batched, decode  # noqa: E402
 from verispec.empirical.batched import batched_speculative, batched_target_only  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
 
-from .conftest import ALPHA, g_test, g_test_sample_size  # noqa: E402
+from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
 from .test_decode_tiny import tiny  # noqa: E402
 
 _PADDED_MASK = batched._padded_mask  # the correct mask, wrapped by a planted bug below

@@ -26,7 +26,7 @@ from verispec.empirical.model import (CausalLM, cache_length, crop_cache, gather
                                       tree_attention_mask)
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
 
-from .conftest import ALPHA, g_test, g_test_sample_size  # noqa: E402
+from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
 
 
 def tiny(vocab_size, seed, *, noise=0.0, head_scale=1.0, attn="sdpa", dtype=torch.float32, hidden=32, heads=4):

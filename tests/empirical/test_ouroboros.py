@@ -40,7 +40,7 @@ from verispec.empirical.ouroboros import (PhrasePool, lookahead_speculative, our
                                           point_mass_tree_uniforms, point_mass_tree_verify)
 from verispec.empirical.uniforms import TorchUniforms, categorical  # noqa: E402
 
-from .conftest import ALPHA, g_test, g_test_sample_size  # noqa: E402
+from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
 
 
 def tiny(vocab_size, seed, *, noise=0.0, head_scale=1.0, hidden=32, heads=4):

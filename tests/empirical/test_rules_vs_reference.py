@@ -31,7 +31,7 @@ from verispec.reference.verifiers import (block_verify, gbv_verify, nss_verify, 
                                           rrsw_verify, sample_and_follow, spectr_verify,
                                           token_verify, traversal_verify)
 
-from .conftest import ALPHA, g_test, g_test_sample_size  # noqa: E402
+from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
 
 REFERENCE = {
     "token": token_verify, "block": block_verify, "gbv": gbv_verify, "nss": nss_verify,

@@ -33,7 +33,7 @@ from verispec.reference.drafters import opt_tree_structure  # noqa: E402
 from verispec.reference.models import LanguageModel  # noqa: E402
 from verispec.reference.randomness import Sampler  # noqa: E402
 
-from .conftest import ALPHA, g_test, g_test_sample_size  # noqa: E402
+from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
 
 
 def tiny(vocab_size, seed, *, noise=0.0, head_scale=1.0, attn_scale=1.0, attn="sdpa", hidden=32, heads=4):

@@ -1,6 +1,6 @@
 """The sampled loop (methods.generate with a seeded Sampler) against the exact law, per method.
 
-Statistical design (TESTING.md, "Statistical tests"):
+Statistical design (docs/testing.md, "Statistical tests"):
 
 * Instance: V = 2, N = 2 tokens after the context (0, 1, 0), Markov target and draft, L = 2,
   K = 2 (opt_tree: node budget 4, depth 2). The target never emits 1 after 1, so the outcome
@@ -19,39 +19,29 @@ Statistical design (TESTING.md, "Statistical tests"):
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 from collections import Counter
 
 import numpy as np
 import pytest
-from scipy import optimize, stats
+from scipy import stats
 
 from verispec.reference import drafters, exact, methods, models
 from verispec.reference.randomness import Sampler
+from verispec.testing.gtest import g_test_sample_size
 
 ALPHA = 1e-6
 POWER = 0.9
 TV_ALTERNATIVE = 0.01
 DEGREES_OF_FREEDOM = 2
-#: Computed by `required_sample_size(DEGREES_OF_FREEDOM)`; see the module docstring.
+#: Computed by `verispec.testing.gtest.g_test_sample_size(DEGREES_OF_FREEDOM)`; see the module docstring.
 SAMPLE_SIZE = 104_069
 
 CONTEXT = (0, 1, 0)
 NUM_TOKENS = 2
 DRAFT_LENGTH = 2
 NUM_PATHS = 2
-
-
-def required_sample_size(df: int, alpha: float = ALPHA, power: float = POWER,
-                         tv: float = TV_ALTERNATIVE) -> int:
-    """Smallest n with power >= `power` at level `alpha` against every alternative at total
-    variation `tv` (worst-case noncentrality n * 4 * tv^2)."""
-    critical = stats.chi2.isf(alpha, df)
-    noncentrality = optimize.brentq(lambda lam: stats.ncx2.sf(critical, df, lam) - power, 1e-9, 1e4,
-                                    xtol=1e-12)
-    return math.ceil(noncentrality / (4 * tv ** 2))
 
 
 def _instance():
@@ -61,7 +51,7 @@ def _instance():
 
 
 def test_sample_size_matches_the_power_calculation():
-    assert required_sample_size(DEGREES_OF_FREEDOM) == SAMPLE_SIZE
+    assert g_test_sample_size(DEGREES_OF_FREEDOM, TV_ALTERNATIVE, ALPHA, POWER) == SAMPLE_SIZE
     critical = stats.chi2.isf(ALPHA, DEGREES_OF_FREEDOM)
     assert stats.ncx2.sf(critical, DEGREES_OF_FREEDOM, 4 * TV_ALTERNATIVE ** 2 * SAMPLE_SIZE) >= POWER
     assert stats.ncx2.sf(critical, DEGREES_OF_FREEDOM, 4 * TV_ALTERNATIVE ** 2 * (SAMPLE_SIZE - 50)) < POWER

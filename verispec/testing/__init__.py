@@ -19,3 +19,12 @@ from .strategies import Instance
 
 __all__ = ["assert_lossless", "assert_not_worse", "sweep", "strategies", "planted", "Instance",
            "LosslessnessError", "LosslessReport", "NotWorseError"]
+
+# Black-box samplers (batched torch/numpy code with its own RNG): a G-test of the emitted law with a
+# stated false-alarm rate and power. `gtest` holds the test, its sample size and power.
+from . import gtest
+from .sampler import (SamplerContractError, SamplerLosslessnessError, SamplerReport, assert_sampler_lossless,
+                      reference_sampler)
+
+__all__ += ["assert_sampler_lossless", "reference_sampler", "SamplerReport", "SamplerLosslessnessError",
+            "SamplerContractError", "gtest"]
