@@ -1,0 +1,310 @@
+"""The one decode loop of the torch backend: the mirror of `verispec.reference.methods.Method`.
+
+A `TorchMethod` is a drafter paired with a verifier, as a reference `Method` is. `decode(...)` runs
+it on real causal LMs; one iteration, for every active row at once:
+
+    drafter.draft(rows)                     -> DraftTree: tokens / parents / real [B, N], q [B, N, V]
+                                               or point masses, paths [B, K, L]  (`drafters`)
+    target kv.append(tree)                  -> ONE target forward over the tree -> p [B, N, V]
+    verifier(p, tree, uniforms)             -> Verdict: accepted nodes, tau, correction/bonus token
+                                               (`rules.nodes`, or `adapter.ReferenceVerifier` for
+                                               any reference Method)
+    target kv.commit(root + accepted path)  -> the target cache keeps exactly the emitted prefix
+    drafter.accept(tree, verdict)           -> the draft cache keeps what it ran of the path
+
+Rows that reach `max_new_tokens` leave the batch (every storage drops them). Storages
+(`verispec.empirical.kv`): "sequence" (B = 1), "padded" (compact), "vanilla" (padded, masked
+slots kept), "packed" (EMS-SD). Prompts of different lengths work with every storage and method.
+
+Probabilities: p = softmax(logits / T) in float64 (T = 0: one-hot argmax, ties to the lowest id).
+Randomness: a `UniformSource`; drafters `take` what they draw, verifiers `peek` then `advance` by
+what each row consumed, so a stream source (`NumpyUniforms`, B = 1) keeps the reference's order.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .checks import _check_pair, _check_positive, _check_prompt, _check_prompts, _check_source, _check_temperature
+from .drafters import Drafter, DraftTree, probabilities
+from .kv import STORAGES, new_kv
+from .model import CausalLM
+
+__all__ = ["TorchMethod", "DecodeStats", "DecodeResult", "Rows", "decode"]
+
+
+@dataclass
+class DecodeStats:
+    """Counters of one decoding run.
+
+    Attributes:
+        method: method name ("target_only" for plain decoding).
+        iterations: batched verification steps (target forwards after the prefill).
+        target_forwards, draft_forwards: forward passes (prefill included).
+        accepted_lengths: int64 [num_row_iterations]: tau of every (row, iteration).
+        wall_time_s: seconds spent.
+        top2_margins: float32 [B, N] (target-only only): top-1 minus top-2 logit at every step,
+            to tell near-ties apart when another decoder's greedy output diverges.
+        runner_up_tokens: int64 [B, N] (target-only only): the second-ranked token per step.
+        storage: the KV storage. padded_kv_slots: cache slots written that hold no token of
+            their row, or left in the cache masked (target + draft; `verispec.empirical.kv`).
+        peak_kv_slots, peak_draft_kv_slots: the most slots a target / draft cache held.
+        kv_trace: per iteration, (target cache slots after the commit, the active rows' true
+            cached lengths); equal when nothing padded is kept.
+        prefill_time_s: seconds of the prompt prefills (part of wall_time_s).
+        draft_rows: token rows fed to the draft model while drafting.
+        logs: the drafter's per-(row, iteration) logs (e.g. trees' predicted E[A]).
+    """
+
+    method: str
+    iterations: int = 0
+    target_forwards: int = 0
+    draft_forwards: int = 0
+    accepted_lengths: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+    wall_time_s: float = 0.0
+    top2_margins: torch.Tensor | None = None
+    runner_up_tokens: torch.Tensor | None = None
+    storage: str = ""
+    padded_kv_slots: int = 0
+    peak_kv_slots: int = 0
+    peak_draft_kv_slots: int = 0
+    kv_trace: list = field(default_factory=list)
+    prefill_time_s: float = 0.0
+    draft_rows: int = 0
+    logs: dict = field(default_factory=dict)
+
+    @property
+    def mean_accepted(self) -> float:
+        """Mean accepted draft tokens per iteration, E[tau]."""
+        n = self.accepted_lengths.numel()
+        return float(self.accepted_lengths.double().mean()) if n else 0.0
+
+    @property
+    def block_efficiency(self) -> float:
+        """Tokens emitted per target call, E[tau] + 1 (1 for target-only decoding)."""
+        return self.mean_accepted + 1.0
+
+
+@dataclass
+class DecodeResult:
+    """tokens: int64 [B, max_new_tokens], the generated tokens (prompt excluded); stats."""
+
+    tokens: torch.Tensor
+    stats: DecodeStats
+
+
+@dataclass(frozen=True)
+class TorchMethod:
+    """A drafter paired with a verifier (the torch mirror of `verispec.reference.methods.Method`).
+
+    Args:
+        name: a label. drafter: a callable returning a fresh `Drafter` (drafters keep per-call
+            state: the draft cache, pools). verifier: `verifier(p, tree, source, temperature,
+            rows) -> rules.Verdict` with attribute `needs_q` (reads the tree's q).
+        params: the parameters it was built with (for reports).
+    """
+
+    name: str
+    drafter: Callable[[], Drafter]
+    verifier: Callable
+    params: dict = field(default_factory=dict)
+
+
+class Rows:
+    """The active rows: context (prompt + emitted tokens, right-padded) and the last token
+    (emitted, not yet in the target cache)."""
+
+    def __init__(self, tokens: torch.Tensor, lengths: torch.Tensor, N: int, room: int):
+        B, device = tokens.shape[0], tokens.device  # tokens [B, n] right-padded, lengths [B]
+        self.prompt_len = lengths
+        self.ctx = torch.cat([tokens, tokens.new_zeros(B, N + room + 1)], dim=1)  # [B, W]
+        self.ctx_len = lengths.clone()  # [B]
+        self.row_id = torch.arange(B, device=device)  # original index of each active row
+        self.last = self.ctx[self.row_id, self.ctx_len - 1]  # [B]
+
+    def emit(self, tree: DraftTree, verdict) -> None:
+        """Append each row's accepted tokens and its correction/bonus token to its context."""
+        nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token  # [B, D], [B], [B]
+        accepted = tree.tokens.gather(1, nodes.clamp(min=0))  # [B, D]
+        emitted = torch.cat([accepted, y.unsqueeze(1)], dim=1)  # [B, D + 1]
+        rows = torch.arange(emitted.shape[0], device=emitted.device)
+        emitted[rows, tau] = y
+        need = int((self.ctx_len + tau + 1).max())
+        if need > self.ctx.shape[1]:  # a drafter deeper than announced: grow the context
+            self.ctx = torch.cat([self.ctx, self.ctx.new_zeros(self.ctx.shape[0], need - self.ctx.shape[1])], 1)
+        j = torch.arange(emitted.shape[1], device=emitted.device)
+        index = (self.ctx_len.unsqueeze(1) + j).clamp(max=self.ctx.shape[1] - 1)  # [B, D + 1]
+        self.ctx.scatter_(1, index, torch.where(j <= tau.unsqueeze(1), emitted, self.ctx.gather(1, index)))
+        self.ctx_len = self.ctx_len + tau + 1
+        self.last = y
+
+    def finish(self, done: torch.Tensor, out: torch.Tensor, N: int) -> None:
+        """Copy the first N generated tokens of the rows in `done` [B] into out [B0, N] (CPU)."""
+        index = self.prompt_len[done].unsqueeze(1) + torch.arange(N, device=done.device)  # [b, N]
+        out[self.row_id[done].cpu()] = self.ctx[done].gather(1, index).cpu()
+
+    def select(self, keep: torch.Tensor) -> None:
+        for name in ("prompt_len", "ctx", "ctx_len", "row_id", "last"):
+            setattr(self, name, getattr(self, name)[keep])
+
+
+def _prompts(prompts, model: CausalLM):
+    """(tokens int64 [B, n] right-padded, lengths [B]) from a list of 1-D tensors (lengths may
+    differ) or an int tensor [B, n] / [n] (rows of equal length)."""
+    if isinstance(prompts, (list, tuple)):
+        return _check_prompts(prompts, model)
+    tokens = _check_prompt(prompts, model)
+    return tokens, torch.full((tokens.shape[0],), tokens.shape[1], dtype=torch.long, device=tokens.device)
+
+
+def _tree_forward(kv, tree: DraftTree):
+    """ONE target forward over the real nodes of every row's tree, packed to the left (parents
+    precede children, so the order is kept) -> (logits [B, N, V] in node layout (rows of padding
+    nodes are zero, never read), order [B, W]: the node of each fed column)."""
+    real = tree.real
+    B, N = real.shape
+    W = int(real.sum(1).max())
+    order = torch.sort((~real).long(), dim=1, stable=True).indices[:, :W]  # [B, W]
+    where = torch.zeros(B, N, dtype=torch.long, device=real.device)
+    where.scatter_(1, order, torch.arange(W, device=real.device).expand(B, W))
+    parents = tree.parents.gather(1, order)  # [B, W], node ids
+    parents = torch.where(parents >= 0, where.gather(1, parents.clamp(min=0)), -1)
+    logits = kv.append(tree.tokens.gather(1, order), parents, real.gather(1, order))  # [B, W, V]
+    full = torch.zeros(B, N, logits.shape[-1], dtype=logits.dtype, device=logits.device)
+    full.scatter_(1, order.unsqueeze(-1).expand(-1, -1, logits.shape[-1]), logits)
+    return full, order
+
+
+def _check_verdict(verdict, tree: DraftTree, name: str) -> None:
+    """ValueError unless the verdict is a root path of real, verifiable nodes of the tree."""
+    nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token
+    B, N = tree.tokens.shape
+    if nodes.dim() != 2 or nodes.shape[0] != B or tuple(tau.shape) != (B,) or tuple(y.shape) != (B,):
+        raise ValueError(f"verifier {name!r}: expected nodes [B, D], tau [B], token [B]")
+    on = nodes >= 0
+    if bool((on.sum(1) != tau).any()) or bool((nodes >= N).any()):
+        raise ValueError(f"verifier {name!r}: the accepted nodes do not match tau")
+    okay = tree.real if tree.verifiable is None else tree.real & tree.verifiable
+    parent_ok = tree.parents.gather(1, nodes.clamp(min=0)) == torch.cat([nodes.new_zeros(B, 1), nodes[:, :-1]], 1)
+    if bool((on & ~(okay.gather(1, nodes.clamp(min=0)) & parent_ok)).any()):
+        raise ValueError(f"verifier {name!r}: the accepted nodes are not a root path of the draft tree")
+
+
+class _Run:
+    """The state of one `decode` call: rows, target KV, drafter, counters."""
+
+    def __init__(self, target, draft, method, tokens, lengths, N, T, source, storage):
+        self.target, self.method, self.N, self.T, self.source = target, method, N, T, source
+        B = tokens.shape[0]
+        start = time.perf_counter()
+        self.kv = new_kv(storage, target, B)
+        self.kv.prefill(tokens, lengths - 1)  # every prompt token but the last: the first root
+        self.drafter = method.drafter()
+        self.drafter.start(draft, tokens, lengths, T, source, storage)
+        self.prefill_s = time.perf_counter() - start
+        self.rows = Rows(tokens, lengths, N, room=64)
+        self.out = torch.zeros(B, N, dtype=torch.long)
+        self.accepted, self.trace = [], []
+
+    def step(self) -> bool:
+        """One iteration for every active row; False once every row is done."""
+        rows, verifier = self.rows, self.method.verifier
+        tree = self.drafter.draft(rows)
+        if not isinstance(tree, DraftTree):
+            raise TypeError(f"drafter of {self.method.name!r} returned {type(tree).__name__}, not a DraftTree")
+        tree.check(self.target.vocab_size, rows.row_id.numel(), getattr(verifier, "needs_q", True))
+        logits, order = _tree_forward(self.kv, tree)
+        verdict = verifier(probabilities(logits, self.T), tree, self.source, self.T, rows)
+        _check_verdict(verdict, tree, getattr(verifier, "name", self.method.name))
+        keep = torch.zeros_like(tree.real)
+        keep[:, 0] = True
+        keep.scatter_(1, verdict.nodes.clamp(min=0), verdict.nodes >= 0)
+        keep[:, 0] = True
+        self.kv.commit(keep.gather(1, order) & tree.real.gather(1, order))
+        self.drafter.accept(tree, verdict)
+        rows.emit(tree, verdict)
+        self.accepted.append(verdict.num_accepted.cpu())
+        self.trace.append((self.kv.slots(), int((rows.ctx_len - 1).sum())))
+        done = rows.ctx_len - rows.prompt_len >= self.N  # [B]
+        rows.finish(done, self.out, self.N)
+        if bool(done.all()):
+            return False
+        if bool(done.any()):
+            keep_rows = (~done).nonzero().squeeze(1)
+            rows.select(keep_rows)
+            self.kv.select(keep_rows)
+            self.drafter.select(keep_rows)
+        return True
+
+
+def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_tokens: int,
+           temperature: float = 0.0, uniforms=None, storage: str = "padded") -> DecodeResult:
+    """Speculative decoding of B prompts with one method: drafter -> one target tree forward ->
+    verifier -> KV keep, until every row has `max_new_tokens` tokens (no EOS stop).
+
+    Args:
+        target: `CausalLM`. draft: `CausalLM` on the same vocabulary and device (None for
+            drafters without a draft model: prompt lookup, lookahead).
+        prompts: list of B int tensors [n_b], n_b >= 1 (lengths may differ), or int [B, n] / [n].
+        method: a `TorchMethod` (`verispec.empirical.methods.get(name, ...)`), or a reference
+            `verispec.reference.methods.Method` (run through `verispec.empirical.adapter`).
+        max_new_tokens: N >= 1. temperature: T >= 0 (0: greedy; every lossless method then
+            reproduces target-only greedy decoding). uniforms: `UniformSource`, an int seed, or
+            None (stream sources need B = 1). storage: one of `kv.STORAGES`.
+
+    Returns:
+        `DecodeResult`: tokens int64 [B, N] on CPU; `DecodeStats`.
+
+    Raises:
+        TypeError / ValueError naming the argument: non-CausalLM models, vocabulary or device
+        mismatch, bad prompts, N < 1, negative temperature, unknown storage, a stream source with
+        B > 1, a drafter returning a malformed tree, a verifier returning a non-path.
+    """
+    method = _as_method(method)
+    if not isinstance(target, CausalLM):
+        raise TypeError(f"target: expected a CausalLM, got {type(target).__name__}")
+    if draft is not None or getattr(method.drafter(), "needs_model", False):
+        _check_pair(target, draft)
+    if storage not in STORAGES:
+        raise ValueError(f"storage: expected one of {', '.join(STORAGES)}, got {storage!r}")
+    N = _check_positive(max_new_tokens, "max_new_tokens")
+    T = _check_temperature(temperature, "temperature")
+    tokens, lengths = _prompts(prompts, target)
+    source = _check_source(uniforms, tokens.shape[0], target.device)
+    if storage == "sequence" and tokens.shape[0] != 1:
+        raise ValueError(f"storage: 'sequence' holds one row, got a batch of {tokens.shape[0]}")
+    start, counts = time.perf_counter(), (target.forward_count, draft.forward_count if draft is not None else 0)
+    run = _Run(target, draft, method, tokens, lengths, N, T, source, storage)
+    while run.step():
+        pass
+    return DecodeResult(run.out, _stats(run, method, storage, draft, counts, start))
+
+
+def _stats(run: _Run, method: TorchMethod, storage: str, draft, counts, start) -> DecodeStats:
+    drafter = run.drafter
+    draft_kv = getattr(drafter, "kv", None)
+    return DecodeStats(
+        method.name, iterations=len(run.accepted), target_forwards=run.target.forward_count - counts[0],
+        draft_forwards=(draft.forward_count - counts[1]) if draft is not None else 0,
+        accepted_lengths=torch.cat(run.accepted), wall_time_s=time.perf_counter() - start, storage=storage,
+        padded_kv_slots=run.kv.padded_slots + (draft_kv.padded_slots if draft_kv is not None else 0),
+        peak_kv_slots=run.kv.peak_slots, peak_draft_kv_slots=draft_kv.peak_slots if draft_kv is not None else 0,
+        kv_trace=run.trace, prefill_time_s=run.prefill_s, draft_rows=drafter.draft_rows, logs=drafter.logs())
+
+
+def _as_method(method) -> TorchMethod:
+    """A TorchMethod as is; a reference Method through the adapter."""
+    if isinstance(method, TorchMethod):
+        return method
+    from ..reference.methods import Method
+
+    if isinstance(method, Method):
+        from .adapter import torch_method
+
+        return torch_method(method)
+    raise TypeError(f"method: expected a TorchMethod or a verispec.reference.methods.Method, "
+                    f"got {type(method).__name__}")

@@ -1,0 +1,144 @@
+"""The engine's verifiers: the torch rules applied to a draft tree in node layout.
+
+Data flow (`verispec.empirical.engine`): drafter -> tree (tokens / parents / real [B, N], q
+[B, N, V] or point masses, paths [B, K, L]) -> ONE target forward -> p [B, N, V] -> a verifier
+here -> `Verdict` (accepted node ids, tau, correction/bonus token) -> KV keep.
+
+- `PathRule(name)`: token, block, gbv, nss, rrs, rrsw, spectr, traversal on the tree's K ordered
+  paths: p / q are gathered into the path layout of the rules (p [B, K, L+1, V], q [B, K, L, V]);
+  chain rules (token, block) accept drafts of different lengths per row (prompt lookup), grouped
+  by length; point-mass drafts get q = one-hot.
+- `SampleAndFollow()`: OPT-Tree's rule on any tree (`rules.tree`).
+- `PointMassTree()`: recursive rejection with one-hot proposals on a trie (`rules.pointmass`).
+
+Uniforms: each verifier peeks the most its rule can read and advances by what each row consumed,
+so a stream source (`NumpyUniforms`) is read in the reference's order.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ..model import tree_ancestors
+from ..uniforms import categorical
+from .pointmass import _child_table, _height, _walk
+from .tree import sample_and_follow_nodes
+
+__all__ = ["Verdict", "PathRule", "SampleAndFollow", "PointMassTree"]
+
+
+class Verdict(NamedTuple):
+    """What a verifier returns per row.
+
+    Attributes:
+        nodes: int64 [B, D]: the accepted node ids in root-to-leaf order, -1 after tau.
+        num_accepted: int64 [B]: tau. token: int64 [B]: the correction/bonus token.
+    """
+
+    nodes: torch.Tensor
+    num_accepted: torch.Tensor
+    token: torch.Tensor
+
+
+def _verdict(path: torch.Tensor, tau: torch.Tensor, y: torch.Tensor) -> Verdict:
+    """Mask path [B, D] (node ids) after each row's tau."""
+    on = torch.arange(path.shape[1], device=path.device) < tau.unsqueeze(1)
+    return Verdict(torch.where(on, path, -1), tau, y)
+
+
+class PathRule:
+    """A torch rule of `verispec.empirical.rules.RULES` on the tree's K ordered paths."""
+
+    needs_q = True
+
+    def __init__(self, name: str):
+        from . import RULES
+
+        if name not in RULES or name == "sample_and_follow":
+            raise ValueError(f"name: not a path rule: {name!r}")
+        self.name = name
+
+    def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
+        if tree.paths is None:
+            raise ValueError(f"draft tree: rule {self.name!r} needs the drafter's paths [B, K, L]")
+        paths = tree.paths  # [B, K, L], node ids
+        B, K, L = paths.shape
+        V = p.shape[-1]
+        node_of = torch.cat([paths.new_zeros(B, K, 1), paths.clamp(min=0)], dim=-1)  # [B, K, L+1]
+        p_tab = p.gather(1, node_of.reshape(B, -1, 1).expand(-1, -1, V)).view(B, K, L + 1, V)
+        drafted = tree.tokens.gather(1, paths.clamp(min=0).reshape(B, -1)).view(B, K, L)
+        if tree.q is None:  # point masses: q = one-hot of each drafted token
+            q_tab = torch.nn.functional.one_hot(drafted, V).to(p.dtype)  # [B, K, L, V]
+        else:
+            q_tab = tree.q.gather(1, node_of[:, :, :L].reshape(B, -1, 1).expand(-1, -1, V)).view(B, K, L, V)
+        lengths = (paths >= 0).sum(-1)  # [B, K]
+        if self.name in ("token", "block"):
+            tau, emitted, consumed = _chain_by_length(self.name, p_tab[:, 0], q_tab[:, 0], drafted[:, 0],
+                                                      lengths[:, 0], source.peek(B, L + 1, p.device))
+            k_star = torch.zeros_like(tau)
+        else:
+            from . import uniforms_needed, verify
+
+            full = bool((lengths == L).all()) or self.name == "gbv"
+            u = source.peek(B, uniforms_needed(self.name, L, K), p.device)
+            out = verify(self.name, p_tab, q_tab, drafted, u, None if full else lengths, validate=False)
+            tau, emitted, consumed, k_star = out.num_accepted, out.tokens, out.consumed, out.path_index
+        source.advance(consumed)
+        rows_ = torch.arange(B, device=p.device)
+        return _verdict(paths[rows_, k_star], tau, emitted[rows_, tau])
+
+
+def _chain_by_length(name, p, q, draft, lengths, u):
+    """A chain rule per row with its own draft length: rows grouped by length (length 0 draws
+    straight from p, one uniform). p [B, l+1, V], q [B, l, V], draft [B, l], lengths [B],
+    u [B, >= l+1] -> (tau [B], emitted [B, l+1] (-1 padded), consumed [B])."""
+    from . import CHAIN_RULES
+
+    B, width = p.shape[:2]
+    tau = torch.zeros(B, dtype=torch.long, device=p.device)
+    emitted = torch.full((B, width), -1, dtype=torch.long, device=p.device)
+    consumed = torch.ones(B, dtype=torch.long, device=p.device)
+    for n in lengths.unique().tolist():
+        rows = (lengths == n).nonzero().squeeze(1)
+        if n == 0:
+            emitted[rows, 0] = categorical(p[rows, 0], u[rows, 0])
+            continue
+        out = CHAIN_RULES[name](p[rows, :n + 1], q[rows, :n], draft[rows, :n], u[rows, :n + 1], validate=False)
+        tau[rows], emitted[rows, :n + 1], consumed[rows] = out.num_accepted, out.tokens, out.consumed
+    return tau, emitted, consumed
+
+
+class SampleAndFollow:
+    """OPT-Tree's sample-and-follow on any tree (never reads q; greedy at T = 0, no uniforms)."""
+
+    name = "sample_and_follow"
+    needs_q = False
+
+    def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
+        depth = tree_ancestors(torch.where(tree.real, tree.parents, -1)).sum(-1) - 1  # [B, N]
+        max_steps = int(torch.where(tree.real, depth, 0).max())
+        B = p.shape[0]
+        greedy = temperature == 0
+        u = None if greedy else source.peek(B, max_steps + 1, p.device)
+        path, tau, y = sample_and_follow_nodes(p, tree.tokens, tree.parents, tree.real, u, greedy, max_steps)
+        if not greedy:
+            source.advance(tau + 1)  # one uniform per visited node, as the reference
+        return _verdict(path, tau, y)
+
+
+class PointMassTree:
+    """Recursive rejection with one-hot proposals on a trie of deterministic drafts."""
+
+    name = "point_mass_tree"
+    needs_q = False
+
+    def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
+        verifiable = tree.real if tree.verifiable is None else tree.verifiable & tree.real
+        kids = _child_table(torch.where(tree.real, tree.parents, -1), verifiable)  # [B, N, C]
+        height = _height(torch.where(tree.real, tree.parents, -1), verifiable)
+        u = source.peek(p.shape[0], height * kids.shape[-1] + 1, p.device)
+        path, tau, y, consumed = _walk(p.double(), tree.tokens, kids, u)
+        source.advance(consumed)
+        return _verdict(path, tau, y)
