@@ -115,6 +115,9 @@ BUILTIN = [
     ("opt_tree", dict(node_budget=3, max_depth=2), {}),
     ("point_mass", dict(draft_length=2), {}),
     ("prompt_lookup", dict(draft_length=2), {}),
+    ("khisti", dict(draft_length=2, num_paths=2), CHEAP),
+    ("optimal_is", dict(draft_length=2, num_paths=2), CHEAP),
+    ("spechub", dict(draft_length=2), CHEAP),
 ]
 
 

@@ -1,0 +1,270 @@
+"""Importance-sampling (IS) multi-draft verification: select ONE draft, then single-draft
+speculative sampling (Khisti, Ebrahimi, Dbouk, Behboodi, Memisevic, Louizos 2024, "Multi-Draft
+Speculative Sampling: Canonical Architectures and Theoretical Limits", arXiv 2410.18234,
+ICLR 2025).
+
+Khisti et al. prove (their Theorem 1, "canonical decomposition") that an optimal K-draft token
+selection rule can be written as: (1) an IS step that picks one token Y_I among the drafts
+x_1..x_K, with selection probabilities that depend only on the drafts, giving Y_I the law q_I;
+(2) single-draft speculative sampling of Y_I against p with proposal q_I: accept Y_I with
+probability min(1, p(Y_I) / q_I(Y_I)), else draw the correction from norm(max(p - q_I, 0)).
+Step (2) is lossless for ANY selection rule, as long as q_I is the exact law of the selected
+token; the selection only decides how much is accepted: sum_x min(p(x), q_I(x)).
+
+Two rules here, both with drafts = K i.i.d. tokens from q at every node of the draft tree
+(`drafters.iid_paths`); k below is the number of paths through the node:
+
+- `khisti_step`: the paper's two-draft scheme (Section 4 / Appendix I): for an ordered pair
+  (x_1, x_2), keep x_1 with probability w[x_1, x_2]; q_I(i) = q_1(i) q_2(i) +
+  sum_{j != i} (q_1(i) q_2(j) w[i, j] + q_1(j) q_2(i) (1 - w[j, i])); w maximises
+  sum_i min(p(i), q_I(i)) (a linear program: max sum z_i, z_i <= p_i, z_i <= q_I(i; w),
+  0 <= w <= 1). We solve that LP over the FULL vocabulary; the GBV authors' public code
+  (`khisti.py::khisti_lp_solver`) keeps only the top s = 5 tokens by p - q_1 q_2 as LP variables,
+  and its fixed s = 5 raises IndexError when V < 5. For k > 2 drafts we follow that code's
+  pairwise tournament (`node.py::khisti_otlp_solver`): the running winner (law q_I) meets the
+  next draft (law q) in a fresh two-draft LP with (q_1, q_2) = (q_I, q). With k = 2 this reaches
+  the optimum alpha* (the paper's Theorem 1 with two drafts); with k > 2 the tournament is in
+  general below it.
+- `optimal_is_step`: the canonical decomposition with the OPTIMAL selection law for k i.i.d.
+  drafts: for each set S of distinct drafted tokens, P(select i | S) solves the LP
+  max sum_i min(p(i), q_I(i)), q_I(i) = sum_S Q(S) P(i | S), whose value is the one-step optimum
+  alpha* = min_H p(H) + 1 - q(H)^k (Hu et al. 2025, arXiv 2502.18779; the LP of Khisti et al.).
+  One LP per (p, q, k) with at most 2^V - 1 sets: a reference for small vocabularies (the
+  near-linear-time solver of Thomas & Pal, "Global Resolution", arXiv 2511.15898, is not
+  implemented here).
+
+Exactness: the LP is solved in float64 (scipy HiGHS). Its selection probabilities are then turned
+into exact Fractions (rounded to 1e-12, each selection law summing to exactly 1) when p and q are
+exact, and q_I is computed from them exactly, so the rule is exactly lossless; only its
+optimality is up to the LP tolerance (~1e-9).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from fractions import Fraction
+
+import numpy as np
+
+from ..probability import accept_probability, align, is_exact, residual
+
+#: Denominator used to turn LP selection probabilities into exact Fractions.
+_GRID = 10 ** 12
+
+
+def _linprog(c, a_ub, b_ub, a_eq=None, b_eq=None):
+    """minimise c x s.t. a_ub x <= b_ub, a_eq x = b_eq, 0 <= x <= 1 (scipy HiGHS) -> x."""
+    from scipy.optimize import linprog
+
+    result = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=(0, 1), method="highs")
+    if not result.success:  # pragma: no cover - the LPs here are always feasible and bounded
+        raise RuntimeError(f"selection LP failed: {result.message}")
+    return result.x
+
+
+def _exact_law(values, exact: bool):
+    """Clip LP values to [0, 1] and make them a probability vector summing to exactly 1."""
+    values = [min(max(float(v), 0.0), 1.0) for v in values]
+    if exact:
+        out = [Fraction(round(v * _GRID), _GRID) for v in values]
+        out[-1] = 1 - sum(out[:-1])
+        if out[-1] < 0:  # round-off pushed the others above 1: renormalise exactly
+            out[-1] = Fraction(0)
+            total = sum(out)
+            out = [v / total for v in out]
+        return out
+    total = sum(values)
+    return [v / total for v in values] if total > 0 else [1.0 / len(values)] * len(values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Khisti et al.'s two-draft LP
+
+
+@functools.lru_cache(maxsize=4096)
+def _pair_weights(p_key, q1_key, q2_key) -> np.ndarray:
+    """w [V, V] (float64) maximising sum_i min(p_i, q_I(i; w)) for drafts x_1 ~ q_1, x_2 ~ q_2."""
+    p, q1, q2 = (np.asarray(k, dtype=np.float64) for k in (p_key, q1_key, q2_key))
+    V = len(p)
+    pairs = [(i, j) for i in range(V) for j in range(V) if i != j]
+    n_w = len(pairs)
+    # variables: w[i, j] for ordered pairs (n_w), then z_i (V); minimise -sum z
+    c = np.concatenate([np.zeros(n_w), -np.ones(V)])
+    a_ub = np.zeros((2 * V, n_w + V))
+    b_ub = np.zeros(2 * V)
+    for i in range(V):
+        a_ub[i, n_w + i] = 1.0
+        b_ub[i] = p[i]
+        # z_i - sum_j q1_i q2_j w[i,j] + sum_j q1_j q2_i w[j,i] <= q1_i q2_i + sum_{j != i} q1_j q2_i
+        row = V + i
+        a_ub[row, n_w + i] = 1.0
+        b_ub[row] = q1[i] * q2[i]
+        for k, (a, b) in enumerate(pairs):
+            if a == i:
+                a_ub[row, k] -= q1[i] * q2[b]
+            elif b == i:
+                a_ub[row, k] += q1[a] * q2[i]
+                b_ub[row] += q1[a] * q2[i]
+    x = _linprog(c, a_ub, b_ub)
+    w = np.full((V, V), 0.5)
+    for k, (a, b) in enumerate(pairs):
+        w[a, b] = x[k]
+    return w
+
+
+def _key(probs):
+    """A hashable copy of a probability vector (Fractions kept exact)."""
+    return tuple(probs.tolist()) if is_exact(probs) else tuple(float(v) for v in probs)
+
+
+def pair_selection(p, q1, q2):
+    """Khisti et al.'s optimal two-draft IS weights and the law of the selected token.
+
+    Args:
+        p: target [V]; q1, q2: laws of the first and second draft [V].
+
+    Returns:
+        (keep, q_I): keep[x1][x2] = probability of keeping x_1 (exact Fractions when p, q1, q2 are
+        exact); q_I [V] the exact law of the selected token. Memoised; treat as read-only.
+    """
+    exact = is_exact(p) and is_exact(q1) and is_exact(q2)
+    return _pair_selection(_key(p), _key(q1), _key(q2), exact)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pair_selection(p_key, q1_key, q2_key, exact: bool):
+    dtype = object if exact else np.float64
+    p, q1, q2 = (np.array(k, dtype=dtype) for k in (p_key, q1_key, q2_key))
+    w = _pair_weights(*(tuple(float(v) for v in k) for k in (p_key, q1_key, q2_key)))
+    V = len(p)
+    keep = [[1 if i == j else _exact_law([w[i, j], 1 - w[i, j]], exact)[0] for j in range(V)]
+            for i in range(V)]
+    q_sel = q1 * 0  # [V]
+    for i, j in itertools.product(range(V), range(V)):
+        mass = q1[i] * q2[j]
+        if mass != 0:
+            q_sel[i] = q_sel[i] + mass * keep[i][j]
+            q_sel[j] = q_sel[j] + mass * (1 - keep[i][j])
+    return keep, q_sel
+
+
+def _single_draft(p, proposal, y, rand):
+    """Single-draft speculative sampling of token y ~ proposal against p (arXiv 2211.17192)."""
+    if rand.bernoulli(accept_probability(p[y], proposal[y])):
+        return y
+    return rand.categorical(residual(p, proposal))
+
+
+def khisti_step(p, q, drafts, rand) -> int:
+    """Khisti et al.'s IS step (pairwise tournament for k > 2), then single-draft SD.
+
+    Args:
+        p, q: target and draft distributions [V] at the node; drafts: the k drafted tokens in
+            path order (k i.i.d. draws from q); rand: `Randomness`.
+    """
+    winner, law = drafts[0], q
+    for challenger in drafts[1:]:
+        keep, law_next = pair_selection(p, law, q)
+        if not rand.bernoulli(keep[winner][challenger]):
+            winner = challenger
+        law = law_next
+    return _single_draft(p, law, winner, rand)
+
+
+# ---------------------------------------------------------------------------------------------
+# The optimal selection law for k i.i.d. drafts
+
+
+@functools.lru_cache(maxsize=4096)
+def _set_selection(p_key, q_key, k: int):
+    """{set S of distinct drafted tokens: [P(select S[j] | S)]} (float64) from the selection LP."""
+    from ...theory.closed_forms import draft_set_law
+
+    p, q = np.asarray(p_key, dtype=np.float64), np.asarray(q_key, dtype=np.float64)
+    V = len(p)
+    law = draft_set_law(q, k)
+    sets = sorted(law)
+    index = [(s, t) for s in sets for t in s]  # variables x[S, t] = Q(S) P(t | S)
+    n = len(index)
+    c = np.concatenate([np.zeros(n), -np.ones(V)])
+    a_eq = np.zeros((len(sets), n + V))
+    b_eq = np.array([float(law[s]) for s in sets])
+    a_ub = np.zeros((2 * V, n + V))
+    b_ub = np.concatenate([p, np.zeros(V)])
+    for col, (s, t) in enumerate(index):
+        a_eq[sets.index(s), col] = 1.0
+        a_ub[V + t, col] = -1.0  # z_t - q_I(t) <= 0
+    for t in range(V):
+        a_ub[t, n + t] = 1.0
+        a_ub[V + t, n + t] = 1.0
+    x = _linprog(c, a_ub, b_ub, a_eq, b_eq)
+    out = {}
+    for s in sets:
+        mass = float(law[s])
+        out[s] = [x[index.index((s, t))] / mass for t in s]
+    return out
+
+
+def optimal_selection(p, q, k: int):
+    """The alpha*-optimal selection law for k i.i.d. drafts from q and the law q_I it induces.
+
+    Returns:
+        (select, q_I): select[S] = probabilities [len(S)] of choosing each token of the sorted set S
+        of distinct drafts (exact Fractions for exact p, q); q_I [V] the exact law of the choice.
+        Memoised; treat as read-only.
+    """
+    return _optimal_selection(_key(p), _key(q), int(k), is_exact(p) and is_exact(q))
+
+
+@functools.lru_cache(maxsize=4096)
+def _optimal_selection(p_key, q_key, k: int, exact: bool):
+    from ...theory.closed_forms import draft_set_law
+
+    dtype = object if exact else np.float64
+    q = np.array(q_key, dtype=dtype)
+    table = _set_selection(tuple(float(v) for v in p_key), tuple(float(v) for v in q_key), k)
+    select = {s: np.array(_exact_law(v, exact), dtype=dtype) for s, v in table.items()}
+    law = draft_set_law(q, k)
+    q_sel = q * 0  # [V]
+    for s, probs in select.items():
+        for t, prob in zip(s, probs):
+            q_sel[t] = q_sel[t] + law[s] * prob
+    return select, q_sel
+
+
+def optimal_is_step(p, q, drafted_set, k, rand) -> int:
+    """Optimal IS selection among the distinct drafted tokens, then single-draft SD."""
+    select, q_sel = optimal_selection(p, q, k)
+    y = drafted_set[rand.categorical(select[tuple(drafted_set)])]
+    return _single_draft(p, q_sel, y, rand)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tree verifiers (top-down: enter the child equal to the emitted token)
+
+
+def _walk(target, context, draft, rand, step):
+    node = ()
+    while True:
+        counts = draft.counts(node)
+        if not counts:
+            return node + (rand.categorical(target.probs(context + node)),)  # bonus token
+        p, q = align(target.probs(context + node), draft.proposal(node))  # [V], [V]
+        y = step(p, q, node, counts)
+        node = node + (y,)
+        if y not in counts:
+            return node  # correction token
+
+
+def khisti_verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
+    """Khisti et al.'s IS verifier applied top-down on the tree of K i.i.d. paths."""
+    return _walk(target, context, draft, rand,
+                 lambda p, q, node, counts: khisti_step(p, q, draft.tokens(node), rand))
+
+
+def optimal_is_verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
+    """The alpha*-optimal IS verifier applied top-down on the tree of K i.i.d. paths (reads only
+    the set of drafted children and how many paths pass through the node)."""
+    return _walk(target, context, draft, rand,
+                 lambda p, q, node, counts: optimal_is_step(p, q, tuple(sorted(counts)), sum(counts.values()), rand))
