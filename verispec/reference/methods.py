@@ -16,6 +16,8 @@ from . import drafters
 from .drafters import Draft
 from .models import LanguageModel, _check_positive_int, check_pair, check_prefix
 from .randomness import Randomness
+from .verifiers.importance import khisti_verify, optimal_is_verify
+from .verifiers.spechub import hub_pairs, spechub_verify
 from .verifiers import (block_verify, gbv_verify, nss_verify, rrs_verify, rrsw_verify,
                         sample_and_follow, spectr_verify, token_verify, traversal_verify)
 
@@ -120,6 +122,18 @@ spectr = _multi("spectr", spectr_verify, drafters.iid_paths)
 spectr.__doc__ = "SpecTr K-SEQ on K i.i.d. paths (arXiv 2310.15141)."
 traversal = _multi("traversal", traversal_verify, drafters.iid_paths)
 traversal.__doc__ = "Traversal verification on the tree of K i.i.d. paths (arXiv 2505.12398)."
+khisti = _multi("khisti", khisti_verify, drafters.iid_paths)
+khisti.__doc__ = ("Khisti et al.'s importance-sampling selection + single-draft SD on K i.i.d. paths "
+                  "(arXiv 2410.18234; pairwise tournament for K > 2).")
+optimal_is = _multi("optimal_is", optimal_is_verify, drafters.iid_paths)
+optimal_is.__doc__ = ("IS selection with the optimal selection law (one-step optimum alpha*, arXiv "
+                      "2502.18779 / 2410.18234) + single-draft SD on K i.i.d. paths.")
+
+
+def spechub(draft_length: int) -> Method:
+    """SpecHub: a hub-token draft pair with its transport verifier, K = 2 (arXiv 2411.05289)."""
+    return Method("spechub", hub_pairs(draft_length), spechub_verify,
+                  {"draft_length": draft_length, "num_paths": 2}, model_state_only=True)
 
 
 def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = None) -> Method:
@@ -144,6 +158,7 @@ _REGISTRY: dict[str, Callable[..., Method]] = {
     "token": token, "block": block, "gbv": gbv, "nss": nss, "rrs": rrs, "rrsw": rrsw,
     "spectr": spectr, "traversal": traversal, "opt_tree": opt_tree, "point_mass": point_mass,
     "prompt_lookup": prompt_lookup,
+    "khisti": khisti, "optimal_is": optimal_is, "spechub": spechub,
 }
 
 
