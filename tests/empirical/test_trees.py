@@ -25,7 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import decode, model as model_module, trees  # noqa: E402
+from verispec.empirical import decode, kv as kv_module, trees  # noqa: E402
 from verispec.empirical.model import CausalLM  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
 from verispec.reference import methods  # noqa: E402
@@ -285,20 +285,20 @@ def test_draft_cache_stays_in_sync(peaked, tree):
 # ----------------------------------------------------------------------------------------------
 
 def test_planted_target_mask_bug_breaks_greedy_equality(pair, monkeypatch):
-    """Siblings seeing each other in the verification forward (a causal mask inside the tree)."""
+    """Siblings seeing each other in the verification forward (a causal mask inside the tree,
+    planted in the KV state's visibility, which both models use)."""
     target, draft = pair
     prompts = torch.randint(0, 64, (3, 6), generator=torch.Generator().manual_seed(7))
     reference = decode.target_only(target, prompts, 24)
-    correct = model_module.tree_attention_mask
+    correct = kv_module._visible
 
-    def leaky(parents, past_valid, dtype):
-        mask = correct(parents, past_valid, dtype)
-        N = parents.shape[1]
-        lower = torch.ones(N, N, dtype=torch.bool, device=parents.device).tril()
-        mask[..., -N:] = mask[..., -N:].masked_fill(lower, 0.0)
-        return mask
+    def leaky(valid, ancestry):
+        allowed = correct(valid, ancestry)  # [B, n, S]
+        n = ancestry.shape[1]
+        allowed[..., -n:] |= torch.ones(n, n, dtype=torch.bool).tril()
+        return allowed
 
-    monkeypatch.setattr(model_module, "tree_attention_mask", leaky)
+    monkeypatch.setattr(kv_module, "_visible", leaky)
     for tree in ("opt_tree", "kary", "eagle"):  # a chain has no siblings: the bug is invisible there
         result = trees.tree_speculative(target, draft, prompts, 24, tree=tree, node_budget=12, max_depth=4)
         assert not torch.equal(result.tokens, reference.tokens), tree
@@ -308,16 +308,21 @@ def test_planted_draft_mask_bugs_change_the_tree(peaked, monkeypatch):
     """Draft-side mask bugs leave greedy output intact (the verifier never reads q) but draft the
     wrong tree: the structure check catches both."""
     _, draft = peaked
+    correct = kv_module._visible
 
-    def siblings_visible(slot, S, c):
-        return torch.ones(*slot.shape, c, dtype=torch.bool)
+    def siblings_visible(valid, ancestry):  # a layer's nodes see each other
+        allowed = correct(valid, ancestry)
+        allowed[..., -ancestry.shape[1]:] = True
+        return allowed
 
-    def never_reset(allowed, parent):  # every child sees every node run so far (the original's defect)
-        return allowed.any(1, keepdim=True).expand(-1, parent.shape[1], -1)
+    def never_reset(valid, ancestry):  # every node sees every node run so far (the original's defect)
+        allowed = correct(valid, ancestry)
+        allowed[..., valid.shape[1]:allowed.shape[2] - ancestry.shape[1]] = True
+        return allowed
 
-    for name, bug in (("_self_visibility", siblings_visible), ("_child_visibility", never_reset)):
+    for name, bug in (("siblings", siblings_visible), ("never_reset", never_reset)):
         with monkeypatch.context() as m:
-            m.setattr(trees, name, bug)
+            m.setattr(kv_module, "_visible", bug)
             assert not _check_opt_tree_cases(draft, PREFIXES), name
             assert not _check_opt_tree_cases(draft, PREFIXES, prune=True), name
 

@@ -1,6 +1,13 @@
-"""Draft trees on real causal LMs: OPT-Tree (adaptive) and static baselines, verified in one target forward.
+"""Draft trees on real causal LMs: OPT-Tree (adaptive) and static baselines, as drafters of the engine.
 
-`tree_speculative(...)` runs the draft-verify loop with a draft *tree* per iteration:
+`TreeDrafter` drafts one tree per row and iteration; the engine (`verispec.empirical.engine`)
+verifies it in ONE target tree forward with sample-and-follow (`rules.nodes.SampleAndFollow`):
+
+    TreeDrafter.draft: pending tokens -> q at the root -> layer by layer (one draft forward per
+    layer) -> TreeRecords -> node-layout DraftTree -> target tree forward -> sample-and-follow ->
+    KV keep (target: the accepted path; draft: the accepted nodes it ran)
+
+Trees:
 
 - ``"opt_tree"``: OPT-Tree (Wang et al. 2024, arXiv 2406.17276, Algorithm 1), the same construction
   as the reference `verispec.reference.drafters.opt_tree_structure`: a node's weight W is the product
@@ -14,12 +21,10 @@
   rank paths with the largest product of the fixed rank priors `EAGLE_RANK_PRIOR`).
 
 Every tree is capped at `max_depth`. Drafting costs exactly ONE draft forward per layer: the first
-one runs the tokens emitted last iteration that the draft cache lacks ("pending", 1 or 2) and gives
-the root's q; each later one runs all nodes of the previous layer at once under a 4D float mask in
-which a node sees the valid prefix, its own ancestors and itself (never a sibling: the mask is built
-from each node's own ancestry, not accumulated across layers). The deepest layer is never forwarded
-(its q is not needed). The original code's defects are avoided: its draft-side mask was never reset
-and it spent one extra draft forward per step.
+runs the tokens emitted last iteration that the draft cache lacks ("pending", 1 or 2) and gives the
+root's q; each later one runs the nodes of the previous layer as children of their parents in the
+draft KV's uncommitted forest (`verispec.empirical.kv`: a node sees the prefix, its ancestors and
+itself, never a sibling). The deepest layer is never forwarded (its q is not needed).
 
 Exact pruning (default, `prune=True`): a layer forward feeds only the nodes whose children can
 still matter. Once n nodes are recorded, a node x with W_x <= the n-th largest W so far is not run:
@@ -27,43 +32,29 @@ each descendant has W <= W_x and n earlier records rank ahead of it (ties go to 
 so it can never be chosen nor raise E[A]; removing such candidates only ever lets in others that are
 dominated the same way. The final tree and E[A] are the same as without pruning (tested), a layer
 costs its useful rows instead of n (the first layer keeps all n), and drafting stops as soon as a
-layer has nothing worth running. On hardware where a forward's cost grows with its rows (a CPU:
-`benchmarks/bench_rows.py`) this is most of OPT-Tree's draft cost.
+layer has nothing worth running.
 
-Verification: the whole tree (root = the last emitted token) in ONE target forward
-(`CausalLM.tree`: additive float mask, position ids = prefix length + depth), then sample-and-follow
-(the reference `verispec.reference.verifiers.tree.sample_and_follow`): at the current node draw
-Y ~ p(. | node) (one uniform, inverse CDF; T = 0: the argmax, no uniform); if Y is a drafted child
-enter it, else Y is the correction (the bonus at a leaf). Every emitted token is an exact draw from p,
-so the rule is lossless for ANY tree; the rule never reads q. Hence, as in the reference `opt_tree`
-method, the drafts are deterministic top-n trees at every temperature, and the draft temperature
-(the q that shapes the tree and gives E[A]) is free (default: T, or 1 at T = 0, since a one-hot q
-would collapse every tree to a chain). Sampling the drafts is only needed by rules that read q
-(min(1, p/q) acceptance, e.g. `rrs`); sample-and-follow does not.
-
-Caches: the target keeps the accepted path's positions (`_Cache.keep`, a gather of the kept
-positions); the draft keeps the accepted nodes it has already run (those above the deepest layer),
-the rest of the accepted tokens (at most one) and the new token are "pending" for the next
-iteration. Rows of a batch are independent runs in lockstep (each row its own tree; B = 1 is the
-common case and gives exactly one draft forward per layer of its tree).
+Verification never reads q, so the drafts are deterministic top-n trees at every temperature and
+the draft temperature (the q that shapes the tree and gives E[A]) is free (default: T, or 1 at
+T = 0, since a one-hot q would collapse every tree to a chain).
 """
 
 from __future__ import annotations
 
 import heapq
-import time
 from dataclasses import dataclass, field
 
 import torch
 
 from ..reference.drafters import check_threshold
-from .decode import (DecodeResult, DecodeStats, _Cache, _check_pair, _check_positive, _check_prompt,
-                     _check_temperature, probabilities)
+from .checks import _check_pair, _check_positive, _check_prompt, _check_temperature
+from .drafters import DraftTree, ModelDrafter, probabilities
+from .engine import DecodeResult, DecodeStats, TorchMethod, decode
 from .model import CausalLM
-from .uniforms import as_uniform_source, categorical
+from .rules.nodes import SampleAndFollow
 
-__all__ = ["TREES", "EAGLE_RANK_PRIOR", "TreeDecodeStats", "DraftTree", "static_shape", "draft_tree",
-           "tree_speculative"]
+__all__ = ["TREES", "EAGLE_RANK_PRIOR", "TreeDecodeStats", "TreeRecords", "TreeDrafter", "static_shape",
+           "draft_tree", "tree_speculative"]
 
 #: The tree kinds of `tree_speculative`.
 TREES = ("opt_tree", "chain", "kary", "eagle")
@@ -73,10 +64,6 @@ TREES = ("opt_tree", "chain", "kary", "eagle")
 #: children per node, like EAGLE's hand-made top-4/top-3/top-2 trees).
 EAGLE_RANK_PRIOR = (0.6, 0.15, 0.07, 0.04)
 
-
-# ----------------------------------------------------------------------------------------------
-# Results
-# ----------------------------------------------------------------------------------------------
 
 @dataclass
 class TreeDecodeStats(DecodeStats):
@@ -88,7 +75,6 @@ class TreeDecodeStats(DecodeStats):
             nodes (the draft's own expected accepted length, OPT-Tree's objective).
         tree_sizes: int64 [num_row_iterations]: nodes drafted (<= n).
         layers: int64 [num_row_iterations]: tree layers built = draft forwards that row's tree needed.
-        draft_rows: token rows fed to the draft while drafting (`DraftTree.draft_rows`, summed).
     """
 
     tree: str = "opt_tree"
@@ -96,7 +82,6 @@ class TreeDecodeStats(DecodeStats):
     predicted_acceptance: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
     tree_sizes: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
     layers: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
-    draft_rows: int = 0
 
     @property
     def mean_predicted_acceptance(self) -> float:
@@ -106,7 +91,7 @@ class TreeDecodeStats(DecodeStats):
 
 
 @dataclass
-class DraftTree:
+class TreeRecords:
     """The drafted trees of a batch, as records appended layer by layer (each layer padded).
 
     Attributes:
@@ -114,11 +99,12 @@ class DraftTree:
             (-1: a child of the root). depth: int64 [R] (1 = child of the root).
         weight: float64 [B, R]: W, the product of draft probabilities on the root path.
         chosen: bool [B, R]: the record is a node of the final tree (padding and dropped nodes: False).
-        slot: int64 [B, R]: its position in the draft cache, -1 if it was not run by the draft.
+        slot: int64 [B, R]: its id in the draft KV's uncommitted forest, -1 if the draft did not run it.
         layers: int64 [B]: layers built per row (= draft forwards of the row).
         draft_forwards: draft forwards spent drafting (the max of `layers` over rows).
         draft_rows: token rows fed to the draft by those forwards (2 pending columns, then per
             layer the nodes run, padded to the row that runs most); the draft's cost on a CPU.
+        q: float64 [B, R, V] (only when the drafter keeps q): the law of each record's children.
     """
 
     tokens: torch.Tensor
@@ -130,6 +116,7 @@ class DraftTree:
     layers: torch.Tensor
     draft_forwards: int
     draft_rows: int = 0
+    q: torch.Tensor | None = None
 
     @property
     def predicted_acceptance(self) -> torch.Tensor:
@@ -148,7 +135,7 @@ class DraftTree:
 
 
 # ----------------------------------------------------------------------------------------------
-# Static shapes
+# Shapes and layers
 # ----------------------------------------------------------------------------------------------
 
 def static_shape(tree: str, node_budget: int, max_depth: int, branching: int = 2) -> list[tuple[int, ...]]:
@@ -206,51 +193,6 @@ def _shape_layers(paths: list[tuple[int, ...]], device) -> list[tuple[torch.Tens
     return layers
 
 
-# ----------------------------------------------------------------------------------------------
-# Drafting: one draft forward per layer
-# ----------------------------------------------------------------------------------------------
-
-def _self_visibility(slot: torch.Tensor, S: int, c: int) -> torch.Tensor:
-    """Which of a layer's c new cache slots each node sees: slot [B, m] (S + its packed index, -1 if
-    not run) -> bool [B, m, c]: its own slot only. Siblings and cousins never see each other."""
-    return slot.unsqueeze(-1) == S + torch.arange(c, device=slot.device)
-
-
-def _child_visibility(allowed: torch.Tensor, parent: torch.Tensor) -> torch.Tensor:
-    """A child sees exactly what its parent saw, plus the parent: allowed [B, m, S'] of the layer
-    just run (its own position included), parent [B, m'] positions in that layer -> [B, m', S']."""
-    return allowed.gather(1, parent.unsqueeze(-1).expand(-1, -1, allowed.shape[2]))
-
-
-def _run_layer(dcache: _Cache, tokens, run, visible, position):
-    """ONE draft forward over the nodes of a layer that are `run`: tokens / run [B, m], visible
-    [B, m, S], position [B] (shared by the layer). Only those c = max_b(run.sum()) nodes are fed,
-    packed to the left (a pruned or invalid node costs no row; rows with fewer pad with masked
-    dummies). Returns (logits [B, m, V]: zero where not run, allowed [B, m, S + c], slot [B, m]: the
-    node's draft-cache position, -1 where not run)."""
-    model = dcache.model
-    B, m = tokens.shape
-    S, device = visible.shape[2], tokens.device
-    c = int(run.sum(1).max())
-    pick = torch.sort((~run).to(torch.int8), dim=1, stable=True).indices[:, :c]  # [B, c]: run nodes first
-    real = run.gather(1, pick)  # [B, c]
-    slot = torch.full((B, m), -1, dtype=torch.long, device=device)
-    slot.scatter_(1, pick, torch.where(real, S + torch.arange(c, device=device), -1))
-    allowed = torch.cat([visible, _self_visibility(slot, S, c)], dim=2)  # [B, m, S + c]
-    packed = allowed.gather(1, pick.unsqueeze(-1).expand(-1, -1, S + c))  # [B, c, S + c]
-    mask = torch.zeros(packed.shape, dtype=model.dtype, device=model.device)
-    mask.masked_fill_(~packed, torch.finfo(model.dtype).min)  # additive float mask (EMPIRICAL.md)
-    position_ids = position.unsqueeze(1).expand(B, c)  # [B, c]
-    logits_c, _ = model.forward(torch.where(real, tokens.gather(1, pick), 0), dcache.cache,
-                                position_ids=position_ids, attention_mask=mask.unsqueeze(1))  # [B, c, V]
-    V = logits_c.shape[-1]
-    logits = torch.zeros(B, m, V, dtype=logits_c.dtype, device=device)
-    logits.scatter_(1, pick.unsqueeze(-1).expand(-1, -1, V), torch.where(real.unsqueeze(-1), logits_c, 0))
-    # Tree slots are private to their descendants: never valid for later pending tokens.
-    dcache.valid = torch.cat([dcache.valid, torch.zeros_like(real)], dim=1)
-    return logits, allowed, slot
-
-
 def _opt_children(q, weight, valid, n):
     """OPT-Tree's next layer: global top-n by W of the top-n children of every node.
     q [B, m, V], weight / valid [B, m] -> (tokens, parent position, W, valid), each [B, n']."""
@@ -278,16 +220,6 @@ def _static_children(q, weight, valid, parent_pos, rank):
     return top_t[:, parent_pos, r], parent, torch.where(ok, weight[:, parent_pos] * child_q, 0.0), ok
 
 
-def _run_pending(dcache: _Cache, pending, pending_count, Td):
-    """The first draft forward of an iteration: pending [B, 2] (the first pending_count [B] in {1, 2}
-    are real) are the emitted tokens the draft cache lacks. Returns the root's q [B, 1, V]."""
-    B, device = pending.shape[0], pending.device
-    real = torch.arange(2, device=device) < pending_count.unsqueeze(1)  # [B, 2]
-    logits = dcache.append(pending, torch.tensor([[-1, 0]], device=device).expand(B, 2), real)  # [B, 2, V]
-    dcache.pos = dcache.pos + pending_count  # now the position id of the depth-1 nodes
-    return probabilities(logits[torch.arange(B, device=device), pending_count - 1], Td).unsqueeze(1)
-
-
 def _choose(cat: dict, tree: str, n: int) -> torch.Tensor:
     """The final tree, bool [B, R]: OPT-Tree keeps the n largest W over all layers (stable sort over
     layer-ordered records: ties go to the shallower node, so the set is a subtree); a static tree
@@ -299,119 +231,153 @@ def _choose(cat: dict, tree: str, n: int) -> torch.Tensor:
     return torch.zeros_like(cat["valid"]).scatter_(1, order, True) & cat["valid"]
 
 
-def _draft(dcache: _Cache, pending, pending_count, tree, n, threshold, max_depth, Td, shape,
-           prune: bool = True) -> DraftTree:
-    """Draft one tree per row: layer by layer, ONE draft forward per layer (`_run_pending` for the
-    root's q, then `_run_layer` for every layer but the deepest). shape: `_shape_layers` (static).
-    prune (opt_tree): skip nodes whose descendants can never be chosen (same tree, fewer rows)."""
-    B, device = pending.shape[0], pending.device
-    q = _run_pending(dcache, pending, pending_count, Td)  # [B, 1, V]
-    forwards, rows = 1, pending.shape[1]
-    weight = torch.ones(B, 1, dtype=torch.float64, device=device)  # the root: W = 1
-    valid = torch.ones(B, 1, dtype=torch.bool, device=device)
-    allowed = dcache.valid.unsqueeze(1)  # [B, 1, S]: what the root's children see
-    active = torch.ones(B, dtype=torch.bool, device=device)  # rows still growing
-    layers = torch.zeros(B, dtype=torch.long, device=device)
-    expected = torch.zeros(B, dtype=torch.float64, device=device)  # E[A] so far
-    recs = {"tokens": [], "parent": [], "depth": [], "weight": [], "valid": [], "slot": []}
-    total = prev_start = 0  # records so far; first record of the previous layer
-    for depth in range(1, max_depth + 1):
-        if tree == "opt_tree":
-            tokens, parent, w, ok = _opt_children(q, weight, valid, n)  # each [B, m]
+
+
+# ----------------------------------------------------------------------------------------------
+# The drafter: one draft forward per layer
+# ----------------------------------------------------------------------------------------------
+
+class TreeDrafter(ModelDrafter):
+    """OPT-Tree or a static tree per row and iteration (module docstring).
+
+    Args:
+        tree: one of `TREES`. node_budget: n >= 1. threshold: OPT-Tree's E[A]-gain threshold >= 0.
+        max_depth: >= 1. branching: k >= 1 ("kary"). draft_temperature: T_d of q (None: T, or 1
+        at T = 0). prune: opt_tree's exact pruning. keep_q: keep every node's q in the tree (for
+        verifiers that read q, e.g. a reference rule through the adapter; costs n V floats).
+    """
+
+    def __init__(self, tree="opt_tree", node_budget=50, threshold=0.0, max_depth=10, branching=2,
+                 draft_temperature=None, prune=True, keep_q=False):
+        self.tree, self.n, self.delta, self.depth, shape = _check_tree_args(
+            tree, node_budget, threshold, max_depth, branching)
+        self.shape = shape
+        self.draft_temperature = None if draft_temperature is None else _check_temperature(
+            draft_temperature, "draft_temperature")
+        self.prune, self.keep_q = prune, keep_q
+        self.log = {"predicted_acceptance": [], "tree_sizes": [], "layers": []}
+
+    def start(self, draft, tokens, lengths, temperature, source, storage="padded") -> None:
+        super().start(draft, tokens, lengths, temperature, source, storage)
+        self.Td = self.draft_temperature if self.draft_temperature is not None else (
+            temperature if temperature > 0 else 1.0)  # a one-hot q (T = 0) would make every tree a chain
+        self.layers = None if self.shape is None else _shape_layers(self.shape, tokens.device)
+
+    def draft(self, rows) -> DraftTree:
+        records = self.grow()
+        for key, value in (("predicted_acceptance", records.predicted_acceptance),
+                           ("tree_sizes", records.chosen.sum(1)), ("layers", records.layers)):
+            self.log[key].append(value.cpu())
+        return self._node_tree(records, rows.last)
+
+    def logs(self) -> dict:
+        empty = {"predicted_acceptance": torch.float64}
+        return {key: torch.cat(v) if v else torch.zeros(0, dtype=empty.get(key, torch.long))
+                for key, v in self.log.items()}
+
+    def _run_layer(self, tokens, parent_fed, run):
+        """ONE draft forward over the nodes of a layer that are `run` (tokens / parent_fed / run
+        [B, m]; parent_fed: forest ids of their parents), packed to the left: a pruned or invalid
+        node costs no row. Returns (logits [B, m, V]: zero where not run, fed [B, m]: forest ids)."""
+        B, m = tokens.shape
+        device = tokens.device
+        c = int(run.sum(1).max())
+        pick = torch.sort((~run).to(torch.int8), dim=1, stable=True).indices[:, :c]  # [B, c]: run nodes first
+        real = run.gather(1, pick)  # [B, c]
+        base = self.kv.uncommitted
+        logits_c = self.kv.append(torch.where(real, tokens.gather(1, pick), 0),
+                                  torch.where(real, parent_fed.gather(1, pick), -1), real)  # [B, c, V]
+        self.draft_rows += c
+        fed = torch.full((B, m), -1, dtype=torch.long, device=device)
+        fed.scatter_(1, pick, torch.where(real, base + torch.arange(c, device=device), -1))
+        V = logits_c.shape[-1]
+        logits = torch.zeros(B, m, V, dtype=logits_c.dtype, device=device)
+        logits.scatter_(1, pick.unsqueeze(-1).expand(-1, -1, V), torch.where(real.unsqueeze(-1), logits_c, 0))
+        return logits, fed
+
+    def grow(self) -> TreeRecords:
+        """Draft one tree per row: the pending tokens (root's q), then ONE forward per layer but
+        the deepest. OPT-Tree stops growing a row when E[A] gains <= threshold."""
+        q, root = self._feed_pending(self.Td)  # [B, V], [B]
+        B, device = q.shape[0], q.device
+        g = {"q": q.unsqueeze(1), "weight": torch.ones(B, 1, dtype=torch.float64, device=device),
+             "valid": torch.ones(B, 1, dtype=torch.bool, device=device), "fed": root.unsqueeze(1),
+             "active": torch.ones(B, dtype=torch.bool, device=device),
+             "layers": torch.zeros(B, dtype=torch.long, device=device),
+             "expected": torch.zeros(B, dtype=torch.float64, device=device), "total": 0, "prev": 0,
+             "forwards": 1, "rows": 2}
+        recs = {"tokens": [], "parent": [], "depth": [], "weight": [], "valid": [], "slot": [], "q": []}
+        q_root = q
+        for depth in range(1, self.depth + 1):
+            tokens, parent, w, run = self._layer(g, recs, depth)
+            if depth == self.depth or not bool(run.any()):
+                break  # the deepest layer is never run: its q is not needed
+            logits, fed = self._run_layer(tokens, g["fed"].gather(1, parent), run)
+            g["forwards"], g["rows"] = g["forwards"] + 1, g["rows"] + int(run.sum(1).max())
+            recs["slot"][-1] = fed
+            g.update(q=probabilities(logits, self.Td), weight=w, valid=run, fed=fed)  # [B, m, V], [B, m] x3
+            if self.keep_q:
+                recs["q"][-1] = g["q"]
+        cat = {key: torch.cat(value, dim=1 if key != "depth" else 0) for key, value in recs.items() if value}
+        return TreeRecords(cat["tokens"], cat["parent"], cat["depth"], cat["weight"],
+                           _choose(cat, self.tree, self.n), cat["slot"], g["layers"], g["forwards"], g["rows"],
+                           torch.cat([q_root.unsqueeze(1), cat["q"]], 1) if self.keep_q else None)
+
+    def _layer(self, g: dict, recs: dict, depth: int):
+        """Record the next layer's children and decide which of them to run (OPT-Tree's E[A]
+        stopping rule and exact pruning; static trees stop at their shape's depth)."""
+        if self.tree == "opt_tree":
+            tokens, parent, w, ok = _opt_children(g["q"], g["weight"], g["valid"], self.n)  # each [B, m]
         else:
-            tokens, parent, w, ok = _static_children(q, weight, valid, *shape[depth - 1])
-        ok = ok & active.unsqueeze(1)
+            tokens, parent, w, ok = _static_children(g["q"], g["weight"], g["valid"], *self.layers[depth - 1])
+        ok = ok & g["active"].unsqueeze(1)
         m = tokens.shape[1]
-        parent_rec = parent + prev_start if depth > 1 else torch.full_like(parent, -1)
-        prev_start, total = total, total + m
+        parent_rec = parent + g["prev"] if depth > 1 else torch.full_like(parent, -1)
+        g["prev"], g["total"] = g["total"], g["total"] + m
         for key, value in (("tokens", tokens), ("parent", parent_rec), ("weight", w), ("valid", ok),
-                           ("slot", torch.full_like(tokens, -1)),
-                           ("depth", torch.full((m,), depth, dtype=torch.long, device=device))):
+                           ("slot", torch.full_like(tokens, -1)), ("q", g["q"].new_zeros(*tokens.shape, 0)),
+                           ("depth", torch.full((m,), depth, dtype=torch.long, device=tokens.device))):
             recs[key].append(value)
-        layers = layers + ok.any(1).long()
+        g["layers"] = g["layers"] + ok.any(1).long()
         run = ok  # [B, m]: this layer's nodes to forward
-        if tree == "opt_tree":  # E[A] = sum of the n largest W so far; stop when it gains <= threshold
+        if self.tree == "opt_tree":  # E[A] = sum of the n largest W so far; stop when it gains <= threshold
             all_w = torch.where(torch.cat(recs["valid"], 1), torch.cat(recs["weight"], 1), 0.0)  # [B, total]
-            top = all_w.topk(min(n, total), dim=1).values  # [B, <= n], descending
+            top = all_w.topk(min(self.n, g["total"]), dim=1).values  # [B, <= n], descending
             best = top.sum(1)  # [B]
-            active = active & ok.any(1) & (best - expected > threshold)
-            expected = best
-            if prune and top.shape[1] == n:
+            g["active"] = g["active"] & ok.any(1) & (best - g["expected"] > self.delta)
+            g["expected"] = best
+            if self.prune and top.shape[1] == self.n:
                 # Exact pruning: a descendant of a node with W <= the n-th largest W so far has
                 # W <= it (W shrinks along paths) and n earlier records with W >= it ahead of it
                 # (ties go to earlier records), so it never enters the final tree nor raises E[A].
-                run = run & (w > top[:, n - 1:])
+                run = run & (w > top[:, self.n - 1:])
         else:
-            active = active & ok.any(1) & (depth < len(shape))
-        run = run & active.unsqueeze(1)
-        if depth == max_depth or not bool(run.any()):
-            break  # the deepest layer is never run: its q is not needed
-        logits, allowed, slot = _run_layer(dcache, tokens, run, _child_visibility(allowed, parent),
-                                           dcache.pos + depth - 1)  # position: prefix length + depth - 1
-        forwards += 1
-        rows += int(run.sum(1).max())
-        recs["slot"][-1] = slot
-        q, weight, valid = probabilities(logits, Td), w, run  # [B, m, V], [B, m], [B, m]
-    cat = {key: torch.cat(value, dim=-1) for key, value in recs.items()}
-    return DraftTree(cat["tokens"], cat["parent"], cat["depth"], cat["weight"], _choose(cat, tree, n),
-                     cat["slot"], layers, forwards, rows)
+            g["active"] = g["active"] & ok.any(1) & (depth < len(self.layers))
+        return tokens, parent, w, run & g["active"].unsqueeze(1)
 
-
-# ----------------------------------------------------------------------------------------------
-# Verification: one target forward, then sample-and-follow
-# ----------------------------------------------------------------------------------------------
-
-def _verification_block(dt: DraftTree, last: torch.Tensor):
-    """The tree as one block for `CausalLM.tree`: block 0 = the root (`last` [B], emitted but not in
-    the target cache), then the chosen records in record (= topological) order.
-
-    Returns tokens, parents, real: [B, 1 + w] (parents index the block, -1 for the root) and
-    order [B, w]: the record of each block position 1..w (padding: any record, real False)."""
-    B, R = dt.chosen.shape
-    device = last.device
-    count = dt.chosen.sum(1)  # [B]
-    width = int(count.max()) if R else 0
-    order = torch.sort((~dt.chosen).long(), dim=1, stable=True).indices[:, :width]  # [B, w] chosen first
-    is_node = torch.arange(width, device=device) < count.unsqueeze(1)  # [B, w]
-    block_of = torch.full((B, R + 1), -1, dtype=torch.long, device=device)  # column R: a dummy
-    block_of.scatter_(1, torch.where(is_node, order, R), torch.arange(1, width + 1, device=device).expand(B, -1))
-    parent_rec = dt.parent.gather(1, order)  # [B, w]
-    parent_block = torch.where(parent_rec >= 0, block_of.gather(1, parent_rec.clamp(min=0)), 0)
-    ones = torch.ones(B, 1, dtype=torch.bool, device=device)
-    tokens = torch.cat([last.unsqueeze(1), torch.where(is_node, dt.tokens.gather(1, order), 0)], dim=1)
-    parents = torch.cat([-ones.long(), torch.where(is_node, parent_block, 0)], dim=1)
-    return tokens, parents, torch.cat([ones, is_node], dim=1), order
-
-
-def _sample_and_follow(p, tokens, parents, real, uniforms, greedy: bool, max_steps: int):
-    """Sample-and-follow (reference `verifiers.tree.sample_and_follow`) on one block per row.
-
-    p [B, N, V] target probabilities at every block position; uniforms [B, max_steps + 1] (one per
-    visited node; unused when greedy). Returns (path [B, max_steps]: block index of the i-th
-    accepted node, tau [B]: accepted nodes, y [B]: the correction / bonus token)."""
-    B = p.shape[0]
-    device = p.device
-    rows = torch.arange(B, device=device)
-    cur = torch.zeros(B, dtype=torch.long, device=device)
-    alive = torch.ones(B, dtype=torch.bool, device=device)
-    tau = torch.zeros(B, dtype=torch.long, device=device)
-    y = torch.zeros(B, dtype=torch.long, device=device)
-    path = torch.zeros(B, max_steps, dtype=torch.long, device=device)
-    for step in range(max_steps + 1):
-        here = p[rows, cur]  # [B, V]
-        draw = here.argmax(-1) if greedy else categorical(here, uniforms[:, step])  # Y ~ p(. | node)
-        y = torch.where(alive, draw, y)
-        child = real & (parents == cur.unsqueeze(1)) & (tokens == draw.unsqueeze(1))  # [B, N]
-        child[:, 0] = False  # the root is nobody's child
-        enter = alive & child.any(1)  # siblings carry distinct tokens: at most one match
-        if step < max_steps:
-            path[:, step] = torch.where(enter, child.long().argmax(1), 0)
-        tau = tau + enter.long()
-        cur = torch.where(enter, child.long().argmax(1), cur)
-        alive = enter
-        if not bool(alive.any()):
-            break
-    return path, tau, y
+    def _node_tree(self, records: TreeRecords, last: torch.Tensor) -> DraftTree:
+        """The chosen records as a node-layout tree: node 0 = the root (`last` [B]), then the
+        chosen records in record (= topological) order; `self.fed` maps nodes to forest ids."""
+        B, R = records.chosen.shape
+        device = last.device
+        count = records.chosen.sum(1)  # [B]
+        width = int(count.max()) if R else 0
+        order = torch.sort((~records.chosen).long(), dim=1, stable=True).indices[:, :width]  # [B, w] chosen first
+        is_node = torch.arange(width, device=device) < count.unsqueeze(1)  # [B, w]
+        node_of = torch.full((B, R + 1), -1, dtype=torch.long, device=device)  # column R: a dummy
+        node_of.scatter_(1, torch.where(is_node, order, R), torch.arange(1, width + 1, device=device).expand(B, -1))
+        parent_rec = records.parent.gather(1, order)  # [B, w]
+        parent_node = torch.where(parent_rec >= 0, node_of.gather(1, parent_rec.clamp(min=0)), 0)
+        ones = torch.ones(B, 1, dtype=torch.bool, device=device)
+        tokens = torch.cat([last.unsqueeze(1), torch.where(is_node, records.tokens.gather(1, order), 0)], dim=1)
+        parents = torch.cat([-ones.long(), torch.where(is_node, parent_node, 0)], dim=1)
+        self.fed = torch.cat([(self.pending_count - 1).unsqueeze(1),
+                              torch.where(is_node, records.slot.gather(1, order), -1)], dim=1)  # [B, 1 + w]
+        q = None
+        if records.q is not None:
+            V = records.q.shape[-1]
+            q = records.q.gather(1, torch.cat([ones.long() * 0, order + 1], 1).unsqueeze(-1).expand(-1, -1, V))
+        return DraftTree(tokens, parents, torch.cat([ones, is_node], dim=1), q)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -419,7 +385,7 @@ def _sample_and_follow(p, tokens, parents, real, uniforms, greedy: bool, max_ste
 # ----------------------------------------------------------------------------------------------
 
 def _check_tree_args(tree, node_budget, threshold, max_depth, branching):
-    """Validated (tree, n, threshold, max_depth, shape layers or None)."""
+    """Validated (tree, n, threshold, max_depth, shape or None)."""
     if not isinstance(tree, str):
         raise TypeError(f"tree: expected a tree name string, got {type(tree).__name__}")
     if tree not in TREES:
@@ -432,15 +398,9 @@ def _check_tree_args(tree, node_budget, threshold, max_depth, branching):
     return tree, n, delta, depth, shape
 
 
-def _draft_temperature(draft_temperature, T):
-    if draft_temperature is None:
-        return T if T > 0 else 1.0  # a one-hot q (T = 0) would make every tree a chain
-    return _check_temperature(draft_temperature, "draft_temperature")
-
-
 def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget: int = 50,
                threshold: float = 0.0, max_depth: int = 10, draft_temperature: float = 1.0,
-               branching: int = 2, *, prune: bool = True) -> DraftTree:
+               branching: int = 2, *, prune: bool = True) -> TreeRecords:
     """Draft one tree after `prefix_ids` (the drafting step of `tree_speculative`, exposed for tests
     and analysis). Costs a prefill of all but the last prefix token plus one forward per layer.
 
@@ -453,7 +413,7 @@ def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget:
             (the same tree, more draft rows; see the module docstring).
 
     Returns:
-        `DraftTree` (use `.nodes(row)` for {node tuple: W} and `.predicted_acceptance`).
+        `TreeRecords` (use `.nodes(row)` for {node tuple: W} and `.predicted_acceptance`).
 
     Raises:
         TypeError / ValueError: as `tree_speculative`.
@@ -462,25 +422,25 @@ def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget:
     """
     if not isinstance(draft, CausalLM):
         raise TypeError(f"draft: expected a CausalLM, got {type(draft).__name__}")
-    tree, n, delta, depth, shape = _check_tree_args(tree, node_budget, threshold, max_depth, branching)
-    Td = _check_temperature(draft_temperature, "draft_temperature")
+    drafter = TreeDrafter(tree, node_budget, threshold, max_depth, branching,
+                          _check_temperature(draft_temperature, "draft_temperature"), prune)
     prefix = _check_prompt(prefix_ids, draft)
-    dcache = _Cache(draft, prefix[:, :-1])
-    pending = prefix[:, -1:].expand(-1, 2)
-    count = torch.ones(prefix.shape[0], dtype=torch.long, device=prefix.device)
-    layers = None if shape is None else _shape_layers(shape, prefix.device)
-    return _draft(dcache, pending, count, tree, n, delta, depth, Td, layers, prune)
+    lengths = torch.full((prefix.shape[0],), prefix.shape[1], dtype=torch.long, device=prefix.device)
+    drafter.start(draft, prefix, lengths, drafter.draft_temperature, None)
+    return drafter.grow()
 
 
 def tree_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_tokens: int, tree: str = "opt_tree",
                      node_budget: int = 50, threshold: float = 0.0, max_depth: int = 10,
                      temperature: float = 0.0, uniforms=None, *, draft_temperature: float | None = None,
-                     branching: int = 2, prune: bool = True) -> DecodeResult:
-    """Tree speculative decoding: a draft tree per iteration, verified in one target forward.
+                     branching: int = 2, prune: bool = True, storage: str = "padded") -> DecodeResult:
+    """Tree speculative decoding: a draft tree per iteration, verified in one target forward
+    (`engine.decode` with a `TreeDrafter` and sample-and-follow).
 
     Args:
         target, draft: `CausalLM`s over one vocabulary, on one device.
-        prompt_ids: int [B, n] or [n] (B = 1 is the usual case; rows of a batch are independent runs).
+        prompt_ids: int [B, n] or [n], or a list of 1-D prompts of different lengths (rows of a
+            batch are independent runs).
         max_new_tokens: N >= 1 tokens per row (exactly N are returned).
         tree: "opt_tree" (adaptive, arXiv 2406.17276 Algorithm 1), or a static baseline "chain",
             "kary", "eagle" (`static_shape`) at the same node budget.
@@ -494,6 +454,7 @@ def tree_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_toke
         branching: k >= 1 children per node of the "kary" tree.
         prune: opt_tree only: skip the draft rows of nodes whose descendants can never be chosen
             (default; the tree is unchanged). False runs every top-n node, as the paper's code.
+        storage: the KV storage of both models (`verispec.empirical.kv.STORAGES`).
 
     Returns:
         `DecodeResult` with tokens int64 [B, N] and `TreeDecodeStats` (forwards, accepted lengths,
@@ -505,122 +466,12 @@ def tree_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_toke
         threshold < 0, negative temperature, bad prompt, a stream source with B > 1.
     """
     _check_pair(target, draft)
-    tree, n, delta, depth, shape = _check_tree_args(tree, node_budget, threshold, max_depth, branching)
-    N = _check_positive(max_new_tokens, "max_new_tokens")
-    T = _check_temperature(temperature, "temperature")
-    Td = _draft_temperature(draft_temperature, T)
-    prompt = _check_prompt(prompt_ids, target)
-    source = as_uniform_source(uniforms)
-    if source.is_stream and prompt.shape[0] != 1:
-        raise ValueError("uniforms: a stream source serves one row; use TorchUniforms for a batch")
-    start = time.perf_counter()
-    counts = target.forward_count, draft.forward_count
-    state = _State(target, draft, prompt, N, depth)
-    layers = None if shape is None else _shape_layers(shape, prompt.device)
-    draft_rows = 0
-    while state.row_id.numel():
-        dt = _draft(state.dcache, state.pending, state.pending_count, tree, n, delta, depth, Td, layers, prune)
-        draft_rows += dt.draft_rows
-        state.step(dt, T, source)
-    stats = TreeDecodeStats(tree, iterations=state.iterations, target_forwards=target.forward_count - counts[0],
-                            draft_forwards=draft.forward_count - counts[1], wall_time_s=0.0, tree=tree,
-                            node_budget=n, draft_rows=draft_rows, **state.logs())
-    stats.wall_time_s = time.perf_counter() - start
-    return DecodeResult(state.tokens(), stats)
-
-
-class _State:
-    """The active rows of a `tree_speculative` run: caches, emitted tokens, pending draft tokens."""
-
-    def __init__(self, target, draft, prompt, N, max_depth):
-        B, device = prompt.shape[0], prompt.device
-        # Both caches hold the prompt but its last token: the root of the first tree.
-        self.tcache, self.dcache = _Cache(target, prompt[:, :-1]), _Cache(draft, prompt[:, :-1])
-        self.N = N
-        self.row_id = torch.arange(B, device=device)  # original row of each active row
-        self.out = torch.zeros(B, N + max_depth + 1, dtype=torch.long, device=device)
-        self.out_len = torch.zeros(B, dtype=torch.long, device=device)
-        self.last = prompt[:, -1].clone()  # [B]: emitted, not yet in the target cache
-        self.pending = prompt[:, -1:].expand(-1, 2).clone()  # [B, 2]: not yet in the draft cache
-        self.pending_count = torch.ones(B, dtype=torch.long, device=device)
-        self.iterations = 0
-        self.log = {"accepted_lengths": [], "predicted_acceptance": [], "tree_sizes": [], "layers": []}
-        self.finished = []
-
-    def step(self, dt: DraftTree, T: float, source) -> None:
-        """Verify the drafted trees in one target forward, commit, and drop finished rows."""
-        tokens, parents, real, order = _verification_block(dt, self.last)
-        S = self.tcache.valid.shape[1]
-        p = probabilities(self.tcache.append(tokens, parents, real), T)  # [B, 1 + w, V]
-        max_steps = int(torch.where(dt.chosen, dt.depth, 0).max()) if dt.chosen.numel() else 0
-        B = tokens.shape[0]
-        u = None if T == 0 else source.peek(B, max_steps + 1, p.device)
-        path, tau, y = _sample_and_follow(p, tokens, parents, real, u, T == 0, max_steps)
-        if T > 0:
-            source.advance(tau + 1)  # one uniform per visited node, as the reference
-        self.iterations += 1
-        for key, value in (("accepted_lengths", tau), ("predicted_acceptance", dt.predicted_acceptance),
-                           ("tree_sizes", dt.chosen.sum(1)), ("layers", dt.layers)):
-            self.log[key].append(value)
-        self._commit(dt, tokens, order, path, tau, y, S)
-        self._drop_finished()
-
-    def _commit(self, dt, tokens, order, path, tau, y, S):
-        """Emit path + y; keep the accepted path in the target cache and what the draft has run of
-        it in the draft cache (the rest, at most one accepted token, and y become pending)."""
-        B, D = path.shape
-        device = tokens.device
-        rows = torch.arange(B, device=device)
-        on_path = torch.arange(D, device=device) < tau.unsqueeze(1)  # [B, D]
-        path_tokens = tokens.gather(1, path)  # [B, D]
-        emitted = torch.cat([torch.where(on_path, path_tokens, 0), torch.zeros_like(y).unsqueeze(1)], 1)
-        emitted[rows, tau] = y  # [B, D + 1]
-        j = torch.arange(D + 1, device=device)
-        idx = (self.out_len.unsqueeze(1) + j).clamp(max=self.out.shape[1] - 1)
-        self.out.scatter_(1, idx, torch.where(j <= tau.unsqueeze(1), emitted, self.out.gather(1, idx)))
-        self.out_len = self.out_len + tau + 1
-        # target: the root (last) and the accepted nodes; a dummy column absorbs the rest
-        keep_new = torch.zeros(B, tokens.shape[1] + 1, dtype=torch.bool, device=device)
-        keep_new[:, 0] = True
-        keep_new.scatter_(1, torch.where(on_path, path, tokens.shape[1]), True)
-        self.tcache.keep(torch.cat([self.tcache.valid[:, :S], keep_new[:, :-1]], dim=1))
-        # draft: the accepted records it has run (a prefix of the path), pending = the rest + y
-        records = order.gather(1, (path - 1).clamp(min=0)) if order.shape[1] else torch.zeros_like(path)
-        slot = dt.slot.gather(1, records) if D else path  # [B, D]
-        cached = on_path & (slot >= 0)
-        Sd = self.dcache.valid.shape[1]
-        dkeep = torch.cat([self.dcache.valid, torch.zeros(B, 1, dtype=torch.bool, device=device)], 1)
-        dkeep.scatter_(1, torch.where(cached, slot, Sd), True)
-        self.dcache.keep(dkeep[:, :-1])
-        missing = tau - cached.sum(1)  # accepted tokens the draft has not run: 0 or 1
-        assert bool((missing <= 1).all()), "internal: the draft cache lost an accepted node"
-        deepest = path_tokens[rows, (tau - 1).clamp(min=0)] if D else y
-        self.pending = torch.stack([torch.where(missing == 1, deepest, y), y], dim=1)
-        self.pending_count = 1 + missing
-        self.last = y
-
-    def _drop_finished(self):
-        alive = self.out_len < self.N
-        if bool(alive.all()):
-            return
-        self.finished.append((self.row_id[~alive], self.out[~alive, :self.N]))
-        keep = alive.nonzero().squeeze(1)
-        self.row_id = self.row_id[keep]
-        self.tcache.select(keep)
-        self.dcache.select(keep)
-        self.pending, self.pending_count, self.last = self.pending[keep], self.pending_count[keep], self.last[keep]
-        self.out, self.out_len = self.out[keep], self.out_len[keep]
-
-    def tokens(self) -> torch.Tensor:
-        """int64 [B, N] in the original row order (CPU)."""
-        B = sum(int(ids.numel()) for ids, _ in self.finished)
-        out = torch.zeros(B, self.N, dtype=torch.long)
-        for ids, toks in self.finished:
-            out[ids.cpu()] = toks.cpu()
-        return out
-
-    def logs(self) -> dict:
-        """The per-(row, iteration) logs, concatenated on CPU."""
-        empty = {"predicted_acceptance": torch.float64}
-        return {key: torch.cat(v).cpu() if v else torch.zeros(0, dtype=empty.get(key, torch.long))
-                for key, v in self.log.items()}
+    _check_tree_args(tree, node_budget, threshold, max_depth, branching)
+    if draft_temperature is not None:
+        _check_temperature(draft_temperature, "draft_temperature")
+    method = TorchMethod(tree, lambda: TreeDrafter(tree, node_budget, threshold, max_depth, branching,
+                                                   draft_temperature, prune), SampleAndFollow())
+    result = decode(target, draft, prompt_ids, method, max_new_tokens, temperature, uniforms, storage)
+    s = result.stats
+    fields = {k: v for k, v in vars(s).items() if k != "logs"}
+    return DecodeResult(result.tokens, TreeDecodeStats(**fields, tree=tree, node_budget=node_budget, **s.logs))
