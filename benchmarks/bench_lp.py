@@ -1,4 +1,4 @@
-"""LP size and solve time vs (V, L, K) (THEORY.md "Solvers"; Thomas & Pal 2026, arXiv 2602.16961).
+"""LP size and solve time vs (V, L, K) (docs/theory.md "Solvers"; Thomas & Pal 2026, arXiv 2602.16961).
 
 Targets: single path V=16, L=4 (69,904 variables) under 10 s; multi-path V=4, L=3, K=3 under 60 s.
 Prints a table and writes benchmarks/results/bench_lp.json atomically (tmp file + os.replace).

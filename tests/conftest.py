@@ -1,4 +1,4 @@
-"""Hypothesis profiles (TESTING.md): "ci" is derandomized with more examples; "dev" is quick."""
+"""Hypothesis profiles (docs/testing.md): "ci" is derandomized with more examples; "dev" is quick."""
 
 import os
 

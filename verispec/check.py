@@ -15,7 +15,7 @@ import numpy as np
 
 from .reference import exact, methods, models
 
-#: TV above this fails a float64 instance (TESTING.md: exact enumeration, TV <= 1e-12).
+#: TV above this fails a float64 instance (docs/testing.md: exact enumeration, TV <= 1e-12).
 FLOAT_TOLERANCE = 1e-12
 
 #: (target temperature, draft temperature) cycled over instances: sampling, greedy target, mixed.

@@ -1,6 +1,6 @@
 """The torch rules against the numpy reference.
 
-(a) Shared randomness (TESTING.md, strength 2): on random toy instances (reference random-tree
+(a) Shared randomness (docs/testing.md, shared randomness): on random toy instances (reference random-tree
     models, V 3-5, L 1-3, K 1-3, temperatures 0 and 1), a fixed draft and a fixed list of
     uniforms, every torch rule emits exactly the tokens of its reference verifier and reads exactly
     as many uniforms. The instances of one shape run as one batch, so batching is checked too.

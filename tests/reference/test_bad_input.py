@@ -1,5 +1,5 @@
 """Bad input is rejected at the public boundary with ValueError/TypeError naming the argument
-(ARCHITECTURE.md "Bad input", TESTING.md): NaN, inf, negative, unnormalised, wrong shape, empty,
+(docs/architecture.md "Bad input", docs/testing.md): NaN, inf, negative, unnormalised, wrong shape, empty,
 vocabulary mismatch, out-of-range or non-int token ids, L/K/N < 1 or non-int, unknown method or
 parameter, negative temperature, bad seeds, non-dict laws."""
 

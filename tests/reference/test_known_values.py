@@ -1,4 +1,4 @@
-"""Known exact values and exact relations between methods (ALGORITHMS.md, THEORY.md).
+"""Known exact values and exact relations between methods (docs/algorithms.md, docs/theory.md).
 
 - V=2, L=2, q=(1/3,2/3), p=(2/3,1/3) i.i.d.: token E[tau] = 10/9, block E[tau] = 11/9.
 - block E[tau] >= token E[tau] on every instance (block attains the single-path LP optimum).
@@ -10,7 +10,7 @@
 Not asserted: gbv >= block for K >= 2. It does not hold for the rule as specified: with
 p = (1/2, 1/2), q = (3/5, 2/5), L = 1, K = 3, the best-of-3 path is token 1 with probability
 98/125 > p(1), so gbv accepts 179/250 = 0.716 < block's 9/10 (see
-`test_gbv_can_be_below_block`). The THEORY.md reference values (V=3,L=2,K=2: gbv 1.643 vs block
+`test_gbv_can_be_below_block`). Other reported values (V=3,L=2,K=2: gbv 1.643 vs block
 1.469; V=2,L=3,K=3: gbv 2.544 vs 2.241) were not reproduced by the seeded families tried.
 """
 
@@ -164,7 +164,7 @@ def _brute_force_best_path_law(target, draft, context, L, K):
 @pytest.mark.parametrize("V, L, K, seed", [(2, 2, 2, 0), (2, 3, 3, 1), (3, 2, 2, 2), (3, 1, 3, 3)])
 def test_gbv_skewed_proposal_is_the_best_of_k_law(V, L, K, seed):
     """gbv's selected path X* has the brute-force best-of-K law, and the product of its q_skew
-    conditionals along X* is that same law (ALGORITHMS.md step 3)."""
+    conditionals along X* is that same law (docs/algorithms.md, gbv step 3)."""
     spec = Spec(V=V, L=L, K=K, family="tree", target_seed=2 * seed, draft_seed=2 * seed + 1,
                 rational=True, denominator=16, context=(0,))
     target, draft = build_models(spec)

@@ -1,6 +1,6 @@
 """The sampled loop (methods.generate with a seeded Sampler) against the exact law, per method.
 
-Statistical design (docs/testing.md, "Statistical tests"):
+Statistical design (docs/testing.md, "Proof, exact check, statistical check"):
 
 * Instance: V = 2, N = 2 tokens after the context (0, 1, 0), Markov target and draft, L = 2,
   K = 2 (opt_tree: node budget 4, depth 2). The target never emits 1 after 1, so the outcome

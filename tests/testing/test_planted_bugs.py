@@ -1,4 +1,4 @@
-"""Every planted bug of TESTING.md is caught; every built-in method passes."""
+"""Every planted bug of docs/testing.md is caught; every built-in method passes."""
 
 from fractions import Fraction
 
@@ -91,7 +91,7 @@ def test_block_replaced_by_token_is_lossless_but_slower():
 
 
 def test_block_replaced_by_token_gap_matches_the_documented_value():
-    # ALGORITHMS.md: V=2, L=2, q=(1/3,2/3), p=(2/3,1/3): token E[tau] = 10/9, block 11/9
+    # docs/algorithms.md: V=2, L=2, q=(1/3,2/3), p=(2/3,1/3): token E[tau] = 10/9, block 11/9
     p = models.iid([Fraction(2, 3), Fraction(1, 3)])
     q = models.iid([Fraction(1, 3), Fraction(2, 3)])
     assert planted.efficiency_gap(p, q, 2) == Fraction(1, 9)

@@ -79,7 +79,7 @@ def test_single_draft_reduces_to_one_minus_tv():
 
 
 def test_gap_example_strict_ordering():
-    # A V=5, K=2 instance of our own (THEORY.md's instance is not given): every practical rule is
+    # A V=5, K=2 instance of our own: every practical rule is
     # strictly below alpha*.
     p = np.array([0.35, 0.25, 0.2, 0.12, 0.08])
     q = np.array([0.1, 0.15, 0.2, 0.25, 0.3])

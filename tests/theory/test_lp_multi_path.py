@@ -1,4 +1,4 @@
-"""Multi-path LP bound (THEORY.md; Thomas & Pal 2026, arXiv 2602.16961): an upper bound on E[tau]
+"""Multi-path LP bound (docs/theory.md; Thomas & Pal 2026, arXiv 2602.16961): an upper bound on E[tau]
 of every valid verifier of K i.i.d. draft paths."""
 
 import itertools

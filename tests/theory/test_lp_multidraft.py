@@ -30,7 +30,7 @@ def test_lp_with_replacement_equals_alpha_star():
 def test_lp_without_replacement_equals_min_cut_over_all_sets():
     # Max-flow/min-cut: the LP value is the min over ALL token sets H (proven); the sorted-prefix
     # dual is an upper bound (weak duality), and was tight on every trial here (unproven,
-    # THEORY.md; also 600/600 further random trials, V <= 5, K <= 4, during development).
+    # docs/theory.md; also 600/600 further random trials, V <= 5, K <= 4, during development).
     for i, V, K, p, q in _pairs(60, seed=1, max_k=4):
         value = lp.multidraft(p, q, K, replacement=False).value
         all_sets = min(cf.multidraft_cut_value(p, q, K, H, replacement=False)

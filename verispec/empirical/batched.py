@@ -29,7 +29,7 @@ GPU only, 2D masks only, and refused by `CausalLM` for trees) or batch dimension
 block-diagonal mask, which every attention backend ("sdpa", "eager") accepts on CPU and GPU.
 
 Costs. Linear layers see exactly sum(counts) token rows (vanilla: B * the longest count, pads
-included); on CPU the linear layers dominate a forward (EMPIRICAL.md: 1.5B bf16, 179 ms for 1
+included); on CPU the linear layers dominate a forward (measured in development: 1.5B bf16, 179 ms for 1
 token, 276 ms for 16), so packing saves exactly the padded rows and their KV writes. The price is
 attention over the whole packed cache: Q x K scores with K = sum of lengths, about B times the
 useful attention FLOPs (the mask zeroes the cross-row part), plus an O(Q K) mask per forward.

@@ -1,5 +1,5 @@
 """`verispec bench`: speculative decoding on a real model pair, against target-only decoding and
-transformers' assisted generation, in one process (EMPIRICAL.md, "Benchmark protocol").
+transformers' assisted generation, in one process (docs/real_models.md, "What the bench does").
 
 For every prompt and temperature, every runner decodes exactly `max_new_tokens` tokens from the
 same prefilled state: the prompt (but its last token) is prefilled once per model and reused by

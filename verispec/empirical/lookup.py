@@ -7,7 +7,7 @@ the torch twin of `verispec.reference.drafters.lookup_phrase` (same match, same 
 latest earlier start), so a torch run and the reference draft the same phrase.
 
 The draft is a *point mass*: q = one-hot on each drafted token. Token or block verification with
-that q is lossless at any temperature (ALGORITHMS.md, "Drafting without a draft distribution").
+that q is lossless at any temperature (docs/algorithms.md, "Drafting without a draft distribution").
 
 `prompt_lookup_batch(contexts, context_lengths, max_ngram, draft_length)` drafts for a batch of
 rows of different lengths (right-padded contexts) and returns padded drafts and their lengths.

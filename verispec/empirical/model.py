@@ -8,7 +8,7 @@
   valid cached positions and to its own ancestors only. The mask is a 4D additive float mask
   [batch, 1, q_len, kv_len] (0 where allowed, dtype-min elsewhere) with explicit
   position_ids = prefix length + depth. (A bool mask under eager attention is silently wrong in
-  transformers 5.x, EMPIRICAL.md; FlashAttention-2 takes 2D padding masks only and is refused.)
+  transformers 5.x, docs/real_models.md; FlashAttention-2 takes 2D padding masks only and is refused.)
 
 and edits caches in place: `crop_cache` (drop the tail; `DynamicCache.crop` with a negative count,
 which transformers 4.x and 5.x both accept), `gather_cache` (keep given positions per row: the

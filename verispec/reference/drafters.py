@@ -7,7 +7,7 @@ in the order a verifier reads them — and never drawing the parts it never read
 law of everything the verifier sees unchanged. Under the exact enumerator this prunes the choice
 tree enormously (a top-down verifier never pays for subtrees it rejected).
 
-Drafters (ALGORITHMS.md): `chain(L)`, `iid_paths(L, K)`, `paths_without_replacement(L, K)`,
+Drafters (docs/algorithms.md): `chain(L)`, `iid_paths(L, K)`, `paths_without_replacement(L, K)`,
 `opt_tree(node_budget, threshold, max_depth)`, point-mass drafters `point_mass(fn)`,
 `greedy(L)` and `prompt_lookup(L, max_ngram)`.
 """
@@ -410,7 +410,7 @@ def point_mass(fn: Callable[[tuple], Sequence[int]], draft_length: int | None = 
     """Point-mass drafts: `fn(context) -> phrase` (n-gram / prompt lookup, lookahead, Ouroboros).
 
     q is one-hot on each drafted token, so token verification accepts x with probability p(x) and
-    otherwise resamples from p with x removed — lossless at any temperature (ALGORITHMS.md,
+    otherwise resamples from p with x removed — lossless at any temperature (docs/algorithms.md,
     "Drafting without a draft distribution"). An empty phrase drafts nothing (one token per call).
 
     Args:

@@ -1,7 +1,7 @@
 """Exact laws of the draft-verify loop, by enumeration of every random choice.
 
 "Lossless" means the joint law of the first N emitted tokens of the whole loop equals the
-target's (ARCHITECTURE.md, core idea 2). `output_distribution` computes that law exactly: one
+target's (docs/architecture.md, core idea 2). `output_distribution` computes that law exactly: one
 iteration's law of emitted tokens is enumerated at each reachable prefix (`enumerate_law`), and the
 loop is a dynamic program over emitted prefixes. Probabilities are Fractions when the models are
 rational (then a lossless method gives TV == 0 exactly), float64 otherwise.

@@ -1,7 +1,7 @@
-"""Methods: a drafter paired with a verifier (ARCHITECTURE.md, core idea 3).
+"""Methods: a drafter paired with a verifier (docs/architecture.md, core idea 3).
 
 A verifier's correctness depends on how its drafts were sampled, so the two travel together.
-Built-in methods (ALGORITHMS.md): token, block, gbv, nss, rrs, rrsw, spectr, traversal, opt_tree,
+Built-in methods (docs/algorithms.md): token, block, gbv, nss, rrs, rrsw, spectr, traversal, opt_tree,
 point_mass, prompt_lookup. `get(name, **params)` builds one by name; `names()` lists them;
 `Method(name, draft=..., verify=...)` wraps a researcher's own rule.
 """
@@ -163,7 +163,7 @@ _REGISTRY: dict[str, Callable[..., Method]] = {
 
 
 def names() -> list[str]:
-    """Names of the built-in methods, in the order of ALGORITHMS.md."""
+    """Names of the built-in methods, in the order of docs/algorithms.md."""
     return list(_REGISTRY)
 
 

@@ -1,6 +1,6 @@
 """Toy language models as oracles: a prefix (tuple of token ids) -> probability vector [V].
 
-Families (ARCHITECTURE.md, core idea 4): i.i.d. (`iid`), first-order Markov (`markov`,
+Families (docs/architecture.md, core idea 4): i.i.d. (`iid`), first-order Markov (`markov`,
 `random_markov`), random tree (`random_tree`: a seeded Dirichlet per prefix, so every prefix has
 its own conditional), explicit tables (`table`), and wrappers (`temperature`, `mixture`). Pass
 `rational=True` (or Fraction inputs) for exact-arithmetic variants.

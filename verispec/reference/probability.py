@@ -13,7 +13,7 @@ from numbers import Rational
 
 import numpy as np
 
-#: Tolerance on sum(probs) == 1 for float64 input (ARCHITECTURE.md, "Bad input").
+#: Tolerance on sum(probs) == 1 for float64 input (docs/architecture.md, "Bad input").
 SUM_TOLERANCE = 1e-9
 
 

@@ -3,7 +3,7 @@
 A rule draws every random choice through `rand.bernoulli(p)` and `rand.categorical(probs)`. Run
 with a `Sampler` it samples; run under `enumerate_law` every branch is explored with its
 probability and the exact output law comes back (float64, or `Fraction` when every probability
-the rule reads is rational). One implementation of each rule serves both (ARCHITECTURE.md, core
+the rule reads is rational). One implementation of each rule serves both (docs/architecture.md, core
 idea 1).
 
 The enumerator re-executes the program once per leaf of its choice tree, replaying a recorded

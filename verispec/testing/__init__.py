@@ -7,7 +7,7 @@
 - `assert_not_worse(method, baseline, ...)`: exact E[tau] comparison (catches lossless-but-slower).
 - `strategies`: hypothesis strategies (distributions, toy LMs, target/draft pairs, temperatures,
   instances).
-- `planted`: the planted bugs of TESTING.md, to show that a check can fail.
+- `planted`: the planted bugs of docs/testing.md, to show that a check can fail.
 - A pytest plugin (entry point ``verispec``) registers hypothesis profiles "verispec-ci" and
   "verispec-dev" and the fixtures ``assert_lossless`` and ``assert_not_worse``.
 """

@@ -4,7 +4,7 @@
     assert_lossless(my_method)                       # a deterministic sweep of small instances
     assert_lossless(my_method, target=p, draft=q)    # one instance
 
-"Lossless" is the definition of ARCHITECTURE.md: the joint law of the first N tokens emitted by the
+"Lossless" is the definition of docs/architecture.md: the joint law of the first N tokens emitted by the
 whole draft-verify loop equals the target's. Both laws are computed exactly by enumeration
 (`verispec.reference.exact`); on rational instances a lossless rule built from + - * / min max gives
 TV == 0 exactly, so there are no tolerances to tune and no false alarms.

@@ -2,7 +2,7 @@
 
 Each entry of `BUGS` is ``factory(draft_length) -> Method``: a chain method whose rule is token-level
 speculative sampling (Leviathan et al. 2023, arXiv 2211.17192) with ONE mistake taken from a real
-implementation (TESTING.md, "A check must be able to fail"). Use them to prove that your own check
+implementation (docs/testing.md, "A check must be able to fail"). Use them to prove that your own check
 can fail::
 
     import pytest
@@ -223,7 +223,7 @@ def efficiency_gap(target, draft, draft_length: int, context=()):
             - exact.expected_accepted_length(target, draft, bug, context))
 
 
-#: {name: factory(draft_length) -> Method}, every planted bug of TESTING.md.
+#: {name: factory(draft_length) -> Method}, every planted bug of docs/testing.md.
 BUGS: dict[str, Callable[[int], Method]] = {
     "always_accept": always_accept,
     "residual_p": residual_p,

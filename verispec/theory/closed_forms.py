@@ -1,6 +1,6 @@
 """Closed forms for expected accepted length, checked against `verispec.reference.exact`.
 
-Notation (ALGORITHMS.md): target p, draft q, draft length L, accepted length tau;
+Notation (docs/algorithms.md): target p, draft q, draft length L, accepted length tau;
 block efficiency = E[tau] + 1.
 """
 
@@ -82,7 +82,7 @@ def leviathan_block_efficiency(acceptance_rate, draft_length: int):
 
 
 # ---------------------------------------------------------------------------------------------
-# One position, K drafts (ALGORITHMS.md, "One-step multi-draft rules"; THEORY.md, "One position,
+# One position, K drafts (docs/algorithms.md, "One-step multi-draft rules"; docs/theory.md, "One position,
 # K drafts"). p, q: target and draft distributions [V] at one node; K drafts.
 # ---------------------------------------------------------------------------------------------
 
@@ -160,7 +160,7 @@ def sorted_prefix_dual(p, q, num_drafts: int, replacement: bool = True):
     """min over prefixes H of the tokens sorted by p/q ascending of `multidraft_cut_value`.
 
     With replacement this IS alpha* (`optimal_multidraft_acceptance`). Without replacement it is
-    an upper bound on alpha*; THEORY.md reports it equal to the LP in random trials (unproven) —
+    an upper bound on alpha*; docs/theory.md reports it equal to the LP in random trials (unproven) —
     `verispec.theory.lp.multidraft(..., replacement=False)` decides.
     """
     order = _sorted_by_ratio(*_one_step_inputs(p, q, num_drafts)[:2])

@@ -1,4 +1,4 @@
-"""Linear programs that certify optimality of speculative-decoding verifiers (THEORY.md).
+"""Linear programs that certify optimality of speculative-decoding verifiers (docs/theory.md).
 
 Three LPs, all solved with cvxpy (HiGHS by default, Clarabel as fallback):
 
@@ -271,7 +271,7 @@ def violated_prefixes(budgets, q_joint, num_paths: int, tolerance: float = 0.0):
 def multi_path(target: LanguageModel, draft: LanguageModel, context=(), draft_length: int = 1,
                num_paths: int = 1, method: str = "auto", solver: str | None = None,
                tolerance: float = 1e-9, max_rounds: int = 500) -> LPResult:
-    """Upper bound on E[tau] of any valid verifier of K i.i.d. draft paths (THEORY.md; Thomas & Pal
+    """Upper bound on E[tau] of any valid verifier of K i.i.d. draft paths (docs/theory.md; Thomas & Pal
     2026, arXiv 2602.16961).
 
     Variables a(u) as in `single_path`; target matching a(u t) <= a(u) p(t|u); prefix matching

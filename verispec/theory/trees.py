@@ -180,7 +180,7 @@ class TreeReport:
 
 def tree_report(target: LanguageModel, draft: LanguageModel, context=(), node_budget: int = 1,
                 threshold: float = 0.0, max_depth: int | None = None) -> TreeReport:
-    """OPT-Tree's gap to the optimum and proxy vs truth on one instance (THEORY.md, "Trees").
+    """OPT-Tree's gap to the optimum and proxy vs truth on one instance (docs/theory.md, "Trees").
 
     Raises:
         TypeError / ValueError: as `optimal_tree` / `opt_tree_layerwise`, or mismatched vocabularies.

@@ -1,5 +1,5 @@
 """Block verification (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami, Suresh 2024,
-arXiv 2403.10444, Algorithm 2), in the notation of ALGORITHMS.md.
+arXiv 2403.10444, Algorithm 2), in the notation of docs/algorithms.md.
 
 Weights w_0 = 1, w_i = min(1, w_{i-1} p_i(X_i) / q_i(X_i)). For i < L,
 Z_i = sum_x max(w_i p(x | X^i) - q(x | X^i), 0) and h_i = Z_i / (Z_i + 1 - w_i) (1 if the
