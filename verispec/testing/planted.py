@@ -40,7 +40,7 @@ from ..reference.methods import Method
 from ..reference.models import LanguageModel, Tempered, _check_positive_int
 from ..reference.probability import accept_probability, align, residual
 
-__all__ = ["BUGS", "LOSSY", "LOSSLESS_BUT_SLOWER", "efficiency_gap", "top_k_proposal"]
+__all__ = ["BUGS", "LOSSY", "LOSSLESS_BUT_SLOWER", "MIN_DRAFT_LENGTH", "efficiency_gap", "top_k_proposal"]
 
 
 def _chain_method(name: str, verify: Callable, draft_length: int, drafter: Drafter | None = None,
@@ -235,6 +235,15 @@ BUGS: dict[str, Callable[[int], Method]] = {
     "u_zero": u_zero,
     "block_replaced_by_token": block_replaced_by_token,
 }
+
+# The newer verifiers' bugs (traversal leaf order, HSD, importance sampling, SpecHub); some need
+# L >= 2 to show, listed in MIN_DRAFT_LENGTH.
+from . import planted_frontier as _frontier  # noqa: E402
+
+BUGS.update(_frontier.BUGS)
+
+#: {bug name: smallest draft length at which it is lossy} (1 when absent).
+MIN_DRAFT_LENGTH: dict[str, int] = dict(_frontier.MIN_DRAFT_LENGTH)
 
 #: Bugs that break losslessness (assert_lossless must raise).
 LOSSY = frozenset(BUGS) - {"block_replaced_by_token"}
