@@ -19,6 +19,7 @@ import heapq
 import itertools
 import math
 from fractions import Fraction
+from numbers import Rational
 from typing import Callable, Sequence
 
 import numpy as np
@@ -190,14 +191,19 @@ def draw_counts(q: np.ndarray, k: int, rand) -> dict[int, int]:
     """
     counts: dict[int, int] = {}
     left, mass = k, 1
-    support = _support(q.tobytes() if q.dtype != object else tuple(q))
+    # The caches answer comparisons once; symbolic entries (verispec.formal) must ask them on every
+    # run, so only float64 and Fraction vectors are cached.
+    cached = q.dtype != object or all(isinstance(x, Rational) for x in q)
+    key = q.tobytes() if q.dtype != object else tuple(q)
+    support = _support(key) if cached else _support.__wrapped__(key)
+    pmf = _binomial_pmf if cached else _binomial_pmf.__wrapped__
     for i, t in enumerate(support):
         if left == 0:
             break
         if i == len(support) - 1:
             counts[t] = left
             break
-        c = rand.categorical(_binomial_pmf(min(q[t] / mass, 1), left, q.dtype == object))
+        c = rand.categorical(pmf(min(q[t] / mass, 1), left, q.dtype == object))
         if c:
             counts[t] = c
         left -= c

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from numbers import Rational
 from typing import Hashable, Mapping, Sequence
 
 import numpy as np
@@ -214,6 +215,14 @@ class Tempered(LanguageModel):
         self.base = base
         self.temperature = temperature
         self.exact = base.exact and temperature in (0, 1)
+
+    def probs(self, prefix: Sequence[int]) -> np.ndarray:
+        p = self.base.probs(prefix)
+        if p.dtype == object and not all(isinstance(x, Rational) for x in p):
+            # Symbolic base (verispec.formal): the argmax is a comparison the replay answers on
+            # each run, so its result must not be cached.
+            return self._compute(check_prefix(prefix, self.vocab_size))
+        return super().probs(prefix)
 
     def _compute(self, prefix):
         p = self.base.probs(prefix)

@@ -1,0 +1,480 @@
+"""`prove`: losslessness of a method for EVERY target/draft pair at a fixed small size, by SMT.
+
+The rule's own code (drafter + verifier, the same code `verispec check` enumerates) is executed on
+symbolic models: every target conditional p(. | u) and draft conditional q(. | u) is a vector of
+z3 reals on the closed simplex (p_i >= 0, sum 1; zeros, one-hot vectors and p = q included). The
+replay (`verispec.formal.replay`) explores every feasible branch once and merges them into one
+branch tree. One iteration from the empty context is followed by the target until N tokens are out
+(N = L + 1: the iteration emits at most L + 1 tokens). For each output sequence s of N tokens the
+tree gives law(s) as nested If(decision, ., .) and sums over chance outcomes of weight * subtree, and
+z3 (default solver, nonlinear real arithmetic) is asked whether some pair makes law(s) differ from
+the target's p(s_1) p(s_2 | s_1) ... . UNSAT for every s is a proof at that size; SAT gives a
+counterexample pair, which is rationalised and replayed through the exact engine in Fractions
+before it is reported.
+
+Why one iteration suffices: if one iteration followed by the target has the target's law on L + 1
+tokens for every pair, then by induction over iterations the whole loop has the target's law at
+every length N, for a method whose iteration reads the prefix only through the models' conditionals
+(``Method.model_state_only``; every built-in method but prompt lookup). For other methods the result
+covers the empty context only, and says so.
+
+Speculative sampling: Leviathan et al. 2023 (arXiv 2211.17192); the SMT solver: de Moura & Bjorner,
+"Z3: an efficient SMT solver" (TACAS 2008).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+
+import numpy as np
+import z3
+
+from ..reference import models
+from ..reference.methods import Method, resolve
+from ..reference.models import LanguageModel, _check_positive_int
+from .replay import Explorer, ExplorationTimeout
+from .symbolic import Sym, SymbolicError
+
+__all__ = ["prove", "ProofResult", "Query", "Counterexample", "SymbolicModel", "SOLVER"]
+
+#: What answers the queries (reported in every result).
+SOLVER = f"z3 {z3.get_version_string()} default solver (nonlinear real arithmetic)"
+
+
+class _Variables:
+    """The simplex constraints of every symbolic distribution created so far."""
+
+    def __init__(self):
+        self.constraints: list = []
+        self.groups: dict = {}  # (model name, prefix) -> [free z3 variables]
+        self.explorer: Explorer | None = None
+
+    def add(self, key, free):
+        self.groups[key] = free
+        new = [x >= 0 for x in free] + [z3.Sum(free) <= 1] if free else []
+        if self.explorer is not None:
+            self.explorer.add_base(new)
+        else:
+            self.constraints.extend(new)
+
+
+class SymbolicModel(LanguageModel):
+    """A language model whose every conditional is a symbolic point of the closed simplex.
+
+    p(. | u) = (x_0, ..., x_{V-2}, 1 - sum x) with x_i >= 0 and sum x <= 1: the last coordinate is
+    eliminated, so the solver sees V - 1 variables per conditional. Conditionals are created when
+    first read and cached, so every replay sees the same `Sym` objects.
+    """
+
+    exact = True
+
+    def __init__(self, name: str, vocab_size: int, variables: _Variables):
+        super().__init__(vocab_size)
+        self.name = name
+        self.variables = variables
+
+    def _compute(self, prefix):
+        V = self.vocab_size
+        free = [z3.Real(f"{self.name}{list(prefix)}[{i}]") for i in range(V - 1)]
+        self.variables.add((self.name, prefix), free)
+        last = Sym(1 - z3.Sum(free)) if free else Fraction(1)
+        return np.array([Sym(x) for x in free] + [last], dtype=object)  # [V]
+
+    def __repr__(self):
+        return f"SymbolicModel({self.name!r}, vocab_size={self.vocab_size})"
+
+
+@dataclass
+class Query:
+    """One SMT query: is there a pair with law(output) != target law(output)?"""
+
+    output: tuple
+    result: str  # "unsat" (equal for every pair), "sat" (a pair differs) or "unknown"
+    seconds: float
+    reason: str = ""
+
+
+@dataclass
+class Counterexample:
+    """A target/draft pair on which the method's law differs, confirmed in exact arithmetic.
+
+    Attributes:
+        output: the N-token sequence whose probability differs.
+        target, draft: {prefix: [V Fractions]} conditionals (prefixes not listed: uniform).
+        method_probability, target_probability: the two probabilities of `output` (Fractions, by the
+            exact engine: one iteration followed by the target).
+        tv_iteration: TV between the two laws of N tokens (one iteration, then the target).
+        tv_loop: TV between the whole loop's law of N tokens and the target's.
+        confirmed: True when the exact engine finds the laws different (tv_iteration > 0).
+        code: Python that reproduces the failure with `assert_lossless`.
+    """
+
+    output: tuple
+    target: dict
+    draft: dict
+    method_probability: Fraction
+    target_probability: Fraction
+    tv_iteration: Fraction
+    tv_loop: Fraction
+    confirmed: bool
+    code: str
+
+
+@dataclass
+class ProofResult:
+    """The verdict of `prove` and what it cost.
+
+    Attributes:
+        verdict: "proved" (UNSAT for every output: lossless for every target/draft pair at this
+            size), "counterexample" (a confirmed pair, in `counterexample`) or "unknown" (see
+            `reason`: a timeout, a solver 'unknown', or a rule that cannot run symbolically).
+        claim: what "proved" means here, in words.
+        branch_points: forked decisions + chance nodes of the merged branch tree.
+        decisions: comparisons answered (forked or implied by the path condition).
+        leaves / dead_paths: paths explored to their end / dropped as infeasible.
+        variables: free real variables (V - 1 per conditional read).
+        queries: one per output sequence, with its result and time.
+    """
+
+    method: str
+    vocab_size: int
+    draft_length: int
+    num_paths: int
+    num_tokens: int
+    target_temperature: object
+    draft_temperature: object
+    verdict: str
+    reason: str
+    claim: str
+    branch_points: int = 0
+    decisions: int = 0
+    leaves: int = 0
+    dead_paths: int = 0
+    solver_checks: int = 0
+    variables: int = 0
+    solver: str = SOLVER
+    exploration_seconds: float = 0.0
+    seconds: float = 0.0
+    queries: list = field(default_factory=list)
+    counterexample: Counterexample | None = None
+
+    @property
+    def proved(self) -> bool:
+        return self.verdict == "proved"
+
+    @property
+    def max_query_seconds(self) -> float:
+        return max((q.seconds for q in self.queries), default=0.0)
+
+    def to_json(self) -> dict:
+        """A JSON-ready dict (Fractions as "a/b" strings, tuples as lists)."""
+        return _jsonable(asdict(self))
+
+    def summary(self) -> str:
+        head = (f"{self.method}: {self.verdict.upper()} at V={self.vocab_size}, L={self.draft_length}, "
+                f"K={self.num_paths}, N={self.num_tokens} tokens")
+        if self.target_temperature != 1 or self.draft_temperature != 1:
+            head += f" (target T={self.target_temperature}, draft T={self.draft_temperature})"
+        lines = [head,
+                 f"  {self.branch_points} branch points, {self.decisions} decisions, {self.leaves} leaves, "
+                 f"{self.dead_paths} infeasible paths, {self.variables} variables",
+                 f"  {len(self.queries)} queries ({self.solver}), slowest {self.max_query_seconds:.2f} s; "
+                 f"exploration {self.exploration_seconds:.2f} s, total {self.seconds:.2f} s"]
+        if self.verdict == "proved":
+            lines.append(f"  {self.claim}")
+        elif self.reason:
+            lines.append(f"  reason: {self.reason}")
+        if self.counterexample is not None:
+            cx = self.counterexample
+            lines += [f"  output {cx.output}: method law {cx.method_probability} vs target law "
+                      f"{cx.target_probability}; TV (one iteration, then the target) = {cx.tv_iteration}, "
+                      f"TV (whole loop) = {cx.tv_loop}",
+                      "  reproduce:", *("    " + line for line in cx.code.splitlines())]
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.summary()
+
+
+def _jsonable(value):
+    if isinstance(value, Fraction):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k) if not isinstance(k, str) else k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    return value
+
+
+# --------------------------------------------------------------------------------------------------
+# the law of one output sequence, from the merged branch tree
+
+def _law(node, output, memo):
+    """law(output) below `node` as a z3 term, or None where it is 0 for every pair."""
+    if output not in node.emitted:
+        return None
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    if node.kind == "leaf":
+        term = z3.RealVal(1)
+    elif node.kind == "decide":
+        branches = [(c, _law(child, output, memo)) for c, child in node.children.items()]
+        branches = [(c, t) for c, t in branches if t is not None]
+        if len(node.children) == 1:
+            term = branches[0][1] if branches else None
+        else:
+            by_choice = dict(branches)
+            term = z3.If(node.payload, by_choice.get(0, z3.RealVal(0)), by_choice.get(1, z3.RealVal(0)))
+    else:  # chance
+        terms = [node.payload[c] * t for c, child in node.children.items()
+                 if (t := _law(child, output, memo)) is not None]
+        term = terms[0] if len(terms) == 1 else z3.Sum(terms) if terms else None
+    memo[key] = term
+    return term
+
+
+def _explore(program, variables, deadline):
+    explorer = Explorer(variables.constraints, deadline)
+    variables.explorer = explorer
+    try:
+        return explorer.run(program)
+    finally:
+        variables.explorer = None
+
+
+def _program(method, target, draft, num_tokens):
+    """One iteration from the empty context, then the target until `num_tokens` are out."""
+
+    def run(rand):
+        out = method.step(target, draft, (), rand)
+        while len(out) < num_tokens:
+            out += (rand.categorical(target.probs(out)),)
+        return out[:num_tokens]
+
+    return run
+
+
+def _target_program(target, num_tokens):
+    def run(rand):
+        out = ()
+        while len(out) < num_tokens:
+            out += (rand.categorical(target.probs(out)),)
+        return out
+
+    return run
+
+
+def _query(base, difference, seconds):
+    solver = z3.Solver()
+    solver.set("timeout", max(1, int(1000 * seconds)))
+    solver.add(*base)
+    solver.add(difference)
+    start = time.perf_counter()
+    result = solver.check()
+    elapsed = time.perf_counter() - start
+    model = solver.model() if result == z3.sat else None
+    reason = solver.reason_unknown() if result == z3.unknown else ""
+    return str(result), model, elapsed, reason
+
+
+def _check_args(method, vocab_size, draft_length, num_paths, timeout):
+    V = _check_positive_int(vocab_size, "vocab_size", minimum=2)
+    L = _check_positive_int(draft_length, "draft_length")
+    K = _check_positive_int(num_paths, "num_paths")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+    method = resolve(method, "method", draft_length=L, num_paths=K)
+    for name, value in (("draft_length", L), ("num_paths", K)):
+        declared = method.params.get(name)
+        if declared is not None and declared != value:
+            raise ValueError(f"{name}: {value} differs from the method's own {name}={declared}")
+    depth = method.draft_length if method.draft_length is not None else L
+    return method, V, L, K, int(depth)
+
+
+def _check_temperature(value, name):
+    if value not in (0, 1):
+        raise ValueError(f"{name}: prove supports temperature 1 (any distribution) or 0 (the greedy "
+                         f"point mass of a symbolic base), got {value!r}")
+    return value
+
+
+def _wrap(model, temperature):
+    return model if temperature == 1 else models.temperature(model, temperature)
+
+
+def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeout: float = 60.0,
+          target_temperature=1, draft_temperature=1) -> ProofResult:
+    """Prove (or refute) that `method` is lossless for EVERY target/draft pair at (V, L, K).
+
+    Args:
+        method: a `Method`, a built-in name (built with draft_length and num_paths) or
+            ``"pkg.module:attr"``.
+        vocab_size: V >= 2. draft_length: L >= 1 (N = depth + 1 tokens are compared, the depth being
+            the method's declared draft length or max depth, else L). num_paths: K >= 1.
+        timeout: seconds for the whole proof (exploration + queries); running out answers
+            "unknown", never "proved".
+        target_temperature, draft_temperature: 1 (default: every distribution on the closed simplex)
+            or 0 (every greedy point mass argmax of a symbolic base: exposes rules that mishandle
+            temperature).
+
+    Returns:
+        a `ProofResult` (verdict "proved" / "counterexample" / "unknown" with its reason).
+
+    Raises:
+        TypeError / ValueError: bad arguments (naming them); the rule's own errors (e.g.
+            `RuleContractError`) propagate: a broken rule has no law to prove anything about.
+    """
+    method, V, L, K, depth = _check_args(method, vocab_size, draft_length, num_paths, timeout)
+    _check_temperature(target_temperature, "target_temperature")
+    _check_temperature(draft_temperature, "draft_temperature")
+    N = depth + 1
+    start = time.perf_counter()
+    deadline = time.monotonic() + timeout
+    variables = _Variables()
+    base_target = SymbolicModel("p", V, variables)
+    base_draft = SymbolicModel("q", V, variables)
+    target, draft = _wrap(base_target, target_temperature), _wrap(base_draft, draft_temperature)
+    claim = (f"for every target/draft pair at V={V}, L={L}, K={K}: one iteration followed by the target "
+             f"has the target's law of the first {N} tokens")
+    claim += (", hence the whole loop is lossless at every length" if method.model_state_only
+              else " (from the empty context: this method reads the prefix itself)")
+    result = ProofResult(repr(method), V, L, K, N, target_temperature, draft_temperature, "unknown", "", claim)
+    try:
+        tree = _explore(_program(method, target, draft, N), variables, deadline)
+        reference = _explore(_target_program(target, N), variables, deadline)
+    except ExplorationTimeout:
+        result.reason = f"timeout: the symbolic exploration ran past {timeout} s"
+        result.seconds = time.perf_counter() - start
+        return result
+    except SymbolicError as err:
+        result.reason = f"cannot be run symbolically: {err}"
+        result.seconds = time.perf_counter() - start
+        return result
+    result.exploration_seconds = time.perf_counter() - start
+    result.branch_points, result.decisions = tree.branch_points, tree.decisions
+    result.leaves, result.dead_paths, result.solver_checks = tree.leaves, tree.dead, tree.solver_checks
+    result.variables = sum(len(free) for free in variables.groups.values())
+    _run_queries(result, tree, reference, variables, method, (base_target, base_draft),
+                 (target_temperature, draft_temperature), deadline)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _run_queries(result, tree, reference, variables, method, bases, temperatures, deadline):
+    V, N = result.vocab_size, result.num_tokens
+    memo_m: dict = {}
+    unknown = []
+    for output in itertools.product(range(V), repeat=N):
+        memo_m.clear()
+        law = _law(tree.root, output, memo_m) if output in tree.root.emitted else None
+        ref = _law(reference.root, output, {}) if output in reference.root.emitted else None
+        law = law if law is not None else z3.RealVal(0)
+        ref = ref if ref is not None else z3.RealVal(0)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            unknown.append(output)
+            result.queries.append(Query(output, "unknown", 0.0, "timeout"))
+            continue
+        status, model, seconds, reason = _query(variables.constraints, law != ref, left)
+        result.queries.append(Query(output, status, seconds, reason))
+        if status == "unknown":
+            unknown.append(output)
+        elif status == "sat":
+            cx = _counterexample(model, variables, method, bases, temperatures, output, N)
+            if cx.confirmed:
+                result.verdict, result.counterexample = "counterexample", cx
+                result.reason = f"the law of {output} differs on the pair below (confirmed in exact arithmetic)"
+                return
+            unknown.append(output)
+            result.queries[-1].reason = ("the solver's pair, rationalised, was not confirmed by the exact "
+                                         "engine (an irrational counterexample?)")
+            result.counterexample = cx
+    if unknown:
+        timeouts = sum(1 for q in result.queries if q.result == "unknown" and "timeout" in q.reason.lower()
+                       or q.reason == "canceled")
+        result.reason = (f"{len(unknown)} of {len(result.queries)} outputs undecided"
+                         + (f" ({timeouts} by the time limit)" if timeouts else "")
+                         + f"; first: {unknown[0]} ({next(q.reason for q in result.queries if q.output == unknown[0])})")
+        return
+    result.verdict = "proved"
+    result.reason = ""
+
+
+# --------------------------------------------------------------------------------------------------
+# counterexamples: rationalise the solver's pair, confirm it with the exact engine
+
+def _rational(value) -> Fraction:
+    if z3.is_rational_value(value):
+        return Fraction(value.numerator_as_long(), value.denominator_as_long())
+    if z3.is_algebraic_value(value):
+        approx = value.approx(40)
+        return Fraction(approx.numerator_as_long(), approx.denominator_as_long()).limit_denominator(10 ** 12)
+    raise SymbolicError(f"the solver's value {value} is not a number")
+
+
+def _point(model, free) -> list:
+    """The conditional [V] of a solver model: free coordinates clamped at 0, the last one = 1 - sum."""
+    xs = [max(Fraction(0), _rational(model.eval(x, model_completion=True))) for x in free]
+    total = sum(xs)
+    if total > 1:
+        xs = [x / total for x in xs]
+    return xs + [1 - sum(xs)]
+
+
+def _tables(model, variables):
+    tables = {"p": {}, "q": {}}
+    for (name, prefix), free in sorted(variables.groups.items(), key=lambda kv: (kv[0][0], len(kv[0][1]), kv[0][1])):
+        tables[name][prefix] = _point(model, free)
+    return tables["p"], tables["q"]
+
+
+def _table_model(conditionals, V):
+    uniform = [Fraction(1, V)] * V
+    return models.table(dict(conditionals), default=uniform, vocab_size=V)
+
+
+def _fmt_table(conditionals, V):
+    rows = ", ".join(f"{prefix!r}: [{', '.join(_fmt_fraction(x) for x in probs)}]"
+                     for prefix, probs in conditionals.items())
+    uniform = ", ".join([_fmt_fraction(Fraction(1, V))] * V)
+    return f"models.table({{{rows}}}, default=[{uniform}], vocab_size={V})"
+
+
+def _fmt_fraction(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else f"Fraction({x.numerator}, {x.denominator})"
+
+
+def _counterexample(model, variables, method, bases, temperatures, output, N) -> Counterexample:
+    from ..reference import exact
+    from ..reference.randomness import enumerate_law
+
+    V = bases[0].vocab_size
+    p_table, q_table = _tables(model, variables)
+    target = _wrap(_table_model(p_table, V), temperatures[0])
+    draft = _wrap(_table_model(q_table, V), temperatures[1])
+    law = enumerate_law(_program(method, target, draft, N)).law
+    ref = exact.target_distribution(target, (), N)
+    tv_iteration = exact.total_variation(law, ref)
+    loop = exact.output_distribution(target, draft, method, (), N)
+    tv_loop = exact.total_variation(loop, ref)
+    wrap = [f"models.temperature({{}}, {t})" if t != 1 else "{}" for t in temperatures]
+    code = "\n".join([
+        "from fractions import Fraction",
+        "from verispec.reference import models",
+        "from verispec.testing import assert_lossless",
+        f"target = {wrap[0].format(_fmt_table(p_table, V))}",
+        f"draft = {wrap[1].format(_fmt_table(q_table, V))}",
+        f"assert_lossless(method, target=target, draft=draft, num_tokens={N})  # method = {method!r}",
+    ])
+    return Counterexample(output=output, target=p_table, draft=q_table,
+                          method_probability=Fraction(law.get(output, 0)),
+                          target_probability=Fraction(ref.get(output, 0)),
+                          tv_iteration=Fraction(tv_iteration), tv_loop=Fraction(tv_loop),
+                          confirmed=tv_iteration != 0, code=code)

@@ -1,0 +1,226 @@
+"""Symbolic reals: numbers a rule computes with when it is executed for EVERY target/draft pair.
+
+A `Sym` wraps a z3 real expression over the models' probability variables. Arithmetic with other
+`Sym`s, ints, Fractions (and finite floats, read as the exact binary rationals they denote) builds
+new expressions; the rule's code runs unchanged on numpy object arrays of them (no
+``__array_priority__``, so numpy broadcasts element by element).
+
+A comparison (``<``, ``==``, ``min``, ``max``, ``sorted``, ``if total > 0``) has no single answer for
+all pairs. It is handed to the active replay (`current_replay`), which answers it under the current
+path condition and forks the run only when both outcomes are feasible (`verispec.formal.replay`).
+``float(sym)`` raises `SymbolicError`: a rule that leaves exact arithmetic cannot be run
+symbolically. Syms hash by identity, so caches keyed on them never mix two different values.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from numbers import Rational
+
+import numpy as np
+import z3
+
+
+class SymbolicError(TypeError):
+    """The rule did something that has no exact symbolic meaning (float(), a log, a non-integer
+    power of a symbolic value, ...): it cannot be run symbolically as written."""
+
+
+_ZERO = Fraction(0)
+
+#: The replay that answers comparisons of symbolic values (set by `verispec.formal.replay`).
+_ACTIVE = []
+
+
+def current_replay():
+    """The replay answering comparisons now; SymbolicError outside a symbolic run."""
+    if not _ACTIVE:
+        raise SymbolicError("a symbolic value was compared outside a symbolic replay")
+    return _ACTIVE[-1]
+
+
+def _constant(value):
+    """An exact rational for a concrete number, None for anything else (-> NotImplemented)."""
+    if isinstance(value, (bool, np.bool_)):
+        return Fraction(int(value))
+    if isinstance(value, Rational):
+        return Fraction(value)
+    if isinstance(value, np.integer):
+        return Fraction(int(value))
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(value):
+            raise SymbolicError(f"{value!r} in arithmetic with a symbolic value")
+        return Fraction(float(value))
+    return None
+
+
+def to_z3(value):
+    """The z3 real expression of a Sym or a concrete number."""
+    if isinstance(value, Sym):
+        return value.expr
+    constant = _constant(value)
+    if constant is None:
+        raise SymbolicError(f"cannot read {type(value).__name__} {value!r} as a real")
+    return z3.RealVal(constant)
+
+
+def is_symbolic(value) -> bool:
+    """True for a Sym (and for a numpy object array holding one)."""
+    if isinstance(value, np.ndarray):
+        return value.dtype == object and any(isinstance(x, Sym) for x in value.flat)
+    return isinstance(value, Sym)
+
+
+class Sym:
+    """A real number given by a z3 expression over the models' probability variables."""
+
+    __slots__ = ("expr", "__weakref__")
+
+    def __init__(self, expr):
+        self.expr = expr
+
+    # -- arithmetic ------------------------------------------------------------------------
+    def _binary(self, other, name, reflected=False):
+        if isinstance(other, Sym):
+            o = other.expr
+        else:
+            constant = _constant(other)
+            if constant is None:
+                return NotImplemented
+            shortcut = _shortcut(self, constant, name, reflected)
+            if shortcut is not None:
+                return shortcut
+            o = z3.RealVal(constant)
+        a, b = (o, self.expr) if reflected else (self.expr, o)
+        return Sym(_OPS[name](a, b))
+
+    def __add__(self, other):
+        return self._binary(other, "add")
+
+    def __radd__(self, other):
+        return self._binary(other, "add", True)
+
+    def __sub__(self, other):
+        return self._binary(other, "sub")
+
+    def __rsub__(self, other):
+        return self._binary(other, "sub", True)
+
+    def __mul__(self, other):
+        return self._binary(other, "mul")
+
+    def __rmul__(self, other):
+        return self._binary(other, "mul", True)
+
+    def __truediv__(self, other):
+        return self._binary(other, "div")
+
+    def __rtruediv__(self, other):
+        return self._binary(other, "div", True)
+
+    def __pow__(self, exponent):
+        if isinstance(exponent, (int, np.integer)) and not isinstance(exponent, bool):
+            n = int(exponent)
+            if n == 0:
+                return Fraction(1)
+            if n == 1:
+                return self
+            power = self.expr ** abs(n) if n > 0 else 1 / self.expr ** abs(n)
+            return Sym(power)
+        if isinstance(exponent, Fraction) and exponent.denominator == 1:
+            return self ** int(exponent)
+        raise SymbolicError(f"symbolic value to the power {exponent!r}: only integer powers are exact")
+
+    def __rpow__(self, base):
+        raise SymbolicError("a symbolic exponent has no exact symbolic meaning")
+
+    def __neg__(self):
+        return Sym(-self.expr)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self if self >= 0 else -self
+
+    # -- comparisons: each one is a decision of the replay ----------------------------------
+    def _compare(self, other, op, infinite):
+        if isinstance(other, (float, np.floating)) and math.isinf(other):
+            return infinite(other > 0)
+        if isinstance(other, Sym):
+            o = other.expr
+        else:
+            constant = _constant(other)
+            if constant is None:
+                return NotImplemented
+            o = z3.RealVal(constant)
+        return current_replay().decide(op(self.expr, o))
+
+    def __lt__(self, other):
+        return self._compare(other, lambda a, b: a < b, lambda pos: pos)
+
+    def __le__(self, other):
+        return self._compare(other, lambda a, b: a <= b, lambda pos: pos)
+
+    def __gt__(self, other):
+        return self._compare(other, lambda a, b: a > b, lambda pos: not pos)
+
+    def __ge__(self, other):
+        return self._compare(other, lambda a, b: a >= b, lambda pos: not pos)
+
+    def __eq__(self, other):
+        return self._compare(other, lambda a, b: a == b, lambda pos: False)
+
+    def __ne__(self, other):
+        return self._compare(other, lambda a, b: a != b, lambda pos: True)
+
+    def __bool__(self):
+        return current_replay().decide(self.expr != 0)
+
+    __hash__ = object.__hash__
+
+    # -- conversions that have no exact meaning ---------------------------------------------
+    def __float__(self):
+        raise SymbolicError("float() of a symbolic probability: the rule leaves exact arithmetic here "
+                            "(e.g. a float bisection or np.log) and cannot be run symbolically")
+
+    def __int__(self):
+        raise SymbolicError("int() of a symbolic probability")
+
+    def __index__(self):
+        raise SymbolicError("a symbolic probability used as an index")
+
+    def __floor__(self):
+        raise SymbolicError("floor() of a symbolic probability")
+
+    def __ceil__(self):
+        raise SymbolicError("ceil() of a symbolic probability")
+
+    def __round__(self, ndigits=None):
+        raise SymbolicError("round() of a symbolic probability")
+
+    def __repr__(self):
+        text = str(self.expr)
+        return f"Sym({text if len(text) <= 60 else text[:57] + '...'})"
+
+
+_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+        "div": lambda a, b: a / b}
+
+
+def _shortcut(sym, constant: Fraction, name: str, reflected: bool):
+    """x + 0, x - 0, x * 1, x * 0, x / 1, 0 / x without a new expression (keeps concrete zeros
+    concrete, so a categorical never branches on a token that cannot be drawn)."""
+    if name in ("add", "sub") and constant == 0:
+        return sym if name == "add" or not reflected else -sym
+    if name == "mul":
+        return _ZERO if constant == 0 else sym if constant == 1 else None
+    if name == "div":
+        if not reflected and constant == 0:
+            raise ZeroDivisionError("symbolic value divided by zero")
+        if reflected and constant == 0:
+            return _ZERO  # 0 / x; x = 0 only on paths the replay gives probability 0
+        if not reflected and constant == 1:
+            return sym
+    return None
