@@ -1,0 +1,95 @@
+"""Built-in torch methods by name: the same names and parameters as `verispec.reference.methods`.
+
+Each is a `TorchMethod` = a drafter (`verispec.empirical.drafters`, `trees`) + a verifier
+(`verispec.empirical.rules.nodes`), run by `verispec.empirical.engine.decode`:
+
+    get("block", draft_length=4)                     chain + block verification
+    get("gbv", draft_length=4, num_paths=3)          K i.i.d. paths + GBV (also nss, rrs, spectr,
+                                                     traversal; rrsw: paths without replacement)
+    get("opt_tree", node_budget=50, max_depth=10)    OPT-Tree + sample-and-follow
+    get("kary" | "eagle" | "chain_tree", node_budget=n)   static trees + sample-and-follow
+    get("prompt_lookup", draft_length=4, max_ngram=3)     n-gram point masses + token verification
+
+A researcher's own reference `Method` runs through `verispec.empirical.adapter.torch_method`.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from .checks import _check_positive
+from .drafters import PathsDrafter, PromptLookupDrafter
+from .engine import TorchMethod
+from .rules.nodes import PathRule, SampleAndFollow
+
+__all__ = ["PATH_METHODS", "TREE_METHODS", "get", "names"]
+
+#: Path methods -> True when their K paths are i.i.d. (False: without replacement).
+PATH_METHODS = {"token": True, "block": True, "gbv": True, "nss": True, "rrs": True, "rrsw": False,
+                "spectr": True, "traversal": True}
+#: Tree methods -> the tree kind of `verispec.empirical.trees`.
+TREE_METHODS = {"opt_tree": "opt_tree", "kary": "kary", "eagle": "eagle", "chain_tree": "chain"}
+
+
+def paths_method(name: str, draft_length: int = 4, num_paths: int = 1,
+                 draft_temperature: float | None = None) -> TorchMethod:
+    """A path method (`PATH_METHODS`): K = num_paths draft paths of L = draft_length tokens.
+
+    Raises:
+        ValueError: unknown name, L or K < 1, K > 1 for a chain method (token, block).
+    """
+    if name not in PATH_METHODS:
+        raise ValueError(f"method: unknown method {name!r}; known: {', '.join(names())}")
+    L = _check_positive(draft_length, "draft_length")
+    K = _check_positive(num_paths, "num_paths")
+    if name in ("token", "block") and K != 1:
+        raise ValueError(f"num_paths: method {name!r} drafts one path, got num_paths={K}")
+    return TorchMethod(name, lambda: PathsDrafter(L, K, PATH_METHODS[name], draft_temperature), PathRule(name),
+                       {"draft_length": L, "num_paths": K})
+
+
+def tree_method(name: str, node_budget: int = 50, threshold: float = 0.0, max_depth: int = 10,
+                branching: int = 2, draft_temperature: float | None = None, prune: bool = True) -> TorchMethod:
+    """A draft-tree method (`TREE_METHODS`) with sample-and-follow (OPT-Tree, arXiv 2406.17276)."""
+    from .trees import TreeDrafter, _check_tree_args
+
+    kind = TREE_METHODS[name]
+    _check_tree_args(kind, node_budget, threshold, max_depth, branching)
+    return TorchMethod(name, lambda: TreeDrafter(kind, node_budget, threshold, max_depth, branching,
+                                                 draft_temperature, prune), SampleAndFollow(),
+                       {"node_budget": node_budget, "threshold": threshold, "max_depth": max_depth})
+
+
+def prompt_lookup(draft_length: int = 4, max_ngram: int = 3) -> TorchMethod:
+    """Prompt-lookup point-mass drafts with token verification (lossless at any T)."""
+    L = _check_positive(draft_length, "draft_length")
+    n = _check_positive(max_ngram, "max_ngram")
+    return TorchMethod("prompt_lookup", lambda: PromptLookupDrafter(L, n), PathRule("token"),
+                       {"draft_length": L, "max_ngram": n})
+
+
+def names() -> list[str]:
+    """Every built-in torch method name."""
+    return list(PATH_METHODS) + list(TREE_METHODS) + ["prompt_lookup"]
+
+
+def get(name: str, **params) -> TorchMethod:
+    """The built-in torch method `name` with `params`.
+
+    Raises:
+        ValueError: unknown name or a parameter out of range. TypeError: an unknown parameter.
+    """
+    if name in PATH_METHODS:
+        factory, fixed = paths_method, {"name": name}
+    elif name in TREE_METHODS:
+        factory, fixed = tree_method, {"name": name}
+    elif name == "prompt_lookup":
+        factory, fixed = prompt_lookup, {}
+    else:
+        raise ValueError(f"method: unknown method {name!r}; known: {', '.join(names())}")
+    accepted = set(inspect.signature(factory).parameters) - set(fixed)
+    unknown = set(params) - accepted
+    if unknown:
+        raise TypeError(f"{', '.join(sorted(unknown))}: not a parameter of method {name!r} "
+                        f"(takes {', '.join(sorted(accepted))})")
+    return factory(**fixed, **params)
