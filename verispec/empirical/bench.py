@@ -501,6 +501,19 @@ COLUMNS = (("runner", "runner", "{}"), ("T", "temperature", "{:g}"), ("prompts",
            ("greedy match", "greedy_match_rate", "{:.0%}"))
 
 
+#: Runners that simplify their papers' methods, named as such in tables and plots (docs/algorithms.md):
+#: lookahead decoding with one Jacobi window level; Ouroboros with one Jacobi level in the draft
+#: forward; a static EAGLE-style tree from fixed rank priors.
+SIMPLIFIED = {"lookahead": "simplified: 1 window level", "ouroboros": "simplified: 1 Jacobi level",
+              "eagle": "EAGLE-style, fixed priors"}
+
+
+def display_name(label: str) -> str:
+    """A runner label as tables and plots show it: a simplified runner says so."""
+    note = SIMPLIFIED.get(label.partition(":")[0])
+    return label if note is None else f"{label} ({note})"
+
+
 def table(columns, summary: list[dict], title: str):
     """A `rich.table.Table` of summary rows; columns: (header, key, format) triples, "-" where a
     row lacks the key."""
@@ -510,7 +523,8 @@ def table(columns, summary: list[dict], title: str):
     for header, _, _ in columns:
         out.add_column(header, justify="left" if header == "runner" else "right")
     for row in summary:
-        out.add_row(*[fmt.format(row[key]) if row.get(key) is not None else "-" for _, key, fmt in columns])
+        cells = [fmt.format(row[key]) if row.get(key) is not None else "-" for _, key, fmt in columns]
+        out.add_row(*[display_name(c) if key == "runner" else c for c, (_, key, _) in zip(cells, columns)])
     return out
 
 
@@ -571,14 +585,15 @@ def plot_summary(summary: list[dict], path: str) -> str | None:
             ax.bar(xs, [by[r][key] if r in by else 0 for r in runners], width, label=f"T={T:g}")
     for ax, label in zip(axes, ("decode speedup vs target-only", "tokens per target call")):
         ax.set_xticks([i + width * (len(temperatures) - 1) / 2 for i in range(len(runners))])
-        ax.set_xticklabels(runners, rotation=30, ha="right")
+        ax.set_xticklabels([display_name(r) for r in runners], rotation=30, ha="right")
         ax.set_title(label)
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.legend()
     if curves:
         ax = axes[2]
         for (name, T), points in sorted(curves.items()):
-            line, = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{name} T={T:g}")
+            line, = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+                            label=f"{display_name(name)} T={T:g}")
             ax.plot([p[0] for p in points], [p[2] for p in points], linestyle="--", color=line.get_color())
         ax.set_xscale("log")
         ax.set_xlabel("node budget n")
