@@ -30,7 +30,7 @@ def _positive_int(text: str) -> int:
 def _add_check(sub) -> None:
     from .reference import methods
 
-    p = sub.add_parser("check", help="prove every built-in method lossless on seeded toy instances",
+    p = sub.add_parser("check", help="check every built-in method lossless (exact law) on seeded toy instances",
                        description="Exact enumeration of each method's output law vs the target's.")
     p.add_argument("--method", action="append", choices=methods.names(), metavar="NAME",
                    help=f"method to check (repeatable; default all: {', '.join(methods.names())})")
