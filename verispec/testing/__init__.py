@@ -8,6 +8,8 @@
 - `strategies`: hypothesis strategies (distributions, toy LMs, target/draft pairs, temperatures,
   instances).
 - `planted`: the planted bugs of docs/testing.md, to show that a check can fail.
+- `assert_sampler_lossless(fn, ...)`: a statistical check (G-test, stated false-alarm rate and power)
+  of a batched torch/numpy sampler with its own RNG; `gtest`: the test, its sample size and power.
 - A pytest plugin (entry point ``verispec``) registers hypothesis profiles "verispec-ci" and
   "verispec-dev" and the fixtures ``assert_lossless`` and ``assert_not_worse``.
 """
