@@ -33,7 +33,7 @@ draft law is a point mass q = one-hot(x). At each node of the candidate trie, ch
 in order: x is accepted with probability p'(x) (p' = p at first) and on rejection
 p' <- norm(max(p' - one-hot(x), 0)) (x removed, renormalised); if no child is accepted the
 correction is drawn from p'; at a leaf the bonus is drawn from p. This is token verification with
-one-hot q (the reference `point_mass` method, proven lossless by exact enumeration) applied to
+one-hot q (the reference `point_mass` method, checked lossless by exact enumeration) applied to
 each child in turn, i.e. recursive rejection sampling with a point-mass proposal per child: the
 emitted token at every node is an exact draw from p, so the output law is the target's at any
 temperature. At T = 0 p is one-hot on the argmax and this is longest-prefix matching with the

@@ -2,7 +2,7 @@
 
     from verispec.testing import assert_lossless, strategies, planted
 
-- `assert_lossless(method, ...)`: exact proof (by enumeration) that a method's output law equals the
+- `assert_lossless(method, ...)`: exact check (by enumeration) that a method's output law equals the
   target's, on one instance or a deterministic sweep; reports the smallest counterexample.
 - `assert_not_worse(method, baseline, ...)`: exact E[tau] comparison (catches lossless-but-slower).
 - `strategies`: hypothesis strategies (distributions, toy LMs, target/draft pairs, temperatures,

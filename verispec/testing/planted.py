@@ -2,7 +2,7 @@
 
 Each entry of `BUGS` is ``factory(draft_length) -> Method``: a chain method whose rule is token-level
 speculative sampling (Leviathan et al. 2023, arXiv 2211.17192) with ONE mistake taken from a real
-implementation (docs/testing.md, "A check must be able to fail"). Use them to prove that your own check
+implementation (docs/testing.md, "A check must be able to fail"). Use them to show that your own check
 can fail::
 
     import pytest
