@@ -15,6 +15,10 @@ Each is one real mistake, small and honest:
   of the selected token (the selection skews it).
 - `spechub_stale_hub_target`: SpecHub (arXiv 2411.05289) whose second hub test reads p(a) instead of
   the residual p2(a) left by the first, so the hub token is over-accepted.
+- `block_point_mass_scalar_q`: block verification of point-mass (q = 1) drafts whose residual mass
+  is computed against a scalar q = 1 for every token: only the whole phrase or nothing is
+  accepted. It is lossy and accepts far less than token verification (the vLLM PR #40819
+  report; see docs/verifiers_new.md). Needs L >= 2.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from ..reference import drafters
 from ..reference.methods import Method
 from ..reference.models import _check_positive_int
 from ..reference.probability import accept_probability, align, residual
-from ..reference.verifiers.block import path_distributions
+from ..reference.verifiers.block import path_distributions, stop_probability
 from ..reference.verifiers.hsd import hsd_rule
 from ..reference.verifiers.importance import optimal_selection
 from ..reference.verifiers.spechub import hub_pairs, hub_proposals
@@ -190,13 +194,49 @@ def spechub_stale_hub_target(draft_length: int) -> Method:
                   {"draft_length": L, "num_paths": 2}, model_state_only=True)
 
 
+# --------------------------------------------------------------------------------------------------
+# block verification of point-mass drafts with the scalar q = 1 fallback
+
+
+def _block_scalar_q(target, draft_model, context, draft, rand):
+    path = draft.paths[0]
+    ps, qs = path_distributions(target, context, path, draft.proposal)
+    L = len(path)
+    w = [1]
+    for i in range(L):
+        w.append(accept_probability(ps[i][path[i]], qs[i][path[i]], w[i]))
+    tau = 0
+    for i in range(L, 0, -1):
+        # BUG: the residual mass Z_i is computed against the scalar fallback q(x) = 1 for every x
+        # (only q(X_i) = 1 is known for a point-mass draft), so Z_i = 0 and h_i = 0 for i < L.
+        h = w[L] if i == L else stop_probability(ps[i], ps[i] * 0 + 1, w[i])
+        if rand.bernoulli(h):
+            tau = i
+            break
+    if tau == L:
+        return tuple(path) + (rand.categorical(ps[L]),)
+    return tuple(path[:tau]) + (rand.categorical(residual(ps[tau], qs[tau], w[tau])),)
+
+
+def block_point_mass_scalar_q(draft_length: int) -> Method:
+    """Block verification (arXiv 2403.10444) of point-mass drafts (the draft model's greedy
+    phrase, q = one-hot) whose residual mass Z_i = sum_x max(w_i p(x) - q(x), 0) uses the scalar
+    fallback q = 1.0 for every token (drafters without probabilities supply only q(X_i) = 1; vLLM
+    PR #40819's gating and vllm-ascend #7603 describe this fallback). Then h_i = 0 below L: only
+    the whole phrase (probability P(X^L)) or nothing is accepted. Needs L >= 2."""
+    L = _check_positive_int(draft_length, "draft_length")
+    return Method("planted.block_point_mass_scalar_q", drafters.greedy(L), _block_scalar_q,
+                  {"draft_length": L}, model_state_only=True)
+
+
 #: {name: factory(draft_length) -> Method} of the bugs above.
 BUGS = {
     "traversal_leaf_order": traversal_leaf_order,
     "hsd_uncapped_last": hsd_uncapped_last,
     "is_verified_against_q": is_verified_against_q,
     "spechub_stale_hub_target": spechub_stale_hub_target,
+    "block_point_mass_scalar_q": block_point_mass_scalar_q,
 }
 
 #: The smallest draft length at which each bug can show (the others show at L = 1).
-MIN_DRAFT_LENGTH = {"traversal_leaf_order": 2, "hsd_uncapped_last": 2}
+MIN_DRAFT_LENGTH = {"traversal_leaf_order": 2, "hsd_uncapped_last": 2, "block_point_mass_scalar_q": 2}
