@@ -29,14 +29,15 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import batched, decode  # noqa: E402
+from verispec.empirical import decode, kv  # noqa: E402
+from verispec.empirical.model import additive_mask  # noqa: E402
 from verispec.empirical.batched import batched_speculative, batched_target_only  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
 
 from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
 from .test_decode_tiny import tiny  # noqa: E402
 
-_PADDED_MASK = batched._padded_mask  # the correct mask, wrapped by a planted bug below
+_VISIBLE = kv._visible  # the correct visibility, wrapped by a planted bug below
 
 N_TOKENS, L = 16, 3
 BATCHES = (1, 2, 4, 8, 16)
@@ -101,7 +102,7 @@ def test_batched_target_only_greedy_and_coupled_sampling(pair, prompts, greedy):
     target, _ = pair
     result = batched_target_only(target, prompts, N_TOKENS)
     assert torch.equal(result.tokens, greedy)
-    assert result.stats.target_forwards == N_TOKENS  # prefill + N - 1
+    assert result.stats.target_forwards == N_TOKENS + 1  # prefill of all but the last prompt token + N
     assert result.stats.padded_kv_slots == sum(max(map(len, prompts)) - len(p) for p in prompts)  # left padding
     # T > 0: on equal-length prompts it reads uniforms as decode.target_only does -> same tokens.
     same = torch.randint(0, 64, (6, 5), generator=torch.Generator().manual_seed(1))
@@ -125,29 +126,30 @@ def test_one_token_prompts_and_full_acceptance(pair):
 # planted bugs: the equality machinery catches them
 # ----------------------------------------------------------------------------------------------
 
-def _leaky_mask(owner, rows, dtype):
+def _leaky_mask(self, ancestry, rows, cols):
     """Bug: a packed token sees every cached slot and every earlier packed token (rows mix)."""
-    Q, idx = rows.shape[0], torch.arange(rows.shape[0])
-    allowed = torch.cat([torch.ones(Q, owner.shape[0], dtype=torch.bool), idx.view(1, Q) <= idx.view(Q, 1)], 1)
-    return batched._additive(allowed, dtype)[None, None]
+    Q, S = rows.numel(), self.owner.numel()
+    idx = torch.arange(Q)
+    allowed = torch.cat([torch.ones(Q, S, dtype=torch.bool), idx.view(1, Q) <= idx.view(Q, 1)], 1)
+    return additive_mask(allowed, self.model.dtype)[None, None]
 
 
-def _global_positions(pos, rows, offset):
+def _global_positions(pos, rows, depth):
     """Bug: positions continue the packed sequence (HF's default without position_ids)."""
     return pos.sum() + torch.arange(rows.numel())
 
 
-def _mask_ignoring_padding(valid, real, dtype):
+def _mask_ignoring_padding(valid, ancestry):
     """Bug: the vanilla mask shows padded and rejected cache slots."""
-    return _PADDED_MASK(torch.ones_like(valid), torch.ones_like(real), dtype)
+    return _VISIBLE(torch.ones_like(valid), ancestry)
 
 
-@pytest.mark.parametrize("impl,name,bug", [("ems", "_packed_mask", _leaky_mask),
-                                           ("ems", "_packed_positions", _global_positions),
-                                           ("vanilla", "_padded_mask", _mask_ignoring_padding)])
-def test_planted_bugs_are_caught(pair, prompts, greedy, monkeypatch, impl, name, bug):
+@pytest.mark.parametrize("impl,owner,name,bug", [("ems", kv.PackedKV, "_attention_mask", _leaky_mask),
+                                                 ("ems", kv, "_packed_positions", _global_positions),
+                                                 ("vanilla", kv, "_visible", _mask_ignoring_padding)])
+def test_planted_bugs_are_caught(pair, prompts, greedy, monkeypatch, impl, owner, name, bug):
     target, draft = pair
-    monkeypatch.setattr(batched, name, bug)
+    monkeypatch.setattr(owner, name, bug)
     with pytest.raises(AssertionError):
         check_rows_match(target, draft, prompts, greedy, impl, "block", "model")
 

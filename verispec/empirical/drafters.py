@@ -38,7 +38,7 @@ from .kv import new_kv
 from .lookup import prompt_lookup_batch
 from .uniforms import categorical
 
-__all__ = ["DraftTree", "Drafter", "ModelDrafter", "PathsDrafter", "PromptLookupDrafter",
+__all__ = ["DraftTree", "Drafter", "ModelDrafter", "PathsDrafter", "PromptLookupDrafter", "RootOnly",
            "probabilities"]
 
 
@@ -276,3 +276,14 @@ class PromptLookupDrafter(Drafter):
         real = j <= lengths.unsqueeze(1)
         paths = torch.where(j[1:] <= lengths.unsqueeze(1), j[1:], -1).unsqueeze(1)  # [B, 1, l]
         return DraftTree(chain, (j - 1).expand(B, -1), real, None, point_mass=True, paths=paths)
+
+
+class RootOnly(Drafter):
+    """No draft: the tree is the root alone, so an iteration is one target forward and one draw
+    from p (sample-and-follow on a root is plain decoding): target-only decoding on the engine."""
+
+    def draft(self, rows) -> DraftTree:
+        B = rows.last.shape[0]
+        device = rows.last.device
+        return DraftTree(rows.last.unsqueeze(1), torch.full((B, 1), -1, dtype=torch.long, device=device),
+                         torch.ones(B, 1, dtype=torch.bool, device=device), None, point_mass=True)

@@ -117,9 +117,10 @@ class KVState:
 
     def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor) -> None:
         """Commit row b's first lengths[b] tokens of tokens [B, n] (right padding), as a chain."""
-        n = tokens.shape[1]
-        if n == 0 or int(lengths.max()) == 0:
+        n = int(lengths.max()) if lengths.numel() else 0
+        if n == 0:
             return
+        tokens = tokens[:, :n]
         parents = (torch.arange(n, device=tokens.device) - 1).expand_as(tokens)  # a chain
         real = torch.arange(n, device=tokens.device) < lengths.unsqueeze(1)  # [B, n]
         self.append(tokens, parents, real)
@@ -136,8 +137,9 @@ class PaddedKV(KVState):
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=model.device)  # [B, S0] committed
 
     def prefill(self, tokens, lengths) -> None:
-        n = tokens.shape[1]
+        n = int(lengths.max()) if lengths.numel() else 0
         if n and bool((lengths == n).all()):  # equal rows: `CausalLM.prefill` (benches reuse it)
+            tokens = tokens[:, :n]
             _, self.cache = self.model.prefill(tokens)
             self.valid = torch.ones(tokens.shape, dtype=torch.bool, device=self.model.device)
             self.pos = lengths.to(self.pos)
@@ -205,8 +207,9 @@ class PackedKV(KVState):
         self.slot = torch.zeros(batch, 0, dtype=torch.long, device=device)  # [B, m]: -1 = not fed
 
     def prefill(self, tokens, lengths) -> None:
-        n = tokens.shape[1]
+        n = int(lengths.max()) if lengths.numel() else 0
         if n and tokens.shape[0] == 1 and bool((lengths == n).all()):  # `CausalLM.prefill`, reusable
+            tokens = tokens[:, :n]
             _, self.cache = self.model.prefill(tokens)
             self.owner = torch.zeros(n, dtype=torch.long, device=self.model.device)
             self.base, self.pos = n, lengths.to(self.pos)
