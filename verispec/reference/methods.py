@@ -2,7 +2,8 @@
 
 A verifier's correctness depends on how its drafts were sampled, so the two travel together.
 Built-in methods (docs/algorithms.md): token, block, gbv, nss, rrs, rrsw, spectr, traversal, opt_tree,
-point_mass, prompt_lookup. `get(name, **params)` builds one by name; `names()` lists them;
+point_mass, prompt_lookup; khisti, optimal_is, spechub (docs/verifiers_new.md). `get(name, **params)`
+builds one by name; `names()` lists them;
 `Method(name, draft=..., verify=...)` wraps a researcher's own rule.
 """
 
