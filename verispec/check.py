@@ -1,4 +1,4 @@
-"""`verispec check`: prove every built-in method lossless on seeded random toy instances.
+"""`verispec check`: check methods (built-in or a user's ``pkg.module:attr``) on seeded toy instances.
 
 For each method and instance it enumerates the exact joint law of the first N tokens of the whole
 draft-verify loop, compares it with the target's law (total variation) and computes the block
@@ -14,6 +14,11 @@ import numpy as np
 
 
 from .reference import exact, methods, models
+from .reference.contract import RuleContractError
+from .reference.methods import Method
+from .reference.randomness import law_is_exact
+from .testing.assertions import DEFAULT_BUDGET, default_num_tokens, sweep_plan
+from .testing.strategies import _check_vocab_sizes
 
 #: TV above this fails a float64 instance (docs/testing.md: exact enumeration, TV <= 1e-12).
 FLOAT_TOLERANCE = 1e-12
@@ -24,7 +29,9 @@ TEMPERATURES = ((1.0, 1.0), (0.0, 1.0), (0.5, 2.0), (1.0, 0.0))
 
 @dataclass
 class Instance:
-    """One seeded toy target/draft pair (a random-tree model per prefix)."""
+    """One seeded toy target/draft pair: a random-tree model (a fresh conditional per prefix) or,
+    at the larger vocabulary sizes, an i.i.d. one (one conditional: cheap to enumerate at V = 6).
+    ``max_num_tokens`` caps N at that size (None: no cap)."""
 
     index: int
     vocab_size: int
@@ -34,17 +41,31 @@ class Instance:
     draft_temperature: float
     rational: bool
     context: tuple = ()
+    family: str = "random_tree"
+    max_num_tokens: int | None = None
 
     def models(self):
         def build(seed, temperature):
-            base = models.random_tree(self.vocab_size, seed, concentration=1.0, rational=self.rational)
+            if self.family == "iid":
+                p = np.random.default_rng(seed).dirichlet(np.ones(self.vocab_size))  # [V]
+                base = models.iid(p, rational=self.rational, denominator=32)
+            else:
+                base = models.random_tree(self.vocab_size, seed, concentration=1.0, rational=self.rational)
             return base if temperature == 1 else models.temperature(base, temperature)
 
         return build(self.target_seed, self.target_temperature), build(self.draft_seed, self.draft_temperature)
 
+    def describe(self) -> str:
+        """The instance as copy-pasteable model reprs (used in contract-error reports)."""
+        target, draft = self.models()
+        return "\n".join([f"instance   : check instance {self.index} (V={self.vocab_size})",
+                          f"target     = {target.describe()}", f"draft      = {draft.describe()}",
+                          f"context    = {self.context!r}"])
+
 
 def make_instances(vocab_size: int, count: int, seed: int, rational: bool = False,
-                   context_length: int = 3) -> list[Instance]:
+                   context_length: int = 3, family: str = "random_tree",
+                   max_num_tokens: int | None = None) -> list[Instance]:
     """`count` seeded instances; temperatures cycle through TEMPERATURES (rational: T in {0, 1}).
 
     Each instance has a seeded random context of `context_length` tokens, so context handling and
@@ -58,16 +79,50 @@ def make_instances(vocab_size: int, count: int, seed: int, rational: bool = Fals
         if rational:
             t_target, t_draft = (0.0 if t_target == 0 else 1.0), (0.0 if t_draft == 0 else 1.0)
         out.append(Instance(i, vocab_size, 2 * (seed * 1000 + i), 2 * (seed * 1000 + i) + 1,
-                            t_target, t_draft, rational, context))
+                            t_target, t_draft, rational, context, family, max_num_tokens))
+    return out
+
+
+#: The default vocabulary sizes of `verispec check`: the first gets ``--instances`` random-tree
+#: instances, the larger ones fewer i.i.d. instances (`plan_instances`). A bug that needs size s
+#: (top-k with k = s, K paths, a tree of width s) is found only by instances with V > s.
+DEFAULT_VOCAB_SIZES = (3, 4, 5, 6)
+
+
+def plan_instances(vocab_sizes, num_instances: int, seed: int, rational: bool, num_tokens: int,
+                   budget: int = DEFAULT_BUDGET) -> list[Instance]:
+    """The instances of a check over several vocabulary sizes, smallest first.
+
+    The smallest size gets ``num_instances`` random-tree instances. Each larger V gets i.i.d.
+    instances (one conditional, so the loop's cost is one iteration's): as many as the budget
+    allows, ``max(1, min(num_instances, budget // V**N))``, with N capped at the largest n >= 1
+    such that V**n <= budget (`verispec.testing.sweep_plan`).
+
+    Args:
+        vocab_sizes: an int or a sequence of ints >= 1. num_tokens: the largest N of the methods.
+        budget: N-token outcome sequences (V**N) per larger vocabulary size.
+    """
+    sizes = _check_vocab_sizes(vocab_sizes)
+    plan = sweep_plan(sizes[1:], num_tokens, num_instances, budget) if len(sizes) > 1 else {}
+    out = make_instances(sizes[0], num_instances, seed, rational)
+    for V, (count, n_V) in plan.items():
+        out += make_instances(V, count, seed, rational, family="iid",
+                              max_num_tokens=n_V if n_V < num_tokens else None)
     return out
 
 
 @dataclass
 class MethodResult:
-    """Aggregate over instances for one method."""
+    """Aggregate over instances for one method.
+
+    ``status`` is "lossless", "NOT lossless" (a law differs) or "contract error" (the rule raised
+    or returned a malformed result: `verispec.reference.contract.RuleContractError`, whose message
+    is kept in ``contract_error``; instances after it are not checked).
+    """
 
     method: str
     params: dict
+    num_tokens: int = 0
     instances: int = 0
     max_tv: float = 0.0
     mean_block_efficiency: float = 0.0
@@ -75,42 +130,98 @@ class MethodResult:
     seconds: float = 0.0
     exact_zero: bool = True
     passed: bool = True
+    status: str = "lossless"
+    contract_error: str | None = None
     failures: list = field(default_factory=list)
 
 
-def check_method(name: str, instances: list[Instance], draft_length: int, num_paths: int,
-                 num_tokens: int) -> MethodResult:
-    """Enumerate `name` on every instance; collect max TV and mean block efficiency."""
-    method = methods.get_compatible(name, draft_length=draft_length, num_paths=num_paths)
-    result = MethodResult(method=name, params=dict(method.params))
+def resolve_method(spec, draft_length: int, num_paths: int) -> Method:
+    """A built-in name (built with L and K as `methods.get_compatible`), a ``"pkg.module:attr"``
+    user method (see `methods.load`) or a Method.
+
+    Raises:
+        ValueError / TypeError: an unknown name or a spec that does not load, naming ``--method``.
+    """
+    return methods.resolve(spec, "--method", draft_length=draft_length, num_paths=num_paths)
+
+
+def method_num_tokens(method: Method, num_tokens: int | None) -> int:
+    """``num_tokens`` when given, else the method's declared draft depth + 2.
+
+    Raises:
+        ValueError: no ``num_tokens`` and the method declares no depth (names ``--num-tokens``).
+    """
+    if num_tokens is not None:
+        return num_tokens
+    try:
+        return default_num_tokens(method)
+    except ValueError as err:
+        raise ValueError(f"--num-tokens: {str(err).removeprefix('num_tokens: ')}; "
+                         "or pass --num-tokens N") from None
+
+
+def check_method(spec, instances: list[Instance], draft_length: int, num_paths: int,
+                 num_tokens: int | None) -> MethodResult:
+    """Enumerate one method on every instance; collect max TV and mean block efficiency.
+
+    Args:
+        spec: a built-in name, ``"pkg.module:attr"`` or a Method (see `resolve_method`).
+        num_tokens: N, or None for the method's declared draft depth + 2 (`method_num_tokens`).
+    """
+    method = spec if isinstance(spec, Method) else resolve_method(spec, draft_length, num_paths)
+    N = method_num_tokens(method, num_tokens)
+    label = spec if isinstance(spec, str) else method.name
+    result = MethodResult(method=label, params=dict(method.params), num_tokens=N)
     efficiencies = []
     start = time.perf_counter()
     for inst in instances:
         target, draft = inst.models()
-        enum = exact.output_enumeration(target, draft, method, inst.context, num_tokens)
-        tv = exact.total_variation(enum.law, exact.target_distribution(target, inst.context, num_tokens))
-        efficiencies.append(float(exact.block_efficiency(target, draft, method, inst.context)))
+        n = min(N, inst.max_num_tokens or N)
+        try:
+            enum = exact.output_enumeration(target, draft, method, inst.context, n)
+            efficiencies.append(float(exact.block_efficiency(target, draft, method, inst.context)))
+        except RuleContractError as err:
+            result.passed, result.status = False, "contract error"
+            result.contract_error = str(err.with_context(instance=inst))
+            break
+        tv = exact.total_variation(enum.law, exact.target_distribution(target, inst.context, n))
         result.branches += enum.num_branches
         result.max_tv = max(result.max_tv, float(tv))
-        # Rational instances must be lossless exactly (spectr's rho is a float bisection).
-        exact_instance = inst.rational and name != "spectr"
-        result.exact_zero &= (tv == 0) if exact_instance else True
+        # Rational models and a rule in + - * / min max give an exact law: lossless means TV == 0.
+        # A rule computing in float (SpecTr's rho bisection) is held to the float tolerance.
+        exact_instance = inst.rational and law_is_exact(enum.law)
+        result.exact_zero &= (tv == 0) if exact_instance else not inst.rational
         if (exact_instance and tv != 0) or float(tv) > FLOAT_TOLERANCE:
-            result.passed = False
+            result.passed, result.status = False, "NOT lossless"
             result.failures.append({"instance": asdict(inst), "tv": float(tv)})
-    result.instances = len(instances)
-    result.mean_block_efficiency = sum(efficiencies) / len(efficiencies)
+    result.instances = len(efficiencies)
+    result.mean_block_efficiency = sum(efficiencies) / len(efficiencies) if efficiencies else float("nan")
     result.seconds = time.perf_counter() - start
     return result
 
 
 def run_check(method_names, vocab_size, draft_length, num_paths, num_instances, seed, num_tokens,
-              rational, progress=None) -> list[MethodResult]:
-    """Check each method on the same instances; `progress(name)` is called after each method."""
-    instances = make_instances(vocab_size, num_instances, seed, rational)
+              rational, progress=None, budget: int = DEFAULT_BUDGET) -> list[MethodResult]:
+    """Check each method (names, ``"pkg.module:attr"`` specs or Methods) on the same instances;
+    `progress(name)` is called after each method. ``num_tokens`` None: each method's depth + 2.
+
+    Args:
+        vocab_size: one V (``num_instances`` random-tree instances) or a sequence of sizes (see
+            `plan_instances`: fewer, i.i.d. instances at the larger ones, within ``budget``).
+
+    Raises:
+        ValueError / TypeError: a method spec that does not resolve, or a method without a declared
+            depth when ``num_tokens`` is None (raised before any enumeration).
+    """
+    resolved = [(spec, spec if isinstance(spec, Method) else resolve_method(spec, draft_length, num_paths))
+                for spec in method_names]
+    largest_n = max(method_num_tokens(method, num_tokens) for _, method in resolved)
+    instances = plan_instances(vocab_size, num_instances, seed, rational, largest_n, budget)
     results = []
-    for name in method_names:
-        results.append(check_method(name, instances, draft_length, num_paths, num_tokens))
+    for spec, method in resolved:
+        result = check_method(method, instances, draft_length, num_paths, num_tokens)
+        result.method = spec if isinstance(spec, str) else method.name
+        results.append(result)
         if progress is not None:
-            progress(name)
+            progress(result.method)
     return results

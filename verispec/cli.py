@@ -1,7 +1,9 @@
 """The `verispec` command. With no arguments it runs `verispec check` on its defaults.
 
-    verispec check [--method NAME ...] [--vocab-size V] [--draft-length L] [--num-paths K]
-                   [--instances N] [--seed S] [--num-tokens N] [--rational] [--json PATH]
+    verispec check [--method NAME|pkg.module:attr ...] [--vocab-sizes 3,4,5,6 | --vocab-size V]
+                   [--budget B] [--draft-length L] [--num-paths K] [--instances N] [--seed S]
+                   [--num-tokens N] [--rational] [--json PATH]
+                   exit status: 0 lossless, 1 a law differs, 2 bad arguments, 3 a rule contract error
     verispec lp ...        (LP certificates; needs cvxpy)
     verispec bench [--prompts N] [--max-new-tokens N] [--methods a,b:K=3] [--temperatures 0,1] ...
                            (real models; needs the torch extra; first use downloads ~1.6 GB)
@@ -27,72 +29,136 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _add_check(sub) -> None:
+def _method_spec(text: str) -> str:
+    """--method: a built-in name or 'pkg.module:attr' (loaded later, with a one-line error)."""
     from .reference import methods
 
-    p = sub.add_parser("check", help="check every built-in method lossless (exact law) on seeded toy instances",
-                       description="Exact enumeration of each method's output law vs the target's.")
-    p.add_argument("--method", action="append", choices=methods.names(), metavar="NAME",
-                   help=f"method to check (repeatable; default all: {', '.join(methods.names())})")
-    p.add_argument("--vocab-size", type=_positive_int, default=3, help="V (default 3)")
-    p.add_argument("--draft-length", type=_positive_int, default=2, help="L (default 2)")
+    if ":" in text or text in methods.names():
+        return text
+    raise argparse.ArgumentTypeError(f"unknown method {text!r}: expected a built-in name "
+                                     f"({', '.join(methods.names())}) or 'pkg.module:attr'")
+
+
+def _vocab_sizes(text: str) -> tuple:
+    return tuple(sorted(set(_int_list(text))))
+
+
+def _add_check(sub) -> None:
+    from .check import DEFAULT_VOCAB_SIZES
+    from .reference import methods
+    from .testing.assertions import DEFAULT_BUDGET
+
+    p = sub.add_parser("check", help="check methods lossless (exact law) on seeded toy instances",
+                       description="Exact enumeration of each method's output law vs the target's, on seeded "
+                                   "instances: a check on those instances, not a proof for all distributions.")
+    p.add_argument("--method", action="append", type=_method_spec, metavar="NAME|pkg.module:attr",
+                   help="method to check (repeatable): a built-in name or your own Method as "
+                        f"'pkg.module:attr' (default all built-ins: {', '.join(methods.names())})")
+    p.add_argument("--vocab-size", type=_positive_int, default=None,
+                   help="check this one V only (shorthand for --vocab-sizes V)")
+    sizes = ",".join(map(str, DEFAULT_VOCAB_SIZES))
+    p.add_argument("--vocab-sizes", type=_vocab_sizes, default=None, metavar="V,V,...",
+                   help=f"vocabulary sizes (default {sizes}): the smallest gets --instances random-tree "
+                        "instances, each larger one fewer i.i.d. instances within --budget; a bug that needs "
+                        "size s (top-k with k = s, K paths) is found only by a larger V")
+    p.add_argument("--budget", type=_positive_int, default=DEFAULT_BUDGET,
+                   help=f"N-token outcomes (V**N) spent per larger vocabulary size (default {DEFAULT_BUDGET})")
+    p.add_argument("--draft-length", type=_positive_int, default=2, help="L of built-in methods (default 2)")
     p.add_argument("--num-paths", type=_positive_int, default=2, help="K for multi-path methods (default 2)")
-    p.add_argument("--instances", type=_positive_int, default=4, help="random instances (default 4)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the instances (default 0)")
-    p.add_argument("--num-tokens", type=_positive_int, default=None, help="N tokens of output law (default L + 2)")
+    p.add_argument("--instances", type=_positive_int, default=4,
+                   help="random instances at the smallest vocabulary size (default 4)")
+    p.add_argument("--seed", type=_nonnegative_int, default=0, help="seed of the instances (default 0)")
+    p.add_argument("--num-tokens", type=_positive_int, default=None,
+                   help="N tokens of output law (default: each method's draft depth + 2; required for a "
+                        "user method that declares no depth)")
     p.add_argument("--rational", action="store_true", help="exact Fraction models: lossless means TV == 0")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON (atomically)")
     p.set_defaults(func=_run_check)
 
 
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _check_table(results, args, sizes, counts):
+    from rich.table import Table
+
+    table = Table(title=f"verispec check: V in {list(sizes)} ({', '.join(f'{c} at V={v}' for v, c in counts.items())} "
+                        f"instances), L={args.draft_length} K={args.num_paths}, seed {args.seed}"
+                        + (", rational" if args.rational else ""))
+    for column in ("method", "N", "inst.", "max TV", "block eff.", "branches", "time s", "lossless"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    verdict = {"lossless": "[green]yes[/]", "NOT lossless": "[red]NO[/]", "contract error": "[red]CONTRACT[/]"}
+    for r in results:
+        tv = "0 (exact)" if args.rational and r.exact_zero and r.max_tv == 0 else f"{r.max_tv:.2e}"
+        table.add_row(r.method, str(r.num_tokens), str(r.instances), tv, f"{r.mean_block_efficiency:.4f}",
+                      str(r.branches), f"{r.seconds:.2f}", verdict[r.status])
+    return table
+
+
 def _run_check(args) -> int:
     from rich.console import Console
     from rich.progress import Progress
-    from rich.table import Table
 
     from ._io import write_json_atomic
-    from .check import run_check
+    from .check import DEFAULT_VOCAB_SIZES, plan_instances, run_check
     from .reference import methods
 
+    if args.vocab_size is not None and args.vocab_sizes is not None:
+        print("verispec check: --vocab-size: give either --vocab-size V or --vocab-sizes V,V,..., not both",
+              file=sys.stderr)
+        return 2
+    sizes = (args.vocab_size,) if args.vocab_size is not None else (args.vocab_sizes or DEFAULT_VOCAB_SIZES)
     names = args.method or methods.names()
-    num_tokens = args.num_tokens or args.draft_length + 2
     console = Console(width=max(Console().width, 100))
     start = time.perf_counter()
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("enumerating", total=len(names))
-        results = run_check(names, args.vocab_size, args.draft_length, args.num_paths, args.instances,
-                            args.seed, num_tokens, args.rational,
-                            progress=lambda name: progress.advance(task))
+    try:
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("enumerating", total=len(names))
+            results = run_check(names, sizes, args.draft_length, args.num_paths, args.instances, args.seed,
+                                args.num_tokens, args.rational, progress=lambda name: progress.advance(task),
+                                budget=args.budget)
+    except (ValueError, TypeError) as err:  # a --method that does not load, or no N for it
+        print(f"verispec check: {err}", file=sys.stderr)
+        return 2
     elapsed = time.perf_counter() - start
-
-    table = Table(title=f"verispec check: V={args.vocab_size} L={args.draft_length} K={args.num_paths} "
-                        f"N={num_tokens} tokens, {args.instances} instances, seed {args.seed}"
-                        + (", rational" if args.rational else ""))
-    for column in ("method", "inst.", "max TV", "block eff.", "branches", "time s", "lossless"):
-        table.add_column(column, justify="left" if column == "method" else "right")
-    for r in results:
-        tv = "0 (exact)" if args.rational and r.exact_zero and r.max_tv == 0 else f"{r.max_tv:.2e}"
-        table.add_row(r.method, str(r.instances), tv, f"{r.mean_block_efficiency:.4f}", str(r.branches),
-                      f"{r.seconds:.2f}", "[green]yes[/]" if r.passed else "[red]NO[/]")
-    console.print(table)
+    largest_n = max(r.num_tokens for r in results)
+    counts: dict = {}
+    for inst in plan_instances(sizes, args.instances, args.seed, args.rational, largest_n, args.budget):
+        counts[inst.vocab_size] = counts.get(inst.vocab_size, 0) + 1
+    console.print(_check_table(results, args, sizes, counts))
     console.print("max TV: total variation between the exact law of the first N emitted tokens and the "
                   "target's; block eff.: E\\[tokens per target call] = E\\[tau] + 1 of one iteration")
     console.print(f"total {elapsed:.1f} s")
-    failed = [r.method for r in results if not r.passed]
     if args.json:
         from dataclasses import asdict
 
         write_json_atomic(args.json, {
             "command": "check", "version": __version__, "python": platform.python_version(),
-            "vocab_size": args.vocab_size, "draft_length": args.draft_length,
-            "num_paths": args.num_paths, "num_tokens": num_tokens, "instances": args.instances,
-            "seed": args.seed, "rational": args.rational, "seconds": elapsed,
-            "results": [asdict(r) for r in results],
+            "vocab_sizes": list(sizes), "instances_per_vocab_size": {str(v): c for v, c in counts.items()},
+            "budget": args.budget, "draft_length": args.draft_length, "num_paths": args.num_paths,
+            "num_tokens": args.num_tokens, "instances": args.instances, "seed": args.seed,
+            "rational": args.rational, "seconds": elapsed, "results": [asdict(r) for r in results],
         })
+    broken = [r for r in results if r.status == "contract error"]
+    for r in broken:
+        console.print(f"[red]{r.method}: rule contract error (not a lossless verdict):[/]")
+        console.print(r.contract_error, markup=False, highlight=False)
+    failed = [r.method for r in results if r.status == "NOT lossless"]
     if failed:
         console.print(f"[red]NOT lossless: {', '.join(failed)}[/]")
+    if broken:
+        console.print(f"[red]rule contract broken: {', '.join(r.method for r in broken)}[/]")
+        return 3
+    if failed:
         return 1
-    console.print("[green]all methods lossless[/]")
+    console.print("[green]all methods lossless on these instances[/]")
     return 0
 
 

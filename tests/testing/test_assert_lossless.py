@@ -11,8 +11,8 @@ import pytest
 from verispec.reference import drafters, exact, methods, models
 from verispec.reference.probability import accept_probability, align, residual
 from verispec.reference.verifiers import token_verify
-from verispec.testing import (Instance, LosslessnessError, LosslessReport, NotWorseError, assert_lossless,
-                              assert_not_worse, planted, sweep)
+from verispec.testing import (Instance, LosslessnessError, LosslessReport, NotWorseError, RuleContractError,
+                              assert_lossless, assert_not_worse, planted, sweep)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -135,7 +135,8 @@ def test_default_num_tokens_is_draft_length_plus_two():
     no_params = methods.Method("bare", drafters.chain(1), token_verify)
     assert assert_lossless(no_params, families=("iid",), temperatures=(1,)).max_num_tokens == 3
     opaque = methods.Method("opaque", lambda dm, c, r: drafters.chain(1)(dm, c, r), token_verify)
-    assert assert_lossless(opaque, families=("iid",), temperatures=(1,)).max_num_tokens == 4
+    with pytest.raises(ValueError, match="num_tokens: .*declares no draft depth"):  # no silent N = 4
+        assert_lossless(opaque, families=("iid",), temperatures=(1,))
 
 
 def test_exact_true_rejects_float_rules_and_float_temperatures():
@@ -173,8 +174,9 @@ def test_a_crashing_rule_is_reported_with_its_instance():
             raise ZeroDivisionError("boom")
         return token_verify(target, draft_model, context, draft, rand)
 
-    with pytest.raises(LosslessnessError, match="raised ZeroDivisionError: boom") as info:
-        assert_lossless(_method(crash))
+    with pytest.raises(RuleContractError, match="raised ZeroDivisionError: boom") as info:
+        assert_lossless(_method(crash))  # a contract error, not a lossless verdict
+    assert not isinstance(info.value, LosslessnessError)
     assert info.value.instance.vocab_size == 3 and isinstance(info.value.__cause__, ZeroDivisionError)
 
 

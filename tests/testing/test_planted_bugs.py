@@ -14,7 +14,7 @@ CHEAP = dict(families=("iid", "markov"))
 def test_registry_lists_every_planted_bug_of_testing_md():
     assert set(planted.BUGS) == {
         "always_accept", "residual_p", "bonus_from_q", "bonus_off_by_one", "greedy_draft_soft_q",
-        "topk_draft_raw_q", "temperature_ignored", "u_zero", "block_replaced_by_token",
+        "topk_draft_raw_q", "topk3_draft_raw_q", "temperature_ignored", "u_zero", "block_replaced_by_token",
         "traversal_leaf_order", "hsd_uncapped_last", "is_verified_against_q", "spechub_stale_hub_target",
         "block_point_mass_scalar_q"}
     assert planted.LOSSY == set(planted.BUGS) - {"block_replaced_by_token"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from .contract import Draw, RuleContractError
 from .methods import Method
 from .models import LanguageModel, _check_positive_int, check_pair, check_prefix
 from .randomness import enumerate_law
@@ -39,8 +40,22 @@ def _check_call(target, draft, method, context):
     return check_prefix(context, target.vocab_size, "context")
 
 
+def _contract_error(method, prefix):
+    """The enumerator's on_error: any exception of the rule becomes a RuleContractError naming the
+    prefix, the branch's probability and its draws."""
+
+    def on_error(err, probability, draws):
+        problem = err.problem if isinstance(err, RuleContractError) else \
+            f"the rule raised {type(err).__name__}: {err}"
+        return RuleContractError(problem, method=repr(method), prefix=prefix, probability=probability,
+                                 draws=[Draw(*d) for d in draws])
+
+    return on_error
+
+
 def _iteration(target, draft, method, prefix, max_branches=None):
-    return enumerate_law(lambda rand: method.step(target, draft, prefix, rand), max_branches)
+    return enumerate_law(lambda rand: method.step(target, draft, prefix, rand), max_branches,
+                         on_error=_contract_error(method, prefix))
 
 
 def iteration_distribution(target: LanguageModel, draft: LanguageModel | None, method: Method,
@@ -91,7 +106,11 @@ def output_enumeration(target, draft, method, context=(), num_tokens: int = 1,
     while frontier:
         next_frontier: dict = {}
         for emitted, weight in frontier.items():
-            for tokens, prob in iteration_law(emitted).items():
+            try:
+                iteration = iteration_law(emitted)
+            except RuleContractError as err:
+                raise err.with_context(prefix_probability=weight) from err.__cause__
+            for tokens, prob in iteration.items():
                 out = emitted + tokens
                 bucket, key = (law, out[:N]) if len(out) >= N else (next_frontier, out)
                 bucket[key] = bucket.get(key, 0) + weight * prob
@@ -112,6 +131,8 @@ def output_distribution(target: LanguageModel, draft: LanguageModel | None, meth
 
     Raises:
         TypeError / ValueError: non-models, vocab mismatch, non-Method, bad context, N < 1.
+        RuleContractError: the rule raised or returned a malformed result on some branch (the
+            error names the prefix, the branch's probability and the draws that led there).
     """
     return output_enumeration(target, draft, method, context, num_tokens).law
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import drafters
+from .contract import RuleContractError, check_signature
 from .drafters import Draft
 from .models import LanguageModel, _check_positive_int, check_pair, check_prefix
 from .randomness import Randomness
@@ -58,31 +59,55 @@ class Method:
         for arg in ("draft", "verify"):
             if not callable(getattr(self, arg)):
                 raise TypeError(f"{arg}: expected a callable, got {type(getattr(self, arg)).__name__}")
+        check_signature(self.draft, ("draft_model", "context", "rand"), "draft", self.name)
+        check_signature(self.verify, ("target", "draft_model", "context", "draft", "rand"), "verify", self.name)
 
     @property
     def draft_length(self) -> int | None:
-        """L (or the node budget's max depth for trees), when the method has one."""
-        return self.params.get("draft_length", self.params.get("max_depth"))
+        """The declared draft depth: L (or a tree's max depth), from ``params`` ("draft_length" or
+        "max_depth") or else from the drafter (a `Drafter`'s parameters, or a ``draft_length`` /
+        ``max_depth`` attribute of a plain function); None when nothing declares it."""
+        for source in (self.params, getattr(self.draft, "params", None)):
+            if isinstance(source, dict):
+                depth = source.get("draft_length", source.get("max_depth"))
+                if depth is not None:
+                    return depth
+        for attr in ("draft_length", "max_depth"):
+            depth = getattr(self.draft, attr, None)
+            if depth is not None:
+                return depth
+        return None
 
     def step(self, target: LanguageModel, draft_model, context: tuple, rand: Randomness) -> tuple[int, ...]:
         """One draft-verify iteration from `context`; returns the emitted tokens (tau + 1 of them).
 
         Raises:
-            TypeError: the drafter did not return a Draft.
-            ValueError: the verifier's output is empty, has out-of-range ids, or its accepted
-                prefix is not a node of the draft.
+            RuleContractError (a TypeError and ValueError): the drafter did not return a Draft; the
+                verifier's output is not a sequence of token ids, is empty (no correction/bonus
+                token), has ids outside the vocabulary, accepts a prefix that is not a node of the
+                draft, or is longer than the declared draft depth + 1.
         """
         # Drafters that need no model (prompt lookup) still read the vocabulary size.
         draft = self.draft(draft_model if draft_model is not None else VocabularyOnly(target.vocab_size),
                            context, rand)
         if not isinstance(draft, Draft):
-            raise TypeError(f"draft: method {self.name!r}'s drafter returned {type(draft).__name__}, not a Draft")
+            raise RuleContractError(f"draft: method {self.name!r}'s drafter returned {type(draft).__name__}, "
+                                    "not a Draft")
         out = self.verify(target, draft_model, context, draft, rand)
-        out = check_prefix(out, target.vocab_size, f"tokens emitted by {self.name!r}")
+        try:
+            out = check_prefix(out, target.vocab_size, f"tokens emitted by {self.name!r}")
+        except (TypeError, ValueError) as err:
+            raise RuleContractError(f"verify: {err} (a token outside the vocabulary, V = "
+                                    f"{target.vocab_size})" if isinstance(err, ValueError) else f"verify: {err}") from None
         if not out:
-            raise ValueError(f"verify: method {self.name!r} emitted no token")
+            raise RuleContractError(f"verify: method {self.name!r} emitted no token "
+                                    "(no correction/bonus token after the accepted prefix)")
         if not draft.contains(out[:-1]):
-            raise ValueError(f"verify: method {self.name!r} accepted {out[:-1]}, which is not a drafted path")
+            raise RuleContractError(f"verify: method {self.name!r} accepted {out[:-1]}, which is not a drafted path")
+        depth = self.draft_length
+        if isinstance(depth, int) and len(out) > depth + 1:
+            raise RuleContractError(f"verify: method {self.name!r} emitted {len(out)} tokens {out}, more than its "
+                                    f"declared draft depth {depth} + 1 correction/bonus token")
         return out
 
     def __repr__(self):

@@ -156,12 +156,48 @@ class Enumeration:
     num_branches: int
 
 
-def enumerate_law(program: Callable[[Randomness], Hashable], max_branches: int | None = None) -> Enumeration:
+class _Recorder(_Replay):
+    """A replay that also records every draw as (kind, argument, outcome, probability)."""
+
+    __slots__ = ("draws",)
+
+    def __init__(self, forced):
+        super().__init__(forced, [], {})
+        self.draws: list = []
+
+    def bernoulli(self, p) -> bool:
+        outcome = super().bernoulli(p)
+        p = _check_bernoulli(p)
+        self.draws.append(("bernoulli", p, outcome, p if outcome else 1 - p))
+        return outcome
+
+    def categorical(self, probs) -> int:
+        outcome = super().categorical(probs)
+        self.draws.append(("categorical", probs, outcome, probs[outcome]))
+        return outcome
+
+
+def replay_draws(program: Callable[[Randomness], Hashable], choices: tuple[int, ...]) -> list:
+    """Re-run `program` along the branch given by its choice indices and return its draws, as
+    [(kind, argument, outcome, probability)], up to where it returns or raises."""
+    recorder = _Recorder(tuple(choices))
+    try:
+        program(recorder)
+    except Exception:  # the branch is being replayed because it raised
+        pass
+    return recorder.draws
+
+
+def enumerate_law(program: Callable[[Randomness], Hashable], max_branches: int | None = None,
+                  on_error: Callable | None = None) -> Enumeration:
     """Run `program(rand)` over every branch of its random choices; return the output law.
 
     Args:
         program: a deterministic function of its `Randomness` argument returning a hashable outcome.
         max_branches: raise `RuntimeError` past this many leaves (guards against runaway instances).
+        on_error: None (an exception of `program` propagates) or
+            ``on_error(error, probability, draws) -> Exception``: the exception to raise instead,
+            given the branch's probability and its draws (as `replay_draws` returns them).
 
     Returns:
         `Enumeration` with the law {outcome: prob} (probabilities sum to 1: exactly for rational
@@ -173,7 +209,12 @@ def enumerate_law(program: Callable[[Randomness], Hashable], max_branches: int |
     branches = 0
     while pending:
         rand = _Replay(pending.pop(), pending, supports)
-        outcome = program(rand)
+        try:
+            outcome = program(rand)
+        except Exception as err:
+            if on_error is None:
+                raise
+            raise on_error(err, rand.weight, replay_draws(program, tuple(rand.trace))) from err
         law[outcome] = law.get(outcome, 0) + rand.weight
         branches += 1
         if max_branches is not None and branches > max_branches:
@@ -191,4 +232,4 @@ def total_mass(law: dict):
     return sum(law.values()) if law else 0
 
 
-__all__ = ["Randomness", "Sampler", "Enumeration", "enumerate_law", "law_is_exact", "total_mass"]
+__all__ = ["Randomness", "Sampler", "Enumeration", "enumerate_law", "replay_draws", "law_is_exact", "total_mass"]

@@ -5,6 +5,8 @@
 - `assert_lossless(method, ...)`: exact check (by enumeration) that a method's output law equals the
   target's, on one instance or a deterministic sweep; reports the smallest counterexample.
 - `assert_not_worse(method, baseline, ...)`: exact E[tau] comparison (catches lossless-but-slower).
+- `RuleContractError`: a rule that raises or returns a malformed result (not a lossless verdict);
+  `LosslessnessError`: a well-formed rule whose law differs from the target's.
 - `strategies`: hypothesis strategies (distributions, toy LMs, target/draft pairs, temperatures,
   instances).
 - `planted`: the planted bugs of docs/testing.md, to show that a check can fail.
@@ -15,12 +17,12 @@
 """
 
 from . import planted, strategies
-from .assertions import (LosslessnessError, LosslessReport, NotWorseError, assert_lossless, assert_not_worse,
-                         sweep)
+from .assertions import (LosslessnessError, LosslessReport, NotWorseError, RuleContractError, assert_lossless,
+                         assert_not_worse, default_num_tokens, sweep)
 from .strategies import Instance
 
-__all__ = ["assert_lossless", "assert_not_worse", "sweep", "strategies", "planted", "Instance",
-           "LosslessnessError", "LosslessReport", "NotWorseError"]
+__all__ = ["assert_lossless", "assert_not_worse", "sweep", "default_num_tokens", "strategies", "planted",
+           "Instance", "LosslessnessError", "LosslessReport", "NotWorseError", "RuleContractError"]
 
 # Black-box samplers (batched torch/numpy code with its own RNG): a G-test of the emitted law with a
 # stated false-alarm rate and power. `gtest` holds the test, its sample size and power.
@@ -30,3 +32,8 @@ from .sampler import (SamplerContractError, SamplerLosslessnessError, SamplerRep
 
 __all__ += ["assert_sampler_lossless", "reference_sampler", "SamplerReport", "SamplerLosslessnessError",
             "SamplerContractError", "gtest"]
+
+# For every target/draft pair at a fixed small size (symbolic execution + the z3 SMT solver).
+from .proofs import ProofError, assert_proved  # noqa: E402
+
+__all__ += ["assert_proved", "ProofError"]

@@ -22,14 +22,16 @@ import numpy as np
 
 from ..reference import exact as _exact
 from ..reference import models
+from ..reference.contract import RuleContractError
 from ..reference.methods import Method
 from ..reference.models import _check_positive_int as _check_int
 from ..reference.models import check_pair, check_prefix
 from ..reference.randomness import law_is_exact
 from .strategies import Instance, _check_vocab_sizes
 
-__all__ = ["assert_lossless", "assert_not_worse", "sweep", "LosslessnessError", "LosslessReport",
-           "NotWorseError", "DEFAULT_FAMILIES"]
+__all__ = ["assert_lossless", "assert_not_worse", "sweep", "sweep_plan", "default_num_tokens", "LosslessnessError",
+           "LosslessReport", "NotWorseError", "RuleContractError", "DEFAULT_FAMILIES", "DEFAULT_VOCAB_SIZES",
+           "DEFAULT_BUDGET"]
 
 #: Model families of the default sweep, simplest first.
 DEFAULT_FAMILIES = ("iid", "markov", "random_tree")
@@ -43,7 +45,7 @@ class LosslessnessError(AssertionError):
     Attributes:
         method: the Method under test.
         instance: the `Instance` (with ``num_tokens`` = the smallest failing N).
-        tv: TV(method law, target law) (a Fraction for exact laws; None if the method crashed).
+        tv: TV(method law, target law) (a Fraction for exact laws; None when exact=True met an inexact law).
         law, target_law: the two laws at that N ({N-token tuple: probability}).
         exact: True when both laws are exact rationals.
     """
@@ -167,22 +169,85 @@ def _sweep_pair(family, V, seed, rational):
             models.random_tree(V, _seed_for(seed, V, 2, 1), **kw))
 
 
-def sweep(vocab_sizes=(2, 3), temperatures=(1, 0, 0.5), num_tokens=4, context=(), seed=0,
-          families=DEFAULT_FAMILIES, exact=None) -> list[Instance]:
+#: The default sweep's vocabulary sizes: a bug that needs size s (a top-k draft with k = s, K draft
+#: paths, a tree of width s) is found only by instances with V > s, so the sweep goes past 2-3.
+DEFAULT_VOCAB_SIZES = (2, 3, 4, 5, 6)
+
+#: Vocabulary sizes up to this one are always checked on the full grid (every family x temperature).
+FULL_GRID_MAX_VOCAB = 3
+
+#: The default cost budget per larger vocabulary size, in N-token outcome sequences (V ** N).
+DEFAULT_BUDGET = 1000
+
+
+def _grid_order(families, temps):
+    """(family, temperature) pairs in a Latin-square order: every prefix of the list spreads over
+    families and temperatures (i.i.d./T=1 first, then Markov at the next T, random tree at the
+    next...), so a size that affords few instances still gets varied ones."""
+    F, T = len(families), len(temps)
+    return [(families[i % F], temps[(i % F + i // F) % T]) for i in range(F * T)]
+
+
+def sweep_plan(vocab_sizes=DEFAULT_VOCAB_SIZES, num_tokens=4, num_cells=9, budget=DEFAULT_BUDGET):
+    """How many instances, and with which N, the sweep checks at each vocabulary size.
+
+    Sizes V <= 3 (`FULL_GRID_MAX_VOCAB`) get the full grid (``num_cells`` = families x temperatures)
+    at N = ``num_tokens``. A larger V gets N_V = N when V**N <= budget, else the largest n >= 1 with
+    V**n <= budget (at least 1), and max(1, min(num_cells, budget // V**N)) instances. The cost of
+    an exact check grows like the number of N-token outcomes V**N, so ``budget`` bounds the work
+    spent per larger size while every size is reached.
+
+    Returns:
+        {V: (instances, N_V)}, V ascending.
+    """
+    sizes = _check_vocab_sizes(vocab_sizes)
+    N = _check_int(num_tokens, "num_tokens", 1)
+    budget = _check_budget(budget)
+    plan = {}
+    for V in sizes:
+        if V <= FULL_GRID_MAX_VOCAB:
+            plan[V] = (num_cells, N)
+            continue
+        n = N
+        while n > 1 and V ** n > budget:
+            n -= 1
+        plan[V] = (max(1, min(num_cells, budget // V ** N)), n)
+    return plan
+
+
+def _check_budget(budget):
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
+        raise TypeError(f"budget: expected an int (N-token outcomes per vocabulary size), got {type(budget).__name__}")
+    if budget < 1:
+        raise ValueError(f"budget: must be >= 1, got {budget}")
+    return int(budget)
+
+
+def sweep(vocab_sizes=DEFAULT_VOCAB_SIZES, temperatures=(1, 0, 0.5), num_tokens=4, context=(), seed=0,
+          families=DEFAULT_FAMILIES, exact=None, budget=DEFAULT_BUDGET) -> list[Instance]:
     """The deterministic instances `assert_lossless` checks by default, smallest first.
 
     For every V in ``vocab_sizes`` and every family (i.i.d., Markov, random tree — in that order of
     complexity) one independent target/draft pair is derived from ``seed``; each pair is checked
-    at every temperature in ``temperatures`` (the same T wraps target and draft; T = 1 adds no
+    at temperatures from ``temperatures`` (the same T wraps target and draft; T = 1 adds no
     wrapper). Models are rational (k/32) unless ``exact is False``; a temperature other than 0 and
     1 makes the tempered models float64. Order: V, then N, then family, then temperature.
 
+    Size-aware: a bug that needs size s — a top-k draft with k = s, K draft paths, a tree of width
+    s — is found only by instances LARGER than s (a top-3 draft of a 3-token vocabulary is the
+    whole q). So the default sizes go up to 6, and the cost is kept affordable by `sweep_plan`:
+    V <= 3 gets every family at every temperature; a larger V gets budget // V**N instances (at
+    least 1), picked in an order that varies family and temperature, with N lowered at the sizes
+    where V**N exceeds ``budget``. Default (N = 4): 9, 9, 3, 1, 1 instances at V = 2..6 (N = 3 at
+    V = 6).
+
     Args:
-        vocab_sizes: ints >= 1. temperatures: numbers >= 0. num_tokens: N >= 1.
+        vocab_sizes: ints >= 1 (default 2..6). temperatures: numbers >= 0. num_tokens: N >= 1.
         context: tuple of token ids, valid for every V. seed: int >= 0.
         families: a subset of ("iid", "markov", "random_tree").
         exact: None/True -> rational models; False -> float64 models. With True, temperatures
             other than 0 and 1 are rejected (they cannot be rational).
+        budget: int >= 1, N-token outcome sequences (V**N) per vocabulary size above 3.
     """
     sizes = _check_vocab_sizes(vocab_sizes)
     temps = _check_temperatures(temperatures)
@@ -193,16 +258,18 @@ def sweep(vocab_sizes=(2, 3), temperatures=(1, 0, 0.5), num_tokens=4, context=()
     if exact and any(t not in (0, 1) for t in temps):
         raise ValueError(f"temperatures: exact=True needs temperatures in {{0, 1}} (a tempered model at "
                          f"T = {[t for t in temps if t not in (0, 1)][0]} is float64); got {list(temps)}")
+    plan = sweep_plan(sizes, N, len(families) * len(temps), budget)
     out = []
-    for V in sizes:
+    for V, (count, n_V) in plan.items():
         ctx = check_prefix(context, V, "context")
-        for rank, family in enumerate(families):
-            target, draft = _sweep_pair(family, V, seed, rational=exact is not False)
-            for ti, T in enumerate(temps):
-                t_model, d_model = (target, draft) if T == 1 else (models.temperature(target, T),
-                                                                   models.temperature(draft, T))
-                out.append(Instance(t_model, d_model, ctx, N, complexity=rank * len(temps) + ti,
-                                    label=f"{family} pair, T={T}"))
+        pairs = {family: _sweep_pair(family, V, seed, rational=exact is not False) for family in families}
+        for family, T in _grid_order(families, temps)[:count]:
+            target, draft = pairs[family]
+            t_model, d_model = (target, draft) if T == 1 else (models.temperature(target, T),
+                                                               models.temperature(draft, T))
+            out.append(Instance(t_model, d_model, ctx, n_V,
+                                complexity=families.index(family) * len(temps) + temps.index(T),
+                                label=f"{family} pair, T={T}"))
     out.sort(key=Instance.sort_key)
     return out
 
@@ -281,11 +348,8 @@ def _run(method, inst, tol, exact_required, checked, total, explicit):
     """Evaluate one instance; raise LosslessnessError on failure; return (tv, exact)."""
     try:
         result = _evaluate(method, inst, tol, exact_required)
-    except Exception as err:  # a crash on a valid instance is a failure of the method
-        raise LosslessnessError(
-            f"{method!r} raised {type(err).__name__}: {err}\n  on instance {checked} of {total}:\n"
-            + "\n".join("  " + line for line in inst.describe().splitlines()),
-            method=method, instance=inst) from err
+    except RuleContractError as err:  # a broken rule has no law to compare: not a lossless verdict
+        raise err.with_context(instance=inst) from err.__cause__
     if result[0] == "inexact":
         _, law, ref = result
         raise LosslessnessError(
@@ -303,24 +367,30 @@ def _run(method, inst, tol, exact_required, checked, total, explicit):
                             exact=both_exact)
 
 
-def _draft_length(method):
-    """method.draft_length, else the drafter's draft_length / max_depth parameter, else None."""
+def default_num_tokens(method) -> int:
+    """N = L + 2 for a method of declared draft depth L (`Method.draft_length`: its params or its
+    drafter's): every emitted token of a full iteration plus the first token of the next one, so
+    bonus-token bugs show.
+
+    Raises:
+        ValueError: the method declares no draft depth (e.g. a plain-function drafter); the message
+            says to pass ``num_tokens`` or declare the depth. No default N is guessed: a depth-3
+            tree checked with N = 4 would leave its second iteration unchecked.
+    """
     L = method.draft_length
-    if L is None:
-        params = getattr(method.draft, "params", None)
-        if isinstance(params, dict):
-            L = params.get("draft_length", params.get("max_depth"))
-    return L if isinstance(L, (int, np.integer)) and not isinstance(L, bool) and L >= 1 else None
+    if isinstance(L, (int, np.integer)) and not isinstance(L, bool) and L >= 1:
+        return int(L) + 2
+    raise ValueError(
+        f"num_tokens: {method!r} declares no draft depth (got {L!r}), so the number of tokens N to check "
+        "cannot be derived; pass num_tokens=N (at least the longest draft + 2), or declare the depth: "
+        "Method(..., params={'draft_length': L}), a verispec Drafter, or an attribute "
+        "my_drafter.draft_length = L on a plain-function drafter")
 
 
-def _default_num_tokens(method):
-    """(L or 2) + 2: enough tokens for at least two draft-verify iterations."""
-    return int(_draft_length(method) or 2) + 2
-
-
-def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=None, vocab_sizes=(2, 3),
-                    temperatures=(1, 0, 0.5), instances: Iterable[Instance] | None = None, seed=0, tol=1e-12,
-                    exact=None, families=DEFAULT_FAMILIES) -> LosslessReport:
+def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=None,
+                    vocab_sizes=DEFAULT_VOCAB_SIZES, temperatures=(1, 0, 0.5),
+                    instances: Iterable[Instance] | None = None, seed=0, tol=1e-12, exact=None,
+                    families=DEFAULT_FAMILIES, budget=DEFAULT_BUDGET) -> LosslessReport:
     """Assert that ``method`` is lossless: its output law equals the target's, exactly.
 
     Two modes:
@@ -343,9 +413,14 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
         method: a `verispec.reference.methods.Method`.
         target, draft: LanguageModels over one vocabulary (single-instance mode).
         context: tuple of token ids (also used by every sweep instance).
-        num_tokens: N >= 1; default ``(L or 2) + 2`` with L = ``method.draft_length`` (or the
-            drafter's ``draft_length``): enough for two iterations, so bonus-token bugs show.
-        vocab_sizes: the sweep's vocabulary sizes (ignored with ``target`` or ``instances``).
+        num_tokens: N >= 1; default ``L + 2`` with L the method's declared draft depth
+            (`default_num_tokens`): enough for two iterations, so bonus-token bugs show. A method
+            that declares no depth (a plain-function drafter) needs an explicit ``num_tokens``.
+        vocab_sizes: the sweep's vocabulary sizes (default 2..6; ignored with ``target`` or
+            ``instances``). A bug that needs size s (top-k with k = s, K paths, tree width s) is
+            found only by sizes larger than s.
+        budget: the sweep's cost cap per vocabulary size above 3, in N-token outcomes V**N
+            (default 1000: 9, 9, 3, 1, 1 instances at V = 2..6); see `sweep_plan`.
         temperatures: the sweep's temperatures, applied to target and draft (0 = greedy; default
             (1, 0, 0.5): temperature-handling bugs need a T other than 0 and 1).
         instances: your own iterable of `verispec.testing.strategies.Instance` (sorted by
@@ -361,17 +436,25 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
         a `LosslessReport` (number of instances, how many were exact, the largest float64 TV).
 
     Raises:
-        LosslessnessError (AssertionError): the method is not lossless (or crashed) on an instance.
-        TypeError / ValueError: invalid arguments, naming the argument.
+        LosslessnessError (AssertionError): the laws differ on an instance (only a well-formed rule
+            whose law differs raises it).
+        RuleContractError (TypeError, ValueError): the rule broke its contract on an instance: it
+            raised, returned no correction/bonus token, a token outside the vocabulary, a path not in
+            the draft, more tokens than its declared depth allows, or has the wrong signature. The
+            message names the instance, the branch's probability and the draws that led there, and
+            says when the branch exists only through float64 rounding.
+        TypeError / ValueError: invalid arguments, naming the argument (``num_tokens`` when the
+            method declares no draft depth and none was given).
 
     Cost: exponential in N. Chain methods with L <= 3 on the default sweep take seconds; the
-    random-tree family dominates (use ``families=("iid", "markov")`` for quick checks).
+    random-tree family dominates (use ``families=("iid", "markov")`` for quick checks, a smaller
+    ``budget`` or ``vocab_sizes`` to stay below V = 6).
     """
     method = _check_method(method)
     tol = _check_tol(tol)
     exact = _check_exact(exact)
     seed = _check_int(seed, "seed", 0)
-    N = _default_num_tokens(method) if num_tokens is None else _check_int(num_tokens, "num_tokens", 1)
+    N = default_num_tokens(method) if num_tokens is None else _check_int(num_tokens, "num_tokens", 1)
     explicit = target is not None
     if explicit:
         if instances is not None:
@@ -401,7 +484,7 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
                 check_prefix(inst.context, inst.vocab_size, f"instances[{i}].context")
             todo.sort(key=Instance.sort_key)
         else:
-            todo = sweep(vocab_sizes, temperatures, N, context, seed, families, exact)
+            todo = sweep(vocab_sizes, temperatures, N, context, seed, families, exact, budget)
 
     num_exact, max_tv = 0, 0.0
     failure: LosslessnessError | None = None
@@ -415,7 +498,7 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
         try:
             tv, both_exact = _run(method, inst, tol, bool(exact), i, len(todo), explicit)
         except LosslessnessError as err:
-            if err.tv is None:  # a crash or an inexact law: report at once
+            if err.tv is None:  # an inexact law under exact=True: report at once
                 raise
             key = (err.instance.vocab_size, err.instance.num_tokens, err.instance.complexity, len(err.instance.context))
             if best_key is None or key < best_key:

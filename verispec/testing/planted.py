@@ -24,6 +24,8 @@ Which instances expose which bug (the default `assert_lossless` sweep covers all
 - ``temperature_ignored`` needs a TEMPERED target, ``models.temperature(base, T)`` with T != 1
   (the sweep's temperatures include 0 and 0.5); at T = 1 it is exact token verification.
 - ``topk_draft_raw_q`` (top-k = 2) needs V >= 3: with two tokens top-2 filtering changes nothing.
+- ``topk3_draft_raw_q`` (top-k = 3) needs V >= 4: a bug that needs size s is found only by
+  instances larger than s.
 - ``greedy_draft_soft_q`` needs a non-greedy draft model (T > 0): at T = 0 soft q is one-hot.
 - ``u_zero`` differs from always-accept only when a drafted token has p(x) = 0.
 """
@@ -223,6 +225,14 @@ def efficiency_gap(target, draft, draft_length: int, context=()):
             - exact.expected_accepted_length(target, draft, bug, context))
 
 
+def topk3_draft_raw_q(draft_length: int) -> Method:
+    """`topk_draft_raw_q` with top_k = 3: drafts from top-3-filtered q, ratio and residual with the
+    raw q (transformers issue #47932). A size bug: with V <= 3 top-3 filtering is the identity and
+    the rule is exact token verification, so only instances with V >= 4 can catch it (the default
+    sweep of `assert_lossless` reaches V = 6 for this reason)."""
+    return topk_draft_raw_q(draft_length, top_k=3)
+
+
 #: {name: factory(draft_length) -> Method}, every planted bug of docs/testing.md.
 BUGS: dict[str, Callable[[int], Method]] = {
     "always_accept": always_accept,
@@ -231,6 +241,7 @@ BUGS: dict[str, Callable[[int], Method]] = {
     "bonus_off_by_one": bonus_off_by_one,
     "greedy_draft_soft_q": greedy_draft_soft_q,
     "topk_draft_raw_q": topk_draft_raw_q,
+    "topk3_draft_raw_q": topk3_draft_raw_q,
     "temperature_ignored": temperature_ignored,
     "u_zero": u_zero,
     "block_replaced_by_token": block_replaced_by_token,
