@@ -19,6 +19,7 @@ Statistical design (docs/testing.md, "Black-box samplers"):
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -180,8 +181,9 @@ def test_hf_style_example_passes_and_a_one_sided_temperature_is_caught():
 def test_examples_run_at_full_power(name):
     """The examples' __main__: the default sweep at alpha 1e-6, power 0.9 at TV 0.01."""
     pytest.importorskip("torch")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny tensors: threads only add hand-offs
     out = subprocess.run([sys.executable, str(ROOT / "examples" / f"{name}.py")], capture_output=True,
-                         text=True, timeout=900, cwd=ROOT)
+                         text=True, timeout=900, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr
     assert "power 0.9 at TV 0.01" in out.stdout and "294,094" in out.stdout
 
