@@ -29,6 +29,7 @@ import pytest
 from scipy import stats
 
 from verispec.reference import models
+from verispec.reference.contract import RuleContractError
 from verispec.testing import (LosslessnessError, gtest, SamplerContractError, SamplerLosslessnessError,
                               assert_sampler_lossless, reference_sampler)
 from verispec.testing.strategies import Instance
@@ -234,6 +235,7 @@ def test_contract_errors(kind, match):
         assert_sampler_lossless(_breaking(kind), target=models.iid([0.5, 0.5]), draft=models.iid([0.3, 0.7]),
                                 draft_length=2, num_samples=50)
     assert not isinstance(info.value, AssertionError)
+    assert isinstance(info.value, RuleContractError) and info.value.instance is not None
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..reference import exact as _exact
+from ..reference.contract import RuleContractError
 from ..reference.models import _check_positive_int as _check_int
 from ..reference.models import check_pair, check_prefix
 from . import gtest
@@ -61,18 +62,18 @@ PLACEHOLDER = -1
 _MAX_CODE = 2 ** 62  # prefixes are encoded as base-(V+1) integers in int64
 
 
-class SamplerContractError(ValueError):
+class SamplerContractError(RuleContractError):
     """The function under test broke the calling contract (wrong shape or dtype, a token outside
     the vocabulary, an emitted prefix that is not the draft, no token emitted, or it raised).
-    This is not a verdict on its law.
+    This is not a verdict on its law: a `RuleContractError` (TypeError and ValueError), never an
+    AssertionError.
 
-    Attributes:
-        instance: the `Instance` being run. row: the offending row (or None).
+    Attributes (besides `RuleContractError`'s): row, the offending batch row (or None).
     """
 
-    def __init__(self, message, instance=None, row=None):
-        super().__init__(message)
-        self.instance, self.row = instance, row
+    def __init__(self, problem, method=None, instance=None, row=None, detail=""):
+        self.row = row
+        super().__init__(problem, method=method, instance=instance, detail=detail)
 
 
 class SamplerLosslessnessError(LosslessnessError):
@@ -263,42 +264,41 @@ class _PrefixTable:
         return table[inverse.reshape(-1)]
 
 
-def _contract(message, inst, row, draft_ids=None, out=None):
-    where = f"\n  instance: {inst.label} (V = {inst.vocab_size})"
-    if row is not None and draft_ids is not None:
-        where += f"\n  row {row}: draft_ids = {draft_ids[row].tolist()}"
-        if out is not None:
-            where += f", output = {out[row].tolist()}"
-    return SamplerContractError(message + where, instance=inst, row=row)
+def _contract(problem, where, row=None, draft_ids=None, out=None):
+    """A SamplerContractError; `where` = (function name, instance)."""
+    name, inst = where
+    detail = "" if row is None else f"row {row}: draft_ids = {draft_ids[row].tolist()}, output = {out[row].tolist()}"
+    return SamplerContractError(problem, method=name, instance=inst, row=row, detail=detail)
 
 
-def _validate(out, draft_ids, inst):
+def _validate(out, draft_ids, where):
     """Check the output contract; returns int64 [batch, L + 1] and the emitted counts [batch]."""
     A, L = draft_ids.shape
+    V = where[1].vocab_size
     if out.shape != (A, L + 1):
-        raise _contract(f"output: expected shape [batch, L + 1] = [{A}, {L + 1}], got {list(out.shape)}", inst, None)
+        raise _contract(f"output: expected shape [batch, L + 1] = [{A}, {L + 1}], got {list(out.shape)}", where)
     if out.dtype.kind not in "iu":
-        raise _contract(f"output: expected integer token ids, got dtype {out.dtype}", inst, None)
+        raise _contract(f"output: expected integer token ids, got dtype {out.dtype}", where)
     out = out.astype(np.int64)
-    bad = np.flatnonzero(((out < PLACEHOLDER) | (out >= inst.vocab_size)).any(axis=1))
+    bad = np.flatnonzero(((out < PLACEHOLDER) | (out >= V)).any(axis=1))
     if bad.size:
-        raise _contract(f"output: token id outside [0, {inst.vocab_size}) that is not the placeholder "
-                        f"{PLACEHOLDER}", inst, int(bad[0]), draft_ids, out)
+        raise _contract(f"output: token id outside [0, {V}) that is not the placeholder {PLACEHOLDER}", where,
+                        int(bad[0]), draft_ids, out)
     valid = out >= 0  # [batch, L + 1]
     k = valid.sum(axis=1)  # tokens emitted per row  # [batch]
     bad = np.flatnonzero(k == 0)
     if bad.size:
-        raise _contract("output: a row emitted no token (the correction/bonus token is missing)", inst,
+        raise _contract("output: a row emitted no token (the correction/bonus token is missing)", where,
                         int(bad[0]), draft_ids, out)
     bad = np.flatnonzero((valid != (np.arange(L + 1)[None, :] < k[:, None])).any(axis=1))
     if bad.size:
-        raise _contract(f"output: the placeholder {PLACEHOLDER} comes before an emitted token", inst,
+        raise _contract(f"output: the placeholder {PLACEHOLDER} comes before an emitted token", where,
                         int(bad[0]), draft_ids, out)
     accepted = np.arange(L)[None, :] < (k - 1)[:, None]  # [batch, L]
     bad = np.flatnonzero((accepted & (out[:, :L] != draft_ids)).any(axis=1))
     if bad.size:
         raise _contract("output: the accepted tokens (all but the last emitted) must equal draft_ids[:tau]",
-                        inst, int(bad[0]), draft_ids, out)
+                        where, int(bad[0]), draft_ids, out)
     return out, k
 
 
@@ -307,6 +307,7 @@ class _Loop:
 
     def __init__(self, fn, inst, backend, L, tables):
         self.fn, self.inst, self.backend, self.L = fn, inst, backend, L
+        self.where = (_name(fn), inst)
         self.target_table, self.draft_table = tables
         self.seconds_in_fn, self.calls = 0.0, 0
 
@@ -333,10 +334,10 @@ class _Loop:
         try:
             out = self.fn(*args, generator)
         except Exception as err:  # a crash is a contract error, not a verdict on the law
-            raise _contract(f"the function raised {type(err).__name__}: {err}", self.inst, None) from err
+            raise _contract(f"the function raised {type(err).__name__}: {err}", self.where) from err
         self.seconds_in_fn += time.perf_counter() - start
         self.calls += 1
-        return _validate(self.backend.output(out), draft_ids, self.inst)
+        return _validate(self.backend.output(out), draft_ids, self.where)
 
     def run(self, rows, draft_rng, generator):
         """`rows` independent runs -> their first N tokens, int64 [rows, N]."""
@@ -433,9 +434,13 @@ def _run_instance(fn, inst, index, settings, backend):
     return result, empirical, law
 
 
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
 def _failure(fn, result, report, empirical, law):
     inst = result.instance
-    name = getattr(fn, "__qualname__", None) or repr(fn)
+    name = _name(fn)
     if result.impossible:
         why = f"emitted sequences of target probability 0: {result.impossible}"
     else:
@@ -488,7 +493,8 @@ def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2
     Raises:
         SamplerLosslessnessError (a `LosslessnessError`, an AssertionError): an impossible
             sequence was emitted, or the G-test rejected at level alpha / num_instances.
-        SamplerContractError (ValueError): the function raised or broke the output contract.
+        SamplerContractError (a RuleContractError; TypeError and ValueError, not an AssertionError):
+            the function raised or broke the output contract.
         TypeError / ValueError: invalid arguments, naming the argument.
     """
     if not callable(fn):
