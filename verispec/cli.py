@@ -180,6 +180,17 @@ def _add_lp(sub) -> None:
     p.set_defaults(func=certify.run)
 
 
+def _add_prove(sub) -> None:
+    from .formal import command
+
+    p = sub.add_parser("prove", help="prove a method lossless for every target/draft pair at V, L, K (z3)",
+                       description="Symbolic execution of the method's own code on every target/draft pair "
+                                   "of the closed simplex at a fixed small size, then one SMT query per output "
+                                   "sequence: proved, a counterexample confirmed in exact arithmetic, or unknown.")
+    command.add_arguments(p)
+    p.set_defaults(func=command.run)
+
+
 def _comma_list(text: str) -> tuple:
     items = tuple(item.strip() for item in text.split(",") if item.strip())
     if not items:
@@ -358,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     _add_check(sub)
     _add_lp(sub)
+    _add_prove(sub)
     _add_bench(sub)
     return parser
 

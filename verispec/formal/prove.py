@@ -95,6 +95,7 @@ class Query:
     result: str  # "unsat" (equal for every pair), "sat" (a pair differs) or "unknown"
     seconds: float
     reason: str = ""
+    solver_calls: int = 1  # > 1 when the query was split on comparisons
 
 
 @dataclass
@@ -214,8 +215,12 @@ def _jsonable(value):
 # --------------------------------------------------------------------------------------------------
 # the law of one output sequence, from the merged branch tree
 
-def _law(node, output, memo):
-    """law(output) below `node` as a z3 term, or None where it is 0 for every pair."""
+def _law(node, output, memo, region):
+    """law(output) below `node` as a z3 term, or None where it is 0 for every pair.
+
+    region: {condition AST id: truth value} fixed by the query splitting (`_decide`): a decision
+    node whose condition is fixed contributes only its branch.
+    """
     if output not in node.emitted:
         return None
     key = id(node)
@@ -224,19 +229,45 @@ def _law(node, output, memo):
     if node.kind == "leaf":
         term = z3.RealVal(1)
     elif node.kind == "decide":
-        branches = [(c, _law(child, output, memo)) for c, child in node.children.items()]
-        branches = [(c, t) for c, t in branches if t is not None]
-        if len(node.children) == 1:
-            term = branches[0][1] if branches else None
+        fixed = region.get(node.payload.get_id())
+        if fixed is not None:
+            child = node.children.get(0 if fixed else 1)
+            term = None if child is None else _law(child, output, memo, region)
+        elif len(node.children) == 1:
+            term = _law(next(iter(node.children.values())), output, memo, region)
         else:
-            by_choice = dict(branches)
-            term = z3.If(node.payload, by_choice.get(0, z3.RealVal(0)), by_choice.get(1, z3.RealVal(0)))
+            true, false = (_law(node.children[c], output, memo, region) for c in (0, 1))
+            term = None if true is None and false is None else z3.If(
+                node.payload, _zero_if_none(true), _zero_if_none(false))
     else:  # chance
         terms = [node.payload[c] * t for c, child in node.children.items()
-                 if (t := _law(child, output, memo)) is not None]
+                 if (t := _law(child, output, memo, region)) is not None]
         term = terms[0] if len(terms) == 1 else z3.Sum(terms) if terms else None
     memo[key] = term
     return term
+
+
+def _zero_if_none(term):
+    return z3.RealVal(0) if term is None else term
+
+
+def _split_condition(root, output, region):
+    """The shallowest forked decision (breadth first) that `region` does not fix yet, or None."""
+    queue = [root]
+    while queue:
+        node = queue.pop(0)
+        if output not in node.emitted:
+            continue
+        if node.kind == "decide":
+            fixed = region.get(node.payload.get_id())
+            if fixed is not None:
+                child = node.children.get(0 if fixed else 1)
+                queue += [child] if child is not None else []
+                continue
+            if len(node.children) == 2:
+                return node.payload
+        queue += node.children.values()
+    return None
 
 
 def _explore(program, variables, deadline):
@@ -270,17 +301,47 @@ def _target_program(target, num_tokens):
     return run
 
 
-def _query(base, difference, seconds):
+#: Seconds a query may run before it is split on its shallowest undecided comparison.
+SPLIT_AFTER = 0.25
+
+
+def _check(constraints, seconds):
     solver = z3.Solver()
     solver.set("timeout", max(1, int(1000 * seconds)))
-    solver.add(*base)
-    solver.add(difference)
-    start = time.perf_counter()
+    solver.add(*constraints)
     result = solver.check()
-    elapsed = time.perf_counter() - start
     model = solver.model() if result == z3.sat else None
-    reason = solver.reason_unknown() if result == z3.unknown else ""
-    return str(result), model, elapsed, reason
+    return str(result), model, solver.reason_unknown() if result == z3.unknown else ""
+
+
+def _decide(tree, reference, output, base, deadline, region=None, conditions=None):
+    """Is there a pair with law(output) != target law(output)?
+
+    Asked first as one query (`SPLIT_AFTER` seconds); when z3 cannot answer in that time the
+    query is split on the shallowest comparison not fixed yet (both truth values, as two smaller
+    queries without that If), recursively. Returns (result, model, number of solver calls, reason).
+    """
+    region, conditions = region or {}, conditions or []
+    ref = _zero_if_none(_law(reference.root, output, {}, {}))
+    law = _zero_if_none(_law(tree.root, output, {}, region))
+    condition = _split_condition(tree.root, output, region)
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return "unknown", None, 0, "timeout"
+    seconds = left if condition is None else min(left, SPLIT_AFTER)
+    result, model, reason = _check(base + conditions + [law != ref], seconds)
+    if result != "unknown" or condition is None:
+        return result, model, 1, reason or ("timeout" if result == "unknown" else "")
+    calls = 1
+    for value in (True, False):
+        sub_region = {**region, condition.get_id(): value}
+        fixed = condition if value else z3.Not(condition)
+        result, model, n, reason = _decide(tree, reference, output, base, deadline, sub_region,
+                                           conditions + [fixed])
+        calls += n
+        if result != "unsat":
+            return result, model, calls, reason
+    return "unsat", None, calls, ""
 
 
 def _check_args(method, vocab_size, draft_length, num_paths, timeout):
@@ -369,21 +430,11 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
 
 def _run_queries(result, tree, reference, variables, method, bases, temperatures, deadline):
     V, N = result.vocab_size, result.num_tokens
-    memo_m: dict = {}
     unknown = []
     for output in itertools.product(range(V), repeat=N):
-        memo_m.clear()
-        law = _law(tree.root, output, memo_m) if output in tree.root.emitted else None
-        ref = _law(reference.root, output, {}) if output in reference.root.emitted else None
-        law = law if law is not None else z3.RealVal(0)
-        ref = ref if ref is not None else z3.RealVal(0)
-        left = deadline - time.monotonic()
-        if left <= 0:
-            unknown.append(output)
-            result.queries.append(Query(output, "unknown", 0.0, "timeout"))
-            continue
-        status, model, seconds, reason = _query(variables.constraints, law != ref, left)
-        result.queries.append(Query(output, status, seconds, reason))
+        start = time.perf_counter()
+        status, model, calls, reason = _decide(tree, reference, output, variables.constraints, deadline)
+        result.queries.append(Query(output, status, time.perf_counter() - start, reason, calls))
         if status == "unknown":
             unknown.append(output)
         elif status == "sat":

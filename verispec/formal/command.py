@@ -1,0 +1,50 @@
+"""`verispec prove`: the command-line face of `verispec.formal.prove`.
+
+Exit status: 0 proved, 1 counterexample (confirmed in exact arithmetic), 3 unknown (timeout, solver
+'unknown', or a rule that cannot run symbolically), 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+
+EXIT = {"proved": 0, "counterexample": 1, "unknown": 3}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the `verispec prove` arguments to `parser`; returns it."""
+    parser.add_argument("method", help="a built-in method name (token, block, gbv, ...) or 'pkg.module:attr' "
+                                       "naming your own Method")
+    parser.add_argument("--vocab-size", type=int, default=2, help="V >= 2 (default 2)")
+    parser.add_argument("--draft-length", type=int, default=1, help="L (default 1)")
+    parser.add_argument("--num-paths", type=int, default=1, help="K for multi-path methods (default 1)")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds for the whole proof; running out answers 'unknown' (default 60)")
+    parser.add_argument("--target-temperature", type=float, default=1, choices=(0, 1),
+                        help="1: every target distribution (default); 0: every greedy (argmax) target")
+    parser.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON (atomically)")
+    return parser
+
+
+def run(args) -> int:
+    """Run one proof from parsed arguments; print the verdict; return the exit status."""
+    from .. import __version__
+    from .._io import write_json_atomic
+    from .prove import prove
+
+    temperature = int(args.target_temperature)
+    try:
+        result = prove(args.method, args.vocab_size, args.draft_length, args.num_paths, timeout=args.timeout,
+                       target_temperature=temperature)
+    except (TypeError, ValueError) as err:
+        if type(err).__name__ == "RuleContractError":
+            raise
+        print(f"verispec prove: {err}", file=sys.stderr)
+        return 2
+    print(result.summary())
+    if args.json:
+        write_json_atomic(args.json, {"command": "prove", "version": __version__,
+                                      "python": platform.python_version(), **result.to_json()})
+    return EXIT[result.verdict]
