@@ -27,9 +27,10 @@ and switches the model to it. That function runs the varlen path when the layer'
 a `PackedRows`, and the model's previous implementation ("sdpa" or "eager") otherwise, so single and
 padded storages keep their 4D float masks and give the same numbers as before.
 
-Why not `flex_attention` with a document mask: on CPU it needs `torch.compile` (inductor, a C++
-toolchain, and a recompile per new (Q, K) shape, which changes every decode step); uncompiled it
-materialises the dense Q x (K + Q) scores, i.e. the cost this module removes. Why not
+Why not `flex_attention` with a document mask: uncompiled, torch runs it by materialising the dense
+Q x (K + Q) scores (the cost this module removes); compiled, it needs inductor and a C++ toolchain
+and compiles per (Q, K) shape, which changes every decode step (measured on this project's 2-core
+CPU, torch 2.13: 30.6 s for the first call at Q = 12, K + Q = 60; the output matched). Why not
 FlashAttention-2 varlen (`cu_seqlens`): GPU only, and it takes no per-row tree mask.
 
 KV-cache accounting: `CountingCache` is a `DynamicCache` that counts the slots actually written
