@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import re
 import sys
 import time
 
@@ -252,7 +253,7 @@ def _add_bench(sub) -> None:
     p.add_argument("--device-map", default=None,
                    help='target placement for from_pretrained, e.g. "auto" to shard a large target over GPUs')
     p.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default torch's)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_nonnegative_int, default=0)
     p.add_argument("--output", default=None, help="JSON path (default benchmarks/results/bench_real_<device>.json)")
     p.add_argument("--fresh", action="store_true", help="discard an existing output file instead of resuming")
     p.add_argument("--no-plot", action="store_true", help="skip the matplotlib plot")
@@ -267,6 +268,87 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _model_source_problem(value: str, argument: str) -> str | None:
+    """Why ``value`` cannot name a model (one line naming ``argument``), or None: it must be a
+    built-in name, an existing model folder (with config.json) or .gguf file, or a hub id
+    'org/name' (checked before torch/transformers load anything)."""
+    import difflib
+    import os
+
+    from .empirical.weights import BUILTIN_MODELS
+
+    if value in BUILTIN_MODELS:
+        return None
+    path = os.path.expanduser(value)
+    if os.path.isdir(path):
+        has_config = os.path.isfile(os.path.join(path, "config.json"))
+        return None if has_config else f"{argument}: folder {value!r} has no config.json (not a model folder)"
+    if os.path.isfile(path):
+        return None if path.lower().endswith(".gguf") else \
+            f"{argument}: file {value!r} is not a .gguf model file (give a model folder, a .gguf file or a hub id)"
+    if _HUB_ID.match(value) and not value.startswith((".", "~")) and not os.path.isabs(value):
+        return None
+    close = difflib.get_close_matches(value, list(BUILTIN_MODELS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    looks_like_path = os.path.isabs(value) or value.startswith((".", "~")) or value.endswith(".gguf")
+    what = "no such file or folder" if looks_like_path else "not a built-in model name"
+    return (f"{argument}: {value!r}: {what}{hint}; expected a built-in name "
+            f"({', '.join(BUILTIN_MODELS)}), a model folder or .gguf file, or a Hugging Face id 'org/name'")
+
+
+def _device_problem(device: str) -> str | None:
+    """Why ``--device`` cannot be used here (one line), or None."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        return f"--device: {device!r} is not a torch device (expected cpu or cuda[:i])"
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            return f"--device: {device!r}: CUDA is not available on this machine (use --device cpu)"
+        if parsed.index is not None and parsed.index >= count:
+            return f"--device: {device!r}: only {count} CUDA device(s) here (cuda:0..cuda:{count - 1})"
+    elif parsed.type not in ("cpu", "mps"):
+        return f"--device: {device!r}: verispec bench runs on cpu or cuda[:i]"
+    return None
+
+
+def _load_models(args, device):
+    """The target/draft pair, loaded here so that a load failure is one line naming --target or
+    --draft (not a transformers traceback); None after printing it."""
+    import torch
+
+    from .empirical import weights
+
+    loaded = {}
+    for argument, value, device_map in (("--target", args.target, args.device_map), ("--draft", args.draft, None)):
+        try:
+            loaded[argument] = weights.load_model(value, dtype=getattr(torch, args.dtype), device=device,
+                                                  device_map=device_map)
+        except Exception as err:  # OSError (missing/offline hub id), ValueError (bad config), ...
+            first = (str(err).strip().splitlines() or [""])[0]
+            print(f"verispec bench: {argument}: cannot load {value!r}: {type(err).__name__}: {first}",
+                  file=sys.stderr)
+            return None
+    (target, tokenizer), (draft, draft_tokenizer) = loaded["--target"], loaded["--draft"]
+    if tokenizer.get_vocab() != draft_tokenizer.get_vocab():
+        print(f"verispec bench: --draft: the tokenizer of {args.draft!r} differs from the target's "
+              f"({args.target!r}); speculative decoding needs one vocabulary", file=sys.stderr)
+        return None
+    return weights.ModelPair(target, draft, tokenizer)
+
+
+def _bench_problem(args) -> str | None:
+    """The first bad --target/--draft/--device, checked before anything is loaded."""
+    return (_model_source_problem(args.target, "--target") or _model_source_problem(args.draft, "--draft")
+            or (_device_problem(args.device) if args.device else None))
+
+
 def _run_bench(args) -> int:
     try:
         from .empirical import bench
@@ -275,6 +357,10 @@ def _run_bench(args) -> int:
         return 2
     from rich.console import Console
 
+    problem = _bench_problem(args)
+    if problem:
+        print(f"verispec bench: {problem}", file=sys.stderr)
+        return 2
     device = args.device or ("cuda" if _cuda() else "cpu")
     common = dict(target=args.target, draft=args.draft, dtype=args.dtype, device=device,
                   threads=args.threads or 0, seed=args.seed, device_map=args.device_map)
@@ -291,9 +377,12 @@ def _run_bench(args) -> int:
         print(f"verispec bench: {err}", file=sys.stderr)
         return 2
     output = args.output or bench.default_output(config.device)
+    pair = _load_models(args, device)
+    if pair is None:
+        return 2
     total = config.prompts * len(config.temperatures) * (1 + sum(r.name != "target_only" for r in runners))
     results = _with_progress(console, total, lambda step: bench.run_bench(
-        config, output, fresh=args.fresh, progress=step, plot=not args.no_plot))
+        config, output, fresh=args.fresh, progress=step, plot=not args.no_plot, pair=pair))
     if results is None:
         return 2
     env = results["environment"]
@@ -345,10 +434,13 @@ def _run_batched_bench(args, common, console) -> int:
         print(f"verispec bench: {err}", file=sys.stderr)
         return 2
     output = args.output
+    pair = _load_models(args, config.device)
+    if pair is None:
+        return 2
     batches = sum(min(config.prompts // B, config.batches or config.prompts) for B in config.batch_sizes)
     units = batches * len(config.temperatures) * (1 + 2 * len(config.methods))
     results = _with_progress(console, units, lambda step: bench_batched.run_batched_bench(
-        config, output, fresh=args.fresh, progress=step, plot=not args.no_plot))
+        config, output, fresh=args.fresh, progress=step, plot=not args.no_plot, pair=pair))
     if results is None:
         return 2
     env = results["environment"]
@@ -374,6 +466,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _output_problem(args) -> str | None:
+    """Why a --json/--output file cannot be written (one line), checked before any work is done."""
+    import os
+
+    for attr in ("json", "output"):
+        value = getattr(args, attr, None)
+        if not isinstance(value, str):
+            continue
+        if not value or os.path.isdir(value):
+            return f"--{attr}: {value!r} is a folder, not a file path"
+        folder = os.path.dirname(os.path.abspath(value))
+        while not os.path.isdir(folder):  # the nearest existing folder is where it would be created
+            if os.path.exists(folder):
+                return f"--{attr}: {value!r}: {folder!r} is a file, not a folder"
+            folder = os.path.dirname(folder)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"--{attr}: {value!r}: folder {folder!r} is not writable"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `verispec` console script; returns the exit status."""
     parser = build_parser()
@@ -381,6 +493,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv or ["check"])
     if not getattr(args, "func", None):
         parser.print_help()
+        return 2
+    problem = _output_problem(args)
+    if problem:
+        print(f"verispec {args.command}: {problem}", file=sys.stderr)
         return 2
     return args.func(args)
 
