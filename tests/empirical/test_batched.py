@@ -30,7 +30,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from verispec.empirical import decode, kv  # noqa: E402
-from verispec.empirical.model import additive_mask  # noqa: E402
 from verispec.empirical.batched import batched_speculative, batched_target_only  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
 
@@ -126,12 +125,11 @@ def test_one_token_prompts_and_full_acceptance(pair):
 # planted bugs: the equality machinery catches them
 # ----------------------------------------------------------------------------------------------
 
-def _leaky_mask(self, ancestry, rows, cols):
-    """Bug: a packed token sees every cached slot and every earlier packed token (rows mix)."""
-    Q, S = rows.numel(), self.owner.numel()
-    idx = torch.arange(Q)
-    allowed = torch.cat([torch.ones(Q, S, dtype=torch.bool), idx.view(1, Q) <= idx.view(Q, 1)], 1)
-    return additive_mask(allowed, self.model.dtype)[None, None]
+def _leaky_rows(self, ancestry, parents, rows, cols, S):
+    """Bug: the per-row attention sees every cached slot and every earlier packed token (rows mix)."""
+    from verispec.empirical.attention import packed_rows
+
+    return packed_rows(torch.zeros_like(self.owner), torch.zeros_like(rows))
 
 
 def _global_positions(pos, rows, depth):
@@ -144,7 +142,7 @@ def _mask_ignoring_padding(valid, ancestry):
     return _VISIBLE(torch.ones_like(valid), ancestry)
 
 
-@pytest.mark.parametrize("impl,owner,name,bug", [("ems", kv.PackedKV, "_attention_mask", _leaky_mask),
+@pytest.mark.parametrize("impl,owner,name,bug", [("ems", kv.PackedKV, "_varlen_rows", _leaky_rows),
                                                  ("ems", kv, "_packed_positions", _global_positions),
                                                  ("vanilla", kv, "_visible", _mask_ignoring_padding)])
 def test_planted_bugs_are_caught(pair, prompts, greedy, monkeypatch, impl, owner, name, bug):

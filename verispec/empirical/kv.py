@@ -198,9 +198,18 @@ class SequenceKV(PaddedKV):
 class PackedKV(KVState):
     """EMS-SD layout (module docstring): batch dimension 1, owner[slot] = row of every slot."""
 
-    def __init__(self, model: CausalLM, batch: int):
+    def __init__(self, model: CausalLM, batch: int, attention: str = "varlen"):
         super().__init__(model, batch)
-        self.cache = model.new_cache()
+        if attention not in ("varlen", "dense"):
+            raise ValueError(f"attention: expected 'varlen' or 'dense', got {attention!r}")
+        self.varlen = attention == "varlen"
+        if self.varlen:
+            from .attention import new_counting_cache, use_packed_attention
+
+            use_packed_attention(model)  # idempotent; other storages' forwards are unchanged
+            self.cache = new_counting_cache(model)
+        else:
+            self.cache = model.new_cache()
         device = model.device
         self.owner = torch.zeros(0, dtype=torch.long, device=device)  # [S], committed then uncommitted
         self.base = 0  # committed slots
@@ -243,15 +252,41 @@ class PackedKV(KVState):
         logits = torch.zeros(B, n, self.model.vocab_size, device=self.model.device)  # [B, n, V]
         if Q == 0:
             return logits
-        mask = self._attention_mask(ancestry, rows, cols)
         position = _packed_positions(self.pos, rows, depth[rows, cols]).unsqueeze(0)  # [1, Q]
         fed = tokens[rows, cols].unsqueeze(0)  # [1, Q]
-        packed, self.cache = self.model.forward(fed, self.cache, position_ids=position, attention_mask=mask)
+        rows_spec = self._varlen_rows(ancestry, parents, rows, cols, S) if self.varlen else None
+        written = getattr(self.cache, "slots_written", 0)
+        if rows_spec is not None:
+            from .attention import packed_forward
+
+            packed = packed_forward(self.model, fed, self.cache, position, rows_spec)
+        else:
+            mask = self._attention_mask(ancestry, rows, cols)
+            packed, self.cache = self.model.forward(fed, self.cache, position_ids=position, attention_mask=mask)
         logits[rows, cols] = packed[0]
         self.owner = torch.cat([self.owner, rows])
-        self.padded_slots += fed.shape[1] - int(real.sum())  # fed tokens that are no row's: none
+        # Slots the cache counted as written (a plain cache: the width fed) minus the real nodes.
+        written = self.cache.slots_written - written if hasattr(self.cache, "slots_written") else fed.shape[1]
+        self.padded_slots += written - int(real.sum())
         self.peak_slots = max(self.peak_slots, cache_length(self.cache))
         return logits
+
+    def _varlen_rows(self, ancestry, parents, rows, cols, S):
+        """The per-row attention spec (`verispec.empirical.attention.packed_rows`) of this forward,
+        or None when it cannot express it: per-row attention lets a node see ALL its row's cached
+        slots, so it serves only forwards in which every new node descends from every earlier
+        uncommitted slot of its row (a verification tree, a chain, a draft's pending tokens);
+        the other forwards (a tree layer below siblings) take the dense mask."""
+        from .attention import packed_rows
+
+        n = parents.shape[1]
+        m = self.uncommitted - n  # uncommitted nodes before this forward
+        old_fed = self.slot[:, :m] >= 0  # [B, m]
+        if m and bool((ancestry[rows, cols, :m] != old_fed[rows]).any()):
+            return None
+        parent = parents[rows, cols]  # [Q], forest numbering
+        packed_parent = torch.where(parent >= m, self.slot[rows, parent.clamp(min=m)] - S, -1)
+        return packed_rows(self.owner, rows, packed_parent)
 
     def commit(self, keep: torch.Tensor) -> None:
         """Keep exactly the kept slots (a gather): no rejected or padded slot stays in the cache."""
