@@ -2,6 +2,7 @@
 
 import importlib.metadata
 
+import pytest
 
 from verispec.testing import assert_lossless, assert_not_worse, plugin
 
@@ -80,3 +81,41 @@ def test_users_profile_wins(pytester):
     """)
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+def test_options_set_the_fixtures_sweep_defaults(pytester):
+    pytester.makepyfile(test_opts="""
+        from fractions import Fraction
+        from verispec.reference import methods, models
+
+        def test_sweep(assert_lossless):
+            report = assert_lossless(methods.token(1), families=("iid",))
+            assert report.vocab_sizes == (2, 4)
+            assert report.num_instances == 2 + 1          # T in (1, 0) at V = 2; budget 50 -> 1 at V = 4
+            assert report.num_exact == report.num_instances  # --verispec-exact: TV == 0 on every one
+
+        def test_explicit_arguments_win(assert_lossless):
+            report = assert_lossless(methods.token(1), families=("iid",), vocab_sizes=(3,), temperatures=(1,))
+            assert report.vocab_sizes == (3,) and report.num_instances == 1
+
+        def test_single_instance_ignores_the_sweep_options(assert_lossless):
+            float_p, float_q = models.iid([0.25, 0.75]), models.iid([0.5, 0.5])
+            assert assert_lossless(methods.token(1), target=float_p, draft=float_q).num_exact == 0
+    """)
+    result = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", "--verispec-exact",
+                                          "--verispec-vocab-sizes", "2,4", "--verispec-budget", "50")
+    result.assert_outcomes(passed=3)
+
+
+@pytest.mark.parametrize("option, value", [("--verispec-budget", "0"), ("--verispec-budget", "x"),
+                                           ("--verispec-vocab-sizes", "2,x"), ("--verispec-vocab-sizes", "0")])
+def test_bad_options_are_usage_errors_naming_the_option(pytester, option, value):
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", option, value)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert option in (result.stderr.str() + result.stdout.str())
+
+
+def test_options_are_listed_in_help(pytester):
+    result = pytester.runpytest_inprocess("--help")
+    result.stdout.fnmatch_lines(["*--verispec-exact*", "*--verispec-vocab-sizes*", "*--verispec-budget*"])
