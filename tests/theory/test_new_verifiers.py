@@ -184,3 +184,22 @@ def test_public_traversal_verify_is_not_lossless(port):
     assert float(tau["verispec"]) == pytest.approx(1.194416, abs=1e-6)
     assert laws["fixed"] == laws["verispec"]
     assert laws["planted"] == laws["public"]  # the planted bug class is the same rule as the port
+
+
+# --------------------------------------------------------------------------------------------------
+# SMT proofs at a fixed size (`verispec prove`)
+
+
+def test_spechub_is_proved_lossless_for_every_pair_at_v2_l1():
+    from verispec.formal import prove
+
+    result = prove("spechub", 2, 1, 2, timeout=60)
+    assert result.proved and result.verdict == "proved"
+
+
+@pytest.mark.slow
+def test_prove_finds_an_hsd_counterexample_at_v2_l2():
+    from verispec.formal import prove
+
+    result = prove(planted.BUGS["hsd_uncapped_last"](2), 2, 2, 1, timeout=120)
+    assert not result.proved and result.counterexample is not None
