@@ -74,8 +74,9 @@ def test_multi_path_is_methods_sit_below_the_iid_bound_and_spechub_need_not():
     t = models.random_tree(3, 0, rational=True, denominator=32)
     d = models.random_tree(3, 1, rational=True, denominator=32)
     bound = lp.multi_path(t, d, (), 2, 2).value
-    values = {name: float(exact.expected_accepted_length(t, d, methods.get_compatible(name, draft_length=2, num_paths=2)))
-              for name in ("optimal_is", "khisti", "spechub", "block")}
+    values = {name: float(exact.expected_accepted_length(
+        t, d, methods.get_compatible(name, draft_length=2, num_paths=2)))
+        for name in ("optimal_is", "khisti", "spechub", "block")}
     assert values["optimal_is"] <= bound + 1e-7 and values["khisti"] <= bound + 1e-7
     assert values["optimal_is"] > values["block"]
     assert values["spechub"] > bound  # its drafts always contain the hub token: not i.i.d. paths
