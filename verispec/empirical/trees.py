@@ -335,7 +335,8 @@ class TreeDrafter(ModelDrafter):
         parent_rec = parent + g["prev"] if depth > 1 else torch.full_like(parent, -1)
         g["prev"], g["total"] = g["total"], g["total"] + m
         for key, value in (("tokens", tokens), ("parent", parent_rec), ("weight", w), ("valid", ok),
-                           ("slot", torch.full_like(tokens, -1)), ("q", g["q"].new_zeros(*tokens.shape, 0)),
+                           ("slot", torch.full_like(tokens, -1)),
+                           ("q", g["q"].new_zeros(*tokens.shape, g["q"].shape[-1] if self.keep_q else 0)),
                            ("depth", torch.full((m,), depth, dtype=torch.long, device=tokens.device))):
             recs[key].append(value)
         g["layers"] = g["layers"] + ok.any(1).long()

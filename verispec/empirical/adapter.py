@@ -1,0 +1,214 @@
+"""The reference adapter: ANY reference `Method`'s verify runs on real-model p / q from the engine.
+
+A researcher who has checked a rule with `verispec.testing.assert_lossless` runs the very same
+numpy code on real causal LMs, without writing a torch twin:
+
+    drafter (the torch twin of the Method's reference drafter) -> DraftTree
+        -> ONE target tree forward -> p [B, N, V]
+        -> per row: method.verify(target_view, draft_view, context, draft, rand)   (numpy)
+        -> accepted node path + correction/bonus token -> KV keep
+
+- `target_view.probs(context + node)` serves p at the prefixes the tree forward computed: the root
+  (node ()) and every drafted node. Any other prefix raises `OffTreeError` naming the node: a
+  rule that needs p elsewhere needs another target forward, which one iteration does not have.
+- `draft_view.probs(context + node)` and `draft.proposal(node)` serve q, the law each drafted
+  node's children were drawn from (one-hot of the drafted child for point-mass drafts); a node
+  whose children were not drafted (a leaf) raises `OffTreeError` too.
+- `draft` is a reference `Draft` holding the drafted paths in path order (duplicates kept for
+  i.i.d. paths), `context` the row's prompt and emitted tokens.
+- `rand` draws with `verispec.reference.randomness.Sampler`'s conventions from the engine's
+  uniform source (bernoulli = u < p, categorical = inverse CDF), one uniform per draw in the order
+  the rule asks, so with a stream source (`NumpyUniforms`, B = 1) the adapter and a torch twin of
+  the rule read the same uniforms and emit the same tokens.
+
+Drafters: the Method's reference drafter picks its torch twin (`chain`, `iid_paths`,
+`paths_without_replacement`, `opt_tree`, `greedy`, `prompt_lookup`); pass `drafter=` for others.
+Cost: the verify runs in Python per row (V-sized numpy vectors): for research, not for speed.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..reference.drafters import Draft
+from ..reference.methods import Method
+from ..reference.models import LanguageModel
+from ..reference.randomness import Sampler
+from .drafters import PathsDrafter, PromptLookupDrafter
+from .engine import TorchMethod
+from .rules.nodes import Verdict
+
+__all__ = ["OffTreeError", "ReferenceVerifier", "torch_method", "twin_drafter"]
+
+
+class OffTreeError(ValueError):
+    """A reference verifier read p or q at a prefix the tree forward did not compute."""
+
+
+class _TreeModel(LanguageModel):
+    """p (or q) of one row served from the tree forward: prefix = context + a node of the tree."""
+
+    def __init__(self, rows: np.ndarray, index: dict, context: tuple, what: str, method: str):
+        super().__init__(rows.shape[-1])
+        self._rows, self._index, self._context, self._what, self._method = rows, index, context, what, method
+
+    def _compute(self, prefix: tuple) -> np.ndarray:
+        n = len(self._context)
+        node = prefix[n:] if prefix[:n] == self._context else None
+        j = self._index.get(node) if node is not None else None
+        if j is None:
+            where = f"node {node}" if node is not None else f"prefix {prefix} (not an extension of the context)"
+            raise OffTreeError(f"verify: method {self._method!r} read {self._what} at {where}, which the "
+                               f"tree forward did not compute (it computes {self._what} at the root () and at "
+                               "the drafted nodes only)")
+        row = self._rows[j]
+        if not row.any():
+            raise OffTreeError(f"verify: method {self._method!r} read {self._what} at node {node}, whose "
+                               "children were not drafted (a leaf): no proposal was computed there")
+        return row
+
+
+class _Feed:
+    """Each row's uniforms from the engine's source, handed out one at a time (`Sampler` reads
+    `generator.random()`); more are peeked when a row runs out."""
+
+    def __init__(self, source, rows: int, first: int, device):
+        self.source, self.device, self.rows = source, device, rows
+        self.values = source.peek(rows, first, device).cpu().tolist()  # [B][n]
+        self.used = [0] * rows
+
+    def generator(self, row: int):
+        feed = self
+
+        class _Row:
+            def random(self):
+                if feed.used[row] == len(feed.values[row]):
+                    feed._more(row)
+                feed.used[row] += 1
+                return feed.values[row][feed.used[row] - 1]
+
+        return _Row()
+
+    def _more(self, row: int) -> None:
+        n = 2 * len(self.values[row]) + 1
+        if self.source.is_stream:  # a stream keeps what was peeked: peek further
+            self.values = self.source.peek(self.rows, n, self.device).cpu().tolist()
+        else:  # fresh uniforms: every row gets new ones after its old ones (none reread)
+            extra = self.source.peek(self.rows, n, self.device).cpu().tolist()
+            self.values = [old + new for old, new in zip(self.values, extra)]
+
+    def advance(self) -> None:
+        self.source.advance(torch.tensor(self.used, dtype=torch.long))
+
+
+def _row_draft(tokens, parents, real, q, paths, point_mass: bool):
+    """One row of a DraftTree as ({node tuple: node id}, reference `Draft`, q rows [N, V] numpy)."""
+    index, node_of = {(): 0}, {0: ()}
+    for j in range(1, len(tokens)):
+        if real[j]:
+            node_of[j] = node_of[parents[j]] + (tokens[j],)
+            index[node_of[j]] = j
+    if paths is not None:
+        drafted = [node_of[p[-1]] if p else () for p in ([i for i in path if i >= 0] for path in paths)]
+    else:
+        has_child = {parents[j] for j in node_of if j}
+        drafted = [node_of[j] for j in sorted(node_of) if j not in has_child and j]
+    drafted = [path for path in drafted if path] or [()]
+    if point_mass:  # q = one-hot of the (first) drafted child
+        q = np.zeros((len(tokens), q.shape[-1]))
+        for node, j in index.items():
+            if node:
+                parent = index[node[:-1]]
+                if not q[parent].any():
+                    q[parent, node[-1]] = 1.0
+    return index, Draft.from_paths(drafted, lambda node: q[index[node]]) if drafted != [()] else None, q
+
+
+class ReferenceVerifier:
+    """The engine verifier that runs a reference `Method`'s verify row by row (module docstring).
+
+    Raises (from `__call__`):
+        OffTreeError: the rule read p or q outside the tree forward.
+        ValueError: the rule's output is empty, has out-of-range ids, or accepts a non-drafted path.
+    """
+
+    needs_q = True
+
+    def __init__(self, method: Method):
+        if not isinstance(method, Method):
+            raise TypeError(f"method: expected a verispec.reference.methods.Method, got {type(method).__name__}")
+        self.method, self.name = method, method.name
+
+    def __call__(self, p, tree, source, temperature, rows) -> Verdict:
+        B, N, V = p.shape
+        feed = _Feed(source, B, 2 * N + 2, p.device)
+        results = [self._row(b, p[b].cpu().numpy(), tree, rows, feed) for b in range(B)]
+        feed.advance()
+        D = max(1, max(len(nodes) for nodes, _ in results))
+        nodes = torch.full((B, D), -1, dtype=torch.long)
+        for b, (path, _) in enumerate(results):
+            nodes[b, :len(path)] = torch.tensor(path, dtype=torch.long)
+        tau = torch.tensor([len(path) for path, _ in results], dtype=torch.long)
+        y = torch.tensor([token for _, token in results], dtype=torch.long)
+        return Verdict(nodes.to(p.device), tau.to(p.device), y.to(p.device))
+
+    def _row(self, b, p_rows, tree, rows, feed):
+        q = tree.q[b].cpu().numpy() if tree.q is not None else np.zeros((p_rows.shape[0], p_rows.shape[1]))
+        paths = tree.paths[b].tolist() if tree.paths is not None else None
+        index, draft, q = _row_draft(tree.tokens[b].tolist(), tree.parents[b].tolist(), tree.real[b].tolist(),
+                                     q, paths, tree.q is None)
+        context = tuple(rows.ctx[b, :int(rows.ctx_len[b])].tolist())
+        target = _TreeModel(p_rows, index, context, "p", self.name)
+        draft_model = _TreeModel(q, index, context, "q", self.name)
+        rand = Sampler.__new__(Sampler)  # Sampler's draw conventions on the engine's uniforms
+        rand.generator = feed.generator(b)
+        if draft is None:  # nothing drafted: the rule sees an empty draft
+            draft = Draft(1, lambda node, k: ((), None))
+        out = tuple(int(t) for t in self.method.verify(target, draft_model, context, draft, rand))
+        if not out or not all(0 <= t < p_rows.shape[1] for t in out):
+            raise ValueError(f"verify: method {self.name!r} emitted {out}: expected the accepted prefix and "
+                             f"one token, ids in [0, {p_rows.shape[1]})")
+        if out[:-1] not in index:
+            raise ValueError(f"verify: method {self.name!r} accepted {out[:-1]}, which is not a drafted path")
+        return [index[out[:i]] for i in range(1, len(out))], out[-1]
+
+
+def twin_drafter(method: Method) -> Callable:
+    """The torch twin of `method`'s reference drafter, as a drafter factory.
+
+    Raises:
+        ValueError: a drafter without a torch twin (pass `drafter=` to `torch_method`).
+    """
+    from .trees import TreeDrafter
+
+    drafter = method.draft
+    name, params = getattr(drafter, "name", None), dict(getattr(drafter, "params", {}))
+    L = params.get("draft_length")
+    if name == "chain":
+        return lambda: PathsDrafter(L, 1)
+    if name in ("iid_paths", "paths_without_replacement"):
+        return lambda: PathsDrafter(L, params["num_paths"], name == "iid_paths")
+    if name == "greedy":  # the draft's argmax chain: one-hot q
+        return lambda: PathsDrafter(L, 1, draft_temperature=0.0)
+    if name == "opt_tree":
+        return lambda: TreeDrafter("opt_tree", params["node_budget"], params["threshold"], params["max_depth"],
+                                   keep_q=True)
+    if name == "prompt_lookup":
+        return lambda: PromptLookupDrafter(L, params["max_ngram"])
+    raise ValueError(f"method: {method.name!r} drafts with {drafter!r}, which has no torch twin; pass "
+                     "drafter= (a factory of verispec.empirical.drafters.Drafter)")
+
+
+def torch_method(method: Method, drafter: Callable | None = None) -> TorchMethod:
+    """A reference `Method` as a `TorchMethod`: its reference drafter's torch twin (or `drafter`,
+    a factory returning a `verispec.empirical.drafters.Drafter`) + `ReferenceVerifier(method)`.
+
+    Raises:
+        TypeError: not a Method. ValueError: no torch twin of its drafter and no `drafter`.
+    """
+    verifier = ReferenceVerifier(method)
+    return TorchMethod(method.name, drafter if drafter is not None else twin_drafter(method), verifier,
+                       dict(method.params))
