@@ -19,6 +19,7 @@ Statistical design (docs/testing.md, "Black-box samplers"):
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -52,11 +53,15 @@ def _one_torch_thread():
     torch.set_num_threads(threads)
 
 
-def _example(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+def _load(path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _example(name):
+    return _load(ROOT / "examples" / f"{name}.py")
 
 
 def _torch_sampler(bug=None):
@@ -265,3 +270,14 @@ def test_verispec_testing_does_not_import_torch():
             "assert 'torch' not in sys.modules\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
+
+
+def test_false_alarm_script_writes_its_record(tmp_path, capsys):
+    module = _load(ROOT / "benchmarks" / "sampler_false_alarm.py")
+    out = tmp_path / "fa.json"
+    module.main(["--runs", "10:0.3", "--output", str(out)])
+    record = json.loads(out.read_text())["records"][0]
+    assert record["runs"] == 10 and record["n_per_run"] == gtest.g_test_sample_size(record["cells"] - 1, 0.3)
+    assert 0 <= record["rates"]["0.05"]["rate"] <= 1 and "rate below" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        module.main(["--runs", "ten:0.1"])
