@@ -214,7 +214,7 @@ class Replay:
 
     def uniform(self):
         """An exact U[0, 1), split lazily at the thresholds it is compared with."""
-        from ..reference.randomness import LazyUniform
+        from ..reference.uniform import LazyUniform
 
         return LazyUniform(self)
 

@@ -32,6 +32,9 @@ class Randomness(Protocol):
     def categorical(self, probs) -> int:
         """A token id drawn from `probs` ([V], sums to 1)."""
 
+    def uniform(self):
+        """u ~ U[0, 1): a float when sampling, a `LazyUniform` split exactly under enumeration."""
+
 
 def _check_bernoulli(p):
     if isinstance(p, Fraction) or isinstance(p, int):
@@ -83,6 +86,10 @@ class Sampler:
     def bernoulli(self, p) -> bool:
         return bool(self.generator.random() < float(_check_bernoulli(p)))
 
+    def uniform(self) -> float:
+        """u ~ U[0, 1) from the generator (one draw of the shared uniform stream)."""
+        return float(self.generator.random())
+
     def categorical(self, probs) -> int:
         probs = _check_categorical(probs)
         cdf = np.cumsum(np.asarray(probs, dtype=np.float64))  # [V]
@@ -119,6 +126,12 @@ class _Replay:
         self.trace.append(index)
         self.weight = self.weight * probs[index]
         return index
+
+    def uniform(self):
+        """An exact U[0, 1), split lazily at the thresholds it is compared with (`LazyUniform`)."""
+        from .uniform import LazyUniform
+
+        return LazyUniform(self)
 
     def bernoulli(self, p) -> bool:
         p = _check_bernoulli(p)
