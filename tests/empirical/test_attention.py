@@ -251,3 +251,43 @@ def test_bf16_matches_dense_block_diagonal():
     dense_mask = torch.zeros(1, 1, 6, 6, dtype=torch.bfloat16).masked_fill_(~allowed, torch.finfo(torch.bfloat16).min)
     dense, _ = lm.forward(tokens, lm.new_cache(), position_ids=positions, attention_mask=dense_mask)
     torch.testing.assert_close(varlen, dense, atol=5e-2, rtol=0)
+
+
+def _draft_layers(lm, layer2_spec):
+    """Two draft-tree layers on a packed cache: layer 1 feeds siblings (row 0: a, b; row 1: c) below
+    the committed prompts; layer 2 feeds one child below each (their parents are cached,
+    uncommitted slots). Returns the largest error against each node's root path run alone."""
+    use_packed_attention(lm)
+    prompts, cache = [[5, 9, 2], [7, 1]], new_counting_cache(lm)
+    owner = torch.tensor([0, 0, 0, 1, 1])
+    packed_forward(lm, torch.tensor([[5, 9, 2, 7, 1]]), cache, torch.tensor([[0, 1, 2, 0, 1]]),
+                   packed_rows(torch.zeros(0, dtype=torch.long), owner))
+    a, b, c, d, e, f = 11, 12, 13, 14, 15, 16
+    rows1 = torch.tensor([0, 0, 1])
+    layer1 = packed_forward(lm, torch.tensor([[a, b, c]]), cache, torch.tensor([[3, 3, 2]]),
+                            packed_rows(owner, rows1, torch.tensor([-1, -1, -1])))  # siblings a, b
+    owner = torch.cat([owner, rows1])  # slots 5, 6, 7 hold a, b, c (uncommitted)
+    layer2 = packed_forward(lm, torch.tensor([[d, e, f]]), cache, torch.tensor([[4, 4, 3]]), layer2_spec(owner))
+    expected = [(layer1, 0, prompts[0] + [a]), (layer1, 1, prompts[0] + [b]), (layer1, 2, prompts[1] + [c]),
+                (layer2, 0, prompts[0] + [a, d]), (layer2, 1, prompts[0] + [b, e]), (layer2, 2, prompts[1] + [c, f])]
+    return max(float((logits[0, i] - lm.forward(torch.tensor([seq]))[0][0, -1]).abs().max())
+               for logits, i, seq in expected)
+
+
+def test_uncommitted_forest_across_forwards():
+    """A tree grown one forward per layer: a node sees its row's committed prefix and its cached
+    ancestors, never a cached sibling (planted: every cached slot treated as committed)."""
+    rows, parents = torch.tensor([0, 0, 1]), torch.tensor([-2 - 5, -2 - 6, -2 - 7])  # d below a, e below b, f below c
+
+    def spec(forest):
+        return lambda owner: packed_rows(owner, rows, parents, forest=forest)
+
+    assert _draft_layers(tiny(seed=5), spec(torch.tensor([-1] * 5 + [-2, -2, -2]))) <= ATOL
+    # planted: the cached siblings treated as committed (d also sees b, e also sees a)
+    assert _draft_layers(tiny(seed=5), lambda owner: packed_rows(owner, rows, torch.tensor([-1, -1, -1]))) > 1e-3
+    with pytest.raises(ValueError, match="forest"):  # cached parents without a forest
+        _draft_layers(tiny(seed=5), spec(None))
+    with pytest.raises(ValueError, match="forest"):  # a chain that leaves the row
+        _draft_layers(tiny(seed=5), spec(torch.tensor([-1] * 5 + [-2, -2, 3])))
+    with pytest.raises(ValueError, match="forest"):  # a cached parent that is committed
+        _draft_layers(tiny(seed=5), spec(torch.full((8,), -1)))

@@ -90,73 +90,125 @@ def _check_index_vector(value, name: str) -> torch.Tensor:
     return value.long()
 
 
-def _ancestors(local_parents: torch.Tensor, start: int, row: int) -> torch.Tensor:
-    """local_parents [q] (parent within the row's new tokens, -1 = the cached prefix, -2 = outside
-    the row) -> bool [q, q]: entry (j, i) is True when i is j or one of j's ancestors."""
-    q = local_parents.numel()
-    allowed = torch.eye(q, dtype=torch.bool, device=local_parents.device)  # [q, q]
-    for j, parent in enumerate(local_parents.tolist()):
-        if parent >= j or parent < -1:
-            raise ValueError(f"parents: packed token {start + j} (row {row}) has a parent that is not an "
-                             "earlier new token of the same row (nor -1, the row's cached prefix)")
-        if parent >= 0:
-            allowed[j] |= allowed[parent]
-    return allowed
+def _new_visibility(packed: torch.Tensor, start: int, row: int) -> tuple[torch.Tensor, list[int]]:
+    """packed [q] (each new token's parent: a packed index, -1 = the committed prefix, -2 - c =
+    cached slot c) -> (bool [q, q]: entry (j, i) True when new token i is j or one of j's
+    ancestors; the cached slot each token's ancestry enters the cache at, -1 for none)."""
+    q = packed.numel()
+    allowed = torch.eye(q, dtype=torch.bool, device=packed.device)  # [q, q]
+    anchor = [-1] * q
+    for j, parent in enumerate(packed.tolist()):
+        if parent <= -2:
+            anchor[j] = -2 - parent
+        elif parent >= 0:
+            local = parent - start
+            if not 0 <= local < j:
+                raise ValueError(f"parents: packed token {start + j} (row {row}) has a parent that is not an "
+                                 "earlier new token of the same row (nor -1, the row's committed prefix)")
+            allowed[j] |= allowed[local]
+            anchor[j] = anchor[local]
+    return allowed, anchor
 
 
-def packed_rows(owner: torch.Tensor, rows: torch.Tensor, parents: torch.Tensor | None = None) -> PackedRows:
+def _past_visibility(past: torch.Tensor, forest: torch.Tensor | None, anchor: list[int], row: int):
+    """Which of the row's cached slots past [s] each new token sees -> bool [q, s], or None when it
+    sees them all: the committed slots (forest == -1) and the chain of uncommitted slots from its
+    anchor up through `forest`."""
+    if forest is None:
+        if any(a >= 0 for a in anchor):
+            raise ValueError("parents: a cached parent (-2 - slot) needs `forest`")
+        return None
+    column = {slot: i for i, slot in enumerate(past.tolist())}
+    committed = forest[past] == -1  # [s]
+    if bool(committed.all()) and all(a < 0 for a in anchor):
+        return None
+    visible = committed.unsqueeze(0).repeat(len(anchor), 1)  # [q, s]
+    for j, slot in enumerate(anchor):
+        while slot >= 0:
+            if slot not in column or int(forest[slot]) == -1:
+                raise ValueError(f"forest: row {row}'s uncommitted chain reaches slot {slot}, which is not an "
+                                 "uncommitted slot of the same row")
+            visible[j, column[slot]] = True
+            parent = int(forest[slot])
+            if parent >= slot:
+                raise ValueError(f"forest: slot {slot}'s parent {parent} must be an earlier slot")
+            slot = parent
+    return visible
+
+
+def _check_forest(forest, K: int):
+    if forest is None:
+        return None
+    forest = _check_index_vector(forest, "forest")
+    if forest.numel() != K or bool((forest < -2).any()):
+        raise ValueError(f"forest: expected [{K}] values in -2, -1 or a cached slot index (the cache length)")
+    return forest
+
+
+def packed_rows(owner: torch.Tensor, rows: torch.Tensor, parents: torch.Tensor | None = None,
+                forest: torch.Tensor | None = None) -> PackedRows:
     """Describe one packed forward: which keys each packed query may attend to.
 
     Args:
         owner: int64 [K]: the row of every cached slot, in cache order (-1: padding no row sees).
         rows: int64 [Q]: the row of every packed new token, non-decreasing (each row's new tokens
             contiguous, in row order); Q >= 1.
-        parents: optional int64 [Q]: the packed index of each new token's parent, which must be an
-            earlier new token of the same row, or -1 when the token hangs off its row's cached
-            prefix. Default: a chain per row (each token's parent is the row's previous new token).
+        parents: optional int64 [Q]: each new token's parent: the packed index of an earlier new
+            token of the same row; -1 when it hangs off its row's committed prefix; -2 - c when it
+            hangs below cached slot c, an uncommitted node of an earlier forward (needs `forest`).
+            Default: a chain per row (each token's parent is the row's previous new token).
+        forest: optional int64 [K], for caches holding uncommitted nodes of earlier forwards (a
+            draft tree grown layer by layer): -1 for a committed slot (every later token of its row
+            sees it); for an uncommitted slot, its parent: -2 = the committed prefix, c = cached
+            slot c (c < the slot). Default: every cached slot is committed.
 
     Returns:
-        `PackedRows`. A query sees every cached slot of its own row, its ancestors among its row's
-        new tokens, and itself.
+        `PackedRows`. A query sees its own row's committed slots, its ancestors (new tokens and,
+        with `forest`, uncommitted cached slots), and itself; never another row's slot, never a
+        sibling.
 
     Raises:
         TypeError: a non-integer or non-1-D tensor. ValueError: empty `rows`, `rows` not
-        non-decreasing or negative, `parents` of the wrong shape or pointing outside the row.
+        non-decreasing or negative, `parents` of the wrong shape or pointing outside the row, a
+        malformed `forest`.
     """
     owner, rows = _check_index_vector(owner, "owner"), _check_index_vector(rows, "rows")
     if rows.numel() == 0:
         raise ValueError("rows: expected at least one packed new token")
     if bool((rows < 0).any()) or bool((rows[1:] < rows[:-1]).any()):
         raise ValueError("rows: expected non-negative row ids, non-decreasing (each row's new tokens contiguous)")
-    if parents is not None:
-        parents = _check_index_vector(parents, "parents")
-        if parents.shape != rows.shape:
-            raise ValueError(f"parents: expected shape {tuple(rows.shape)} (as rows), got {tuple(parents.shape)}")
     K, Q, device = owner.numel(), rows.numel(), rows.device
+    if parents is None:
+        parents = torch.arange(Q, device=device) - 1
+        parents[torch.cat([torch.ones(1, dtype=torch.bool, device=device), rows[1:] != rows[:-1]])] = -1
+    parents = _check_index_vector(parents, "parents")
+    if parents.shape != rows.shape:
+        raise ValueError(f"parents: expected shape {tuple(rows.shape)} (as rows), got {tuple(parents.shape)}")
+    forest = _check_forest(forest, K)
     B = int(max(rows.max(), owner.max() if K else -1)) + 1
     counts = torch.bincount(rows, minlength=B).tolist()  # [B] new tokens per row
-    cached = owner.clamp(min=-1)
-    past_order = torch.sort(cached, stable=True).indices  # slots grouped by row, cache order kept
-    past_counts = torch.bincount(cached + 1, minlength=B + 1).tolist()  # [B + 1]; index 0 = no row
+    past_order = torch.sort(owner.clamp(min=-1), stable=True).indices  # slots grouped by row, cache order kept
+    past_counts = torch.bincount(owner.clamp(min=-1) + 1, minlength=B + 1).tolist()  # [B + 1]; 0 = no row
     past_start = [0, *itertools.accumulate(past_counts)]  # past_start[b + 1]: where row b's slots begin
     segments, start = [], 0
-    for b in range(B):
-        q_b = counts[b]
-        if q_b == 0:
-            continue
+    for b in (b for b in range(B) if counts[b]):
         past = past_order[past_start[b + 1]:past_start[b + 2]]  # [s_b]
-        index = torch.cat([past.to(device), K + torch.arange(start, start + q_b, device=device)])  # [k_b]
-        if parents is None:
-            new = torch.ones(q_b, q_b, dtype=torch.bool, device=device).tril_()  # [q_b, q_b] causal
-        else:
-            packed = parents[start:start + q_b]  # [q_b] packed indices; -2 marks another row's token
-            local = torch.where(packed >= start, packed - start, torch.where(packed == -1, -1, -2))
-            new = _ancestors(local, start, b)
-        mask = None if bool(new.all()) else torch.cat(
-            [torch.ones(q_b, past.numel(), dtype=torch.bool, device=device), new], dim=1)  # [q_b, k_b]
-        segments.append((b, start, start + q_b, index, mask))
-        start += q_b
+        segments.append(_segment(b, start, counts[b], past, parents[start:start + counts[b]], forest, K))
+        start += counts[b]
     return PackedRows(cache_length=K, query_length=Q, segments=tuple(segments), owner=owner)
+
+
+def _segment(b: int, start: int, q_b: int, past: torch.Tensor, parents: torch.Tensor, forest, K: int):
+    """(row, query_start, query_end, key_index [k_b], mask [q_b, k_b] or None) of one row."""
+    device = past.device
+    index = torch.cat([past, K + torch.arange(start, start + q_b, device=device)])  # [k_b]
+    new, anchor = _new_visibility(parents, start, b)  # [q_b, q_b]
+    old = _past_visibility(past, forest, anchor, b)  # [q_b, s_b] or None
+    if old is None and bool(new.all()):
+        return b, start, start + q_b, index, None
+    if old is None:
+        old = torch.ones(q_b, past.numel(), dtype=torch.bool, device=device)
+    return b, start, start + q_b, index, torch.cat([old, new], dim=1)
 
 
 # ----------------------------------------------------------------------------------------------
