@@ -1,0 +1,91 @@
+"""`verispec prove` on every built-in method: method x size -> verdict, time, branch points, leaves.
+
+For each built-in method and each size (V, L, K) of the matrix (V=2 L=1, V=2 L=2, V=3 L=1; K=2 for
+multi-path methods, K=1 otherwise) it runs `verispec.formal.prove` with a time limit (default 60 s)
+and records the verdict (proved / counterexample / unknown with its reason), the wall time, the
+exploration time, the slowest query, the number of solver calls (a query that z3 does not answer
+within 0.25 s is split on a comparison, so one output can take several calls), the branch points
+and leaves of the merged branch tree, and the free variables. `--extra` adds larger sizes
+(V=2 L=3, V=3 L=2, V=4 L=1) to find the largest size each method reaches within the limit.
+
+Results go to benchmarks/results/bench_prove.json (atomic write after every record; a rerun resumes,
+skipping recorded (method, size, timeout) records unless --fresh). The load average before and after
+each record is stored: other processes on the machine stretch the times, which are indicative.
+
+    python3 benchmarks/bench_prove.py [--methods token,block,...] [--timeout 60] [--extra] [--out PATH] [--fresh]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+from verispec import __version__
+from verispec._io import write_json_atomic
+from verispec.formal import prove
+from verispec.formal.prove import SOLVER
+from verispec.reference import methods
+
+SINGLE_PATH = {"token", "block", "point_mass", "prompt_lookup"}
+BASE_SIZES = ((2, 1), (2, 2), (3, 1))
+EXTRA_SIZES = ((2, 3), (3, 2), (4, 1))
+DEFAULT_OUT = os.path.join(os.path.dirname(__file__), "results", "bench_prove.json")
+
+
+def _key(name, V, L, K, timeout):
+    return f"{name}|V={V}|L={L}|K={K}|timeout={timeout:g}"
+
+
+def _record(name, V, L, K, timeout):
+    load_before = os.getloadavg()[0]
+    result = prove(name, V, L, K, timeout=timeout)
+    return {"method": name, "vocab_size": V, "draft_length": L, "num_paths": K, "timeout_s": timeout,
+            "verdict": result.verdict, "reason": result.reason, "seconds": round(result.seconds, 3),
+            "exploration_seconds": round(result.exploration_seconds, 3),
+            "slowest_query_seconds": round(result.max_query_seconds, 3),
+            "queries": len(result.queries), "solver_calls": sum(q.solver_calls for q in result.queries),
+            "branch_points": result.branch_points, "decisions": result.decisions, "leaves": result.leaves,
+            "dead_paths": result.dead_paths, "variables": result.variables,
+            "load_average_before": load_before, "load_average_after": os.getloadavg()[0]}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--methods", default=",".join(methods.names()))
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--extra", action="store_true", help="also the larger sizes V=2 L=3, V=3 L=2, V=4 L=1")
+    parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--fresh", action="store_true")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.methods.split(",") if n.strip()]
+    unknown = set(names) - set(methods.names())
+    if unknown:
+        parser.error(f"--methods: unknown {sorted(unknown)}")
+    data = {"records": {}}
+    if os.path.exists(args.out) and not args.fresh:
+        with open(args.out) as handle:
+            data = json.load(handle)
+    data.update({"version": __version__, "python": platform.python_version(), "solver": SOLVER,
+                 "cpu_count": os.cpu_count(), "note": "times measured on a shared machine: indicative"})
+    sizes = BASE_SIZES + (EXTRA_SIZES if args.extra else ())
+    for name in names:
+        K = 1 if name in SINGLE_PATH else 2
+        for V, L in sizes:
+            key = _key(name, V, L, K, args.timeout)
+            if key in data["records"]:
+                continue
+            record = _record(name, V, L, K, args.timeout)
+            data["records"][key] = record
+            write_json_atomic(args.out, data)
+            print(f"{name:14s} V={V} L={L} K={K}  {record['verdict']:14s} {record['seconds']:7.2f} s  "
+                  f"bp={record['branch_points']:5d} leaves={record['leaves']:5d} calls={record['solver_calls']:4d} "
+                  f"load={record['load_average_before']:.1f}  {record['reason'][:90]}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
