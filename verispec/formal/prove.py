@@ -499,7 +499,8 @@ def _fmt_table(conditionals, V):
 
 
 def _fmt_fraction(x: Fraction) -> str:
-    return str(x.numerator) if x.denominator == 1 else f"Fraction({x.numerator}, {x.denominator})"
+    # Always a Fraction: a row of plain ints ([1, 0]) would be read as float64 by models.table.
+    return f"Fraction({x.numerator})" if x.denominator == 1 else f"Fraction({x.numerator}, {x.denominator})"
 
 
 def _counterexample(model, variables, method, bases, temperatures, output, N) -> Counterexample:
