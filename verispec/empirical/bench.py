@@ -17,7 +17,10 @@ predicted E[A] is reported next to the measured tau), ``ouroboros`` and ``lookah
 (`verispec.empirical.ouroboros`; one phrase pool per runner, warm across the prompts of a run;
 ``K`` pool candidates per lookup, default 3, and ``W`` Jacobi window slots, default 4, 0 = none:
 ``ouroboros:K=1,W=0``) and
-``prompt_lookup`` (n-gram drafts from the context, point-mass token verification).
+``prompt_lookup`` (n-gram drafts from the context, point-mass token verification), and a user's own
+reference `Method` as ``pkg.module:attr`` (its verify runs through `verispec.empirical.adapter` on
+the real models' p and q; at T = 0 a lossless rule reproduces target-only greedy).
+Every runner but the HF peers decodes through the one engine (`verispec.empirical.engine`).
 
 Results: one record per (runner, temperature, prompt) in a JSON file written atomically after each
 record; a rerun with the same configuration resumes (records present are skipped), a different
@@ -36,7 +39,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .._io import write_json_atomic
-from . import decode
+from . import decode, methods
+from .engine import decode as decode_engine
 from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
 
 __all__ = ["BenchConfig", "RunnerSpec", "parse_runner", "run_bench", "summarize", "default_output"]
@@ -49,6 +53,8 @@ PHRASE_RUNNERS = ("ouroboros", "lookahead")
 PHRASE_DEFAULTS = {"num_paths": 3, "window": 4}
 #: Tree drafters of `verispec.empirical.trees` (runner name -> tree kind), node budget `n`.
 TREE_RUNNERS = {"opt_tree": "opt_tree", "kary": "kary", "eagle": "eagle", "chain_tree": "chain"}
+#: The runner name of a user's reference Method given as ``pkg.module:attr`` (its label is the spec).
+USER_RUNNER = "method"
 #: Runners that are neither decode methods nor trees (the phrase runners among them take K and W).
 OTHER_RUNNERS = ("target_only", "hf", "hf_prompt_lookup", "ouroboros", "lookahead", "prompt_lookup")
 
@@ -83,6 +89,11 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"methods: expected a runner name, got {text!r}")
     name, _, params = text.strip().partition(":")
+    if name not in runner_names() and params and "=" not in params:  # a user's Method: pkg.module:attr
+        from ..reference.methods import load
+
+        load(text.strip(), "methods")  # a clear ValueError now, before any model is loaded
+        return RunnerSpec(text.strip(), USER_RUNNER)
     if name not in runner_names():
         raise ValueError(f"methods: unknown runner {name!r}; known: {', '.join(runner_names())}")
     values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50, "window": 0}
@@ -231,7 +242,7 @@ def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed:
         from .trees import tree_speculative
 
         return tree_speculative(pair.target, pair.draft, prompt, N, tree=TREE_RUNNERS[spec.name],
-                                node_budget=spec.node_budget, temperature=T, uniforms=seed)
+                                node_budget=spec.node_budget, temperature=T, uniforms=seed, storage="sequence")
     if spec.name in ("ouroboros", "lookahead"):
         from .ouroboros import PhrasePool, lookahead_speculative, ouroboros_speculative
 
@@ -242,13 +253,16 @@ def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed:
         return ouroboros_speculative(pair.target, pair.draft, prompt, N, pool=pool, draft_length=spec.draft_length,
                                      num_candidates=spec.num_paths, window=spec.window, temperature=T,
                                      uniforms=seed)
-    if spec.name == "prompt_lookup":
-        from .batched import batched_speculative
+    if spec.name == USER_RUNNER:  # the user's reference Method through the adapter
+        from ..reference.methods import load
 
-        return batched_speculative(pair.target, None, [prompt[0]], N, method="token", draft_length=spec.draft_length,
-                                   temperature=T, drafter="prompt_lookup", uniforms=seed)
+        return decode_engine(pair.target, pair.draft, prompt, load(spec.label, "methods"), N, T, uniforms=seed,
+                             storage="sequence")
+    if spec.name == "prompt_lookup":
+        method = methods.get("prompt_lookup", draft_length=spec.draft_length, max_ngram=3)
+        return decode_engine(pair.target, None, prompt, method, N, T, uniforms=seed, storage="sequence")
     return decode.speculative(pair.target, pair.draft, prompt, N, spec.name, draft_length=spec.draft_length,
-                              num_paths=spec.num_paths, temperature=T, uniforms=seed)
+                              num_paths=spec.num_paths, temperature=T, uniforms=seed, storage="sequence")
 
 
 def _record(spec, result, memory, prefill) -> dict:

@@ -17,16 +17,15 @@ law is the target's (tests/empirical).
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from .checks import _check_pair, _check_positive, _check_prompt, _check_temperature  # noqa: F401 (re-exported)
 from .drafters import probabilities
-from .engine import DecodeResult, DecodeStats, decode
+from .drafters import RootOnly
+from .engine import DecodeResult, DecodeStats, TorchMethod, decode
 from .methods import PATH_METHODS, paths_method
 from .model import CausalLM
-from .uniforms import UniformSource, as_uniform_source, categorical
+from .rules.nodes import SampleAndFollow
 
 __all__ = ["METHODS", "DecodeStats", "DecodeResult", "probabilities", "target_only", "speculative"]
 
@@ -35,55 +34,48 @@ METHODS = {name: "chain" if name in ("token", "block") else "iid" if iid else "w
            for name, iid in PATH_METHODS.items()}
 
 
-def _uniforms(source: UniformSource, rows: int, n: int, device) -> torch.Tensor:
-    """n uniforms per row, all consumed -> float64 [rows, n] on `device`."""
-    return source.take(rows, n, device)
+class _TopTwo:
+    """Records, per step and row, target-only's top-1 minus top-2 logit and runner-up token."""
+
+    def __init__(self, B: int, N: int):
+        self.margins = torch.zeros(B, N, dtype=torch.float32)
+        self.runners_up = torch.zeros(B, N, dtype=torch.long)
+        self.step = 0
+
+    def __call__(self, logits, tree, rows) -> None:
+        top2 = logits[:, 0].topk(2, dim=-1)  # [b, 2] at the root: the next token's logits
+        ids = rows.row_id.cpu()
+        self.margins[ids, self.step] = (top2.values[:, 0] - top2.values[:, 1]).float().cpu()
+        self.runners_up[ids, self.step] = top2.indices[:, 1].cpu()
+        self.step += 1
 
 
 def target_only(target: CausalLM, prompt_ids, max_new_tokens: int, temperature: float = 0.0,
-                uniforms=None) -> DecodeResult:
-    """Plain autoregressive decoding with the KV cache (the baseline every method must match).
+                uniforms=None, storage: str = "padded") -> DecodeResult:
+    """Plain autoregressive decoding with the KV cache (the baseline every method must match): the
+    engine with no draft (`drafters.RootOnly`), one target forward and one draw per token.
 
     Args:
-        target: `CausalLM`. prompt_ids: int [B, n] or [n]. max_new_tokens: >= 1.
-        temperature: 0 (greedy) or > 0 (sampling, one uniform per token).
-        uniforms: `UniformSource`, an int seed, or None.
+        target: `CausalLM`. prompt_ids: int [B, n] or [n], or a list of 1-D prompts.
+        max_new_tokens: >= 1. temperature: 0 (greedy) or > 0 (sampling, one uniform per token).
+        uniforms: `UniformSource`, an int seed, or None. storage: `verispec.empirical.kv.STORAGES`.
 
     Returns:
-        `DecodeResult` with tokens [B, max_new_tokens].
+        `DecodeResult` with tokens [B, max_new_tokens]; stats.top2_margins / runner_up_tokens
+        [B, max_new_tokens] (near-tie diagnostics for greedy comparisons).
 
     Raises:
         TypeError / ValueError: bad prompt, max_new_tokens < 1, negative temperature.
     """
     if not isinstance(target, CausalLM):
         raise TypeError(f"target: expected a CausalLM, got {type(target).__name__}")
-    prompt = _check_prompt(prompt_ids, target)
     N = _check_positive(max_new_tokens, "max_new_tokens")
-    T = _check_temperature(temperature, "temperature")
-    source = as_uniform_source(uniforms)
-    start, forwards = time.perf_counter(), target.forward_count
-    B = prompt.shape[0]
-    # The prefix but the last token is prefilled, as in `speculative`, so both share one prefill.
-    cache = target.prefill(prompt[:, :-1])[1] if prompt.shape[1] > 1 else target.new_cache()
-    logits = target.chain(cache, prompt[:, -1:])[:, -1]  # [B, V]
-    out, margins, runners_up = [], [], []
-    for i in range(N):
-        top2 = logits.topk(2, dim=-1)  # near-tie diagnostics for greedy comparisons
-        margins.append(top2.values[:, 0] - top2.values[:, 1])
-        runners_up.append(top2.indices[:, 1])
-        if T == 0:
-            y = logits.argmax(-1)
-        else:
-            y = categorical(probabilities(logits, T), _uniforms(source, B, 1, logits.device)[:, 0])
-        out.append(y)
-        if i + 1 < N:
-            logits = target.chain(cache, y.unsqueeze(1))[:, -1]
-    stats = DecodeStats("target_only", iterations=N, target_forwards=target.forward_count - forwards,
-                        accepted_lengths=torch.zeros(B * N, dtype=torch.long),
-                        wall_time_s=time.perf_counter() - start,
-                        top2_margins=torch.stack(margins, dim=1).cpu(),
-                        runner_up_tokens=torch.stack(runners_up, dim=1).cpu())
-    return DecodeResult(torch.stack(out, dim=1).cpu(), stats)
+    B = len(prompt_ids) if isinstance(prompt_ids, (list, tuple)) else _check_prompt(prompt_ids, target).shape[0]
+    top2 = _TopTwo(B, N)
+    method = TorchMethod("target_only", RootOnly, SampleAndFollow(), observe=top2)
+    result = decode(target, None, prompt_ids, method, N, temperature, uniforms, storage)
+    result.stats.top2_margins, result.stats.runner_up_tokens = top2.margins, top2.runners_up
+    return result
 
 
 def speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_tokens: int, method: str = "block",

@@ -106,12 +106,15 @@ class TorchMethod:
             state: the draft cache, pools). verifier: `verifier(p, tree, source, temperature,
             rows) -> rules.Verdict` with attribute `needs_q` (reads the tree's q).
         params: the parameters it was built with (for reports).
+        observe: optional `observe(logits [B, N, V], tree, rows)` called after every target
+            forward (diagnostics, e.g. target-only's top-2 logit margins).
     """
 
     name: str
     drafter: Callable[[], Drafter]
     verifier: Callable
     params: dict = field(default_factory=dict)
+    observe: Callable | None = None
 
 
 class Rows:
@@ -218,6 +221,8 @@ class _Run:
             raise TypeError(f"drafter of {self.method.name!r} returned {type(tree).__name__}, not a DraftTree")
         tree.check(self.target.vocab_size, rows.row_id.numel(), getattr(verifier, "needs_q", True))
         logits, order = _tree_forward(self.kv, tree)
+        if self.method.observe is not None:
+            self.method.observe(logits, tree, rows)
         verdict = verifier(probabilities(logits, self.T), tree, self.source, self.T, rows)
         _check_verdict(verdict, tree, getattr(verifier, "name", self.method.name))
         keep = torch.zeros_like(tree.real)
