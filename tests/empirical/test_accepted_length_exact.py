@@ -20,7 +20,7 @@ Each case has partial acceptance where the bug acts: P(0 < tau_2 < L) > 0.1 (ass
 
 Cases (L = 2, depth 2): chain + token, chain + block, K = 2 i.i.d. paths + gbv, OPT-Tree (n = 4) +
 sample-and-follow; slow: block on the packed (EMS-SD) storage, K = 2 paths without replacement +
-rrsw. Planted bugs (monkeypatched into the drafters' accept step; each must be caught at its fixed
+rrsw, and the reference `methods.block` Method itself run through the engine's adapter. Planted bugs (monkeypatched into the drafters' accept step; each must be caught at its fixed
 seed): "not cropped" (after a rejection the draft cache keeps the drafted node it ran below the last
 accepted one: the draft conditions on a stale prefix) and "resume from own proposal" (after a
 rejection the draft continues from its own first proposed child instead of the correction). They
@@ -87,8 +87,10 @@ CASES = [
      "padded", (1, 3)),
     ("block-packed", "block", ref_methods.block(2), {"draft_length": 2}, 1500, "packed", (1, 3)),
     ("rrsw-K2", "rrsw", ref_methods.rrsw(2, 2), {"draft_length": 2, "num_paths": 2}, 4000, "padded", (1, 3)),
+    # the reference Method itself through the engine's adapter (numpy verify per row)
+    ("block-adapter", ref_methods.block(2), ref_methods.block(2), {}, 2000, "padded", (1, 3)),
 ]
-SLOW = {"block-packed", "rrsw-K2"}  # the packed storage's dense mask is quadratic in n; rrsw's enumeration
+SLOW = {"block-packed", "rrsw-K2", "block-adapter"}  # per-row Python loops (packed attention, adapter); rrsw's enumeration
 
 
 def _params(rows, key):
@@ -109,8 +111,9 @@ def decode_taus(target, draft, name, params, n, storage, prompt, seed):
     max_new_tokens = L + 2 keeps every row in the batch for two iterations (one iteration emits at
     most L + 1 tokens), and `stats.accepted_lengths` lists taus iteration by iteration, active rows
     in order, so its first 2 n entries are (tau_1 of every row, tau_2 of every row)."""
-    result = engine.decode(target, draft, torch.tensor(prompt).expand(n, -1), torch_methods.get(name, **params),
-                           DEPTH + 2, temperature=TEMPERATURE, uniforms=seed, storage=storage)
+    method = torch_methods.get(name, **params) if isinstance(name, str) else name  # or a reference Method
+    result = engine.decode(target, draft, torch.tensor(prompt).expand(n, -1), method, DEPTH + 2,
+                           temperature=TEMPERATURE, uniforms=seed, storage=storage)
     taus = result.stats.accepted_lengths
     assert taus.numel() >= 2 * n
     return taus[:n], taus[n:2 * n]
@@ -240,7 +243,8 @@ def test_measured_tau_equals_exact(models, laws, case_id, name, method, params, 
 
 PLANTS = [("token", _resume_from_own_proposal), ("block", _not_cropped), ("gbv-K2", _not_cropped),
           ("opt_tree", _not_cropped), ("opt_tree", _resume_from_own_proposal),
-          ("block-packed", _not_cropped), ("rrsw-K2", _resume_from_own_proposal)]
+          ("block-packed", _not_cropped), ("rrsw-K2", _resume_from_own_proposal),
+          ("block-adapter", _not_cropped)]
 
 
 @pytest.mark.parametrize("case_id,plant", _params(PLANTS, lambda row: f"{row[0]}-{row[1].__name__.strip('_')}"))
