@@ -82,6 +82,21 @@ def test_multi_path_is_methods_sit_below_the_iid_bound_and_spechub_need_not():
     assert values["spechub"] > bound  # its drafts always contain the hub token: not i.i.d. paths
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_draft_law_bound_recovers_the_iid_bound_and_bounds_spechub_and_rrsw(seed):
+    """The LP bound built from a drafter's exact node-set law equals lp.multi_path for i.i.d. paths,
+    and bounds SpecHub and rrsw, whose paths the i.i.d. bound does not describe."""
+    t = models.random_tree(3, 2 * seed, rational=True, denominator=32)
+    d = models.random_tree(3, 2 * seed + 1, rational=True, denominator=32)
+    iid = frontier.draft_law_bound(t, d, drafters.iid_paths(2, 2), 2)
+    assert iid == pytest.approx(lp.multi_path(t, d, (), 2, 2).value, abs=1e-7)
+    for name, drafter in (("spechub", methods.spechub(2).draft),
+                          ("rrsw", drafters.paths_without_replacement(2, 2))):
+        bound = frontier.draft_law_bound(t, d, drafter, 2)
+        value = float(exact.expected_accepted_length(t, d, methods.get_compatible(name, draft_length=2, num_paths=2)))
+        assert value <= bound + 1e-7, name
+
+
 # --------------------------------------------------------------------------------------------------
 # HSD
 

@@ -9,6 +9,8 @@ optimum, and the point-mass-draft comparison of block and token verification.
   sorted-prefix shortcut (SpecHub's hub pairs).
 - `hub_set_law`: the law of SpecHub's drafted pair {first, second} (arXiv 2411.05289).
 - `point_mass_comparison`: token vs block verification with point-mass (q = 1) drafts, exactly.
+- `draft_law_bound`: the multi-path LP bound on E[tau] for ANY drafter, from the exact law of its
+  drafted node sets (`drafted_node_law`); for i.i.d. paths it equals `lp.multi_path`.
 """
 
 from __future__ import annotations
@@ -88,3 +90,65 @@ def point_mass_comparison(target, phrase, context=()) -> dict:
         out["expected"][name] = sum(tau * prob for tau, prob in law.items())
         out["acceptance_rate"][name] = out["expected"][name] / L
     return out
+
+
+def drafted_node_law(drafter, draft_model, context=()) -> dict:
+    """The exact law of the SETS of drafted nodes, depth by depth, of any drafter:
+    {(nodes at depth 1, nodes at depth 2, ...) as sorted tuples: prob}. Reads only which children
+    were drafted, never their order."""
+
+    def node_sets(rand):
+        draft = drafter(draft_model, tuple(context), rand)
+        levels, frontier_nodes = [], [()]
+        while True:
+            level = sorted(u + (t,) for u in frontier_nodes for t in draft.counts(u))
+            if not level:
+                return tuple(levels)
+            levels.append(tuple(level))
+            frontier_nodes = level
+
+    return enumerate_law(node_sets).law
+
+
+def draft_law_bound(target, draft_model, drafter, draft_length: int, context=(), solver=None):
+    """Upper bound on E[tau] of ANY valid verifier of the drafts of `drafter` (any draft law, not
+    only i.i.d. paths): the information-agnostic LP of Thomas & Pal 2026 (arXiv 2602.16961) with its
+    coverage constraints taken from the drafter's exact node-set law — for every depth l and every
+    set S of depth-l nodes, sum_{u in S} a(u) <= P(some node of S is drafted) (one accepted path
+    passes through at most one node of S); target matching a(u t) <= a(u) p(t | u).
+
+    All subsets are enumerated, so it is for tiny trees (at most 16 possibly-drafted nodes per
+    depth). Returns the LP value (float, accepted draft tokens).
+
+    Raises:
+        ValueError: a depth with more than 16 possibly-drafted nodes.
+    """
+    import numpy as np
+    import scipy.sparse as sp
+
+    from . import lp
+
+    L = _check_positive_int(draft_length, "draft_length")
+    tree = lp._build_tree(target, draft_model, context, L)
+    law = drafted_node_law(drafter, draft_model, context)
+    rows, rhs = [lp._target_matching(tree)[0]], [lp._target_matching(tree)[1]]
+    upper = np.zeros(tree.size)
+    for depth in range(L):
+        index = {u: tree.offsets[depth] + i for i, u in enumerate(tree.nodes[depth])}
+        outcomes = [(set(levels[depth]) if depth < len(levels) else set(), float(prob))
+                    for levels, prob in law.items()]
+        possible = sorted(set().union(*(s for s, _ in outcomes)))
+        if len(possible) > 16:
+            raise ValueError(f"drafter: {len(possible)} possibly-drafted nodes at depth {depth + 1} (> 16)")
+        for size in range(1, len(possible) + 1):
+            for S in itertools.combinations(possible, size):
+                cover = sum(prob for drafted, prob in outcomes if drafted.intersection(S))
+                if size == 1:
+                    upper[index[S[0]]] = cover
+                    continue
+                row = np.zeros(tree.size)
+                row[[index[u] for u in S]] = 1.0
+                rows.append(sp.csr_matrix(row))
+                rhs.append(np.array([cover]))
+    a_ub, b_ub = sp.vstack(rows, format="csr"), np.concatenate(rhs)
+    return lp._solve(np.ones(tree.size), a_ub, b_ub, upper, solver)[1]
