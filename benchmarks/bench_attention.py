@@ -44,6 +44,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from verispec._io import write_json_atomic  # noqa: E402
 from verispec.empirical.attention import packed_rows, varlen_attention  # noqa: E402
+from verispec.empirical.model import additive_mask  # noqa: E402
 
 SCHEMA = "verispec.bench_attention/1"
 VARIANTS = ("packed_varlen", "dense_block_diagonal", "padded")
@@ -120,10 +121,6 @@ def make_case(lengths, q, heads, kv_heads, head_dim, dtype, seed=0) -> dict:
             "scale": head_dim ** -0.5}
 
 
-def _additive(allowed: torch.Tensor, dtype) -> torch.Tensor:
-    return torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
-
-
 def dense_mask(case) -> torch.Tensor:
     """[1, 1, Q, K + Q]: own row's cache and own row's causal new tokens (the old packed mask)."""
     rows, owner = case["new_rows"], case["owner"]
@@ -131,7 +128,7 @@ def dense_mask(case) -> torch.Tensor:
     idx = torch.arange(Q)
     past = rows.view(Q, 1) == owner.view(1, -1)
     new = (rows.view(Q, 1) == rows.view(1, Q)) & (idx.view(1, Q) <= idx.view(Q, 1))
-    return _additive(torch.cat([past, new], 1), case["dtype"])[None, None]
+    return additive_mask(torch.cat([past, new], 1), case["dtype"])[None, None]
 
 
 def padded_mask(case) -> torch.Tensor:
@@ -140,7 +137,7 @@ def padded_mask(case) -> torch.Tensor:
     B = valid.shape[0]
     causal = torch.ones(q, q, dtype=torch.bool).tril()
     allowed = torch.cat([valid.unsqueeze(1).expand(B, q, -1), causal.expand(B, q, q)], 2)
-    return _additive(allowed, case["dtype"]).unsqueeze(1)
+    return additive_mask(allowed, case["dtype"]).unsqueeze(1)
 
 
 def _sdpa_function():

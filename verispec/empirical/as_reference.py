@@ -1,8 +1,8 @@
 """A real causal LM seen as a reference `LanguageModel`: the exact engine on torch models.
 
 `TorchLanguageModel(lm, temperature)` answers `probs(prefix)` with softmax(logits / T) of ONE
-cache-free forward over the whole prefix (T = 0: the one-hot argmax, ties to the lowest id, as
-`verispec.empirical.decode.probabilities` and `verispec.reference.models.temperature`), memoised
+cache-free forward over the whole prefix (T = 0: the one-hot argmax, ties to the lowest id; the
+engine's own `verispec.empirical.drafters.probabilities`), memoised
 per prefix by `LanguageModel.probs`. No KV cache is involved, so the reference side cannot share a
 cache bug with the decoder it checks. With it, `verispec.reference.exact` computes exact laws of a
 method on the very models a torch decoder runs, e.g. E[tau | context] for one iteration
@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..reference.models import LanguageModel, check_prefix
+from .drafters import probabilities
 from .model import CausalLM
 
 __all__ = ["TorchLanguageModel"]
@@ -53,19 +54,12 @@ class TorchLanguageModel(LanguageModel):
         super().__init__(lm.vocab_size)
         self.lm, self.temperature, self.batch_size = lm, float(temperature), int(batch_size)
 
-    def _to_probs(self, logits: torch.Tensor) -> np.ndarray:
-        """logits [n, V] -> float64 [n, V]."""
-        logits = logits.double()
-        if self.temperature == 0:
-            return torch.nn.functional.one_hot(logits.argmax(-1), self.vocab_size).double().cpu().numpy()
-        return torch.softmax(logits / self.temperature, dim=-1).cpu().numpy()
-
     def _forward_last(self, prefixes: list[tuple[int, ...]]) -> np.ndarray:
         """Equal-length prefixes -> probs [n, V] at their last position (batched, no cache)."""
         ids = torch.tensor(prefixes, dtype=torch.long, device=self.lm.device)  # [n, length]
         with torch.inference_mode():
             logits = self.lm.model(input_ids=ids, use_cache=False).logits[:, -1]  # [n, V]
-        return self._to_probs(logits)
+        return probabilities(logits.float(), self.temperature).cpu().numpy()  # the decoder's own p
 
     def _compute(self, prefix):
         if not prefix:
