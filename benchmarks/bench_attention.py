@@ -17,7 +17,8 @@ target's (Qwen2.5-1.5B: 12 query heads, 2 KV heads, head dim 128); row lengths a
 row S) or "ragged" (row b holds round(S (b + 1) / B) slots, B > 1). Each record is the median of
 `--repeats` timed calls of ONE layer's attention after one warm-up; `prepare_s` is the per-forward
 setup (the `PackedRows` or the mask), shared by all layers. The `scores` fields are derived from the
-formulas above, not measured.
+formulas above, not measured; so is the `summary` section (per row length: time by B, time per
+row, and each variant relative to packed_varlen at the largest B), computed from the records.
 
 Results go to benchmarks/results/bench_attention_cpu.json (atomic write after every record; a rerun
 with the same configuration resumes, skipping measured records). The host's CPU capability
@@ -104,8 +105,12 @@ def make_case(lengths, q, heads, kv_heads, head_dim, dtype, seed=0) -> dict:
     rows_q = [torch.randn(1, heads, q, head_dim, generator=g).to(dtype) for _ in lengths]
     rows_k = [torch.randn(1, kv_heads, s + q, head_dim, generator=g).to(dtype) for s in lengths]
     rows_v = [torch.randn(1, kv_heads, s + q, head_dim, generator=g).to(dtype) for s in lengths]
-    packed_k = torch.cat([k[:, :, :s] for k, s in zip(rows_k, lengths)] + [k[:, :, s:] for k, s in zip(rows_k, lengths)], 2)
-    packed_v = torch.cat([v[:, :, :s] for v, s in zip(rows_v, lengths)] + [v[:, :, s:] for v, s in zip(rows_v, lengths)], 2)
+
+    def packed(per_row):  # every row's cached slots, then every row's new tokens: [1, H_kv, K + Q, D]
+        cached = [x[:, :, :s] for x, s in zip(per_row, lengths)]
+        return torch.cat(cached + [x[:, :, s:] for x, s in zip(per_row, lengths)], 2)
+
+    packed_k, packed_v = packed(rows_k), packed(rows_v)
     padded_k = torch.zeros(B, kv_heads, S_max + q, head_dim, dtype=dtype)  # [B, H_kv, S_max + q, D]
     padded_v = torch.zeros_like(padded_k)
     valid = torch.zeros(B, S_max, dtype=torch.bool)  # [B, S_max]
@@ -245,8 +250,27 @@ def run(batches, lengths, new_tokens=5, dtypes=("float32", "bfloat16"), heads=12
                     payload["records"].append(_measure_case(key, dtype, profile, B, S, config, repeats, log))
                     write_json_atomic(out, payload)
     payload["complete"], payload["load_average_end"] = True, load_average()
+    payload["summary"] = summarise(payload["records"])
     write_json_atomic(out, payload)
     return payload
+
+
+def summarise(records) -> dict:
+    """Derived from the records: per "dtype|profile|S" and variant, [B, median ms, ms per row] by B,
+    and each variant's time relative to packed_varlen at the largest B."""
+    groups: dict = {}
+    for r in records:
+        groups.setdefault(f"{r['dtype']}|{r['profile']}|S={r['length']}", []).append(r)
+    summary = {}
+    for key, rows in sorted(groups.items()):
+        rows.sort(key=lambda r: r["batch"])
+        ms = {v: [r["variants"][v]["median_s"] * 1e3 for r in rows] for v in VARIANTS}
+        by_variant = {v: [[r["batch"], t, t / r["batch"]] for r, t in zip(rows, ms[v])] for v in VARIANTS}
+        last = rows[-1]["variants"]
+        summary[key] = {"ms_by_batch": by_variant, "largest_batch": rows[-1]["batch"],
+                        "relative_to_packed_varlen": {v: last[v]["median_s"] / last["packed_varlen"]["median_s"]
+                                                      for v in VARIANTS}}
+    return summary
 
 
 def _measure_case(key, dtype, profile, B, S, config, repeats, log) -> dict:

@@ -20,8 +20,9 @@ Each case has partial acceptance where the bug acts: P(0 < tau_2 < L) > 0.1 (ass
 
 Cases (L = 2, depth 2): chain + token, chain + block, K = 2 i.i.d. paths + gbv, OPT-Tree (n = 4) +
 sample-and-follow; slow: block on the packed (EMS-SD) storage, K = 2 paths without replacement +
-rrsw, and the reference `methods.block` Method itself run through the engine's adapter. Planted bugs (monkeypatched into the drafters' accept step; each must be caught at its fixed
-seed): "not cropped" (after a rejection the draft cache keeps the drafted node it ran below the last
+rrsw, and the reference `methods.block` Method itself run through the engine's adapter. Planted
+bugs (monkeypatched into the drafters' accept step; each must be caught at its fixed seed):
+"not cropped" (after a rejection the draft cache keeps the drafted node it ran below the last
 accepted one: the draft conditions on a stale prefix) and "resume from own proposal" (after a
 rejection the draft continues from its own first proposed child instead of the correction). They
 move E[tau_2] by 0.28-0.70 here (e.g. block: measured 0.896 with the bug vs exact 0.484; bound 0.069).
@@ -90,7 +91,8 @@ CASES = [
     # the reference Method itself through the engine's adapter (numpy verify per row)
     ("block-adapter", ref_methods.block(2), ref_methods.block(2), {}, 2000, "padded", (1, 3)),
 ]
-SLOW = {"block-packed", "rrsw-K2", "block-adapter"}  # per-row Python loops (packed attention, adapter); rrsw's enumeration
+# slow: per-row Python loops (packed attention, the adapter's numpy verify); rrsw's enumeration
+SLOW = {"block-packed", "rrsw-K2", "block-adapter"}
 
 
 def _params(rows, key):

@@ -46,6 +46,9 @@ def test_tiny_run_schema_agreement_and_resume(bench, tmp_path):
             assert values["max_abs_diff_vs_padded"] < 1e-5, (record["key"], variant)
         q, lengths = 2, record["row_lengths"]
         assert record["variants"]["packed_varlen"]["scores_per_head_derived"] == sum(q * (s + q) for s in lengths)
+    summary = saved["summary"]["float32|equal|S=9"]
+    assert [row[0] for row in summary["ms_by_batch"]["padded"]] == [1, 3] and summary["largest_batch"] == 3
+    assert summary["relative_to_packed_varlen"]["packed_varlen"] == 1.0
     ragged = next(r for r in saved["records"] if r["key"] == "float32|ragged|B=3|S=9")
     assert ragged["row_lengths"] == [3, 6, 9]
     # a rerun resumes: nothing is measured again

@@ -85,8 +85,8 @@ class PackedRows:
 
 def _check_index_vector(value, name: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor) or value.dtype not in (torch.int64, torch.int32) or value.dim() != 1:
-        raise TypeError(f"{name}: expected a 1-D int64 tensor, got "
-                        f"{type(value).__name__ if not isinstance(value, torch.Tensor) else (value.dtype, tuple(value.shape))}")
+        got = (value.dtype, tuple(value.shape)) if isinstance(value, torch.Tensor) else type(value).__name__
+        raise TypeError(f"{name}: expected a 1-D int64 tensor, got {got}")
     return value.long()
 
 
