@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from verispec.reference import drafters, models
+from verispec.reference.contract import RuleContractError
 from verispec.reference.drafters import Draft
 from verispec.reference.randomness import Sampler, enumerate_law
 
@@ -232,7 +233,8 @@ def test_opt_tree_tiny_example():
     assert children[()] == [0, 1]  # by W descending
     draft = drafters.opt_tree(3, max_depth=3)(model, (), Sampler(0))
     assert sorted(draft.paths) == [(0, 0), (1,)]
-    assert draft.proposal((0,)).tolist() == [0.6, 0.4]
+    with pytest.raises(RuleContractError, match="drafted deterministically"):  # chosen, not drawn: no q
+        draft.proposal((0,))
 
 
 def test_opt_tree_threshold_stops_growth():

@@ -185,3 +185,12 @@ def test_the_depth_comes_from_params_the_drafter_or_a_function_attribute():
     rule = methods.Method("declared", declared, token_verify)
     assert rule.draft_length == 3 and default_num_tokens(rule) == 5
     assert assert_lossless(rule, families=("iid",), temperatures=(1,), vocab_sizes=(2,)).max_num_tokens == 5
+
+
+def test_assert_not_worse_reports_contract_errors_with_the_instance():
+    from verispec.testing import assert_not_worse
+
+    broken = _chain(_after_first(lambda e: ()), L=1)
+    with pytest.raises(RuleContractError, match="no correction/bonus token") as info:
+        assert_not_worse(broken, methods.token(1), target=P, draft=Q)
+    assert info.value.instance is not None and info.value.instance.target is P

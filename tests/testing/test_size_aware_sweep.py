@@ -33,6 +33,7 @@ def test_budget_and_vocab_sizes_arguments():
     assert sweep_plan((7,), num_tokens=3, budget=1) == {7: (1, 1)}
     report = assert_lossless(methods.token(1), vocab_sizes=(2, 5), budget=200, families=("iid",))
     assert report.vocab_sizes == (2, 5) and report.num_instances == 3 + 1
+    assert report.instances_per_vocab_size == ((2, 3), (5, 1)) and "V in [2, 5]: 3+1," in str(report)
 
 
 @pytest.mark.parametrize("budget, exc", [(0, ValueError), (-5, ValueError), (2.5, TypeError), ("9", TypeError),

@@ -43,11 +43,24 @@ class Draft:
             (the q of the rules). An empty `drafted` makes `node` a leaf.
         rand: the `Randomness` that draws orders of exchangeable tokens (uniform over the distinct
             arrangements of the multiset, which is their exact conditional law given the counts).
+
+    Deterministic trees (children chosen by a rule, e.g. the top-k children of EAGLE / SGLang
+    trees, OPT-Tree): their children were not drawn from any q, so `expand` returns
+    ``proposal=None`` for a non-leaf node ("no proposal": `proposal` then raises a
+    RuleContractError, and such trees are verified by rules that sample the target and follow the
+    tree, e.g. `verifiers.sample_and_follow`), or a one-hot point mass when the node has one child
+    (a greedy chain: token verification with q = one-hot is lossless). Passing the soft q of the
+    draft model for a deterministic node is wrong, since the rules' ratios p/q and residuals assume
+    the children were drawn from q; the exact engine detects a verifier that reads such a proposal
+    (a q with two or more tokens of positive probability while the node's children are the same on
+    every branch) and raises RuleContractError.
     """
 
     def __init__(self, num_paths: int, expand: Callable[[Node, int], tuple], rand=None):
         self._expand = expand
         self._rand = rand
+        self._drafted: dict[Node, tuple] = {}  # what expand returned, to compare across branches
+        self._read: set = set()  # nodes whose proposal a verifier read
         self._num: dict[Node, int] = {(): num_paths}
         self._counts: dict[Node, dict[int, int]] = {}
         self._order: dict[Node, tuple[int, ...]] = {}
@@ -74,6 +87,7 @@ class Draft:
             self._order[node] = order
         self._counts[node] = counts
         self._proposal[node] = proposal
+        self._drafted[node] = self._order[node] if node in self._order else tuple(counts.items())
         for t, c in counts.items():
             self._num[node + (t,)] = c
 
@@ -107,11 +121,29 @@ class Draft:
         return tuple(dict.fromkeys(self.tokens(node)))
 
     def proposal(self, node: Node = ()) -> np.ndarray:
-        """q(. | context + node) -> [V]: the law the children of `node` were drawn from."""
+        """q(. | context + node) -> [V]: the law the children of `node` were drawn from.
+
+        Raises:
+            ValueError: `node` is a leaf.
+            RuleContractError: `node` has children but no proposal (a deterministic tree).
+        """
         self._ensure(node)
         if self._proposal[node] is None:
+            if self._counts[node]:
+                from .contract import RuleContractError
+
+                raise RuleContractError(
+                    f"draft: node {node} was drafted deterministically (children {self.child_set(node)}, "
+                    "no proposal): a rule reading q here assumes they were drawn from q; verify a "
+                    "deterministic tree by sampling the target and following it (sample_and_follow)")
             raise ValueError(f"node {node} is a leaf: it has no proposal distribution")
+        self._read.add(node)
         return self._proposal[node]
+
+    def proposals_read(self):
+        """[(node, what expand drafted there, proposal [V])] for every node whose proposal a
+        verifier read (used by the exact engine to detect soft q on deterministic nodes)."""
+        return [(node, self._drafted[node], self._proposal[node]) for node in self._read]
 
     def num_paths(self, node: Node = ()) -> int:
         """How many draft paths pass through `node` (0 if it is not in the draft)."""
@@ -304,8 +336,9 @@ def paths_without_replacement(draft_length: int, num_paths: int) -> Drafter:
     return Drafter("paths_without_replacement", build, draft_length=L, num_paths=K)
 
 
-def _fixed_tree(children: dict, proposal_of: Callable[[Node], np.ndarray]) -> Draft:
-    """A deterministic Draft from {node: [child tokens in order]}; one path per leaf."""
+def _fixed_tree(children: dict) -> Draft:
+    """A deterministic Draft from {node: [child tokens in order]}; one path per leaf. Its nodes have
+    no proposal: the children were chosen, not drawn (see `Draft`)."""
 
     def leaves(node):
         kids = children.get(node, [])
@@ -315,7 +348,7 @@ def _fixed_tree(children: dict, proposal_of: Callable[[Node], np.ndarray]) -> Dr
         kids = children.get(node, [])
         if not kids:
             return (), None
-        return tuple(t for t in kids for _ in range(leaves(node + (t,)))), proposal_of(node)
+        return tuple(t for t in kids for _ in range(leaves(node + (t,)))), None
 
     return Draft(leaves(()), expand)
 
@@ -394,7 +427,7 @@ def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = N
         def q_of(node):
             return draft_model.probs(context + node)
 
-        return _fixed_tree(opt_tree_structure(q_of, n, float(threshold), depth), q_of)
+        return _fixed_tree(opt_tree_structure(q_of, n, float(threshold), depth))
 
     return Drafter("opt_tree", build, node_budget=n, threshold=threshold, max_depth=depth)
 

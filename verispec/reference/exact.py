@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .contract import Draw, RuleContractError
+from .contract import ROUNDING_PROBABILITY, Draw, RuleContractError
 from .methods import Method
 from .models import LanguageModel, _check_positive_int, check_pair, check_prefix
 from .randomness import enumerate_law
@@ -53,9 +53,47 @@ def _contract_error(method, prefix):
     return on_error
 
 
+class _ProposalReads:
+    """Collects, over every branch of one iteration, what was drafted at each node whose proposal
+    the verifier read. A node whose q has >= 2 tokens of positive probability was drawn from q only
+    if its children differ between branches; the same children on every branch mean a
+    deterministic node (top-k) given a soft q, which breaks the Draft contract."""
+
+    def __init__(self):
+        self.seen: dict = {}  # node -> (set of drafted children, proposal)
+
+    def __call__(self, draft) -> None:
+        for node, drafted, q in draft.proposals_read():
+            entry = self.seen.setdefault(node, (set(), q))
+            entry[0].add(drafted)
+
+    def check(self, method, prefix) -> None:
+        for node, (drafted, q) in sorted(self.seen.items()):
+            # a float64 mass at rounding level (q = [1 - 1e-24, 1e-24]) is never drawn: not support
+            floor = 0 if q.dtype == object else ROUNDING_PROBABILITY
+            support = sum(1 for x in q if x > floor)
+            if len(drafted) == 1 and support >= 2:
+                children = next(iter(drafted))
+                raise RuleContractError(
+                    f"draft: node {node}'s children {children} are the same on every branch (a deterministic "
+                    f"choice, e.g. top-k or greedy), but its proposal q = {_short(q)} gives {support} tokens "
+                    "positive probability and the verifier read it: q must be the law the children were drawn "
+                    "from. For a deterministic tree pass proposal=None (no proposal) and verify by sampling "
+                    "the target and following the tree, or a one-hot point mass for a single child",
+                    method=repr(method), prefix=prefix)
+
+
+def _short(q) -> str:
+    return "[" + ", ".join(str(x) if isinstance(x, Fraction) else f"{float(x):.4g}" for x in list(q)[:8]) + \
+        (", ...]" if len(q) > 8 else "]")
+
+
 def _iteration(target, draft, method, prefix, max_branches=None):
-    return enumerate_law(lambda rand: method.step(target, draft, prefix, rand), max_branches,
-                         on_error=_contract_error(method, prefix))
+    reads = _ProposalReads()
+    result = enumerate_law(lambda rand: method.step(target, draft, prefix, rand, observe=reads), max_branches,
+                           on_error=_contract_error(method, prefix))
+    reads.check(method, prefix)
+    return result
 
 
 def iteration_distribution(target: LanguageModel, draft: LanguageModel | None, method: Method,

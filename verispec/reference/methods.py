@@ -78,8 +78,10 @@ class Method:
                 return depth
         return None
 
-    def step(self, target: LanguageModel, draft_model, context: tuple, rand: Randomness) -> tuple[int, ...]:
+    def step(self, target: LanguageModel, draft_model, context: tuple, rand: Randomness, *,
+             observe: Callable | None = None) -> tuple[int, ...]:
         """One draft-verify iteration from `context`; returns the emitted tokens (tau + 1 of them).
+        ``observe(draft)``, when given, sees the Draft after a well-formed verification.
 
         Raises:
             RuleContractError (a TypeError and ValueError): the drafter did not return a Draft; the
@@ -108,6 +110,8 @@ class Method:
         if isinstance(depth, int) and len(out) > depth + 1:
             raise RuleContractError(f"verify: method {self.name!r} emitted {len(out)} tokens {out}, more than its "
                                     f"declared draft depth {depth} + 1 correction/bonus token")
+        if observe is not None:
+            observe(draft)
         return out
 
     def __repr__(self):

@@ -78,6 +78,7 @@ class LosslessReport:
         num_exact: how many of them were checked in exact rational arithmetic (TV == 0 exactly).
         max_tv: the largest TV seen among the float64 instances (0.0 if none).
         vocab_sizes, max_num_tokens: the range covered.
+        instances_per_vocab_size: ((V, number of instances), ...) in V order.
     """
 
     method: str
@@ -86,10 +87,13 @@ class LosslessReport:
     max_tv: float
     vocab_sizes: tuple
     max_num_tokens: int
+    instances_per_vocab_size: tuple = ()
 
     def __str__(self):
+        counts = "+".join(str(n) for _, n in self.instances_per_vocab_size)
         return (f"{self.method} is lossless on {self.num_instances} instances "
-                f"(V in {list(self.vocab_sizes)}, N <= {self.max_num_tokens}; {self.num_exact} exact with TV == 0, "
+                f"(V in {list(self.vocab_sizes)}" + (f": {counts}" if counts else "")
+                + f", N <= {self.max_num_tokens}; {self.num_exact} exact with TV == 0, "
                 f"max float64 TV {self.max_tv:.1e})")
 
 
@@ -510,9 +514,10 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
             max_tv = max(max_tv, float(tv))
     if failure is not None:
         raise failure
+    sizes = tuple(sorted({inst.vocab_size for inst in todo}))
     return LosslessReport(method=repr(method), num_instances=len(todo), num_exact=num_exact, max_tv=max_tv,
-                          vocab_sizes=tuple(sorted({inst.vocab_size for inst in todo})),
-                          max_num_tokens=max(inst.num_tokens for inst in todo))
+                          vocab_sizes=sizes, max_num_tokens=max(inst.num_tokens for inst in todo),
+                          instances_per_vocab_size=tuple((V, sum(i.vocab_size == V for i in todo)) for V in sizes))
 
 
 def assert_not_worse(method, baseline, *, target=None, draft=None, context=(), vocab_sizes=(2, 3),
@@ -552,8 +557,11 @@ def assert_not_worse(method, baseline, *, target=None, draft=None, context=(), v
         todo = sweep(vocab_sizes, temperatures, 1, context, seed, families, None)
     results = []
     for inst in todo:
-        value = _exact.expected_accepted_length(inst.target, inst.draft, method, inst.context)
-        base = _exact.expected_accepted_length(inst.target, inst.draft, baseline, inst.context)
+        try:
+            value = _exact.expected_accepted_length(inst.target, inst.draft, method, inst.context)
+            base = _exact.expected_accepted_length(inst.target, inst.draft, baseline, inst.context)
+        except RuleContractError as err:
+            raise err.with_context(instance=inst) from err.__cause__
         if float(value) < float(base) - tol:
             raise NotWorseError(
                 f"{method!r} has a LOWER expected accepted length than {baseline!r}:\n"
