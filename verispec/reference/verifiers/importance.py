@@ -3,7 +3,7 @@ speculative sampling (Khisti, Ebrahimi, Dbouk, Behboodi, Memisevic, Louizos 2024
 Speculative Sampling: Canonical Architectures and Theoretical Limits", arXiv 2410.18234,
 ICLR 2025).
 
-Khisti et al. prove (their Theorem 1, "canonical decomposition") that an optimal K-draft token
+Khisti et al. prove (their "canonical decomposition" result) that an optimal K-draft token
 selection rule can be written as: (1) an IS step that picks one token Y_I among the drafts
 x_1..x_K, with selection probabilities that depend only on the drafts, giving Y_I the law q_I;
 (2) single-draft speculative sampling of Y_I against p with proposal q_I: accept Y_I with
@@ -14,7 +14,8 @@ token; the selection only decides how much is accepted: sum_x min(p(x), q_I(x)).
 Two rules here, both with drafts = K i.i.d. tokens from q at every node of the draft tree
 (`drafters.iid_paths`); k below is the number of paths through the node:
 
-- `khisti_step`: the paper's two-draft scheme (Section 4 / Appendix I): for an ordered pair
+- `khisti_step`: the paper's two-draft scheme (the LP of its Appendix I, as the GBV authors' code
+  cites it): for an ordered pair
   (x_1, x_2), keep x_1 with probability w[x_1, x_2]; q_I(i) = q_1(i) q_2(i) +
   sum_{j != i} (q_1(i) q_2(j) w[i, j] + q_1(j) q_2(i) (1 - w[j, i])); w maximises
   sum_i min(p(i), q_I(i)) (a linear program: max sum z_i, z_i <= p_i, z_i <= q_I(i; w),
@@ -23,7 +24,7 @@ Two rules here, both with drafts = K i.i.d. tokens from q at every node of the d
   and its fixed s = 5 raises IndexError when V < 5. For k > 2 drafts we follow that code's
   pairwise tournament (`node.py::khisti_otlp_solver`): the running winner (law q_I) meets the
   next draft (law q) in a fresh two-draft LP with (q_1, q_2) = (q_I, q). With k = 2 this reaches
-  the optimum alpha* (the paper's Theorem 1 with two drafts); with k > 2 the tournament is in
+  the optimum alpha* (the canonical decomposition with two drafts); with k > 2 the tournament is in
   general below it.
 - `optimal_is_step`: the canonical decomposition with the OPTIMAL selection law for k i.i.d.
   drafts: for each set S of distinct drafted tokens, P(select i | S) solves the LP
@@ -32,6 +33,10 @@ Two rules here, both with drafts = K i.i.d. tokens from q at every node of the d
   One LP per (p, q, k) with at most 2^V - 1 sets: a reference for small vocabularies (the
   near-linear-time solver of Thomas & Pal, "Global Resolution", arXiv 2511.15898, is not
   implemented here).
+
+Provenance: the papers' full texts were not reachable from here (abstracts only); the two-draft LP
+is as the GBV authors' public code (`khisti.py`, `node.py`) implements it, and the optimality of the
+selection law is checked numerically against alpha* (closed form) and the transport LP.
 
 Exactness: the LP is solved in float64 (scipy HiGHS). Its selection probabilities are then turned
 into exact Fractions (rounded to 1e-12, each selection law summing to exactly 1) when p and q are
