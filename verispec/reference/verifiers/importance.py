@@ -34,7 +34,8 @@ Two rules here, both with drafts = K i.i.d. tokens from q at every node of the d
   near-linear-time solver of Thomas & Pal, "Global Resolution", arXiv 2511.15898, is not
   implemented here).
 
-Provenance: the papers' full texts were not reachable from here (abstracts only); the two-draft LP
+Provenance: the papers' full texts were not read (only abstracts / first pages were reachable as
+search excerpts); the two-draft LP
 is as the GBV authors' public code (`khisti.py`, `node.py`) implements it, and the optimality of the
 selection law is checked numerically against alpha* (closed form) and the transport LP.
 
