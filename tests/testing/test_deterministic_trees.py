@@ -103,3 +103,19 @@ def test_opt_tree_drafts_have_no_proposal():
         draft.proposal(())
     with pytest.raises(ValueError, match="leaf"):
         draft.proposal((1,))
+
+
+def test_a_proposal_read_only_for_some_children_is_not_called_deterministic():
+    """The check compares the node's children over every branch, not only the branches where q was
+    read: token verification that reads q from the Draft only when token 0 was drafted."""
+
+    def verify(target, draft_model, context, draft, rand):
+        x = draft.tokens(())[0]
+        q = draft.proposal(()) if x == 0 else draft_model.probs(context)  # the same law, read apart
+        p = target.probs(context)
+        if rand.bernoulli(min(1, p[x] / q[x])):
+            return (x, rand.categorical(target.probs(context + (x,))))
+        residual = np.maximum(p - q, 0)  # [V]
+        return (rand.categorical(residual / residual.sum()),)
+
+    assert_lossless(methods.Method("conditional_read", drafters.chain(1), verify), **CHEAP)

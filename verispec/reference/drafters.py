@@ -140,10 +140,11 @@ class Draft:
         self._read.add(node)
         return self._proposal[node]
 
-    def proposals_read(self):
-        """[(node, what expand drafted there, proposal [V])] for every node whose proposal a
-        verifier read (used by the exact engine to detect soft q on deterministic nodes)."""
-        return [(node, self._drafted[node], self._proposal[node]) for node in self._read]
+    def expansions(self):
+        """({node: what expand drafted there} for every expanded node, {node: proposal [V]} for
+        every node whose proposal a verifier read): the exact engine compares them across branches
+        to detect a soft q on a deterministic node."""
+        return self._drafted, {node: self._proposal[node] for node in self._read}
 
     def num_paths(self, node: Node = ()) -> int:
         """How many draft paths pass through `node` (0 if it is not in the draft)."""

@@ -54,21 +54,25 @@ def _contract_error(method, prefix):
 
 
 class _ProposalReads:
-    """Collects, over every branch of one iteration, what was drafted at each node whose proposal
-    the verifier read. A node whose q has >= 2 tokens of positive probability was drawn from q only
-    if its children differ between branches; the same children on every branch mean a
-    deterministic node (top-k) given a soft q, which breaks the Draft contract."""
+    """Collects, over every branch of one iteration, what was drafted at each node, and the
+    proposals the verifier read. A node whose q has >= 2 tokens of positive probability was drawn
+    from q only if its children differ between branches (all branches where it was expanded, not
+    only those where q was read); the same children on every branch mean a deterministic node
+    (top-k, greedy) given a soft q, which breaks the Draft contract."""
 
     def __init__(self):
-        self.seen: dict = {}  # node -> (set of drafted children, proposal)
+        self.drafted: dict = {}  # node -> set of what expand drafted there
+        self.read: dict = {}  # node -> proposal a verifier read
 
     def __call__(self, draft) -> None:
-        for node, drafted, q in draft.proposals_read():
-            entry = self.seen.setdefault(node, (set(), q))
-            entry[0].add(drafted)
+        drafted, read = draft.expansions()
+        for node, children in drafted.items():
+            self.drafted.setdefault(node, set()).add(children)
+        self.read.update(read)
 
     def check(self, method, prefix) -> None:
-        for node, (drafted, q) in sorted(self.seen.items()):
+        for node, q in sorted(self.read.items()):
+            drafted = self.drafted[node]
             # a float64 mass at rounding level (q = [1 - 1e-24, 1e-24]) is never drawn: not support
             floor = 0 if q.dtype == object else ROUNDING_PROBABILITY
             support = sum(1 for x in q if x > floor)
