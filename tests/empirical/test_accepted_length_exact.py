@@ -19,8 +19,8 @@ that delta_min (measured here: 0.077-0.108 at n = 4000, 0.17 for the packed stor
 Each case has partial acceptance where the bug acts: P(0 < tau_2 < L) > 0.1 (asserted, exact law).
 
 Cases (L = 2, depth 2): chain + token, chain + block, K = 2 i.i.d. paths + gbv, OPT-Tree (n = 4) +
-sample-and-follow; slow: block on the packed (EMS-SD) storage, K = 2 paths without replacement +
-rrsw, and the reference `methods.block` Method itself run through the engine's adapter. Planted
+sample-and-follow; slow: block on the packed (EMS-SD) and vanilla storages, K = 2 paths without
+replacement + rrsw, and the reference `methods.block` Method itself through the engine's adapter. Planted
 bugs (monkeypatched into the drafters' accept step; each must be caught at its fixed seed):
 "not cropped" (after a rejection the draft cache keeps the drafted node it ran below the last
 accepted one: the draft conditions on a stale prefix) and "resume from own proposal" (after a
@@ -87,12 +87,13 @@ CASES = [
     ("opt_tree", "opt_tree", ref_methods.opt_tree(4, 0.0, 2), {"node_budget": 4, "max_depth": 2}, 4000,
      "padded", (1, 3)),
     ("block-packed", "block", ref_methods.block(2), {"draft_length": 2}, 1500, "packed", (1, 3)),
+    ("block-vanilla", "block", ref_methods.block(2), {"draft_length": 2}, 4000, "vanilla", (1, 3)),
     ("rrsw-K2", "rrsw", ref_methods.rrsw(2, 2), {"draft_length": 2, "num_paths": 2}, 4000, "padded", (1, 3)),
     # the reference Method itself through the engine's adapter (numpy verify per row)
     ("block-adapter", ref_methods.block(2), ref_methods.block(2), {}, 2000, "padded", (1, 3)),
 ]
 # slow: per-row Python loops (packed attention, the adapter's numpy verify); rrsw's enumeration
-SLOW = {"block-packed", "rrsw-K2", "block-adapter"}
+SLOW = {"block-packed", "block-vanilla", "rrsw-K2", "block-adapter"}
 
 
 def _params(rows, key):
@@ -246,7 +247,7 @@ def test_measured_tau_equals_exact(models, laws, case_id, name, method, params, 
 PLANTS = [("token", _resume_from_own_proposal), ("block", _not_cropped), ("gbv-K2", _not_cropped),
           ("opt_tree", _not_cropped), ("opt_tree", _resume_from_own_proposal),
           ("block-packed", _not_cropped), ("rrsw-K2", _resume_from_own_proposal),
-          ("block-adapter", _not_cropped)]
+          ("block-adapter", _not_cropped), ("block-vanilla", _not_cropped)]
 
 
 @pytest.mark.parametrize("case_id,plant", _params(PLANTS, lambda row: f"{row[0]}-{row[1].__name__.strip('_')}"))
