@@ -9,10 +9,16 @@ useful ones, about B times the work. Here each row attends to its own keys only:
 
     for each row b:  out[b's queries] = SDPA(q_b [1, H, q_b, D], keys[index_b], values[index_b], mask_b)
 
-with index_b = b's cached slots followed by b's new tokens, and mask_b = [q_b, k_b] (all of b's
+with index_b = b's cached slots followed by b's new tokens, and mask_b = [q_b, k_b] (b's committed
 cache; among the new tokens, the token's ancestors and itself: a chain by default, or a tree given
-by `parents`). The cost is sum_b q_b k_b scores plus one gather of sum_b k_b keys per layer: it grows
-with the sum of the rows' lengths, not with B x the total.
+by `parents`; with `forest`, uncommitted cached nodes of earlier forwards are seen only by their
+descendants, as when a draft tree grows one forward per layer). The cost is sum_b q_b k_b scores plus
+one gather of sum_b k_b keys per layer: it grows with the sum of the rows' lengths, not with B x the
+total.
+
+Where it sits in a decoding iteration (`verispec.empirical.engine`): drafter -> ONE target tree
+forward -> verifier -> KV keep; with the packed storage (`verispec.empirical.kv.PackedKV`) every
+draft and target forward of the iteration is a `packed_forward`.
 
 Use, on a `verispec.empirical.model.CausalLM` (transformers 5.x, models that call attention through
 `AttentionInterface`, e.g. Qwen2 and Llama):
