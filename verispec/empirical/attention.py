@@ -17,8 +17,8 @@ one gather of sum_b k_b keys per layer: it grows with the sum of the rows' lengt
 total.
 
 Where it sits in a decoding iteration (`verispec.empirical.engine`): drafter -> ONE target tree
-forward -> verifier -> KV keep; with the packed storage (`verispec.empirical.kv.PackedKV`) every
-draft and target forward of the iteration is a `packed_forward`.
+forward -> verifier -> KV keep; the packed storage (`verispec.empirical.kv.PackedKV`) runs its draft
+and target forwards through `packed_forward`.
 
 Use, on a `verispec.empirical.model.CausalLM` (transformers 5.x, models that call attention through
 `AttentionInterface`, e.g. Qwen2 and Llama):
