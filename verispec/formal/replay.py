@@ -222,7 +222,7 @@ class Replay:
 class Explorer:
     """Runs a program over its whole symbolic choice tree (depth first) into a `Tree`."""
 
-    def __init__(self, base, deadline: float, check_timeout_s: float = 10.0):
+    def __init__(self, base, deadline: float, check_timeout_s: float = 0.3):
         self.base = base  # list of z3 constraints every path satisfies (the simplices)
         self.solver = z3.Solver()
         self.deadline = deadline
