@@ -291,3 +291,20 @@ def test_uncommitted_forest_across_forwards():
         _draft_layers(tiny(seed=5), spec(torch.tensor([-1] * 5 + [-2, -2, 3])))
     with pytest.raises(ValueError, match="forest"):  # a cached parent that is committed
         _draft_layers(tiny(seed=5), spec(torch.full((8,), -1)))
+
+
+def test_transformers_generate_unchanged_after_switch():
+    """transformers' own generate (plain and assisted) gives the same tokens after the switch: the
+    registered mask function is the base implementation's, and non-packed forwards delegate."""
+    target, draft = tiny(50, seed=1), tiny(50, seed=2)
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    kwargs = dict(max_new_tokens=12, do_sample=False, pad_token_id=0)
+
+    def run():
+        return (target.model.generate(ids, **kwargs),
+                target.model.generate(ids, assistant_model=draft.model, **kwargs))
+
+    before = run()
+    use_packed_attention(target)
+    use_packed_attention(draft)
+    assert all(torch.equal(a, b) for a, b in zip(before, run()))
