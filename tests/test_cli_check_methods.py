@@ -35,6 +35,9 @@ RULES = textwrap.dedent("""
     def plain_drafter(draft_model, context, rand):
         return drafters.chain(2)(draft_model, context, rand)
 
+    from verispec.testing import planted
+    topk3 = planted.topk3_draft_raw_q(2)
+
     mine = methods.Method("mine", drafters.chain(draft_length=2), my_verify)
     lossy = methods.Method("lossy", drafters.chain(draft_length=2), lossy_verify)
     crashing = methods.Method("crashing", drafters.chain(draft_length=2), crashing_verify)
@@ -131,3 +134,10 @@ def test_bad_check_arguments_are_named(argv, match, capsys):
 def test_vocab_size_and_vocab_sizes_together_are_refused(capsys):
     assert cli.main(["check", "--vocab-size", "2", "--vocab-sizes", "2,3"]) == 2
     assert "--vocab-size" in capsys.readouterr().err
+
+
+def test_the_default_sizes_catch_the_top3_raw_q_bug_that_v3_hides(rules, capsys):
+    assert cli.main(["check", "--method", f"{rules}:topk3", "--instances", "1", "--vocab-size", "3"]) == 0
+    capsys.readouterr()
+    assert cli.main(["check", "--method", f"{rules}:topk3", "--instances", "1"]) == 1  # V = 3, 4, 5, 6
+    assert "NOT lossless" in capsys.readouterr().out
