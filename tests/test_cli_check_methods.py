@@ -141,3 +141,18 @@ def test_the_default_sizes_catch_the_top3_raw_q_bug_that_v3_hides(rules, capsys)
     capsys.readouterr()
     assert cli.main(["check", "--method", f"{rules}:topk3", "--instances", "1"]) == 1  # V = 3, 4, 5, 6
     assert "NOT lossless" in capsys.readouterr().out
+
+
+def test_a_wrong_verify_signature_in_the_users_module_is_a_contract_error(tmp_path, monkeypatch, capsys):
+    (tmp_path / "cli_bad_signature.py").write_text(
+        "from verispec.reference import drafters, methods\n"
+        "def verify(target, draft):\n    return (0,)\n"
+        "rule = methods.Method('two_args', drafters.chain(1), verify)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert cli.main(["check", "--method", "cli_bad_signature:rule", *SMALL]) == 3
+    finally:
+        sys.modules.pop("cli_bad_signature", None)
+    err = capsys.readouterr().err
+    assert err.startswith("verispec check: rule contract error (not a lossless verdict): --method: ")
+    assert "called as verify(target, draft_model, context, draft, rand)" in err

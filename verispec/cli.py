@@ -126,6 +126,12 @@ def _run_check(args) -> int:
                                 args.num_tokens, args.rational, progress=lambda name: progress.advance(task),
                                 budget=args.budget)
     except (ValueError, TypeError) as err:  # a --method that does not load, or no N for it
+        from .reference.contract import RuleContractError
+
+        if isinstance(err, RuleContractError) or isinstance(err.__cause__, RuleContractError):
+            # e.g. the user's module builds a Method whose verify has the wrong signature
+            print(f"verispec check: rule contract error (not a lossless verdict): {err}", file=sys.stderr)
+            return 3
         print(f"verispec check: {err}", file=sys.stderr)
         return 2
     elapsed = time.perf_counter() - start
