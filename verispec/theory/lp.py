@@ -176,7 +176,7 @@ def _solve(objective_vec, a_ub, b_ub, upper, solver, a_eq=None, b_eq=None):
             last_error = err
             continue
         wall = time.perf_counter() - start
-        if problem.status not in ("optimal", "optimal_inaccurate"):
+        if problem.status != "optimal":  # "optimal_inaccurate" is refused: not a certificate
             last_error = RuntimeError(f"solver {name} returned status {problem.status}")
             continue
         stats = problem.solver_stats
