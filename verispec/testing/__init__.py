@@ -5,6 +5,8 @@
 - `assert_lossless(method, ...)`: exact check (by enumeration) that a method's output law equals the
   target's, on one instance or a deterministic sweep; reports the smallest counterexample.
 - `assert_not_worse(method, baseline, ...)`: exact E[tau] comparison (catches lossless-but-slower).
+- `assert_proved(method, vocab_size=V, draft_length=L, num_paths=K)`: a proof that the method is
+  lossless for every target/draft pair at that size (symbolic execution + the z3 SMT solver).
 - `RuleContractError`: a rule that raises or returns a malformed result (not a lossless verdict);
   `LosslessnessError`: a well-formed rule whose law differs from the target's.
 - `strategies`: hypothesis strategies (distributions, toy LMs, target/draft pairs, temperatures,
