@@ -254,7 +254,9 @@ def _add_bench(sub) -> None:
     p.add_argument("--temperatures", type=_temperatures, default=None, help="default 0,1 (batched: 0)")
     p.add_argument("--draft-length", type=_positive_int, default=4, help="L (default 4)")
     p.add_argument("--num-paths", type=_positive_int, default=3, help="K of multi-path methods (default 3)")
-    p.add_argument("--dtype", choices=("bfloat16", "float32", "float16"), default="bfloat16")
+    p.add_argument("--dtype", choices=("auto", "bfloat16", "float32", "float16"), default="auto",
+                   help="auto (default): bfloat16 on CUDA and on CPUs with native bf16 (AVX512-BF16/AMX), "
+                        "float32 elsewhere; the choice and the CPU's capability go into the JSON")
     p.add_argument("--device", default=None, help="cpu or cuda[:i] (default cuda when available)")
     p.add_argument("--device-map", default=None,
                    help='target placement for from_pretrained, e.g. "auto" to shard a large target over GPUs')
@@ -331,10 +333,13 @@ def _load_models(args, device):
 
     from .empirical import weights
 
+    from .empirical.hardware import resolve_dtype
+
+    dtype = getattr(torch, resolve_dtype(args.dtype, device)[0])
     loaded = {}
     for argument, value, device_map in (("--target", args.target, args.device_map), ("--draft", args.draft, None)):
         try:
-            loaded[argument] = weights.load_model(value, dtype=getattr(torch, args.dtype), device=device,
+            loaded[argument] = weights.load_model(value, dtype=dtype, device=device,
                                                   device_map=device_map)
         except Exception as err:  # OSError (missing/offline hub id), ValueError (bad config), ...
             first = (str(err).strip().splitlines() or [""])[0]
@@ -394,10 +399,11 @@ def _run_bench(args) -> int:
     env = results["environment"]
     console.print(bench.format_table(results["summary"], title=(
         f"verispec bench: {config.target} / {config.draft}, HumanEval, {config.max_new_tokens} tokens, "
-        f"{config.dtype} on {env['device_name']} ({env['torch_threads']} threads), "
+        f"{env['dtype']} on {env['device_name']} ({env['torch_threads']} threads), "
         f"L={config.draft_length} K={config.num_paths}")))
-    console.print("speedup: decode-phase tokens/s over target-only's in this run (every runner starts from the "
-                  "same prefilled cache; hf: its wall time minus our measured prefills); e2e: prefill included")
+    console.print("tok/s: tokens emitted in the decode phase per second; each runner is timed as one span, split "
+                  "at the end of the forwards that read the prompt (hf: its first target call); e2e: the whole "
+                  f"span. dtype {env['dtype']} ({env['dtype_reason']}), CPU capability {env['cpu_capability']}")
     console.print(f"results: {output}" + (f", plot: {results['plot']}" if results.get("plot") else ""))
     return 0
 
@@ -452,7 +458,7 @@ def _run_batched_bench(args, common, console) -> int:
     env = results["environment"]
     console.print(bench_batched.format_batched_table(results["summary"], title=(
         f"verispec bench --batch-size: {config.prompts} HumanEval prompts, {config.max_new_tokens} tokens, "
-        f"{config.dtype} on {env['device_name']} ({env['torch_threads']} threads), L={config.draft_length}")))
+        f"{env['dtype']} on {env['device_name']} ({env['torch_threads']} threads), L={config.draft_length}")))
     console.print("speedup: batched target-only's wall time / the runner's, same prompts and B: e2e includes the "
                   "prompt prefills, decode excludes them; "
                   "vanilla pads inputs and KV cache, ems (EMS-SD) packs them unpadded")

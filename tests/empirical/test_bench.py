@@ -59,7 +59,8 @@ def test_hf_peer_greedy_equals_target_only(tiny_pair):
     peer = hf_assisted(tiny_pair.target, tiny_pair.draft, prompt, 20)
     assert peer.tokens.tolist() == reference.tokens.tolist()
     assert peer.stats.target_forwards >= 1 and peer.stats.draft_forwards >= 1
-    assert peer.stats.block_efficiency == pytest.approx(20 / peer.stats.target_forwards)
+    assert peer.stats.accepted_lengths.numel() == peer.stats.target_forwards  # tau of every call, counted
+    assert int((peer.stats.accepted_lengths + 1).sum()) == 20
 
 
 def test_hf_peer_rejects_bad_input(tiny_pair):
@@ -92,8 +93,9 @@ def test_bench_records_summary_table_and_plot(tiny_pair, tmp_path):
             assert row["greedy_match_rate"] == 1.0 and row["divergences"] == []
     block = rows[("block", 0.0)]
     recs = [stored["records"][f"block|T=0|{p['task_id']}"] for p in PROMPTS]
-    assert block["block_efficiency"] == pytest.approx(
-        sum(r["accepted_sum"] + r["accepted_count"] for r in recs) / sum(r["accepted_count"] for r in recs))
+    assert block["block_efficiency"] == pytest.approx(  # kept tokens per call after the prefill
+        sum(r["new_tokens"] for r in recs) / sum(r["target_forwards"] - 1 for r in recs))
+    assert all(r["verify_calls"] == r["accepted_count"] == r["target_forwards"] - 1 for r in recs)
     assert block["target_forwards"] == pytest.approx(sum(r["target_forwards"] for r in recs) / 2)
     assert results["plot"] and os.path.getsize(results["plot"]) > 0
     assert bench.format_table(results["summary"]).row_count == len(results["summary"])

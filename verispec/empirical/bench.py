@@ -2,11 +2,18 @@
 transformers' assisted generation, in one process (docs/real_models.md, "What the bench does").
 
 For every prompt and temperature, every runner decodes exactly `max_new_tokens` tokens from the
-same prefilled state: the prompt (but its last token) is prefilled once per model and reused by
-every runner (`CausalLM.reuse_prefills`), so timings are of the decoding phase, the part
-speculative decoding speeds up. The peer (`hf`, `generate(assistant_model=...)`) cannot start
-from our cache; its decoding time is its wall time minus our two measured prefills, and its
-end-to-end time is reported too.
+prompt, timed as one span (`PhaseClock`): its end-to-end time is that span, prefill included,
+and the span is split where the runner has read the prompt, at the end of the first forward of
+each model (forward hooks): our runners' prefills of the prompt, the peer's first target call
+(transformers' assisted generation reads the prompt together with its first candidates). The
+decode phase, the part speculative decoding speeds up, is the rest of the span; its tokens/s
+counts the tokens emitted in it. Every runner computes its own prefill: no time or cache is
+carried between runners, prompts or processes.
+
+Block efficiency is the same ratio for every runner: tokens emitted by the target calls after the
+one that reads the prompt, per such call. The peer's accepted length of every call is counted from
+forward hooks (`peer.call_tokens`). The JSON's "fields" names, for every summary column, whether
+it is measured or derived and the formula (`FIELDS`); the table marks derived columns.
 
 Runners (``--methods``): ``target_only`` (always run: the baseline), ``hf`` (the peer),
 ``hf_prompt_lookup`` (transformers' ``prompt_lookup_num_tokens=10``), every method of
@@ -34,7 +41,8 @@ from __future__ import annotations
 import os
 import platform
 import threading
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -46,6 +54,9 @@ from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
 __all__ = ["BenchConfig", "RunnerSpec", "parse_runner", "run_bench", "summarize", "default_output"]
 
 DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
+#: Version of the record layout (2: one timed span per record, split by `PhaseClock`); files of
+#: another version are refused on resume rather than mixed.
+RECORD_SCHEMA = 2
 _PARAMS = {"L": "draft_length", "K": "num_paths", "n": "node_budget", "W": "window"}
 #: Phrase-pool runners: K = pool candidates per lookup, W = Jacobi window slots (0: none).
 PHRASE_RUNNERS = ("ouroboros", "lookahead")
@@ -135,7 +146,7 @@ class BenchConfig:
     temperatures: tuple = (0.0, 1.0)
     draft_length: int = 4
     num_paths: int = 3
-    dtype: str = "bfloat16"
+    dtype: str = "auto"
     device: str = "cpu"
     threads: int = 0
     seed: int = 0
@@ -143,12 +154,38 @@ class BenchConfig:
 
     def identity(self) -> dict:
         """The fields a resumed run must share with the file it resumes (every record depends on
-        them). Prompts, methods and temperatures may change: records are keyed by them, so a
-        rerun with more of either only adds records."""
+        them), with the record layout's version. Prompts, methods and temperatures may change:
+        records are keyed by them, so a rerun with more of either only adds records. "auto" is
+        resolved first (`resolve`), so a file records the dtype its records ran in."""
         out = asdict(self)
         for name in ("threads", "prompts", "methods", "temperatures", "device_map"):
             out.pop(name)
+        out["record_schema"] = RECORD_SCHEMA
         return out
+
+    def resolve(self, pair=None) -> tuple["BenchConfig", str]:
+        """(this config with `dtype` "auto" replaced, the reason): `resolved_dtype`."""
+        dtype, reason = resolved_dtype(self, pair)
+        return replace(self, dtype=dtype), reason
+
+
+def resolved_dtype(config, pair=None) -> tuple[str, str]:
+    """The dtype a bench config runs in and why: "auto" is the host's choice
+    (`verispec.empirical.hardware.choose_dtype`), or the given models' dtype when a loaded pair is
+    passed; an explicit dtype must be the pair's.
+
+    Raises:
+        ValueError: `config.dtype` names a dtype other than the given pair's.
+    """
+    from .hardware import resolve_dtype
+
+    actual = None if pair is None else str(pair.target.dtype).removeprefix("torch.")
+    if config.dtype == "auto" and actual is not None:
+        return actual, "the given models' dtype"
+    dtype, reason = resolve_dtype(config.dtype, config.device)
+    if actual is not None and actual != dtype:
+        raise ValueError(f"dtype: {config.dtype!r} resolves to {dtype}, but the given models are {actual}")
+    return dtype, reason
 
 
 def default_output(device: str) -> str:
@@ -206,8 +243,60 @@ class PeakMemory:
         return False
 
 
-def _environment(config: BenchConfig, threads: int) -> dict:
+class PhaseClock:
+    """One timed span of a runner, split where it has read the prompt.
+
+    Forward hooks on the models note when the first forward of each model ends; the split is the
+    latest of those (our runners: the target's then the draft's prefill; transformers' assisted
+    generation: its first target call, which reads the prompt with the first candidates).
+    `prefill_s` + `decode_s` = `total_s`, all measured (perf_counter; CUDA synchronised at the
+    start, at the first forwards and at the end).
+    """
+
+    def __init__(self, models, device="cpu"):
+        self.models = [m for m in models if m is not None]
+        self.cuda = str(device).startswith("cuda")
+        self.first_end: dict = {}
+
+    def _now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def _hook(self, index):
+        def hook(module, args, output):
+            if index not in self.first_end:
+                self.first_end[index] = self._now()
+        return hook
+
+    def __enter__(self):
+        self._handles = [m.model.register_forward_hook(self._hook(i)) for i, m in enumerate(self.models)]
+        self.start = self._now()
+        return self
+
+    def __exit__(self, *exc):
+        self.end = self._now()
+        for handle in self._handles:
+            handle.remove()
+        return False
+
+    @property
+    def total_s(self) -> float:
+        return self.end - self.start
+
+    @property
+    def prefill_s(self) -> float:
+        return (max(self.first_end.values()) - self.start) if self.first_end else 0.0
+
+    @property
+    def decode_s(self) -> float:
+        return self.total_s - self.prefill_s
+
+
+def _environment(config: BenchConfig, threads: int, dtype_reason: str = "") -> dict:
     import transformers
+
+    from .hardware import host_info
 
     cpu = platform.processor()
     try:
@@ -216,10 +305,10 @@ def _environment(config: BenchConfig, threads: int) -> dict:
     except OSError:
         pass
     cuda = str(config.device).startswith("cuda") and torch.cuda.is_available()
-    return {"machine": platform.machine(), "cpu": cpu, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    return {"machine": platform.machine(), "cpu": cpu, **host_info(config.device),
             "cores": os.cpu_count(), "torch_threads": threads, "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version(),
-            "device": config.device,
+            "device": config.device, "dtype": config.dtype, "dtype_reason": dtype_reason,
             "device_name": torch.cuda.get_device_name(torch.device(config.device)) if cuda else "cpu"}
 
 
@@ -265,17 +354,24 @@ def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed:
                               num_paths=spec.num_paths, temperature=T, uniforms=seed, storage="sequence")
 
 
-def _record(spec, result, memory, prefill) -> dict:
+def _record(spec, result, memory, clock: PhaseClock) -> dict:
+    """One runner's measurements on one prompt. Verifying calls: the target calls after the one
+    that reads the prompt (our prefill emits nothing; the peer's first call emits tokens, which
+    then fall in its prefill phase)."""
     stats = result.stats
     tokens = result.tokens[0].tolist()
-    decode_s = stats.wall_time_s
-    if spec.name.startswith("hf"):  # the peer prefills inside generate: subtract our measured prefills
-        decode_s = max(stats.wall_time_s - prefill["target_s"] - (prefill["draft_s"] if spec.name == "hf" else 0.0),
-                       1e-9)
-    record = {"tokens": tokens, "new_tokens": len(tokens), "wall_s": stats.wall_time_s, "decode_s": decode_s,
+    taus = stats.accepted_lengths.long()  # one per verifying call (the peer: one per call)
+    first = 0
+    if spec.name.startswith("hf"):
+        first, taus = int(stats.logs["call_tokens"][0]), taus[1:]
+    record = {"tokens": tokens, "new_tokens": len(tokens), "wall_s": clock.total_s, "prefill_s": clock.prefill_s,
+              "decode_s": clock.decode_s, "decode_tokens": len(tokens) - first,
               "target_forwards": stats.target_forwards, "draft_forwards": stats.draft_forwards,
-              "iterations": stats.iterations, "accepted_sum": float(stats.accepted_lengths.double().sum()),
-              "accepted_count": int(stats.accepted_lengths.numel()), "peak_memory_mb": memory.peak_mb}
+              "verify_calls": stats.target_forwards - 1, "verify_tokens": len(tokens) - first,
+              "iterations": stats.iterations, "accepted_sum": float(taus.double().sum()),
+              "accepted_count": int(taus.numel()), "peak_memory_mb": memory.peak_mb}
+    if spec.name.startswith("hf"):
+        record["call_tokens"] = list(stats.logs["call_tokens"])
     if stats.top2_margins is not None:
         record["top2_margins"] = [round(float(m), 5) for m in stats.top2_margins[0]]
         record["runner_up_tokens"] = stats.runner_up_tokens[0].tolist()
@@ -348,11 +444,13 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     """
     runners = [parse_runner("target_only", config.draft_length, config.num_paths)] + [
         parse_runner(m, config.draft_length, config.num_paths) for m in config.methods if m != "target_only"]
+    config, dtype_reason = config.resolve(pair)
     output = output or default_output(config.device)
     results = load_results(output, config, fresh)
-    results.setdefault("prefill", {})
+    results.pop("prefill", None)  # no timing is shared between records (each span has its own)
     pair, prompts = prepare(config, pair, prompts)
-    results["environment"] = _environment(config, torch.get_num_threads())
+    results["environment"] = _environment(config, torch.get_num_threads(), dtype_reason)
+    results["fields"] = dict(FIELDS)
     results["last_run"] = {"prompts": [p["task_id"] for p in prompts], "methods": [r.label for r in runners],
                            "temperatures": [float(t) for t in config.temperatures]}
     _warm_up(pair, runners, config)
@@ -382,21 +480,18 @@ def _run_prompt(item, pair, runners, config, results, output, progress, pools):
     if not todo:
         return
     ids = pair.tokenizer(item["prompt"], return_tensors="pt").input_ids.to(pair.target.device)  # [1, n]
+    if ids.shape[1] < 2:  # the split of a span needs a prefill forward before the first verification
+        raise ValueError(f"prompts: {task!r} has {ids.shape[1]} token; the bench needs at least 2")
     for model in (pair.target, pair.draft):
-        model.reuse_prefills(True)
-        model.prefill_seconds = 0.0
-        if ids.shape[1] > 1:
-            model.prefill(ids[:, :-1])
-    prefill = {"target_s": pair.target.prefill_seconds, "draft_s": pair.draft.prefill_seconds,
-               "prompt_tokens": int(ids.shape[1])}
-    results["prefill"].setdefault(task, prefill)
+        model.reuse_prefills(False)  # every runner computes (and is timed with) its own prefill
     for spec, T in todo:
         if progress:
             progress(f"{task} {spec.label} T={float(T):g}")
-        with PeakMemory(config.device) as memory:
+        with PeakMemory(config.device) as memory, PhaseClock((pair.target, pair.draft), config.device) as clock:
             result = _decode(spec, pair, ids, config, float(T), config.seed, pools)
         key = f"{_runner_key(spec.label, T)}|{task}"
-        results["records"][key] = _record(spec, result, memory, results["prefill"][task])
+        results["records"][key] = _record(spec, result, memory, clock)
+        results["records"][key]["prompt_tokens"] = int(ids.shape[1])
         if (spec.label, float(T)) in pools:  # saved with the record: a resumed run starts as warm
             results.setdefault("pools", {})[_runner_key(spec.label, T)] = pools[spec.label, float(T)].state()
         write_json_atomic(output, results)
@@ -429,7 +524,7 @@ def summarize(results: dict, config: BenchConfig) -> list[dict]:
     tokens/s, speedup vs target-only (decode phase, same run), end-to-end speedup (prefill
     included), forwards per prompt, peak memory, and at T = 0 the greedy match rate vs
     target-only with each first divergence explained."""
-    records, prefill, rows = results["records"], results.get("prefill", {}), []
+    records, rows = results["records"], []
     labels = list(dict.fromkeys(k.split("|", 1)[0] for k in records))
     labels = ["target_only"] + [label for label in labels if label != "target_only"]
     runners = [parse_runner(label, config.draft_length, config.num_paths) for label in labels]
@@ -443,26 +538,28 @@ def summarize(results: dict, config: BenchConfig) -> list[dict]:
             common = [t for t in done if t in base]
             if not common:
                 continue
-            rows.append(_summary_row(spec, float(T), done, base, prefill, common))
+            rows.append(_summary_row(spec, float(T), done, base, common))
     return rows
 
 
-def _summary_row(spec, T, done, base, prefill, common):
+def _rates(records, common):
+    """(decode-phase tokens/s, end-to-end tokens/s) over the prompts `common`."""
+    decode_tokens = sum(records[t]["decode_tokens"] for t in common)
+    return (decode_tokens / sum(records[t]["decode_s"] for t in common),
+            sum(records[t]["new_tokens"] for t in common) / sum(records[t]["wall_s"] for t in common))
+
+
+def _summary_row(spec, T, done, base, common):
     tokens = sum(done[t]["new_tokens"] for t in common)
-    decode_s = sum(done[t]["decode_s"] for t in common)
-    base_s = sum(base[t]["decode_s"] for t in common)
-    pre_t = sum(prefill[t]["target_s"] for t in common)
-    pre_d = sum(prefill[t]["draft_s"] for t in common)
-    e2e = decode_s + pre_t + (pre_d if spec.name not in ("target_only", "lookahead", "prompt_lookup") else 0.0)
-    if spec.name.startswith("hf"):
-        e2e = sum(done[t]["wall_s"] for t in common)
+    (rate, rate_e2e), (base_rate, base_e2e) = _rates(done, common), _rates(base, common)
     iterations = sum(done[t]["accepted_count"] for t in common) or 1
     accepted = sum(done[t]["accepted_sum"] for t in common) / iterations
+    calls = sum(done[t]["verify_calls"] for t in common)
     row = {"runner": spec.label, "temperature": T, "prompts": len(common), "tokens": tokens,
-           "block_efficiency": accepted + 1.0 if spec.name != "target_only" else 1.0,
-           "mean_accepted": accepted if spec.name != "target_only" else 0.0,
-           "tokens_per_s": tokens / decode_s, "speedup": base_s / decode_s,
-           "speedup_end_to_end": (base_s + pre_t) / e2e,
+           "block_efficiency": sum(done[t]["verify_tokens"] for t in common) / max(calls, 1),
+           "mean_accepted": accepted, "tokens_per_s": rate, "tokens_per_s_end_to_end": rate_e2e,
+           "speedup": rate / base_rate, "speedup_end_to_end": rate_e2e / base_e2e,
+           "prefill_s": sum(done[t]["prefill_s"] for t in common) / len(common),
            "target_forwards": sum(done[t]["target_forwards"] for t in common) / len(common),
            "draft_forwards": sum(done[t]["draft_forwards"] for t in common) / len(common),
            "peak_memory_mb": max((done[t]["peak_memory_mb"] or 0.0) for t in common)}
@@ -509,10 +606,34 @@ def _greedy_match(done, base, common):
 COLUMNS = (("runner", "runner", "{}"), ("T", "temperature", "{:g}"), ("prompts", "prompts", "{}"),
            ("block eff.", "block_efficiency", "{:.2f}"), ("tau", "mean_accepted", "{:.2f}"),
            ("E[A] pred.", "predicted_accepted", "{:.2f}"),
-           ("tok/s", "tokens_per_s", "{:.2f}"), ("speedup", "speedup", "{:.2f}x"),
-           ("e2e", "speedup_end_to_end", "{:.2f}x"), ("target fw", "target_forwards", "{:.1f}"),
+           ("tok/s", "tokens_per_s", "{:.2f}"), ("speedup*", "speedup", "{:.2f}x"),
+           ("e2e*", "speedup_end_to_end", "{:.2f}x"), ("target fw", "target_forwards", "{:.1f}"),
            ("draft fw", "draft_forwards", "{:.1f}"), ("peak MB", "peak_memory_mb", "{:.0f}"),
            ("greedy match", "greedy_match_rate", "{:.0%}"))
+
+#: Every summary column: measured in the run, or derived (with its formula), or predicted by a
+#: model. Written into the JSON ("fields") and, for the derived ones, under the table.
+FIELDS = {
+    "tokens": "measured: tokens generated over the prompts (max_new_tokens each)",
+    "prefill_s": "measured: seconds from the runner's start to the end of the first forward of each model "
+                 "(the forwards that read the prompt), mean per prompt",
+    "tokens_per_s": "measured: tokens emitted in the decode phase / its seconds (the span after prefill_s)",
+    "tokens_per_s_end_to_end": "measured: tokens / seconds of the whole span, prefill included",
+    "speedup": "derived: tokens_per_s / target_only tokens_per_s (same run, same prompts)",
+    "speedup_end_to_end": "derived: tokens_per_s_end_to_end / target_only tokens_per_s_end_to_end",
+    "block_efficiency": "measured: tokens emitted by the target calls after the one that reads the prompt, "
+                        "per such call (the same ratio for every runner)",
+    "mean_accepted": "measured: mean accepted draft tokens tau per verifying target call (the peer's from "
+                     "forward hooks)",
+    "predicted_accepted": "predicted: the draft's own E[A] of its trees, per verifying call",
+    "target_forwards": "measured: target forwards per prompt, prefill included",
+    "draft_forwards": "measured: draft forwards per prompt, prefill included",
+    "draft_rows": "measured: draft token rows fed while drafting, per prompt",
+    "peak_memory_mb": "measured: peak CUDA allocation or process RSS (sampled every 5 ms)",
+    "pool_hit_rate": "measured: pool lookups that found a phrase / lookups",
+    "greedy_match_rate": "measured: prompts whose T=0 tokens equal target_only's",
+    "greedy_matched_fraction": "measured: mean fraction of tokens before the first divergence",
+}
 
 
 #: Runners that simplify their papers' methods, named as such in tables and plots (docs/algorithms.md):
@@ -528,12 +649,12 @@ def display_name(label: str) -> str:
     return label if note is None else f"{label} ({note})"
 
 
-def table(columns, summary: list[dict], title: str):
+def table(columns, summary: list[dict], title: str, caption: str | None = None):
     """A `rich.table.Table` of summary rows; columns: (header, key, format) triples, "-" where a
-    row lacks the key."""
+    row lacks the key; an optional caption under it."""
     from rich.table import Table
 
-    out = Table(title=title)
+    out = Table(title=title, caption=caption)
     for header, _, _ in columns:
         out.add_column(header, justify="left" if header == "runner" else "right")
     for row in summary:
@@ -543,8 +664,11 @@ def table(columns, summary: list[dict], title: str):
 
 
 def format_table(summary: list[dict], title: str = "verispec bench"):
-    """A `rich.table.Table` of the summary rows."""
-    return table(COLUMNS, summary, title)
+    """A `rich.table.Table` of the summary rows; derived columns are starred, with their formulas
+    in the caption."""
+    derived = [f"{header} {FIELDS[key][len('derived: '):]}" for header, key, _ in COLUMNS
+               if FIELDS.get(key, "").startswith("derived")]
+    return table(COLUMNS, summary, title, caption="derived: " + "; ".join(derived))
 
 
 def pyplot():

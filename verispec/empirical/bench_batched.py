@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .._io import write_json_atomic
-from .bench import PeakMemory, _environment, default_output, load_results, prepare, pyplot, save_figure, table
+from .bench import (PeakMemory, _environment, default_output, load_results, prepare, pyplot, resolved_dtype,
+                    save_figure, table)
 from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
 
 __all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "run_batched_bench", "summarize_batched",
@@ -48,7 +49,7 @@ class BatchedBenchConfig:
     temperatures: tuple = (0.0,)
     draft_length: int = 3
     batches: int = 0
-    dtype: str = "bfloat16"
+    dtype: str = "auto"
     device: str = "cpu"
     threads: int = 0
     seed: int = 0
@@ -110,11 +111,13 @@ def run_batched_bench(config: BatchedBenchConfig, output: str | None = None, *, 
         ValueError: bad configuration (`BatchedBenchConfig.check`) or an output file from another one.
     """
     config.check()
+    dtype, dtype_reason = resolved_dtype(config, pair)  # "auto": the host's (or the given models') dtype
+    config = BatchedBenchConfig(**{**asdict(config), "dtype": dtype})
     output = output or default_output(config.device).replace("bench_real_", "bench_batched_")
     results = load_results(output, config, fresh)
     pair, prompts = prepare(config, pair, prompts)
     ids = [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids[0] for p in prompts]  # each [n_i]
-    results["environment"] = _environment(config, torch.get_num_threads())
+    results["environment"] = _environment(config, torch.get_num_threads(), dtype_reason)
     small = BatchedBenchConfig(**{**asdict(config), "max_new_tokens": 2})
     for runner in _runners(config):  # warm-up
         _run(runner, pair, ids[:2], small, 1.0)

@@ -8,7 +8,10 @@ law is switched off: no top-k / top-p / repetition penalty, no EOS stop (exactly
 `max_new_tokens` tokens, like every verispec method).
 
 Forward passes are counted with forward hooks on both models (generate calls the modules
-directly), so the peer's tokens per target call is measured, not estimated.
+directly). A pre-hook on the target also reads where each target call starts (its first position
+id): call i emits the tokens between its start and the next call's, so the peer's accepted length
+tau of every call is counted, not estimated. Its first target call reads the prompt together with
+the first candidates (transformers' assisted generation has no separate prefill).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import torch
 from .decode import DecodeResult, DecodeStats, _check_positive, _check_prompt, _check_temperature
 from .model import CausalLM
 
-__all__ = ["hf_assisted", "hf_generation_config"]
+__all__ = ["hf_assisted", "hf_generation_config", "call_tokens"]
 
 
 def hf_generation_config(max_new_tokens: int, temperature: float):
@@ -35,17 +38,58 @@ def hf_generation_config(max_new_tokens: int, temperature: float):
 
 
 class _Counter:
-    """Counts calls of a module's forward (a forward hook), removable."""
+    """Counts calls of a module's forward (a forward hook) and records where each call starts
+    (its first position id, or the cache length when none is passed) and how many tokens it
+    feeds (a forward pre-hook); removable."""
 
     def __init__(self, module: torch.nn.Module):
         self.count = 0
-        self._handle = module.register_forward_hook(self._hook)
+        self.starts, self.fed = [], []
+        self._handles = [module.register_forward_hook(self._hook),
+                         module.register_forward_pre_hook(self._pre_hook, with_kwargs=True)]
 
     def _hook(self, module, args, output):
         self.count += 1
 
+    def _pre_hook(self, module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        positions, cache = kwargs.get("position_ids"), kwargs.get("past_key_values")
+        if positions is not None:
+            start = int(positions.reshape(-1)[0])
+        else:
+            start = int(cache.get_seq_length()) if cache is not None else 0
+        self.starts.append(start)
+        self.fed.append(int(ids.shape[-1]) if ids is not None else 0)
+
     def remove(self) -> None:
-        self._handle.remove()
+        for handle in self._handles:
+            handle.remove()
+
+
+def call_tokens(starts: list[int], prompt_length: int, final_length: int) -> list[int]:
+    """Tokens emitted by each target call of assisted generation, from where each call starts.
+
+    Call i feeds the last emitted token (not yet cached) at position starts[i] and its candidates
+    after it; the cache is cropped to the accepted prefix, so call i + 1 starts where call i's
+    emitted tokens end: call i emits starts[i + 1] - starts[i] tokens (call 0, which also reads the
+    prompt, emits starts[1] + 1 - prompt_length), the last call up to `final_length`.
+
+    Args:
+        starts: the first position id of every target call, in order (>= 1 call).
+        prompt_length: n, the prompt's tokens. final_length: n + generated tokens.
+
+    Returns:
+        list of ints >= 1, one per call, summing to final_length - prompt_length.
+
+    Raises:
+        ValueError: starts that are not those of assisted generation (a call emitting nothing).
+    """
+    ends = [prompt_length - 1] + list(starts[1:]) + [final_length - 1]
+    out = [b - a for a, b in zip(ends, ends[1:])]
+    if not starts or any(count < 1 for count in out):
+        raise ValueError(f"starts: {starts} are not the call starts of one assisted generation "
+                         f"(prompt {prompt_length}, final length {final_length})")
+    return out
 
 
 def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_tokens: int,
@@ -60,10 +104,11 @@ def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_to
             sampling.
 
     Returns:
-        `DecodeResult`: tokens int64 [1, N]; stats with forward counts, iterations = target
-        forwards (the first also prefills the prompt), block efficiency N / iterations stored as
-        the mean of `accepted_lengths` + 1 (one entry per target call), wall time (prefill
-        included).
+        `DecodeResult`: tokens int64 [1, N]; stats with forward counts, iterations = target calls
+        (the first also reads the prompt), `accepted_lengths` int64 [calls]: the accepted
+        candidates tau of every call, counted from the hooks (`call_tokens` - 1), wall time
+        (prompt processing included); stats.logs["call_tokens"] (tokens emitted per call) and
+        ["call_fed"] (tokens fed per call: prompt + candidates for call 0, 1 + candidates after).
 
     Raises:
         TypeError / ValueError: bad models, prompt with batch > 1, bad N or temperature.
@@ -74,6 +119,9 @@ def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_to
         raise ValueError("draft: None needs prompt_lookup_num_tokens")
     if draft is not None and not isinstance(draft, CausalLM):
         raise TypeError(f"draft: expected a CausalLM, got {type(draft).__name__}")
+    if draft is not None and draft.model is target.model:
+        raise ValueError("draft: the same module as the target; its calls could not be told apart "
+                         "(pass a copy, e.g. copy.deepcopy(target))")
     prompt = _check_prompt(prompt_ids, target)
     if prompt.shape[0] != 1:
         raise ValueError(f"prompt_ids: assisted generation takes batch size 1, got {prompt.shape[0]}")
@@ -98,13 +146,9 @@ def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_to
     target.forward_count += target_calls
     if draft is not None:
         draft.forward_count += draft_calls
-    # Assisted generation has no separate prefill: its first target call verifies the first
-    # candidates together with the prompt, so every target call is a verification step.
-    iterations = max(target_calls, 1)
-    # Per-call accepted lengths are not exposed by generate; spread N tokens evenly over the
-    # verification calls so that mean(tau) + 1 = tokens per target call, as measured.
-    per_call = torch.full((iterations,), N / iterations - 1.0, dtype=torch.float64)
-    stats = DecodeStats("hf_assisted" if draft is not None else "hf_prompt_lookup", iterations=iterations,
+    emitted = call_tokens(counters[0].starts, prompt.shape[1], out.shape[1])  # one per target call
+    stats = DecodeStats("hf_assisted" if draft is not None else "hf_prompt_lookup", iterations=target_calls,
                         target_forwards=target_calls, draft_forwards=draft_calls,
-                        accepted_lengths=per_call, wall_time_s=wall)
+                        accepted_lengths=torch.tensor(emitted, dtype=torch.long) - 1, wall_time_s=wall,
+                        logs={"call_tokens": emitted, "call_fed": list(counters[0].fed)})
     return DecodeResult(tokens, stats)

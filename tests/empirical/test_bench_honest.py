@@ -1,0 +1,200 @@
+"""Honest figures of `verispec bench` (tiny fp32 models, no timing claims).
+
+Where a test needs to know which phase a second belongs to, it plants known sleeps in chosen
+target forwards (a forward hook) and checks the phase they land in: lower bounds only, so a
+loaded machine cannot make them fail. Each test fails on the bench's former bookkeeping (the
+peer's decode time as its wall time minus our prefills; e2e as decode plus a memoised prefill
+shared through the file; the peer's tau spread evenly; block efficiency with the peer's prefill
+call in its denominator).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from verispec.empirical import bench, hardware  # noqa: E402
+from verispec.empirical.peer import call_tokens, hf_assisted  # noqa: E402
+
+from .test_bench import PROMPTS, config, tiny_pair  # noqa: E402,F401
+
+SLOW_PREFILL, SLOW_STEP = 0.4, 0.3
+
+
+def _sleepy_decode(monkeypatch, pair, reads=None, reads_of=0):
+    """Every runner's first target forward sleeps SLOW_PREFILL s and its third SLOW_STEP s;
+    `reads` collects the number of tokens of each runner's first target forward on prompts of
+    `reads_of` tokens (not the warm-up's)."""
+    inner = bench._decode
+
+    def decode(spec, pair_, prompt, *args, **kwargs):
+        calls = []
+
+        def hook(module, args_, output):
+            calls.append(1)
+            if len(calls) == 1:
+                time.sleep(SLOW_PREFILL)
+            elif len(calls) == 3:
+                time.sleep(SLOW_STEP)
+
+        def pre(module, args_, kwargs_):
+            if not calls and reads is not None and prompt.shape[-1] == reads_of:
+                reads.append((spec.label, int(kwargs_["input_ids"].shape[-1])))
+
+        handles = [pair.target.model.register_forward_hook(hook, prepend=True),  # before PhaseClock's
+                   pair.target.model.register_forward_pre_hook(pre, with_kwargs=True)]
+        try:
+            return inner(spec, pair_, prompt, *args, **kwargs)
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    import time
+
+    monkeypatch.setattr(bench, "_decode", decode)
+
+
+def test_each_span_is_split_where_the_runner_has_read_the_prompt(tiny_pair, tmp_path, monkeypatch):
+    """The peer's first target call (prompt + first candidates) and our prefills fall in the
+    prefill phase of their own span; a later forward's time falls in the decode phase."""
+    reads, n = [], len(PROMPTS[0]["prompt"])
+    _sleepy_decode(monkeypatch, tiny_pair, reads, n)
+    cfg = config(methods=("hf", "block", "prompt_lookup"), temperatures=(0.0,), max_new_tokens=12)
+    results = bench.run_bench(cfg, str(tmp_path / "b.json"), pair=tiny_pair, prompts=PROMPTS[:1], plot=False)
+    for key, record in results["records"].items():
+        assert record["prefill_s"] >= SLOW_PREFILL, key  # its own prompt forward, in its own span
+        assert record["decode_s"] >= SLOW_STEP, key
+        assert record["decode_s"] <= record["wall_s"] - SLOW_PREFILL, key  # not in the decode phase
+        assert record["wall_s"] == pytest.approx(record["prefill_s"] + record["decode_s"])
+    # every runner read the prompt itself (no memoised prefill): ours n - 1 tokens, the peer n + candidates
+    assert {label for label, _ in reads} == {"target_only", "hf", "block", "prompt_lookup"}
+    assert all(size == n - 1 for label, size in reads if label != "hf")
+    assert all(size > n for label, size in reads if label == "hf")
+    assert "prefill" not in results  # no prefill timing shared between records
+    hf = results["records"]["hf|T=0|t/0"]
+    assert hf["decode_tokens"] == 12 - hf["call_tokens"][0]  # the first call's tokens are not decode-phase
+    row = {r["runner"]: r for r in results["summary"]}["hf"]
+    assert row["tokens_per_s"] == pytest.approx(hf["decode_tokens"] / hf["decode_s"])
+    assert row["speedup_end_to_end"] == pytest.approx(
+        results["records"]["target_only|T=0|t/0"]["wall_s"] / hf["wall_s"])
+
+
+def test_resumed_run_times_its_own_prefills(tiny_pair, tmp_path, monkeypatch):
+    out = str(tmp_path / "r.json")
+    bench.run_bench(config(methods=("block",), temperatures=(0.0,)), out, pair=tiny_pair, prompts=PROMPTS[:1],
+                    plot=False)
+    first = json.load(open(out))["records"]
+    _sleepy_decode(monkeypatch, tiny_pair)
+    resumed = bench.run_bench(config(methods=("block", "token"), temperatures=(0.0,)), out, pair=tiny_pair,
+                              prompts=PROMPTS[:1], plot=False)
+    assert resumed["records"]["block|T=0|t/0"] == first["block|T=0|t/0"]  # untouched
+    assert resumed["records"]["token|T=0|t/0"]["prefill_s"] >= SLOW_PREFILL  # measured now, not reused
+
+
+def test_call_tokens_from_call_starts():
+    # prompt of 8; call 0 reads it with 1 candidate (accepted: starts 9), call 1 emits 2, the last 8
+    assert call_tokens([0, 9, 11], 8, 20) == [2, 2, 8]
+    with pytest.raises(ValueError, match="starts"):
+        call_tokens([0, 9, 9], 8, 20)  # a call emitting nothing
+    with pytest.raises(ValueError, match="starts"):
+        call_tokens([], 8, 20)
+
+
+def test_peer_tau_is_counted_per_call(tiny_pair):
+    prompt = tiny_pair.tokenizer("def f(x):\n    return x").input_ids
+    n = prompt.shape[1]
+    twin = copy.deepcopy(tiny_pair.target)  # an identical draft: greedy accepts every candidate
+    stats = hf_assisted(tiny_pair.target, twin, prompt, 24).stats
+    fed, tau = stats.logs["call_fed"], stats.accepted_lengths.tolist()
+    assert tau[0] == fed[0] - n and tau[1:] == [f - 1 for f in fed[1:]]
+    lookup = hf_assisted(tiny_pair.target, None, tiny_pair.tokenizer("abcabcabcabcabc").input_ids, 24,
+                         prompt_lookup_num_tokens=5).stats
+    taus = lookup.accepted_lengths
+    assert taus.dtype == torch.long and int((taus + 1).sum()) == 24
+    assert len(set(taus.tolist())) > 1  # counted call by call, not spread evenly
+    with pytest.raises(ValueError, match="draft"):
+        hf_assisted(tiny_pair.target, tiny_pair.target, prompt, 4)
+
+
+def test_block_efficiency_has_one_denominator(tiny_pair, tmp_path):
+    """Tokens emitted after the prompt-reading target call, per later call, for every runner."""
+    cfg = config(methods=("hf", "hf_prompt_lookup", "block", "prompt_lookup"), temperatures=(0.0,),
+                 max_new_tokens=16)
+    results = bench.run_bench(cfg, str(tmp_path / "be.json"), pair=tiny_pair, prompts=PROMPTS, plot=False)
+    records = results["records"]
+    for row in results["summary"]:
+        recs = [records[f"{row['runner']}|T=0|{p['task_id']}"] for p in PROMPTS]
+        first = [r["call_tokens"][0] if row["runner"].startswith("hf") else 0 for r in recs]
+        expected = sum(16 - f for f in first) / sum(r["target_forwards"] - 1 for r in recs)
+        assert row["block_efficiency"] == pytest.approx(expected), row["runner"]
+    assert {r["runner"]: r for r in results["summary"]}["target_only"]["block_efficiency"] == 1.0
+
+
+def test_every_figure_is_labelled(tiny_pair, tmp_path):
+    results = bench.run_bench(config(methods=("hf", "block"), temperatures=(0.0,)), str(tmp_path / "f.json"),
+                              pair=tiny_pair, prompts=PROMPTS[:1], plot=False)
+    labels = json.load(open(tmp_path / "f.json"))["fields"]
+    not_figures = {"runner", "temperature", "prompts", "divergences", "node_budget"}
+    for row in results["summary"]:
+        for key, value in row.items():
+            if key not in not_figures and isinstance(value, (int, float)):
+                assert labels[key].split(":")[0] in ("measured", "derived", "predicted"), key
+    assert labels["speedup"].startswith("derived: ") and labels["speedup_end_to_end"].startswith("derived: ")
+    caption = bench.format_table(results["summary"]).caption
+    assert "speedup*" in caption and "tokens_per_s / target_only tokens_per_s" in caption
+
+
+# ----------------------------------------------------------------------------------------------
+# --dtype auto
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device, flags, cuda_bf16, expected", [
+    ("cpu", {"avx2", "fma"}, None, "float32"),
+    ("cpu", {"avx2", "avx512f"}, None, "float32"),  # AVX-512 without its bf16 extension: emulated
+    ("cpu", {"avx512f", "avx512_bf16"}, None, "bfloat16"),
+    ("cpu", {"amx_tile", "amx_bf16"}, None, "bfloat16"),
+    ("cpu", set(), None, "float32"),
+    ("cuda", set(), True, "bfloat16"), ("cuda:1", set(), False, "float16"),
+    ("mps", {"avx512_bf16"}, None, "float32")])
+def test_auto_dtype_choice(device, flags, cuda_bf16, expected):
+    dtype, reason = hardware.choose_dtype(device, flags, cuda_bf16)
+    assert dtype == expected and reason
+
+
+def test_auto_dtype_reads_this_hosts_flags(monkeypatch, tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\nflags\t: ignored\n")
+    assert hardware.cpu_flags(str(cpuinfo)) == {"fpu", "avx2", "avx512f", "avx512_bf16"}
+    assert hardware.cpu_flags(str(tmp_path / "missing")) == frozenset()
+    monkeypatch.setattr(hardware, "cpu_flags", lambda path="": frozenset({"avx2"}))
+    assert bench.BenchConfig(device="cpu").resolve()[0].dtype == "float32"
+    monkeypatch.setattr(hardware, "cpu_flags", lambda path="": frozenset({"avx2", "amx_bf16"}))
+    assert bench.BenchConfig(device="cpu").resolve()[0].dtype == "bfloat16"
+    assert hardware.host_info("cpu")["cpu_flags"] == ["avx2", "amx_bf16"]
+    assert bench.BenchConfig(dtype="float16").resolve()[0].dtype == "float16"
+    with pytest.raises(ValueError, match="dtype"):
+        hardware.resolve_dtype("int3", "cpu")
+
+
+def test_bench_records_dtype_and_cpu_capability(tiny_pair, tmp_path):
+    out = str(tmp_path / "d.json")
+    bench.run_bench(config(methods=("block",), temperatures=(0.0,), dtype="auto"), out, pair=tiny_pair,
+                    prompts=PROMPTS[:1], plot=False)
+    stored = json.load(open(out))
+    env = stored["environment"]
+    assert env["dtype"] == "float32" == stored["config"]["dtype"]  # auto with given models: theirs
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert isinstance(env["cpu_flags"], list) and "dtype_reason" in env and "native_bf16" in env
+    with pytest.raises(ValueError, match="dtype"):  # an explicit dtype other than the models'
+        bench.run_bench(config(dtype="bfloat16"), str(tmp_path / "e.json"), pair=tiny_pair, prompts=PROMPTS[:1])
+
+
+def test_cli_dtype_defaults_to_auto():
+    from verispec.cli import build_parser
+
+    assert build_parser().parse_args(["bench"]).dtype == "auto"
