@@ -140,7 +140,8 @@ def test_builtin_method_passes(name, params, options):
 @pytest.mark.parametrize("name", ["token", "block", "gbv", "nss", "rrs", "rrsw", "traversal"])
 def test_rational_rules_are_exact(name):
     params = dict(draft_length=1) if name in ("token", "block") else dict(draft_length=1, num_paths=2)
-    report = assert_lossless(methods.get(name, **params), exact=True, temperatures=(1, 0))
+    # exactness, not size, is checked here: the small sizes keep it cheap
+    report = assert_lossless(methods.get(name, **params), exact=True, temperatures=(1, 0), vocab_sizes=(2, 3))
     assert report.num_exact == report.num_instances
 
 
