@@ -34,9 +34,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import decode, ouroboros, rules  # noqa: E402
+from verispec.empirical import decode, engine, kv as kv_module, ouroboros, rules  # noqa: E402
 from verispec.empirical.rules import pointmass  # noqa: E402
-from verispec.empirical.model import CausalLM, gather_cache  # noqa: E402
+from verispec.empirical.model import CausalLM  # noqa: E402
 from verispec.empirical.ouroboros import (PhrasePool, lookahead_speculative, ouroboros_speculative,  # noqa: E402
                                           point_mass_tree_uniforms, point_mass_tree_verify)
 from verispec.empirical.uniforms import TorchUniforms, categorical  # noqa: E402
@@ -175,7 +175,7 @@ def _law_trees(target, T):
 
 def _verified_law_counts(target, tree, T, n, seed):
     """(counts [64] of the first two emitted tokens, tau [n]) over n rows verifying `tree` once each."""
-    cache = ouroboros._SeqCache(target, PROMPT[:-1])
+    cache = ouroboros._DraftSequence(target, PROMPT[:-1])
     p = decode.probabilities(cache.forward(tree), T)  # [N, V], the decoders' tree forward
     tokens, parents, verifiable = (t.expand(n, -1) for t in tree.tensors("cpu"))
     need = point_mass_tree_uniforms(parents[:1], verifiable[:1])
@@ -216,12 +216,13 @@ def _residual_is_p(p, q, weight=1.0):
 def _chain_mask_forward(self, tree):
     """Planted: the tree forward under a plain causal mask (every node sees all earlier nodes)."""
     tokens, _, _ = tree.tensors(self.model.device)
-    return self.model.tree(self.cache, tokens, torch.arange(-1, tokens.shape[1] - 1).unsqueeze(0))[0]
+    chain = torch.arange(-1, tokens.shape[1] - 1).unsqueeze(0)
+    return self.kv.append(tokens, chain, torch.ones_like(tokens, dtype=torch.bool))[0]
 
 
 @pytest.mark.parametrize("owner,name,bug", [
     (pointmass, "_point_mass_accept", _always_accept), (pointmass, "residual", _residual_is_p),
-    (ouroboros._SeqCache, "forward", _chain_mask_forward)], ids=["accept_1", "residual_p", "chain_mask"])
+    (ouroboros._DraftSequence, "forward", _chain_mask_forward)], ids=["accept_1", "residual_p", "chain_mask"])
 def test_planted_verification_bugs_are_caught(law_pair, monkeypatch, owner, name, bug):
     target, _ = law_pair
     tree = _law_trees(target, 1.0)["lookahead"]
@@ -257,40 +258,43 @@ def test_whole_loop_law_smoke(law_pair):
 # accepted paths go through pool branches, against plain (non-tree, no cache) forwards.
 
 def _record_loop(monkeypatch, target):
-    """Log every target tree forward (cached tokens, tree tokens, parents, verifiable, logits
-    [N, V]) and every verification's (accepted tokens, y)."""
+    """Log every target tree forward of the engine (tree tokens, parents, verifiable, logits
+    [N, V]) and every verdict (accepted tokens, y)."""
     forwards, steps = [], []
-    forward, verify = ouroboros._SeqCache.forward, ouroboros._verify
+    tree_forward, check_verdict = engine._tree_forward, engine._check_verdict
 
-    def logged_forward(self, tree):
-        before, logits = list(self.tokens), forward(self, tree)
-        if self.model is target:
-            forwards.append((before, list(tree.tokens), list(tree.parents), list(tree.verifiable), logits.clone()))
-        return logits
+    def logged_forward(kv, tree):
+        logits, order = tree_forward(kv, tree)
+        if kv.model is target:
+            verifiable = tree.real if tree.verifiable is None else tree.verifiable
+            forwards.append((tree.tokens[0].tolist(), tree.parents[0].tolist(), verifiable[0].tolist(),
+                             logits[0].clone()))
+        return logits, order
 
-    def logged_verify(tcache, tree, temperature, source):
-        nodes, y, argmax = verify(tcache, tree, temperature, source)
-        steps.append(([tree.tokens[j] for j in nodes], y))
-        return nodes, y, argmax
+    def logged_verdict(verdict, tree, name):
+        check_verdict(verdict, tree, name)
+        tau = int(verdict.num_accepted[0])
+        steps.append(([int(tree.tokens[0, j]) for j in verdict.nodes[0, :tau]], int(verdict.token[0])))
 
-    monkeypatch.setattr(ouroboros._SeqCache, "forward", logged_forward)
-    monkeypatch.setattr(ouroboros, "_verify", logged_verify)
+    monkeypatch.setattr(engine, "_tree_forward", logged_forward)
+    monkeypatch.setattr(engine, "_check_verdict", logged_verdict)
     return forwards, steps
 
 
 def _check_loop(target, prompt, out, forwards, steps):
-    """(b) and (d) for one run: out = the run's N tokens."""
+    """(b) and (d) for one run: out = the run's N tokens. Every verifiable node's logits must be a
+    plain forward of the emitted prefix and the node's root path (a KV-cache bug shows here)."""
     assert len(forwards) == len(steps)
     seq = list(prompt)
-    for (before, tokens, parents, verifiable, logits), (accepted, y) in zip(forwards, steps):
-        assert before == seq[:-1] and tokens[0] == seq[-1]  # the cache holds the emitted prefix
+    for (tokens, parents, verifiable, logits), (accepted, y) in zip(forwards, steps):
+        assert tokens[0] == seq[-1]  # the root is the last emitted token
         for j in range(len(tokens)):
             if not verifiable[j]:
                 continue  # a Jacobi window node: its logits only seed guesses
             path, node = [], j
             while node >= 0:
                 path, node = [tokens[node]] + path, parents[node]
-            plain = target.prefill(torch.tensor([before + path]))[0][0, -1]  # [V]
+            plain = target.prefill(torch.tensor([seq[:-1] + path]))[0][0, -1]  # [V]
             assert torch.allclose(logits[j], plain, atol=1e-5), (len(seq), j)
         seq += accepted + [y]
     assert seq[len(prompt):len(prompt) + out.shape[1]] == out[0].tolist()
@@ -324,20 +328,30 @@ def test_whole_loop_steps_use_true_conditionals(law_pair, monkeypatch, kind):
     assert verified > 0  # accepted paths went through pool branches
 
 
-def _commit_in_index_order(self, tree, nodes):
-    """Planted: keeps the KV of tree nodes 0..len(nodes)-1 (right on the draft chain or the first
-    pool branch, wrong once a later branch is accepted)."""
-    S = len(self.tokens)
-    gather_cache(self.cache, torch.arange(S + len(nodes), device=self.model.device))
-    self.tokens += [tree.tokens[j] for j in nodes]
+def _keep_in_index_order(self, keep):
+    """Planted: a commit keeps the KV of tree nodes 0..k-1 (k = the nodes to keep): right on the
+    draft chain or the first pool branch, wrong once a later branch is accepted."""
+    return torch.arange(keep.shape[1]) < keep.sum(1, keepdim=True)
+
+
+def _causal_visible(valid, ancestry):
+    """Planted: the tree forward under a plain causal mask (every node sees all earlier nodes)."""
+    allowed = _VISIBLE(valid, ancestry)
+    n = ancestry.shape[1]
+    allowed[..., -n:] |= torch.ones(n, n, dtype=torch.bool).tril()
+    return allowed
+
+
+_VISIBLE = kv_module._visible
 
 
 @pytest.mark.parametrize("kind", ["ouroboros", "lookahead"])
-@pytest.mark.parametrize("name,bug", [("commit", _commit_in_index_order), ("forward", _chain_mask_forward)],
+@pytest.mark.parametrize("owner,name,bug", [(kv_module.KVState, "_check_keep", _keep_in_index_order),
+                                            (kv_module, "_visible", _causal_visible)],
                          ids=["commit_index_order", "chain_mask"])
-def test_planted_loop_bugs_are_caught(law_pair, monkeypatch, kind, name, bug):
+def test_planted_loop_bugs_are_caught(law_pair, monkeypatch, kind, owner, name, bug):
     target, _ = law_pair
-    monkeypatch.setattr(ouroboros._SeqCache, name, bug)
+    monkeypatch.setattr(owner, name, bug)
     forwards, steps = _record_loop(monkeypatch, target)
     with pytest.raises(AssertionError):
         for prompt, result in _whole_loop_runs(law_pair, kind):

@@ -98,10 +98,11 @@ class DraftTree:
 class Drafter:
     """The drafter protocol of the engine (every method is a drafter + a verifier).
 
-    `start(draft, tokens, lengths, temperature, source)` once per call (tokens [B, n] right-padded
-    prompts, lengths [B]); `draft(rows)` -> `DraftTree` (rows: the engine's `Rows`: last [B],
-    ctx [B, W], ctx_len [B]); `accept(tree, verdict)` after verification; `select(rows)` when rows
-    finish; `logs()` -> dict of per-iteration tensors; `forwards_rows` counts draft token rows fed.
+    `start(draft, tokens, lengths, temperature, source, storage)` once per call (tokens [B, n]
+    right-padded prompts, lengths [B]); `draft(rows)` -> `DraftTree` (rows: the engine's `Rows`:
+    last [B], ctx [B, W], ctx_len [B]); `observe(logits, tree, rows)` after the target forward;
+    `accept(tree, verdict)` after verification; `select(rows)` when rows finish; `logs()` -> dict
+    of per-iteration logs; `draft_rows` counts the token rows fed to the draft model.
     """
 
     needs_model = False
@@ -112,6 +113,9 @@ class Drafter:
 
     def draft(self, rows) -> DraftTree:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def observe(self, logits: torch.Tensor, tree: DraftTree, rows) -> None:
+        """See the target's logits [B, N, V] of the tree forward (phrase pools learn from them)."""
 
     def accept(self, tree: DraftTree, verdict) -> None:
         """Update the drafter's state with the verdict (`rules.Verdict`)."""

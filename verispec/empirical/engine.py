@@ -223,6 +223,7 @@ class _Run:
         logits, order = _tree_forward(self.kv, tree)
         if self.method.observe is not None:
             self.method.observe(logits, tree, rows)
+        self.drafter.observe(logits, tree, rows)
         verdict = verifier(probabilities(logits, self.T), tree, self.source, self.T, rows)
         _check_verdict(verdict, tree, getattr(verifier, "name", self.method.name))
         keep = torch.zeros_like(tree.real)

@@ -194,6 +194,14 @@ class SequenceKV(PaddedKV):
             raise ValueError(f"batch: a SequenceKV holds one row, got {batch}")
         super().__init__(model, 1, compact=True)
 
+    def rollback(self, length: int) -> None:
+        """Keep the first `length` committed tokens (after a commit): the sequence's prefix."""
+        if self.uncommitted:
+            raise RuntimeError("rollback: commit before rolling back")
+        crop_cache(self.cache, length)
+        self.valid = self.valid[:, :length]
+        self.pos = self.pos.clamp(max=length)
+
 
 class PackedKV(KVState):
     """EMS-SD layout (module docstring): batch dimension 1, owner[slot] = row of every slot."""

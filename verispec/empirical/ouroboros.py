@@ -60,18 +60,19 @@ Every call generates exactly `max_new_tokens` tokens (no EOS stop).
 from __future__ import annotations
 
 import numbers
-import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import torch
 
-from .decode import (DecodeResult, DecodeStats, _check_pair, _check_positive, _check_prompt, _check_temperature,
-                     probabilities)
-from .model import CausalLM, crop_cache, gather_cache
+from .checks import _check_pair, _check_positive, _check_prompt, _check_temperature
+from .drafters import Drafter, DraftTree
+from .engine import DecodeResult, DecodeStats, TorchMethod, decode
+from .kv import SequenceKV
+from .model import CausalLM
+from .rules.nodes import PointMassTree
 from .rules.pointmass import _child_table, _walk, point_mass_tree_uniforms, point_mass_tree_verify  # noqa: F401
-from .uniforms import as_uniform_source
 
 __all__ = ["PhrasePool", "PhraseStats", "point_mass_tree_verify", "ouroboros_speculative",
            "lookahead_speculative"]
@@ -274,31 +275,30 @@ class _Tree:
         return len(self.tokens)
 
 
-class _SeqCache:
-    """One model's KV cache for one sequence and the tokens it holds (always compact)."""
+class _DraftSequence:
+    """The draft model's KV (`kv.SequenceKV`) and the tokens it holds (one sequence, compact)."""
 
     def __init__(self, model: CausalLM, tokens: list[int]):
-        self.model = model
+        self.model, self.kv = model, SequenceKV(model)
         self.tokens = list(tokens)
         if tokens:
-            _, self.cache = model.prefill(torch.tensor([tokens], dtype=torch.long, device=model.device))
-        else:
-            self.cache = model.new_cache()
+            ids = torch.tensor([tokens], dtype=torch.long, device=model.device)
+            self.kv.prefill(ids, torch.tensor([len(tokens)], device=model.device))
 
     def forward(self, tree: _Tree) -> torch.Tensor:
-        """Tree forward after the cached tokens -> logits [N, V]; the cache grows by N."""
+        """Tree forward after the held tokens -> logits [N, V] (the tree stays uncommitted)."""
         tokens, parents, _ = tree.tensors(self.model.device)
-        return self.model.tree(self.cache, tokens, parents)[0]
+        return self.kv.append(tokens, parents, torch.ones_like(tokens, dtype=torch.bool))[0]
 
     def commit(self, tree: _Tree, nodes: list[int]) -> None:
-        """Keep the cached tokens plus tree nodes `nodes` (a root path, in order) after a forward."""
-        S = len(self.tokens)
-        positions = torch.tensor(list(range(S)) + [S + j for j in nodes], device=self.model.device)
-        gather_cache(self.cache, positions)
+        """Keep tree nodes `nodes` (a root path, in order) after a forward."""
+        keep = torch.zeros(1, len(tree), dtype=torch.bool, device=self.model.device)
+        keep[0, nodes] = True
+        self.kv.commit(keep)
         self.tokens += [tree.tokens[j] for j in nodes]
 
     def rollback(self, length: int) -> None:
-        crop_cache(self.cache, length)
+        self.kv.rollback(length)
         del self.tokens[length:]
 
 
@@ -378,34 +378,11 @@ def _candidates(pool: PhrasePool, key: int, limit: int, depth: int, vocab_size: 
     return out
 
 
-def _verify(tcache: _SeqCache, tree: _Tree, temperature: float, source):
-    """One target tree forward and point-mass verification. Returns (accepted nodes, y, argmax
-    [N] of the target at every node)."""
-    logits = tcache.forward(tree)  # [N, V]
-    tokens, parents, verifiable = tree.tensors(logits.device)
-    p = probabilities(logits, temperature).unsqueeze(0)  # [1, N, V] float64
-    kids = _child_table(parents, verifiable)  # [1, N, C]
-    u = source.peek(1, tree.height() * kids.shape[-1] + 1, logits.device)
-    path, tau, y, consumed = _walk(p, tokens, kids, u)  # inputs are well formed by construction
-    source.advance(consumed)
-    nodes = path[0, :int(tau[0])].tolist()
-    tcache.commit(tree, [0] + nodes)
-    return nodes, int(y[0]), logits.argmax(-1).tolist()
-
-
-def _finish(name, out, N, accepted, iterations, t0, tf, df, pool, lookups, hits, drafted, verified):
-    return DecodeResult(torch.tensor([out[:N]], dtype=torch.long), PhraseStats(
-        name, iterations=iterations, target_forwards=tf, draft_forwards=df,
-        accepted_lengths=torch.tensor(accepted, dtype=torch.long), wall_time_s=time.perf_counter() - t0,
-        pool_lookups=pool.lookups - lookups, pool_hits=pool.hits - hits, draft_pool_tokens=drafted,
-        verified_pool_tokens=verified, pool_phrases=len(pool)))
-
-
 # ----------------------------------------------------------------------------------------------
 # Ouroboros
 # ----------------------------------------------------------------------------------------------
 
-def _draft_forward(dcache: _SeqCache, context: list[int], pool: PhrasePool, window: _JacobiWindow | None,
+def _draft_forward(dcache: _DraftSequence, context: list[int], pool: PhrasePool, window: _JacobiWindow | None,
                    room: int, num_candidates: int) -> tuple[list[int], int]:
     """One draft forward: unseen tokens, then pool phrases keyed by the last token (trie, at most
     room - 1 deep) and the Jacobi window. Returns (new draft tokens: the longest phrase prefix
@@ -480,31 +457,15 @@ def ouroboros_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new
         (or a batch of more than one), N / L / K < 1, W < 0, bad temperature, pool, or uniforms.
     """
     _check_pair(target, draft)
-    seq = _single_prompt(prompt_ids, target)
+    prompt = torch.tensor([_single_prompt(prompt_ids, target)], device=target.device)  # [1, n]
     N = _check_positive(max_new_tokens, "max_new_tokens")
     L = _check_positive(draft_length, "draft_length")
     K = _check_positive(num_candidates, "num_candidates")
     W = _check_window(window, "window")
-    T = _check_temperature(temperature, "temperature")
-    pool, source = _check_pool(pool), as_uniform_source(uniforms)
-    t0, tf0, df0 = time.perf_counter(), target.forward_count, draft.forward_count
-    lookups, hits = pool.lookups, pool.hits
-    tcache, dcache = _SeqCache(target, seq[:-1]), _SeqCache(draft, seq[:-1])
-    jacobi = _JacobiWindow(W, pool.phrase_length, seq) if W else None
-    start, accepted, drafted, verified = len(seq), [], 0, 0
-    while len(seq) - start < N:
-        proposal, _, used = _draft(dcache, seq, pool, jacobi, L, K)
-        drafted += used
-        tree, anchor = _ouroboros_tree(seq[-1], proposal, pool, K, target.vocab_size)
-        nodes, y, argmax = _verify(tcache, tree, T, source)
-        accepted.append(len(nodes))
-        verified += sum(1 for j in nodes if j > anchor)
-        before = len(seq)
-        seq += [tree.tokens[j] for j in nodes] + [y]
-        pool.add_ngrams(seq[max(0, before - pool.phrase_length):])  # (b) the verified output
-        _refine(pool, tree, anchor, argmax)  # (c) the target's continuations of the suffixes
-    return _finish("ouroboros", seq[start:], N, accepted, len(accepted), t0, target.forward_count - tf0,
-                   draft.forward_count - df0, pool, lookups, hits, drafted, verified)
+    _check_temperature(temperature, "temperature")
+    pool = _check_pool(pool)
+    return _run("ouroboros", target, draft, prompt, N, lambda: OuroborosDrafter(pool, L, K, W), temperature,
+                uniforms)
 
 
 def _ouroboros_tree(last: int, proposal: list[int], pool: PhrasePool, K: int, vocab_size: int):
@@ -573,26 +534,106 @@ def lookahead_speculative(target: CausalLM, prompt_ids, max_new_tokens: int, poo
     """
     if not isinstance(target, CausalLM):
         raise TypeError(f"target: expected a CausalLM, got {type(target).__name__}")
-    seq = _single_prompt(prompt_ids, target)
+    prompt = torch.tensor([_single_prompt(prompt_ids, target)], device=target.device)  # [1, n]
     N = _check_positive(max_new_tokens, "max_new_tokens")
     K = _check_positive(num_candidates, "num_candidates")
     W = _check_window(window, "window")
-    T = _check_temperature(temperature, "temperature")
-    pool, source = _check_pool(pool), as_uniform_source(uniforms)
-    t0, tf0 = time.perf_counter(), target.forward_count
-    lookups, hits = pool.lookups, pool.hits
-    tcache = _SeqCache(target, seq[:-1])
-    jacobi = _JacobiWindow(W, pool.phrase_length, seq) if W else None
-    start, accepted, verified = len(seq), [], 0
-    while len(seq) - start < N:
-        tree, slots = _lookahead_tree(seq[-1], pool, K, target.vocab_size, jacobi)
-        nodes, y, argmax = _verify(tcache, tree, T, source)
-        accepted.append(len(nodes))
-        verified += len(nodes)
-        if jacobi is not None:
-            jacobi.update([argmax[j] for j in slots], pool)
-        before = len(seq)
-        seq += [tree.tokens[j] for j in nodes] + [y]
-        pool.add_ngrams(seq[max(0, before - pool.phrase_length):])
-    return _finish("lookahead", seq[start:], N, accepted, len(accepted), t0, target.forward_count - tf0,
-                   0, pool, lookups, hits, 0, verified)
+    _check_temperature(temperature, "temperature")
+    pool = _check_pool(pool)
+    return _run("lookahead", target, None, prompt, N, lambda: LookaheadDrafter(pool, K, W, target.vocab_size),
+                temperature, uniforms)
+
+
+# ----------------------------------------------------------------------------------------------
+# The drafters of the engine
+# ----------------------------------------------------------------------------------------------
+
+class _PhraseDrafter(Drafter):
+    """Shared by both: one prompt, the pool, the emitted sequence, the target's argmax at every
+    node of the last tree forward (`observe`) and the pool counters."""
+
+    def __init__(self, pool: PhrasePool, K: int, W: int):
+        self.pool, self.K, self.W = pool, K, W
+        self.lookups, self.hits = pool.lookups, pool.hits
+        self.drafted = self.verified = 0
+
+    def start(self, draft, tokens, lengths, temperature, source, storage="sequence") -> None:
+        super().start(draft, tokens, lengths, temperature, source, storage)
+        self.seq = tokens[0, :int(lengths[0])].tolist()
+        self.window = _JacobiWindow(self.W, self.pool.phrase_length, self.seq) if self.W else None
+
+    def _draft_tree(self, tree: _Tree, device) -> DraftTree:
+        """The `_Tree` as a node-layout draft tree of point masses (window nodes not verifiable)."""
+        self.tree = tree
+        tokens, parents, verifiable = tree.tensors(device)
+        return DraftTree(tokens, parents, torch.ones_like(verifiable), None, point_mass=True, verifiable=verifiable)
+
+    def observe(self, logits, tree, rows) -> None:
+        self.argmax = logits[0].argmax(-1).tolist()  # [N], the target's choice after every node
+
+    def _emit(self, verdict) -> list[int]:
+        """Append the accepted tokens and y to the sequence and the output's n-grams to the pool
+        (b); returns the accepted node ids."""
+        nodes = [int(j) for j in verdict.nodes[0, :int(verdict.num_accepted[0])]]
+        before = len(self.seq)
+        self.seq += [self.tree.tokens[j] for j in nodes] + [int(verdict.token[0])]
+        self.pool.add_ngrams(self.seq[max(0, before - self.pool.phrase_length):])
+        return nodes
+
+    def logs(self) -> dict:
+        return {"pool_lookups": self.pool.lookups - self.lookups, "pool_hits": self.pool.hits - self.hits,
+                "draft_pool_tokens": self.drafted, "verified_pool_tokens": self.verified,
+                "pool_phrases": len(self.pool)}
+
+
+class OuroborosDrafter(_PhraseDrafter):
+    """Ouroboros (module docstring): phrase-by-phrase drafting with the draft model, then the
+    draft plus the pool's suffixes keyed by its last token as one tree."""
+
+    needs_model = True
+
+    def __init__(self, pool: PhrasePool, L: int, K: int, W: int):
+        super().__init__(pool, K, W)
+        self.L = L
+
+    def start(self, draft, tokens, lengths, temperature, source, storage="sequence") -> None:
+        super().start(draft, tokens, lengths, temperature, source, storage)
+        self.dcache = _DraftSequence(draft, self.seq[:-1])
+
+    def draft(self, rows) -> DraftTree:
+        proposal, _, used = _draft(self.dcache, self.seq, self.pool, self.window, self.L, self.K)
+        self.drafted += used
+        tree, self.anchor = _ouroboros_tree(self.seq[-1], proposal, self.pool, self.K, self.dcache.model.vocab_size)
+        return self._draft_tree(tree, rows.last.device)
+
+    def accept(self, tree, verdict) -> None:
+        nodes = self._emit(verdict)  # (b) the verified output
+        self.verified += sum(1 for j in nodes if j > self.anchor)
+        _refine(self.pool, self.tree, self.anchor, self.argmax)  # (c) the target's continuations
+
+
+class LookaheadDrafter(_PhraseDrafter):
+    """Lookahead-style (module docstring): the pool's phrases keyed by the last token and a Jacobi
+    window riding in the target's own tree forward; no draft model."""
+
+    def __init__(self, pool: PhrasePool, K: int, W: int, vocab_size: int):
+        super().__init__(pool, K, W)
+        self.vocab_size = vocab_size
+
+    def draft(self, rows) -> DraftTree:
+        tree, self.slots = _lookahead_tree(self.seq[-1], self.pool, self.K, self.vocab_size, self.window)
+        return self._draft_tree(tree, rows.last.device)
+
+    def accept(self, tree, verdict) -> None:
+        if self.window is not None:
+            self.window.update([self.argmax[j] for j in self.slots], self.pool)
+        self.verified += int(verdict.num_accepted[0])
+        self._emit(verdict)
+
+
+def _run(name, target, draft, prompt_ids, N, drafter, temperature, uniforms) -> DecodeResult:
+    """One call on the engine (sequence storage); the drafter's pool counters in `PhraseStats`."""
+    method = TorchMethod(name, drafter, PointMassTree())
+    result = decode(target, draft, prompt_ids, method, N, temperature, uniforms, "sequence")
+    fields = {k: v for k, v in vars(result.stats).items() if k != "logs"}
+    return DecodeResult(result.tokens, PhraseStats(**fields, **result.stats.logs))
