@@ -1,0 +1,111 @@
+"""benchmarks/explain_divergences.py on tiny fp32 models: it claims a near-tie only for a flip it
+reproduces in the exact forwards.
+
+fp32 tiny models never diverge by themselves, so a hook on the target plants the numerics of a
+near-tie at one position: a 1-row forward ranks the top token a over the runner-up b by a small
+gap, a multi-row forward ranks b over a. The bench then reports a divergence for block
+verification; the script must reproduce it, in the block run's multi-row forward and target-only's
+1-row forward. A divergence that was never produced (a record edited after the run, as a flip
+read off the wrong forward would be) must come out "not reproduced".
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from verispec.empirical import bench  # noqa: E402
+
+from .test_bench import PROMPTS, config, tiny_pair  # noqa: E402,F401
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "explain_divergences.py")
+TASK = PROMPTS[0]
+
+
+@pytest.fixture(scope="module")
+def explain_script():
+    spec = importlib.util.spec_from_file_location("explain_divergences", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _plant(model, position: int, gap: float):
+    """At `position`, 1-row forwards rank the top token over the runner-up by `gap`, multi-row
+    forwards the runner-up over the top token by `gap` (a forward hook replacing the logits)."""
+
+    def hook(module, args, kwargs, output):
+        ids = kwargs["input_ids"]
+        m = ids.shape[1]
+        positions = kwargs.get("position_ids")
+        if positions is None:
+            start = output.past_key_values.get_seq_length() - m  # the cache after this forward's append
+            positions = torch.arange(start, start + m).unsqueeze(0)
+        positions = positions.reshape(-1)[-m:]
+        logits = output.logits.clone()
+        k = logits.shape[1]
+        for j in (positions == position).nonzero().flatten().tolist():
+            if j < m - k:
+                continue
+            row = logits[0, j - (m - k)]
+            top = row.topk(2)
+            a, b = int(top.indices[0]), int(top.indices[1])
+            row[b] = row[a] - gap if m == 1 else row[a] + gap
+        output.logits = logits
+        return output
+
+    return model.model.register_forward_hook(hook, with_kwargs=True)
+
+
+def _bench_with_plant(tiny_pair, tmp_path, gap):
+    n = len(TASK["prompt"])
+    handle = _plant(tiny_pair.target, n + 3, gap)  # decides generated token 4
+    try:
+        results = bench.run_bench(config(methods=("block",), temperatures=(0.0,), max_new_tokens=10),
+                                  str(tmp_path / "b.json"), pair=tiny_pair, prompts=[TASK], plot=False)
+    finally:
+        handle.remove()
+    (divergence,) = {r["runner"]: r for r in results["summary"]}["block"]["divergences"]
+    assert divergence["index"] == 4
+    return results, handle
+
+
+def _explain(explain_script, tiny_pair, results, gap):
+    n = len(TASK["prompt"])
+    handle = _plant(tiny_pair.target, n + 3, gap) if gap is not None else None  # the numerics, re-run
+    try:
+        return explain_script.explain(results, tiny_pair, {TASK["task_id"]: TASK["prompt"]})
+    finally:
+        if handle is not None:
+            handle.remove()
+
+
+def test_a_planted_near_tie_flip_is_reproduced(explain_script, tiny_pair, tmp_path):
+    results, _ = _bench_with_plant(tiny_pair, tmp_path, 0.01)
+    (item,) = _explain(explain_script, tiny_pair, results, 0.01)
+    assert item["verdict"] == "reproduced near-tie" and item["explained"]
+    assert item["method"]["rows"] > 1 and item["target_only"]["rows"] == 1  # the exact forwards
+    assert item["method"]["gap"] == pytest.approx(-0.01, abs=1e-4)
+    assert item["target_only"]["gap"] == pytest.approx(0.01, abs=1e-4)
+    assert item["method"]["forwards_matching"] == 1 == item["target_only"]["forwards_matching"]
+
+
+def test_a_wide_flip_is_reproduced_but_not_called_a_near_tie(explain_script, tiny_pair, tmp_path):
+    results, _ = _bench_with_plant(tiny_pair, tmp_path, 2.0)
+    (item,) = _explain(explain_script, tiny_pair, results, 2.0)
+    assert item["verdict"] == "reproduced, not a near-tie" and not item["explained"]
+
+
+def test_a_flip_that_does_not_reproduce_is_not_claimed(explain_script, tiny_pair, tmp_path):
+    results, _ = _bench_with_plant(tiny_pair, tmp_path, 0.01)
+    (item,) = _explain(explain_script, tiny_pair, results, None)  # re-run without the numerics
+    assert item["verdict"] == "not reproduced" and not item["explained"]
+    assert not item["method"]["reproduced"] and item["target_only"]["reproduced"]
+    # a flip read off the wrong forward (the old script's k-row forwards of target-only's prefix)
+    # would not be claimed either: the fresh 1-row forward is reported, never used as evidence
+    assert "argmax" in item["fresh_1_row"]
