@@ -51,6 +51,45 @@ def _euler_events(rep: torch.Tensor, lengths: torch.Tensor):
     return k_of[order], d_of[order], x_of[order].bool(), valid.reshape(B, E).gather(1, order)
 
 
+def _rows_of(table, index):
+    """table [B, R, V], index [B] -> table[b, index[b]]: [B, V]."""
+    B, _, V = table.shape
+    return table.gather(1, index.view(B, 1, 1).expand(B, 1, V)).squeeze(1)
+
+
+def _put(table, index, value) -> None:
+    """table[b, index[b]] = value[b] (in place)."""
+    B, _, V = table.shape
+    table.scatter_(1, index.view(B, 1, 1).expand(B, 1, V), value.unsqueeze(1))
+
+
+def _reject_child(P, Q, W, pp, pq, token, rejected) -> None:
+    """A rejected child `token` of the node at rows pp (p, w) / pq (q) updates it, where
+    `rejected` [B]: p <- norm(max(w p - q, 0)), w <- S / (S + 1 - w), q <- q without the child."""
+    p_parent, q_parent, w_parent = _rows_of(P, pp), _rows_of(Q, pq), W.gather(1, pp.unsqueeze(1)).squeeze(1)
+    r = rejected.unsqueeze(1)
+    new_p = residual(p_parent, q_parent, w_parent)
+    new_w = stop_probability(p_parent, q_parent, w_parent)
+    new_q = q_parent.scatter(1, token.unsqueeze(1), 0.0)
+    mass = new_q.sum(-1, keepdim=True)
+    new_q = torch.where(mass > 0, new_q / torch.where(mass > 0, mass, 1), new_q)
+    _put(P, pp, torch.where(r, new_p, p_parent))
+    _put(Q, pq, torch.where(r, new_q, q_parent))
+    W.scatter_(1, pp.unsqueeze(1), torch.where(rejected, new_w, w_parent).unsqueeze(1))
+
+
+def _event_rows(rep, paths, ev_k, ev_d):
+    """Per-event indices, all [B, E]: the token into the node, the node's own row of P (k L1 + d),
+    its parent's rows of P and of Q (representatives: rep [B, K, L+1])."""
+    B, K, L = paths.shape
+    L1 = L + 1
+    dm1 = (ev_d - 1).clamp(min=0)
+    parent = rep.reshape(B, K * L1).gather(1, ev_k * L1 + dm1)
+    paths_pad = torch.cat([paths, paths.new_zeros(B, K, 1)], -1).reshape(B, K * L1)  # [B, K(L+1)]
+    token = paths_pad.gather(1, ev_k * L1 + dm1)
+    return token, ev_k * L1 + ev_d, parent * L1 + dm1, parent * L + dm1.clamp(max=L - 1)
+
+
 def traversal_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> RuleOutput:
     """Traversal verification (Weng et al. 2025, arXiv 2505.12398), bottom-up over the draft tree.
 
@@ -80,24 +119,11 @@ def traversal_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -
     P = p.reshape(B, K * L1, V).clone()  # current p of node (k, d) at row k * L1 + d
     Q = q.reshape(B, K * L, V).clone()  # current q of node (k, d), d < L, at row k * L + d
     W = torch.ones(B, K * L1, dtype=p.dtype, device=p.device)
-    # Per-event indices, all [B, E]: the node's own row, its parent's rows, the token into it.
-    dm1 = (ev_d - 1).clamp(min=0)
-    parent = rep.reshape(B, K * L1).gather(1, ev_k * L1 + dm1)
-    paths_pad = torch.cat([paths, paths.new_zeros(B, K, 1)], -1).reshape(B, K * L1)  # [B, K(L+1)]
-    ev_token = paths_pad.gather(1, ev_k * L1 + dm1)
-    ev_me, ev_pp, ev_pq = ev_k * L1 + ev_d, parent * L1 + dm1, parent * L + dm1.clamp(max=L - 1)
-
-    def rows_of(table, index):  # table [B, R, V], index [B] -> [B, V]
-        return table.gather(1, index.view(B, 1, 1).expand(B, 1, V)).squeeze(1)
-
-    def put(table, index, value):  # table[b, index[b]] = value[b]
-        table.scatter_(1, index.view(B, 1, 1).expand(B, 1, V), value.unsqueeze(1))
+    ev_token, ev_me, ev_pp, ev_pq = _event_rows(rep, paths, ev_k, ev_d)  # [B, E] each
 
     cursor = _Cursor(uniforms)
     done = torch.zeros(B, dtype=torch.bool, device=p.device)
-    tau = torch.zeros(B, dtype=torch.long, device=p.device)
-    last = torch.zeros(B, dtype=torch.long, device=p.device)
-    path_index = torch.zeros(B, dtype=torch.long, device=p.device)
+    tau, last, path_index = (torch.zeros(B, dtype=torch.long, device=p.device) for _ in range(3))  # [B] each
     for e in range(num_events):
         k, d, is_exit, token = ev_k[:, e], ev_d[:, e], ev_exit[:, e], ev_token[:, e]  # [B]
         me, pp, pq = ev_me[:, e:e + 1], ev_pp[:, e], ev_pq[:, e]
@@ -106,7 +132,7 @@ def traversal_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -
         enter = active & ~is_exit & (d >= 1)
         leave = active & is_exit
         if bool(enter.any()):  # entering (k, d): its weight from the parent's current state
-            p_parent, q_parent, w_parent = rows_of(P, pp), rows_of(Q, pq), W.gather(1, pp.unsqueeze(1)).squeeze(1)
+            p_parent, q_parent, w_parent = _rows_of(P, pp), _rows_of(Q, pq), W.gather(1, pp.unsqueeze(1)).squeeze(1)
             w_new = accept_probability(_gather_last(p_parent, token), _gather_last(q_parent, token), w_parent)
             W.scatter_(1, me, torch.where(enter, w_new, w_me).unsqueeze(1))
         if not bool(leave.any()):
@@ -114,23 +140,14 @@ def traversal_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -
         # Leaving (k, d): accept its root path w.p. w, then draw the next token from its current p.
         accepted = leave & bernoulli(w_me, cursor.take(leave))
         if bool(accepted.any()):
-            y = categorical(rows_of(P, me.squeeze(1)), cursor.take(accepted))
+            y = categorical(_rows_of(P, me.squeeze(1)), cursor.take(accepted))
             last = torch.where(accepted, y, last)
             tau = torch.where(accepted, d, tau)
             path_index = torch.where(accepted, k, path_index)
             done = done | accepted
         rejected = leave & ~accepted & (d >= 1)
         if bool(rejected.any()):  # the subtree of (k, d) was rejected: update its parent
-            p_parent, q_parent, w_parent = rows_of(P, pp), rows_of(Q, pq), W.gather(1, pp.unsqueeze(1)).squeeze(1)
-            r = rejected.unsqueeze(1)
-            new_p = residual(p_parent, q_parent, w_parent)
-            new_w = stop_probability(p_parent, q_parent, w_parent)
-            new_q = q_parent.scatter(1, token.unsqueeze(1), 0.0)
-            mass = new_q.sum(-1, keepdim=True)
-            new_q = torch.where(mass > 0, new_q / torch.where(mass > 0, mass, 1), new_q)
-            put(P, pp, torch.where(r, new_p, p_parent))
-            put(Q, pq, torch.where(r, new_q, q_parent))
-            W.scatter_(1, pp.unsqueeze(1), torch.where(rejected, new_w, w_parent).unsqueeze(1))
+            _reject_child(P, Q, W, pp, pq, token, rejected)
     prefix = paths[rows, path_index]  # [B, L]
     return RuleOutput(_emit(prefix, tau, last), tau, path_index, cursor.pos)
 
