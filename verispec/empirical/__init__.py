@@ -2,7 +2,15 @@
 
     from verispec.empirical import rules, uniforms          # pure rules on probability tensors
     from verispec.empirical.model import CausalLM            # thin transformers wrapper (KV cache, trees)
-    from verispec.empirical import decode                    # target-only and speculative decoding
+    from verispec.empirical.engine import decode             # THE decode loop: drafter -> one target
+                                                             # tree forward -> verifier -> KV keep
+    from verispec.empirical import methods                   # built-in TorchMethods by name
+    from verispec.empirical.adapter import torch_method      # any reference Method on real models
+    from verispec.empirical import decode                    # target_only / speculative wrappers
+
+Modules: engine (the loop), drafters / trees / ouroboros (drafters), kv (KV storages: sequence,
+padded, packed), rules (every verification), adapter (reference Methods), attention (per-row
+attention of the packed layout), bench / bench_batched (`verispec bench`).
 
 Needs the optional extras `torch` (and `transformers` for `model` / `decode`); importing this
 package without torch raises an ImportError naming the extra. `verispec.reference` never imports

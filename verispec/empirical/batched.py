@@ -50,7 +50,7 @@ seed they emit the same tokens (up to float round-off in the logits).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
