@@ -249,8 +249,9 @@ def _add_bench(sub) -> None:
     p.add_argument("--batches", type=_positive_int, default=None,
                    help="batched mode: at most N batches per B (default every batch of the prompts)")
     p.add_argument("--methods", type=_runner_list, default=None,
-                   help="runners, e.g. hf,token,block:L=5,gbv:K=3,L=4,opt_tree:n=50,ouroboros:K=1,W=0 "
-                        "(target_only always runs; default hf,token,block,gbv:K=3)")
+                   help="runners, e.g. hf,token,block:L=5,gbv:K=3,L=4,opt_tree:n=50,ouroboros:K=1,W=0, or your "
+                        "own reference Method as pkg.module:attr (target_only always runs; default "
+                        "hf,token,block,gbv:K=3)")
     p.add_argument("--temperatures", type=_temperatures, default=None, help="default 0,1 (batched: 0)")
     p.add_argument("--draft-length", type=_positive_int, default=4, help="L (default 4)")
     p.add_argument("--num-paths", type=_positive_int, default=3, help="K of multi-path methods (default 3)")
