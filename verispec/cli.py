@@ -153,6 +153,12 @@ def _run_check(args) -> int:
             "num_tokens": args.num_tokens, "instances": args.instances, "seed": args.seed,
             "rational": args.rational, "seconds": elapsed, "results": [asdict(r) for r in results],
         })
+    return _check_verdict(console, results)
+
+
+def _check_verdict(console, results) -> int:
+    """Print contract errors in full and the verdict; the exit status (0 lossless, 1 a law differs,
+    3 a rule contract error)."""
     broken = [r for r in results if r.status == "contract error"]
     for r in broken:
         console.print(f"[red]{r.method}: rule contract error (not a lossless verdict):[/]")
