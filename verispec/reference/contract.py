@@ -130,6 +130,9 @@ class RuleContractError(TypeError, ValueError):
             start = len(self.draws) - len(shown) + 1
             lines += [f"    {i}. {d}" + ("   <- rounding" if d.from_rounding else "")
                       for i, d in enumerate(shown, start)]
+            if self.draws:
+                lines.append("    (verispec's drafters draw K i.i.d. tokens as counts: a categorical over a "
+                             "Binomial pmf -> how many paths take the next token)")
         if self.from_rounding:
             p = min(float(d.probability) for d in self.draws if d.from_rounding)
             lines.append(_KERNEL_NOTE.format(p=f"{p:.3g}", inv=1 / p))
