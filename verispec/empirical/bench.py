@@ -24,7 +24,10 @@ predicted E[A] is reported next to the measured tau), ``ouroboros`` and ``lookah
 (`verispec.empirical.ouroboros`; one phrase pool per runner, warm across the prompts of a run;
 ``K`` pool candidates per lookup, default 3, and ``W`` Jacobi window slots, default 4, 0 = none:
 ``ouroboros:K=1,W=0``) and
-``prompt_lookup`` (n-gram drafts from the context, point-mass token verification), and a user's own
+``prompt_lookup`` (n-gram drafts from the context, point-mass token verification), ``adaptive``
+(a draft-model chain stopped at low draft confidence, its length cap scheduled from the acceptance
+history; ``L`` = the initial cap) and ``hybrid`` (the lookup phrase when the context has one, the
+adaptive chain otherwise; `verispec.empirical.adaptive`), and a user's own
 reference `Method` as ``pkg.module:attr`` (its verify runs through `verispec.empirical.adapter` on
 the real models' p and q; at T = 0 a lossless rule reproduces target-only greedy).
 Every runner but the HF peers decodes through the one engine (`verispec.empirical.engine`).
@@ -68,6 +71,8 @@ TREE_RUNNERS = {"opt_tree": "opt_tree", "kary": "kary", "eagle": "eagle", "chain
 USER_RUNNER = "method"
 #: Runners that are neither decode methods nor trees (the phrase runners among them take K and W).
 OTHER_RUNNERS = ("target_only", "hf", "hf_prompt_lookup", "ouroboros", "lookahead", "prompt_lookup")
+#: Cheaper-draft runners of `verispec.empirical.adaptive` (L = the initial length cap).
+ADAPTIVE_RUNNERS = ("adaptive", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,7 @@ class RunnerSpec:
 
 def runner_names() -> tuple:
     """Every runner `verispec bench --methods` accepts."""
-    return OTHER_RUNNERS + tuple(decode.METHODS) + tuple(TREE_RUNNERS)
+    return OTHER_RUNNERS + ADAPTIVE_RUNNERS + tuple(decode.METHODS) + tuple(TREE_RUNNERS)
 
 
 def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
@@ -350,6 +355,9 @@ def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed:
     if spec.name == "prompt_lookup":
         method = methods.get("prompt_lookup", draft_length=spec.draft_length, max_ngram=3)
         return decode_engine(pair.target, None, prompt, method, N, T, uniforms=seed, storage="sequence")
+    if spec.name in ADAPTIVE_RUNNERS:
+        method = methods.get(spec.name, draft_length=spec.draft_length)
+        return decode_engine(pair.target, pair.draft, prompt, method, N, T, uniforms=seed, storage="sequence")
     return decode.speculative(pair.target, pair.draft, prompt, N, spec.name, draft_length=spec.draft_length,
                               num_paths=spec.num_paths, temperature=T, uniforms=seed, storage="sequence")
 

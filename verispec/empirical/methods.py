@@ -9,6 +9,9 @@ Each is a `TorchMethod` = a drafter (`verispec.empirical.drafters`, `trees`) + a
     get("opt_tree", node_budget=50, max_depth=10)    OPT-Tree + sample-and-follow
     get("kary" | "eagle" | "chain_tree", node_budget=n)   static trees + sample-and-follow
     get("prompt_lookup", draft_length=4, max_ngram=3)     n-gram point masses + token verification
+    get("adaptive", draft_length=4, threshold=0.4)   confidence-stopped chain, scheduled cap
+    get("hybrid", draft_length=4, lookup_length=10)  lookup phrase when the context has one, else
+                                                     the adaptive chain (`verispec.empirical.adaptive`)
 
 A researcher's own reference `Method` runs through `verispec.empirical.adapter.torch_method`.
 """
@@ -68,9 +71,15 @@ def prompt_lookup(draft_length: int = 4, max_ngram: int = 3) -> TorchMethod:
                        {"draft_length": L, "max_ngram": n})
 
 
+def _adaptive_methods() -> dict:
+    from .adaptive import adaptive_method, hybrid_method
+
+    return {"adaptive": adaptive_method, "hybrid": hybrid_method}
+
+
 def names() -> list[str]:
     """Every built-in torch method name."""
-    return list(PATH_METHODS) + list(TREE_METHODS) + ["prompt_lookup"]
+    return list(PATH_METHODS) + list(TREE_METHODS) + ["prompt_lookup"] + list(_adaptive_methods())
 
 
 def get(name: str, **params) -> TorchMethod:
@@ -85,6 +94,8 @@ def get(name: str, **params) -> TorchMethod:
         factory, fixed = tree_method, {"name": name}
     elif name == "prompt_lookup":
         factory, fixed = prompt_lookup, {}
+    elif name in _adaptive_methods():
+        factory, fixed = _adaptive_methods()[name], {}
     else:
         raise ValueError(f"method: unknown method {name!r}; known: {', '.join(names())}")
     accepted = set(inspect.signature(factory).parameters) - set(fixed)

@@ -1,0 +1,192 @@
+"""Adaptive and hybrid chain drafts: exact laws of the reference twins (with planted bugs), the
+engine drafters on tiny models (T = 0 greedy equality, draft-cache sync, the cap schedule), and
+the bench runners."""
+
+from __future__ import annotations
+
+import copy
+from fractions import Fraction as F
+
+import pytest
+
+from verispec.reference import adaptive as ref
+from verispec.reference import models
+from verispec.reference.randomness import Sampler
+from verispec.testing import assert_lossless
+
+QUICK = dict(families=("iid", "markov"), vocab_sizes=(2, 3))
+
+
+# ----------------------------------------------------------------------------------------------
+# Reference twins: exact laws
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("L", [1, 2, 3, 4])
+def test_adaptive_chain_is_lossless_for_every_cap(L):
+    """Every cap the schedule can pick (an iteration's cap is fixed before its draws)."""
+    assert_lossless(ref.adaptive_method(L, 0.4), **QUICK)
+
+
+def test_adaptive_chain_is_lossless_on_the_default_sweep():
+    assert_lossless(ref.adaptive_method(3, 0.4))
+
+
+def test_hybrid_is_lossless_on_the_default_sweep():
+    # a context whose suffix recurs: the first iteration drafts a lookup phrase, later ones either
+    assert_lossless(ref.hybrid_method(2, 0.4, lookup_length=3, max_ngram=2), context=(0, 1, 0))
+
+
+def test_the_confidence_stop_really_stops():
+    draft = models.iid([F(1, 2), F(1, 4), F(1, 4)], rational=True)
+    q = draft.probs(())
+    paths = [ref.adaptive_chain(3, 0.4)(draft, (), Sampler(seed)).paths[0] for seed in range(40)]
+    for path in paths:  # q(x) = 1/4 < 0.4 ends the chain after x (kept); 1/2 never does
+        assert all(q[t] >= 0.4 for t in path[:-1]) and (len(path) == 3 or q[path[-1]] < 0.4), path
+    assert {len(path) for path in paths} == {1, 2, 3}
+
+
+def test_planted_drop_of_the_low_confidence_token_is_caught():
+    with pytest.raises(AssertionError, match="NOT lossless"):
+        assert_lossless(ref.drop_low_confidence(2, 0.4), **QUICK)
+
+
+def test_planted_stop_on_the_targets_probability_is_caught():
+    target = models.iid([F(1, 2), F(1, 4), F(1, 4)], rational=True)
+    draft = models.iid([F(1, 4), F(1, 4), F(1, 2)], rational=True)
+    assert_lossless(ref.adaptive_method(2, 0.3), target=target, draft=draft)  # the honest stop passes
+    with pytest.raises(AssertionError, match="NOT lossless"):
+        assert_lossless(ref.stop_on_target(target, 2, 0.3), target=target, draft=draft)
+
+
+def test_reference_rejects_bad_parameters():
+    with pytest.raises(ValueError, match="threshold"):
+        ref.adaptive_chain(2, 1.5)
+    with pytest.raises((TypeError, ValueError), match="draft_length"):
+        ref.hybrid(0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Engine drafters on tiny models
+# ----------------------------------------------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from verispec.empirical import adaptive, decode, engine, methods  # noqa: E402
+
+from .test_decode_tiny import tiny  # noqa: E402
+
+PROMPTS = [torch.tensor([5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7]), torch.tensor([1, 2, 3, 1, 2]),
+           torch.tensor([40, 41, 42, 43, 44, 45])]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny(64, 0, head_scale=4.0), tiny(64, 0, noise=0.1, head_scale=4.0)
+
+
+@pytest.mark.parametrize("storage", ["padded", "packed"])
+@pytest.mark.parametrize("name, params", [("adaptive", {"draft_length": 3}), ("adaptive", {"threshold": 0.0}),
+                                          ("hybrid", {"draft_length": 3, "lookup_length": 6})])
+def test_greedy_output_is_target_only_greedy(pair, storage, name, params):
+    target, draft = pair
+    reference = decode.target_only(target, PROMPTS, 24)
+    result = engine.decode(target, draft, PROMPTS, methods.get(name, **params), 24, storage=storage)
+    assert result.tokens.tolist() == reference.tokens.tolist()
+
+
+def _run_identical(target, name, **params):
+    twin = copy.deepcopy(target)  # an identical draft: every model-drafted token is the target's argmax
+    method = methods.get(name, threshold=0.0, schedule="constant", **params)
+    stats = engine.decode(target, twin, PROMPTS[:1], method, 30, storage="sequence").stats
+    return stats.accepted_lengths, stats.logs
+
+
+def test_draft_cache_stays_in_sync(pair):
+    """With an identical draft at T = 0 every draft-model chain is accepted whole, which needs the
+    draft cache to hold exactly the emitted tokens, those emitted during lookup phrases included."""
+    tau, logs = _run_identical(pair[0], "adaptive", draft_length=3)
+    assert tau[:-1].tolist() == logs["chain_lengths"][:-1].tolist()  # the last may pass N
+    tau, logs = _run_identical(pair[0], "hybrid", draft_length=3, lookup_length=4)
+    model = ~logs["lookup"][:-1]
+    assert bool(logs["lookup"].any()) and bool(model.any())  # both kinds of drafts ran
+    assert tau[:-1][model].tolist() == logs["chain_lengths"][:-1][model].tolist()
+
+
+def _check_sync(monkeypatch, pair, storage):
+    """Before every draft: the draft cache's committed tokens + its pending tokens are exactly
+    the row's context (count), and the pending tokens are the context's last ones."""
+    inner, checked = adaptive.HybridDrafter.draft, []
+
+    def draft(self, rows):
+        count = self.pending_count
+        assert (self.kv.pos + count).tolist() == rows.ctx_len.tolist()
+        for b in range(count.shape[0]):
+            c, end = int(count[b]), int(rows.ctx_len[b])
+            assert self.pending[b, :c].tolist() == rows.ctx[b, end - c:end].tolist()
+        checked.append(int(count.max()))
+        return inner(self, rows)
+
+    monkeypatch.setattr(adaptive.HybridDrafter, "draft", draft)
+    target, draft_model = pair
+    method = methods.get("hybrid", draft_length=3, lookup_length=4)
+    engine.decode(target, draft_model, PROMPTS, method, 30, 1.0, uniforms=2, storage=storage)
+    return checked
+
+
+@pytest.mark.parametrize("storage", ["padded", "packed"])
+def test_draft_cache_holds_every_emitted_token(pair, monkeypatch, storage):
+    checked = _check_sync(monkeypatch, pair, storage)
+    assert max(checked) > 2  # some rows caught up after lookup iterations (more than 2 pending)
+
+
+def test_planted_lost_lookup_tokens_are_caught(pair, monkeypatch):
+    """Planted: tokens emitted while the draft model was idle never reach its cache."""
+    inner = adaptive.AdaptiveChainDrafter._commit_and_queue
+
+    def forgetful(self, tree, verdict, ran):
+        inner(self, tree, verdict, ran)
+        if not ran:  # keep only the new token pending
+            self.pending, self.pending_count = verdict.token.unsqueeze(1).repeat(1, 2), torch.ones_like(verdict.token)
+
+    monkeypatch.setattr(adaptive.AdaptiveChainDrafter, "_commit_and_queue", forgetful)
+    with pytest.raises(AssertionError):
+        _check_sync(monkeypatch, pair, "padded")
+
+
+def test_cap_follows_the_heuristic_schedule(pair):
+    target, draft = pair
+    stats = engine.decode(target, draft, PROMPTS[:1], methods.get("adaptive", draft_length=2, max_draft_length=5,
+                                                                  threshold=0.0), 40, 1.0, uniforms=5,
+                          storage="sequence").stats
+    caps, drafted, tau = stats.logs["caps"].tolist(), stats.logs["chain_lengths"].tolist(), stats.accepted_lengths
+    assert caps[0] == 2 and len(set(caps)) > 1
+    for t in range(len(caps) - 1):
+        grown = caps[t] + 2 if int(tau[t]) >= drafted[t] else caps[t] - 1
+        assert caps[t + 1] == min(max(grown, 1), 5), t
+
+
+def test_bad_parameters_are_refused():
+    with pytest.raises(ValueError, match="threshold"):
+        methods.get("adaptive", threshold=-0.1)
+    with pytest.raises(ValueError, match="schedule"):
+        methods.get("hybrid", schedule="linear")
+    with pytest.raises(ValueError, match="max_draft_length"):
+        methods.get("adaptive", draft_length=4, max_draft_length=2)
+    with pytest.raises(TypeError, match="num_paths"):
+        methods.get("hybrid", num_paths=2)
+
+
+def test_bench_runners_are_greedy_exact(tmp_path):
+    from verispec.empirical import bench
+
+    from .test_bench import PROMPTS as BENCH_PROMPTS, CharTokenizer
+    import types
+
+    pair_ = types.SimpleNamespace(target=tiny(64, 0, head_scale=4.0), draft=tiny(64, 0, noise=0.1, head_scale=4.0),
+                                  tokenizer=CharTokenizer(64))
+    cfg = bench.BenchConfig(prompts=2, max_new_tokens=12, methods=("adaptive", "hybrid:L=2"), temperatures=(0.0,),
+                            draft_length=3, dtype="float32")
+    results = bench.run_bench(cfg, str(tmp_path / "a.json"), pair=pair_, prompts=BENCH_PROMPTS, plot=False)
+    rows = {r["runner"]: r for r in results["summary"]}
+    assert rows["adaptive"]["greedy_match_rate"] == 1.0 and rows["hybrid:L=2"]["greedy_match_rate"] == 1.0

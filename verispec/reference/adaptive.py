@@ -1,0 +1,141 @@
+"""Adaptive and hybrid chain drafts: the reference twins of `verispec.empirical.adaptive`.
+
+- `adaptive_chain(L, threshold)`: a chain X_1, X_2, ... ~ q (the draft model) that ends after
+  X_d when q(X_d | context, X_<d) < threshold, or at depth L. transformers' assisted generation
+  stops its assistant this way (``assistant_confidence_threshold``). The stop keeps the
+  low-confidence token: whether one more token is drafted is a function of the tokens drafted so
+  far, so token-level verification (Leviathan et al. 2023, arXiv 2211.17192, Algorithm 1) stays
+  exact: at each position it either verifies a fresh draw from q or, past the chain's end,
+  samples p.
+- `hybrid(L, threshold, lookup_length, max_ngram)`: the prompt-lookup phrase of the context
+  (point masses, `drafters.lookup_phrase`) when there is one, `adaptive_chain` otherwise.
+
+The empirical drafters also schedule the cap L from the acceptance history (+2 after a fully
+accepted cap, else -1, as transformers does). The cap of an iteration is fixed before its draws,
+so each iteration is `adaptive_chain(cap, threshold)` for some cap: checking every cap in range
+checks the schedule.
+
+Planted bugs (each must fail `verispec.testing.assert_lossless`): `drop_low_confidence`, which
+ends the chain BEFORE the low-confidence token (its law becomes q conditioned on q >= threshold
+while the verifier divides by q), and `stop_on_target`, which peeks at the target: it drops a
+drawn token the target gives probability below the threshold.
+"""
+
+from __future__ import annotations
+
+from .drafters import Draft, Drafter, _phrase_draft, _require_model, draw_counts, lookup_phrase
+from .methods import Method
+from .models import _check_positive_int
+from .verifiers import token_verify
+
+__all__ = ["adaptive_chain", "hybrid", "adaptive_method", "hybrid_method", "drop_low_confidence",
+           "stop_on_target"]
+
+
+def _check_threshold(threshold) -> float:
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+        raise ValueError(f"threshold: expected a number in [0, 1], got {threshold!r}")
+    return threshold
+
+
+def _chain_draft(draft_model, context, rand, L: int, leaf) -> Draft:
+    """A chain from q that is a leaf at depth L or where `leaf(node)` says so (node != ())."""
+
+    def expand(node, k):
+        if len(node) == L or (node and leaf(node)):
+            return (), None
+        q = draft_model.probs(context + node)  # [V]
+        return draw_counts(q, k, rand), q
+
+    return Draft(1, expand, rand)
+
+
+def adaptive_chain(draft_length: int, threshold: float = 0.4) -> Drafter:
+    """A draft-model chain of at most L tokens that ends after a token of draft probability
+    below `threshold` (module docstring).
+
+    Raises:
+        TypeError / ValueError: L not an int >= 1; threshold outside [0, 1].
+    """
+    L = _check_positive_int(draft_length, "draft_length")
+    tau = _check_threshold(threshold)
+
+    def build(draft_model, context, rand):
+        model = _require_model(draft_model, "adaptive_chain")
+        return _chain_draft(model, context, rand, L, lambda node: model.probs(context + node[:-1])[node[-1]] < tau)
+
+    return Drafter("adaptive_chain", build, draft_length=L, threshold=tau)
+
+
+def hybrid(draft_length: int, threshold: float = 0.4, lookup_length: int | None = None,
+           max_ngram: int = 3) -> Drafter:
+    """The context's prompt-lookup phrase (up to `lookup_length` tokens, default L) as point
+    masses when it has one, else `adaptive_chain(L, threshold)`."""
+    L = _check_positive_int(draft_length, "draft_length")
+    n = _check_positive_int(max_ngram, "max_ngram")
+    lookup = L if lookup_length is None else _check_positive_int(lookup_length, "lookup_length")
+    chain = adaptive_chain(L, threshold)
+
+    def build(draft_model, context, rand):
+        phrase = lookup_phrase(context, lookup, n)
+        if phrase:
+            return _phrase_draft(phrase, draft_model.vocab_size)
+        return chain(draft_model, context, rand)
+
+    return Drafter("hybrid", build, draft_length=max(L, lookup), threshold=threshold, max_ngram=n)
+
+
+def adaptive_method(draft_length: int, threshold: float = 0.4) -> Method:
+    """`adaptive_chain` + token verification."""
+    return Method("adaptive", adaptive_chain(draft_length, threshold), token_verify,
+                  {"draft_length": draft_length, "threshold": threshold}, model_state_only=True)
+
+
+def hybrid_method(draft_length: int, threshold: float = 0.4, lookup_length: int | None = None,
+                  max_ngram: int = 3) -> Method:
+    """`hybrid` + token verification (the lookup depends on the tokens, not only the models)."""
+    drafter = hybrid(draft_length, threshold, lookup_length, max_ngram)
+    return Method("hybrid", drafter, token_verify, {"draft_length": drafter.draft_length, "threshold": threshold})
+
+
+# -- planted bugs ---------------------------------------------------------------------------------
+
+def drop_low_confidence(draft_length: int, threshold: float) -> Method:
+    """PLANTED BUG: ends the chain before a token of draft probability < threshold (the token is
+    drawn, then discarded), so the drafted tokens are q conditioned on q >= threshold."""
+    L = _check_positive_int(draft_length, "draft_length")
+
+    def build(draft_model, context, rand):
+        def expand(node, k):
+            if len(node) == L:
+                return (), None
+            q = draft_model.probs(context + node)  # [V]
+            drawn = tuple(t for t, c in draw_counts(q, k, rand).items() for _ in range(c))
+            kept = tuple(t for t in drawn if q[t] >= threshold)
+            return (kept, q) if kept else ((), None)
+
+        return Draft(1, expand, rand)
+
+    return Method("drop_low_confidence", Drafter("drop_low_confidence", build, draft_length=L), token_verify,
+                  {"draft_length": L})
+
+
+def stop_on_target(target, draft_length: int, threshold: float) -> Method:
+    """PLANTED BUG: peeks at the target: a drawn token whose target probability is below
+    `threshold` is discarded and the chain ends there."""
+    L = _check_positive_int(draft_length, "draft_length")
+
+    def build(draft_model, context, rand):
+        def expand(node, k):
+            if len(node) == L:
+                return (), None
+            q = draft_model.probs(context + node)  # [V]
+            p = target.probs(context + node)  # [V]: what a drafter must not read
+            drawn = tuple(t for t, c in draw_counts(q, k, rand).items() for _ in range(c))
+            kept = tuple(t for t in drawn if p[t] >= threshold)
+            return (kept, q) if kept else ((), None)
+
+        return Draft(1, expand, rand)
+
+    return Method("stop_on_target", Drafter("stop_on_target", build, draft_length=L), token_verify,
+                  {"draft_length": L})
