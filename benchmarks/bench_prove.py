@@ -13,6 +13,7 @@ skipping recorded (method, size, timeout) records unless --fresh). The load aver
 each record is stored: other processes on the machine stretch the times, which are indicative.
 
     python3 benchmarks/bench_prove.py [--methods token,block,...] [--timeout 60] [--extra] [--out PATH] [--fresh]
+    python3 benchmarks/bench_prove.py --table      # the recorded results as a Markdown table
 """
 
 from __future__ import annotations
@@ -53,6 +54,18 @@ def _record(name, V, L, K, timeout):
             "load_average_before": load_before, "load_average_after": os.getloadavg()[0]}
 
 
+def markdown_table(data) -> str:
+    """The records as a Markdown table: method x size -> verdict, time, branch points, leaves."""
+    lines = ["| method | V, L, K | verdict | time s | branch points | leaves | solver calls |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
+    for r in data["records"].values():
+        verdict = r["verdict"] if r["verdict"] != "unknown" else (
+            "unknown (float code)" if "symbolically" in r["reason"] else "unknown (time limit)")
+        lines.append(f"| {r['method']} | {r['vocab_size']}, {r['draft_length']}, {r['num_paths']} | {verdict} | "
+                     f"{r['seconds']:.1f} | {r['branch_points']} | {r['leaves']} | {r['solver_calls']} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--methods", default=",".join(methods.names()))
@@ -60,7 +73,12 @@ def main(argv=None) -> int:
     parser.add_argument("--extra", action="store_true", help="also the larger sizes V=2 L=3, V=3 L=2, V=4 L=1")
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--table", action="store_true", help="print the recorded results as Markdown and exit")
     args = parser.parse_args(argv)
+    if args.table:
+        with open(args.out) as handle:
+            print(markdown_table(json.load(handle)))
+        return 0
     names = [n.strip() for n in args.methods.split(",") if n.strip()]
     unknown = set(names) - set(methods.names())
     if unknown:
