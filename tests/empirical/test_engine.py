@@ -324,3 +324,15 @@ def test_real_pair_user_method_through_bench_is_greedy(real_pair, tmp_path):
     row = next(r for r in results["summary"] if r["runner"] == spec)
     for d in row.get("divergences", []):  # bf16: only near-ties may flip the argmax
         assert d["near_tie"], d
+
+
+def test_reading_q_on_a_deterministic_tree_is_the_reference_contract_error(pair):
+    """OPT-Tree drafts deterministically: a rule that reads q there gets the reference's contract
+    error through the adapter, as it does in the exact engine."""
+    from verispec.reference import drafters
+    from verispec.reference.contract import RuleContractError
+    from verispec.reference.verifiers import rrs_verify
+
+    method = reference_methods.Method("rrs_on_opt_tree", drafters.opt_tree(4, 0.0, 2), rrs_verify)
+    with pytest.raises(RuleContractError, match="deterministically"):
+        engine.decode(pair[0], pair[1], PROMPTS[:1], method, 4, temperature=1.0)

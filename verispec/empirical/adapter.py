@@ -52,7 +52,7 @@ class _TreeModel(LanguageModel):
     """p (or q) of one row served from the tree forward: prefix = context + a node of the tree."""
 
     def __init__(self, rows: np.ndarray, index: dict, context: tuple, what: str, method: str):
-        super().__init__(rows.shape[-1])
+        super().__init__(rows.shape[-1])  # rows [N, V]
         self._rows, self._index, self._context, self._what, self._method = rows, index, context, what, method
 
     def _compute(self, prefix: tuple) -> np.ndarray:
@@ -66,8 +66,8 @@ class _TreeModel(LanguageModel):
                                "the drafted nodes only)")
         row = self._rows[j]
         if not row.any():
-            raise OffTreeError(f"verify: method {self._method!r} read {self._what} at node {node}, whose "
-                               "children were not drafted (a leaf): no proposal was computed there")
+            raise OffTreeError(f"verify: method {self._method!r} read {self._what} at node {node}, where no "
+                               "proposal was computed (a leaf, or a node drafted deterministically)")
         return row
 
 
@@ -104,8 +104,12 @@ class _Feed:
         self.source.advance(torch.tensor(self.used, dtype=torch.long))
 
 
-def _row_draft(tokens, parents, real, q, paths, point_mass: bool):
-    """One row of a DraftTree as ({node tuple: node id}, reference `Draft`, q rows [N, V] numpy)."""
+def _row_draft(tokens, parents, real, q, paths, point_mass: bool, vocab_size: int):
+    """One row of a DraftTree as ({node tuple: node id}, reference `Draft`, q rows [N, V] numpy).
+
+    q None (nothing kept: a deterministic tree) gives no proposal where a node has several
+    children (the reference's contract: reading it raises `RuleContractError`) and, for point-mass
+    drafts, the one-hot of a node's only child."""
     index, node_of = {(): 0}, {0: ()}
     for j in range(1, len(tokens)):
         if real[j]:
@@ -116,15 +120,22 @@ def _row_draft(tokens, parents, real, q, paths, point_mass: bool):
     else:
         has_child = {parents[j] for j in node_of if j}
         drafted = [node_of[j] for j in sorted(node_of) if j not in has_child and j]
-    drafted = [path for path in drafted if path] or [()]
-    if point_mass:  # q = one-hot of the (first) drafted child
-        q = np.zeros((len(tokens), q.shape[-1]))
-        for node, j in index.items():
+    drafted = [path for path in drafted if path]
+    if q is None:
+        children = {}
+        for node in index:
             if node:
-                parent = index[node[:-1]]
-                if not q[parent].any():
-                    q[parent, node[-1]] = 1.0
-    return index, Draft.from_paths(drafted, lambda node: q[index[node]]) if drafted != [()] else None, q
+                children.setdefault(node[:-1], set()).add(node[-1])
+        proposal = {node: _one_hot(next(iter(kids)), vocab_size) if point_mass and len(kids) == 1 else None
+                    for node, kids in children.items()}
+        q = np.zeros((len(tokens), vocab_size))  # [N, V]: the draft view serves the same proposals
+        for node, row in proposal.items():
+            if row is not None:
+                q[index[node]] = row
+    else:
+        proposal = {node: q[j] for node, j in index.items()}
+    draft = Draft.from_paths(drafted, lambda node: proposal.get(node)) if drafted else None
+    return index, draft, q
 
 
 class ReferenceVerifier:
@@ -135,7 +146,7 @@ class ReferenceVerifier:
         ValueError: the rule's output is empty, has out-of-range ids, or accepts a non-drafted path.
     """
 
-    needs_q = True
+    needs_q = False  # a missing q is the reference's contract error, raised only if the rule reads it
 
     def __init__(self, method: Method):
         if not isinstance(method, Method):
@@ -156,10 +167,10 @@ class ReferenceVerifier:
         return Verdict(nodes.to(p.device), tau.to(p.device), y.to(p.device))
 
     def _row(self, b, p_rows, tree, rows, feed):
-        q = tree.q[b].cpu().numpy() if tree.q is not None else np.zeros((p_rows.shape[0], p_rows.shape[1]))
+        q = tree.q[b].cpu().numpy() if tree.q is not None else None
         paths = tree.paths[b].tolist() if tree.paths is not None else None
         index, draft, q = _row_draft(tree.tokens[b].tolist(), tree.parents[b].tolist(), tree.real[b].tolist(),
-                                     q, paths, tree.q is None)
+                                     q, paths, tree.point_mass, p_rows.shape[1])
         context = tuple(rows.ctx[b, :int(rows.ctx_len[b])].tolist())
         target = _TreeModel(p_rows, index, context, "p", self.name)
         draft_model = _TreeModel(q, index, context, "q", self.name)
@@ -174,6 +185,12 @@ class ReferenceVerifier:
         if out[:-1] not in index:
             raise ValueError(f"verify: method {self.name!r} accepted {out[:-1]}, which is not a drafted path")
         return [index[out[:i]] for i in range(1, len(out))], out[-1]
+
+
+def _one_hot(token: int, size: int) -> np.ndarray:
+    out = np.zeros(size)
+    out[token] = 1.0
+    return out
 
 
 def twin_drafter(method: Method) -> Callable:
@@ -194,8 +211,7 @@ def twin_drafter(method: Method) -> Callable:
     if name == "greedy":  # the draft's argmax chain: one-hot q
         return lambda: PathsDrafter(L, 1, draft_temperature=0.0)
     if name == "opt_tree":
-        return lambda: TreeDrafter("opt_tree", params["node_budget"], params["threshold"], params["max_depth"],
-                                   keep_q=True)
+        return lambda: TreeDrafter("opt_tree", params["node_budget"], params["threshold"], params["max_depth"])
     if name == "prompt_lookup":
         return lambda: PromptLookupDrafter(L, params["max_ngram"])
     raise ValueError(f"method: {method.name!r} drafts with {drafter!r}, which has no torch twin; pass "
