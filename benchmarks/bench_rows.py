@@ -65,7 +65,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    results = {"machine": platform.machine(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    from verispec.empirical.hardware import choose_dtype, host_info
+
+    auto, reason = choose_dtype("cpu")
+    results = {"machine": platform.machine(), **host_info("cpu"), "auto_dtype": auto, "auto_dtype_reason": reason,
                "torch": torch.__version__, "threads": torch.get_num_threads(), "gemm": {}}
     print(f"{'dtype':10} " + " ".join(f"M={m:<5}" for m in ROWS) + "   (time / time at M=1)")
     for dtype in (torch.bfloat16, torch.float32):

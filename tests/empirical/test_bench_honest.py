@@ -84,6 +84,23 @@ def test_each_span_is_split_where_the_runner_has_read_the_prompt(tiny_pair, tmp_
         results["records"]["target_only|T=0|t/0"]["wall_s"] / hf["wall_s"])
 
 
+def test_a_peer_that_emits_everything_in_its_first_call_has_no_decode_rate(tmp_path):
+    """With few tokens the peer can emit all of them in the call that reads the prompt: no decode
+    phase is left, so its decode rate, speedup and block efficiency are None, not 0 or infinite."""
+    def record(new, first, calls, decode_s):
+        return {"tokens": list(range(new)), "new_tokens": new, "wall_s": 2.0, "prefill_s": 2.0 - decode_s,
+                "decode_s": decode_s, "decode_tokens": new - first, "target_forwards": calls, "draft_forwards": 3,
+                "verify_calls": calls - 1, "verify_tokens": new - first, "iterations": calls,
+                "accepted_sum": 0.0, "accepted_count": calls - 1, "peak_memory_mb": None}
+    results = {"records": {"target_only|T=0|a": record(4, 0, 5, 1.5), "hf|T=0|a": record(4, 4, 1, 0.01)}}
+    rows = {r["runner"]: r for r in bench.summarize(results, config())}
+    hf = rows["hf"]
+    assert hf["tokens_per_s"] is None and hf["speedup"] is None and hf["block_efficiency"] is None
+    assert hf["speedup_end_to_end"] == pytest.approx(1.0)  # the same span length
+    assert bench.format_table(list(rows.values())).row_count == 2
+    assert bench.plot_summary(list(rows.values()), str(tmp_path / "p.png"))
+
+
 def test_resumed_run_times_its_own_prefills(tiny_pair, tmp_path, monkeypatch):
     out = str(tmp_path / "r.json")
     bench.run_bench(config(methods=("block",), temperatures=(0.0,)), out, pair=tiny_pair, prompts=PROMPTS[:1],

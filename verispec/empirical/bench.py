@@ -551,28 +551,34 @@ def summarize(results: dict, config: BenchConfig) -> list[dict]:
 
 
 def _rates(records, common):
-    """(decode-phase tokens/s, end-to-end tokens/s) over the prompts `common`."""
+    """(decode-phase tokens/s, end-to-end tokens/s) over the prompts `common`; the first is None
+    when no token was emitted after the prompt-reading call (the peer can emit every token in its
+    first call when max_new_tokens is small)."""
     decode_tokens = sum(records[t]["decode_tokens"] for t in common)
-    return (decode_tokens / sum(records[t]["decode_s"] for t in common),
+    return (decode_tokens / sum(records[t]["decode_s"] for t in common) if decode_tokens else None,
             sum(records[t]["new_tokens"] for t in common) / sum(records[t]["wall_s"] for t in common))
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
 
 
 def _summary_row(spec, T, done, base, common):
     tokens = sum(done[t]["new_tokens"] for t in common)
     (rate, rate_e2e), (base_rate, base_e2e) = _rates(done, common), _rates(base, common)
-    iterations = sum(done[t]["accepted_count"] for t in common) or 1
-    accepted = sum(done[t]["accepted_sum"] for t in common) / iterations
+    iterations = sum(done[t]["accepted_count"] for t in common)
     calls = sum(done[t]["verify_calls"] for t in common)
     row = {"runner": spec.label, "temperature": T, "prompts": len(common), "tokens": tokens,
-           "block_efficiency": sum(done[t]["verify_tokens"] for t in common) / max(calls, 1),
-           "mean_accepted": accepted, "tokens_per_s": rate, "tokens_per_s_end_to_end": rate_e2e,
-           "speedup": rate / base_rate, "speedup_end_to_end": rate_e2e / base_e2e,
+           "block_efficiency": _ratio(sum(done[t]["verify_tokens"] for t in common), calls),
+           "mean_accepted": _ratio(sum(done[t]["accepted_sum"] for t in common), iterations),
+           "tokens_per_s": rate, "tokens_per_s_end_to_end": rate_e2e,
+           "speedup": _ratio(rate, base_rate), "speedup_end_to_end": rate_e2e / base_e2e,
            "prefill_s": sum(done[t]["prefill_s"] for t in common) / len(common),
            "target_forwards": sum(done[t]["target_forwards"] for t in common) / len(common),
            "draft_forwards": sum(done[t]["draft_forwards"] for t in common) / len(common),
            "peak_memory_mb": max((done[t]["peak_memory_mb"] or 0.0) for t in common)}
     if any("predicted_sum" in done[t] for t in common):
-        row["predicted_accepted"] = sum(done[t].get("predicted_sum", 0.0) for t in common) / iterations
+        row["predicted_accepted"] = sum(done[t].get("predicted_sum", 0.0) for t in common) / max(iterations, 1)
         row["node_budget"] = spec.node_budget
     if all("draft_rows" in done[t] for t in common):
         row["draft_rows"] = sum(done[t]["draft_rows"] for t in common) / len(common)
@@ -625,7 +631,9 @@ FIELDS = {
     "tokens": "measured: tokens generated over the prompts (max_new_tokens each)",
     "prefill_s": "measured: seconds from the runner's start to the end of the first forward of each model "
                  "(the forwards that read the prompt), mean per prompt",
-    "tokens_per_s": "measured: tokens emitted in the decode phase / its seconds (the span after prefill_s)",
+    "tokens_per_s": "measured: tokens emitted in the decode phase / its seconds (the span after prefill_s; "
+                    "the peer's first target call and the tokens it emits fall in prefill_s; null when no "
+                    "token is left for the decode phase)",
     "tokens_per_s_end_to_end": "measured: tokens / seconds of the whole span, prefill included",
     "speedup": "derived: tokens_per_s / target_only tokens_per_s (same run, same prompts)",
     "speedup_end_to_end": "derived: tokens_per_s_end_to_end / target_only tokens_per_s_end_to_end",
@@ -728,7 +736,7 @@ def plot_summary(summary: list[dict], path: str) -> str | None:
         by = {row["runner"]: row for row in summary if row["temperature"] == T}
         xs = [i + j * width for i in range(len(runners))]
         for ax, key in zip(axes, ("speedup", "block_efficiency")):
-            ax.bar(xs, [by[r][key] if r in by else 0 for r in runners], width, label=f"T={T:g}")
+            ax.bar(xs, [(by[r].get(key) or 0) if r in by else 0 for r in runners], width, label=f"T={T:g}")
     for ax, label in zip(axes, ("decode speedup vs target-only", "tokens per target call")):
         ax.set_xticks([i + width * (len(temperatures) - 1) / 2 for i in range(len(runners))])
         ax.set_xticklabels([display_name(r) for r in runners], rotation=30, ha="right")
