@@ -4,7 +4,7 @@ For each built-in method and each size (V, L, K) of the matrix (V=2 L=1, V=2 L=2
 multi-path methods, K=1 otherwise) it runs `verispec.formal.prove` with a time limit (default 60 s)
 and records the verdict (proved / counterexample / unknown with its reason), the wall time, the
 exploration time, the slowest query, the number of solver calls (a query that z3 does not answer
-within 0.25 s is split on a comparison, so one output can take several calls), the branch points
+within 0.05 s is split on a comparison, so one output can take several calls), the branch points
 and leaves of the merged branch tree, and the free variables. `--extra` adds larger sizes
 (V=2 L=3, V=3 L=2, V=4 L=1) to find the largest size each method reaches within the limit.
 

@@ -302,7 +302,7 @@ def _target_program(target, num_tokens):
 
 
 #: Seconds a query may run before it is split on its shallowest undecided comparison.
-SPLIT_AFTER = 0.25
+SPLIT_AFTER = 0.05
 
 
 def _check(constraints, seconds):
