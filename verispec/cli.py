@@ -5,6 +5,9 @@
                    [--num-tokens N] [--rational] [--json PATH]
                    exit status: 0 lossless, 1 a law differs, 2 bad arguments, 3 a rule contract error
     verispec lp ...        (LP certificates; needs cvxpy)
+    verispec prove METHOD|pkg.module:attr [--vocab-size V] [--draft-length L] [--num-paths K]
+                   [--timeout S] [--target-temperature 0|1] [--json PATH]
+                   (for every target/draft pair at V, L, K; exit 0 proved, 1 counterexample, 3 unknown)
     verispec bench [--prompts N] [--max-new-tokens N] [--methods a,b:K=3] [--temperatures 0,1] ...
                            (real models; needs the torch extra; first use downloads ~1.6 GB)
 """
