@@ -82,6 +82,12 @@ def test_each_span_is_split_where_the_runner_has_read_the_prompt(tiny_pair, tmp_
     assert row["tokens_per_s"] == pytest.approx(hf["decode_tokens"] / hf["decode_s"])
     assert row["speedup_end_to_end"] == pytest.approx(
         results["records"]["target_only|T=0|t/0"]["wall_s"] / hf["wall_s"])
+    # every token counted: the peer's own prefill timed by a separate prefill-only forward (derived)
+    assert hf["prefill_only_s"] > 0
+    assert row["tokens_per_s_all"] == pytest.approx(12 / (hf["wall_s"] - hf["prefill_only_s"]))
+    block = {r["runner"]: r for r in results["summary"]}["block"]
+    assert block["tokens_per_s_all"] == pytest.approx(block["tokens_per_s"])
+    assert results["fields"]["speedup_all"].startswith("derived: ")
 
 
 def test_a_peer_that_emits_everything_in_its_first_call_has_no_decode_rate(tmp_path):

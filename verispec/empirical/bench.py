@@ -392,6 +392,30 @@ def _record(spec, result, memory, clock: PhaseClock) -> dict:
     return record
 
 
+def _prefill_only(pair, ids, with_draft: bool, device) -> float:
+    """Seconds of a prefill-only forward of the prompt `ids` [1, n] by the target (and the
+    draft), fresh caches, as the peer's generate runs them: the peer's own prefill cost, for the
+    derived `tokens_per_s_all` of its record."""
+    cuda = str(device).startswith("cuda")
+    with torch.inference_mode():
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for model in (pair.target, pair.draft) if with_draft else (pair.target,):
+            model.model(input_ids=ids, use_cache=True)
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+
+def _all_tokens_rate(records, common):
+    """new tokens / seconds after the prompt's prefill, all tokens counted: measured decode phase
+    for our runners (their prefill emits nothing); wall_s - prefill_only_s for the peer."""
+    seconds = sum(r["wall_s"] - r["prefill_only_s"] if "prefill_only_s" in r else r["decode_s"]
+                  for r in (records[t] for t in common))
+    return sum(records[t]["new_tokens"] for t in common) / seconds if seconds > 0 else None
+
+
 def _warm_up(pair, runners, config):
     """Short runs so one-time costs (kernels, allocator) are paid before timing (on throwaway
     phrase pools, so the measured pools start cold)."""
@@ -500,6 +524,8 @@ def _run_prompt(item, pair, runners, config, results, output, progress, pools):
         key = f"{_runner_key(spec.label, T)}|{task}"
         results["records"][key] = _record(spec, result, memory, clock)
         results["records"][key]["prompt_tokens"] = int(ids.shape[1])
+        if spec.name.startswith("hf"):
+            results["records"][key]["prefill_only_s"] = _prefill_only(pair, ids, spec.name == "hf", config.device)
         if (spec.label, float(T)) in pools:  # saved with the record: a resumed run starts as warm
             results.setdefault("pools", {})[_runner_key(spec.label, T)] = pools[spec.label, float(T)].state()
         write_json_atomic(output, results)
@@ -573,6 +599,8 @@ def _summary_row(spec, T, done, base, common):
            "mean_accepted": _ratio(sum(done[t]["accepted_sum"] for t in common), iterations),
            "tokens_per_s": rate, "tokens_per_s_end_to_end": rate_e2e,
            "speedup": _ratio(rate, base_rate), "speedup_end_to_end": rate_e2e / base_e2e,
+           "tokens_per_s_all": _all_tokens_rate(done, common),
+           "speedup_all": _ratio(_all_tokens_rate(done, common), _all_tokens_rate(base, common)),
            "prefill_s": sum(done[t]["prefill_s"] for t in common) / len(common),
            "target_forwards": sum(done[t]["target_forwards"] for t in common) / len(common),
            "draft_forwards": sum(done[t]["draft_forwards"] for t in common) / len(common),
@@ -621,6 +649,7 @@ COLUMNS = (("runner", "runner", "{}"), ("T", "temperature", "{:g}"), ("prompts",
            ("block eff.", "block_efficiency", "{:.2f}"), ("tau", "mean_accepted", "{:.2f}"),
            ("E[A] pred.", "predicted_accepted", "{:.2f}"),
            ("tok/s", "tokens_per_s", "{:.2f}"), ("speedup*", "speedup", "{:.2f}x"),
+           ("all N*", "speedup_all", "{:.2f}x"),
            ("e2e*", "speedup_end_to_end", "{:.2f}x"), ("target fw", "target_forwards", "{:.1f}"),
            ("draft fw", "draft_forwards", "{:.1f}"), ("peak MB", "peak_memory_mb", "{:.0f}"),
            ("greedy match", "greedy_match_rate", "{:.0%}"))
@@ -637,6 +666,12 @@ FIELDS = {
     "tokens_per_s_end_to_end": "measured: tokens / seconds of the whole span, prefill included",
     "speedup": "derived: tokens_per_s / target_only tokens_per_s (same run, same prompts)",
     "speedup_end_to_end": "derived: tokens_per_s_end_to_end / target_only tokens_per_s_end_to_end",
+    "tokens_per_s_all": "derived: tokens / seconds after the prompt's prefill, every token counted: for the "
+                        "peer (hf, hf_prompt_lookup) wall_s - prefill_only_s, prefill_only_s = a prefill-only "
+                        "forward of the prompt by its target (and draft) timed after its run; for the others "
+                        "the measured decode phase (their prefill emits no token)",
+    "speedup_all": "derived: tokens_per_s_all / target_only tokens_per_s_all (tokens_per_s_all: all tokens over "
+                   "the seconds after the prefill; the peer's prefill timed by a separate prefill-only forward)",
     "block_efficiency": "measured: tokens emitted by the target calls after the one that reads the prompt, "
                         "per such call (the same ratio for every runner)",
     "mean_accepted": "measured: mean accepted draft tokens tau per verifying target call (the peer's from "
