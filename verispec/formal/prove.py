@@ -438,7 +438,13 @@ def _run_queries(result, tree, reference, variables, method, bases, temperatures
         if status == "unknown":
             unknown.append(output)
         elif status == "sat":
-            cx = _counterexample(model, variables, method, bases, temperatures, output, N)
+            try:
+                cx = _counterexample(model, variables, method, bases, temperatures, output, N)
+            except Exception as err:  # e.g. the rule divides by zero on the solver's pair
+                unknown.append(output)
+                result.queries[-1].reason = (f"the exact engine raised on the solver's pair "
+                                             f"({type(err).__name__}: {err})")
+                continue
             if cx.confirmed:
                 result.verdict, result.counterexample = "counterexample", cx
                 result.reason = f"the law of {output} differs on the pair below (confirmed in exact arithmetic)"
