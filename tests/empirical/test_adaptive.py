@@ -190,3 +190,44 @@ def test_bench_runners_are_greedy_exact(tmp_path):
     results = bench.run_bench(cfg, str(tmp_path / "a.json"), pair=pair_, prompts=BENCH_PROMPTS, plot=False)
     rows = {r["runner"]: r for r in results["summary"]}
     assert rows["adaptive"]["greedy_match_rate"] == 1.0 and rows["hybrid:L=2"]["greedy_match_rate"] == 1.0
+
+
+# ----------------------------------------------------------------------------------------------
+# The engine drafters' law of tau equals the reference twins' exact law
+# ----------------------------------------------------------------------------------------------
+
+def _exact_case(name):
+    """(torch params, reference Method) at L = 2, threshold 0.8, a constant cap (one iteration is
+    then the reference method), for the context-sensitive models of test_accepted_length_exact."""
+    common = {"draft_length": 2, "threshold": 0.8, "schedule": "constant"}
+    if name == "adaptive":
+        return common, ref.adaptive_method(2, 0.8)
+    return {**common, "lookup_length": 2, "max_ngram": 2}, ref.hybrid_method(2, 0.8, lookup_length=2, max_ngram=2)
+
+
+@pytest.fixture(scope="module")
+def exact_models():
+    from .test_accepted_length_exact import tiny as context_tiny
+
+    return context_tiny(20), context_tiny(20, noise=0.3)
+
+
+@pytest.mark.parametrize("name", ["adaptive", "hybrid"])
+def test_engine_tau_matches_the_reference_exact_law(exact_models, name):
+    """tau_1, tau_2 of 4000 rows vs the exact laws of the reference twin (Bernstein, alpha 1e-6,
+    as test_accepted_length_exact). At this threshold the stop moves E[tau_2] by 0.12 from the
+    plain token chain's, above the test's 0.077 power shift (the planted test below)."""
+    from .test_accepted_length_exact import check_means, decode_taus, exact_tau_laws
+
+    target, draft = exact_models
+    params, method = _exact_case(name)
+    taus = decode_taus(target, draft, name, params, 4000, "padded", (1, 3), 7)
+    check_means(taus, exact_tau_laws(target, draft, method, (1, 3)))
+
+
+def test_planted_ignored_confidence_is_caught(exact_models, monkeypatch):
+    """Planted: the engine drafter never stops (confidence read as 1)."""
+    monkeypatch.setattr(adaptive.AdaptiveChainDrafter, "_confidence",
+                        lambda self, logits, tokens: torch.ones(tokens.shape, dtype=torch.float64))
+    with pytest.raises(AssertionError):
+        test_engine_tau_matches_the_reference_exact_law(exact_models, "adaptive")
