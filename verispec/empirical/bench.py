@@ -185,9 +185,9 @@ def resolved_dtype(config, pair=None) -> tuple[str, str]:
     from .hardware import resolve_dtype
 
     actual = None if pair is None else str(pair.target.dtype).removeprefix("torch.")
-    if config.dtype == "auto" and actual is not None:
-        return actual, "the given models' dtype"
     dtype, reason = resolve_dtype(config.dtype, config.device)
+    if config.dtype == "auto" and actual is not None:
+        return actual, reason if actual == dtype else "the given models' dtype"
     if actual is not None and actual != dtype:
         raise ValueError(f"dtype: {config.dtype!r} resolves to {dtype}, but the given models are {actual}")
     return dtype, reason
