@@ -181,7 +181,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--tiny", action="store_true", help="random tiny models (smoke run)")
-    parser.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "results", "profile_iteration.json"))
+    parser.add_argument("--output",
+                        default=os.path.join(os.path.dirname(__file__), "results", "profile_iteration.json"))
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

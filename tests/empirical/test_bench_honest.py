@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 
 import pytest
 
@@ -53,8 +54,6 @@ def _sleepy_decode(monkeypatch, pair, reads=None, reads_of=0):
         finally:
             for handle in handles:
                 handle.remove()
-
-    import time
 
     monkeypatch.setattr(bench, "_decode", decode)
 

@@ -38,7 +38,8 @@ def test_split_of_a_synthetic_timeline(script):
 @pytest.mark.parametrize("method, params", [("block", ["draft_length=3"]), ("prompt_lookup", [])])
 def test_smoke_run_on_tiny_models(script, tmp_path, method, params):
     out = str(tmp_path / "p.json")
-    args = ["--tiny", "--tokens", "6", "--method", method, "--output", out] + [x for p in params for x in ("--param", p)]
+    args = ["--tiny", "--tokens", "6", "--method", method, "--output", out]
+    args += [x for p in params for x in ("--param", p)]
     result = script.main(args)
     stored = json.load(open(out))
     assert stored["iterations"] == result["iterations"] >= 1 and stored["tiny"]

@@ -242,9 +242,6 @@ class HybridDrafter(AdaptiveChainDrafter):
         self._commit_and_queue(tree, verdict, ran=self._ran)
         self._update_caps(verdict.num_accepted, ~self._lookup)
 
-    def select(self, rows: torch.Tensor) -> None:
-        super().select(rows)
-
     def logs(self) -> dict:
         out = super().logs()
         if self._lookups:
