@@ -58,6 +58,12 @@ def _check_probability(value, name):
     return float(value)
 
 
+def _check_n(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n: expected an int >= 1, got {n!r}")
+    return int(n)
+
+
 def _check_df(df):
     if isinstance(df, bool) or not isinstance(df, (int, np.integer)):
         raise TypeError(f"df: expected an int, got {type(df).__name__}")
@@ -76,8 +82,7 @@ def g_test_power(n: int, df: int, tv: float = TV, alpha: float = ALPHA) -> float
     Raises:
         TypeError / ValueError: n < 1, df < 0, tv or alpha outside (0, 1).
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n: expected an int >= 1, got {n!r}")
+    n = _check_n(n)
     df = _check_df(df)
     tv = _check_probability(tv, "tv")
     alpha = _check_probability(alpha, "alpha")
@@ -193,8 +198,7 @@ def detectable_tv(n: int, df: int, alpha: float = ALPHA, power: float = POWER) -
     Raises:
         TypeError / ValueError: n < 1, df < 0, alpha or power outside (0, 1).
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n: expected an int >= 1, got {n!r}")
+    n = _check_n(n)
     df = _check_df(df)
     alpha = _check_probability(alpha, "alpha")
     power = _check_probability(power, "power")
