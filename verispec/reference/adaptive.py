@@ -100,9 +100,9 @@ def hybrid_method(draft_length: int, threshold: float = 0.4, lookup_length: int 
 
 # -- planted bugs ---------------------------------------------------------------------------------
 
-def drop_low_confidence(draft_length: int, threshold: float) -> Method:
-    """PLANTED BUG: ends the chain before a token of draft probability < threshold (the token is
-    drawn, then discarded), so the drafted tokens are q conditioned on q >= threshold."""
+def _discarding_chain(name: str, draft_length: int, keep) -> Method:
+    """A chain that draws each token from q and ends (discarding it) where `keep(prefix, t)` is
+    False, with token verification; the planted bugs below differ only in `keep`."""
     L = _check_positive_int(draft_length, "draft_length")
 
     def build(draft_model, context, rand):
@@ -111,31 +111,23 @@ def drop_low_confidence(draft_length: int, threshold: float) -> Method:
                 return (), None
             q = draft_model.probs(context + node)  # [V]
             drawn = tuple(t for t, c in draw_counts(q, k, rand).items() for _ in range(c))
-            kept = tuple(t for t in drawn if q[t] >= threshold)
+            kept = tuple(t for t in drawn if keep(context + node, q, t))
             return (kept, q) if kept else ((), None)
 
         return Draft(1, expand, rand)
 
-    return Method("drop_low_confidence", Drafter("drop_low_confidence", build, draft_length=L), token_verify,
-                  {"draft_length": L})
+    return Method(name, Drafter(name, build, draft_length=L), token_verify, {"draft_length": L})
+
+
+def drop_low_confidence(draft_length: int, threshold: float) -> Method:
+    """PLANTED BUG: ends the chain before a token of draft probability < threshold (the token is
+    drawn, then discarded), so the drafted tokens are q conditioned on q >= threshold."""
+    return _discarding_chain("drop_low_confidence", draft_length, lambda prefix, q, t: q[t] >= threshold)
 
 
 def stop_on_target(target, draft_length: int, threshold: float) -> Method:
     """PLANTED BUG: peeks at the target: a drawn token whose target probability is below
     `threshold` is discarded and the chain ends there."""
-    L = _check_positive_int(draft_length, "draft_length")
-
-    def build(draft_model, context, rand):
-        def expand(node, k):
-            if len(node) == L:
-                return (), None
-            q = draft_model.probs(context + node)  # [V]
-            p = target.probs(context + node)  # [V]: what a drafter must not read
-            drawn = tuple(t for t, c in draw_counts(q, k, rand).items() for _ in range(c))
-            kept = tuple(t for t in drawn if p[t] >= threshold)
-            return (kept, q) if kept else ((), None)
-
-        return Draft(1, expand, rand)
-
-    return Method("stop_on_target", Drafter("stop_on_target", build, draft_length=L), token_verify,
-                  {"draft_length": L})
+    # target.probs(prefix): what a drafter must not read
+    return _discarding_chain("stop_on_target", draft_length,
+                             lambda prefix, q, t: target.probs(prefix)[t] >= threshold)
