@@ -15,20 +15,7 @@ from verispec.reference import drafters, models  # noqa: E402
 from verispec.reference.randomness import Sampler  # noqa: E402
 from verispec.reference.verifiers import importance as reference  # noqa: E402
 
-
-class _ListGenerator:
-    def __init__(self, values):
-        self.values, self.used = list(values), 0
-
-    def random(self):
-        self.used += 1
-        return self.values[self.used - 1]
-
-
-def _replay(values):
-    sampler = Sampler(0)
-    sampler.generator = _ListGenerator(values)
-    return sampler
+from .replay import replay_sampler  # noqa: E402
 
 
 def _nodes(count, seed):
@@ -44,7 +31,7 @@ def _nodes(count, seed):
 def test_torch_optimal_is_step_equals_the_reference_on_shared_uniforms():
     groups: dict[tuple, list] = {}
     for p, q, drafts, u in _nodes(120, 0):
-        sampler = _replay(u)
+        sampler = replay_sampler(u)
         candidates = tuple(sorted(set(drafts)))
         y = reference.optimal_is_step(p, q, candidates, len(drafts), sampler)
         select, q_sel = reference.optimal_selection(p, q, len(drafts))
@@ -64,7 +51,7 @@ def test_torch_khisti_step_equals_the_reference_on_shared_uniforms():
     groups: dict[tuple, list] = {}
     for p, q, drafts, u in _nodes(120, 1):
         K = len(drafts)
-        sampler = _replay(u[:K + 1])
+        sampler = replay_sampler(u[:K + 1])
         y = reference.khisti_step(p, q, drafts, sampler)
         law, keeps = q, []
         for _ in range(K - 1):

@@ -33,32 +33,14 @@ from verispec.reference.verifiers import (block_verify, gbv_verify, nss_verify, 
 
 from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
 
+from .replay import replay_sampler  # noqa: E402
+
 REFERENCE = {
     "token": token_verify, "block": block_verify, "gbv": gbv_verify, "nss": nss_verify,
     "rrs": rrs_verify, "rrsw": rrsw_verify, "spectr": spectr_verify, "traversal": traversal_verify,
     "sample_and_follow": sample_and_follow,
 }
 CHAIN = ("token", "block")
-
-
-class _ListGenerator:
-    """Stands in for a numpy Generator: `random()` replays a fixed list."""
-
-    def __init__(self, values):
-        self.values = list(values)
-        self.used = 0
-
-    def random(self):
-        value = self.values[self.used]
-        self.used += 1
-        return value
-
-
-def replay_sampler(values) -> Sampler:
-    """A reference `Sampler` (same bernoulli / categorical conventions) reading `values`."""
-    sampler = Sampler(0)
-    sampler.generator = _ListGenerator(values)
-    return sampler
 
 
 def _tempered(model, T):

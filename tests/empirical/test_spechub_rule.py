@@ -14,14 +14,7 @@ from verispec.empirical.rules.spechub import spechub_step  # noqa: E402
 from verispec.reference.randomness import Sampler  # noqa: E402
 from verispec.reference.verifiers import spechub as reference  # noqa: E402
 
-
-class _ListGenerator:
-    def __init__(self, values):
-        self.values, self.used = list(values), 0
-
-    def random(self):
-        self.used += 1
-        return self.values[self.used - 1]
+from .replay import replay_sampler  # noqa: E402
 
 
 def _nodes(count=400, seed=0):
@@ -44,8 +37,7 @@ def test_torch_spechub_step_equals_the_reference_on_shared_uniforms():
     for p, q in _nodes():
         pair = reference.hub_pair(q, Sampler(int(rng.integers(2 ** 31))))
         u = rng.random(3)
-        sampler = Sampler(0)
-        sampler.generator = _ListGenerator(u)
+        sampler = replay_sampler(u)
         y = reference.spechub_step(p, q, pair, sampler)
         by_size.setdefault(len(p), []).append((p, q, pair, u, y, sampler.generator.used))
     checked = 0
