@@ -22,7 +22,8 @@ numpy code on real causal LMs, without writing a torch twin:
   the rule read the same uniforms and emit the same tokens.
 
 Drafters: the Method's reference drafter picks its torch twin (`chain`, `iid_paths`,
-`paths_without_replacement`, `opt_tree`, `greedy`, `prompt_lookup`); pass `drafter=` for others.
+`paths_without_replacement`, `opt_tree`, `greedy`, `prompt_lookup`, `hub_pairs`); pass `drafter=`
+for others.
 Cost: the verify runs in Python per row (V-sized numpy vectors): for research, not for speed.
 """
 
@@ -214,6 +215,10 @@ def twin_drafter(method: Method) -> Callable:
         return lambda: TreeDrafter("opt_tree", params["node_budget"], params["threshold"], params["max_depth"])
     if name == "prompt_lookup":
         return lambda: PromptLookupDrafter(L, params["max_ngram"])
+    if name == "hub_pairs":  # SpecHub's hub-pair paths
+        from .hubpairs import HubPairsDrafter
+
+        return lambda: HubPairsDrafter(L)
     raise ValueError(f"method: {method.name!r} drafts with {drafter!r}, which has no torch twin; pass "
                      "drafter= (a factory of verispec.empirical.drafters.Drafter)")
 

@@ -12,6 +12,9 @@ Each is a `TorchMethod` = a drafter (`verispec.empirical.drafters`, `trees`) + a
     get("adaptive", draft_length=4, threshold=0.4)   confidence-stopped chain, scheduled cap
     get("hybrid", draft_length=4, lookup_length=10)  lookup phrase when the context has one, else
                                                      the adaptive chain (`verispec.empirical.adaptive`)
+    get("khisti", draft_length=4, num_paths=2)       K i.i.d. paths + a top-down walk of one-step
+                                                     IS selection (also optimal_is; spechub: the
+                                                     hub pair, K = 2) (`rules.multistep`)
 
 A researcher's own reference `Method` runs through `verispec.empirical.adapter.torch_method`.
 """
@@ -25,13 +28,16 @@ from .drafters import PathsDrafter, PromptLookupDrafter
 from .engine import TorchMethod
 from .rules.nodes import PathRule, SampleAndFollow
 
-__all__ = ["PATH_METHODS", "TREE_METHODS", "get", "names"]
+__all__ = ["PATH_METHODS", "TREE_METHODS", "WALK_METHODS", "get", "names"]
 
 #: Path methods -> True when their K paths are i.i.d. (False: without replacement).
 PATH_METHODS = {"token": True, "block": True, "gbv": True, "nss": True, "rrs": True, "rrsw": False,
                 "spectr": True, "traversal": True}
 #: Tree methods -> the tree kind of `verispec.empirical.trees`.
 TREE_METHODS = {"opt_tree": "opt_tree", "kary": "kary", "eagle": "eagle", "chain_tree": "chain"}
+#: Tree-walk methods (`rules.multistep`) -> their drafter: "iid" (K i.i.d. paths) or "hub_pair"
+#: (SpecHub's two paths, K = 2).
+WALK_METHODS = {"khisti": "iid", "optimal_is": "iid", "spechub": "hub_pair"}
 
 
 def paths_method(name: str, draft_length: int = 4, num_paths: int = 1,
@@ -71,6 +77,30 @@ def prompt_lookup(draft_length: int = 4, max_ngram: int = 3) -> TorchMethod:
                        {"draft_length": L, "max_ngram": n})
 
 
+def walk_method(name: str, draft_length: int = 4, num_paths: int = 2,
+                draft_temperature: float | None = None) -> TorchMethod:
+    """A tree-walk method (`WALK_METHODS`): the reference's one-step rule applied top-down on K
+    paths of L = draft_length tokens (`rules.multistep.TopDownWalk`).
+
+    Raises:
+        TypeError: L or K not an int. ValueError: unknown name, L or K < 1, K != 2 for spechub.
+    """
+    from .hubpairs import HubPairsDrafter
+    from .rules.multistep import TopDownWalk
+
+    if name not in WALK_METHODS:
+        raise ValueError(f"method: unknown method {name!r}; known: {', '.join(names())}")
+    L = _check_positive(draft_length, "draft_length")
+    K = _check_positive(num_paths, "num_paths")
+    if WALK_METHODS[name] == "hub_pair":
+        if K != 2:
+            raise ValueError(f"num_paths: method {name!r} drafts exactly 2 paths (a hub pair), got num_paths={K}")
+        return TorchMethod(name, lambda: HubPairsDrafter(L, draft_temperature), TopDownWalk(name),
+                           {"draft_length": L, "num_paths": 2})
+    return TorchMethod(name, lambda: PathsDrafter(L, K, True, draft_temperature), TopDownWalk(name),
+                       {"draft_length": L, "num_paths": K})
+
+
 def _adaptive_methods() -> dict:
     from .adaptive import adaptive_method, hybrid_method
 
@@ -79,7 +109,8 @@ def _adaptive_methods() -> dict:
 
 def names() -> list[str]:
     """Every built-in torch method name."""
-    return list(PATH_METHODS) + list(TREE_METHODS) + ["prompt_lookup"] + list(_adaptive_methods())
+    return (list(PATH_METHODS) + list(TREE_METHODS) + ["prompt_lookup"] + list(_adaptive_methods())
+            + list(WALK_METHODS))
 
 
 def get(name: str, **params) -> TorchMethod:
@@ -92,6 +123,8 @@ def get(name: str, **params) -> TorchMethod:
         factory, fixed = paths_method, {"name": name}
     elif name in TREE_METHODS:
         factory, fixed = tree_method, {"name": name}
+    elif name in WALK_METHODS:
+        factory, fixed = walk_method, {"name": name}
     elif name == "prompt_lookup":
         factory, fixed = prompt_lookup, {}
     elif name in _adaptive_methods():

@@ -1,0 +1,199 @@
+"""Top-down tree walks of one-step multi-draft rules: the engine verifiers of `khisti`,
+`optimal_is` and `spechub` (torch twins of `verispec.reference.verifiers.importance.khisti_verify`,
+`optimal_is_verify` and `verispec.reference.verifiers.spechub.spechub_verify`).
+
+Each reference verifier walks the draft tree from the root. At a node with drafted children it
+applies its one-step rule to the k drafted next tokens of the paths through the node (in path
+order), which emits one token y. If y is a drafted child, the walk enters it; otherwise y is the
+correction token and the walk stops. At a leaf it draws the bonus token from p (one uniform).
+
+- `khisti`: Khisti et al.'s importance-sampling (IS) selection, a pairwise tournament for k > 2,
+  then single-draft speculative sampling (arXiv 2410.18234; `rules.importance.khisti_step`).
+- `optimal_is`: the alpha*-optimal IS selection law among the distinct drafted tokens, then
+  single-draft speculative sampling (arXiv 2502.18779 / 2410.18234; `rules.importance.optimal_is_step`).
+- `spechub`: SpecHub's hub-pair transport at the root, single-draft speculative sampling on each
+  path below it (Sun et al. 2024, arXiv 2411.05289; `rules.spechub.spechub_step`).
+
+The IS selection tables come from the reference's linear programs (`pair_selection`,
+`optimal_selection`), solved on the CPU per node in float64 with scipy HiGHS, as the GBV authors'
+public code does. Those LPs are over the full vocabulary (V(V - 1) variables for `khisti`, one
+variable per drafted token set for `optimal_is`), so they are refused above `MAX_LP_VOCAB`.
+
+Uniforms: a row reads its step's uniforms in the reference's order (tournament bernoullis, the
+selection draw, the acceptance test, the correction), node after node, then the bonus draw; the
+walk peeks the most a row can read and advances each row by what it consumed. Fed the same
+stream (`NumpyUniforms`, B = 1), the walk and the reference rule through
+`verispec.empirical.adapter` emit the same tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..uniforms import categorical
+from .importance import khisti_step, optimal_is_step
+from .nodes import Verdict
+from .spechub import spechub_step
+
+__all__ = ["MAX_LP_VOCAB", "TopDownWalk", "WALK_RULES"]
+
+#: The one-step rules a walk applies.
+WALK_RULES = ("khisti", "optimal_is", "spechub")
+#: Largest vocabulary the IS rules' selection LPs are solved for: `khisti`'s LP has V(V - 1)
+#: variables and a dense [2V, V^2] constraint matrix; `optimal_is`'s enumerates the V^k draws of
+#: k drafts. Above it they raise ValueError instead of running for hours.
+MAX_LP_VOCAB = 64
+
+
+def _uniforms_per_step(name: str, K: int) -> int:
+    """The most uniforms one step at a node with <= K drafts reads."""
+    return K + 1 if name == "khisti" else 3
+
+
+class TopDownWalk:
+    """The engine verifier applying one-step rule `name` (`WALK_RULES`) down the tree of K paths.
+
+    `__call__(p, tree, source, temperature, rows=None) -> Verdict` with p float64 [B, N, V] and the
+    tree's q [B, N, V] and paths [B, K, L] (node ids, -1 past a path's end).
+
+    Raises:
+        ValueError: unknown name; a tree without paths or q; V > MAX_LP_VOCAB for the IS rules.
+    """
+
+    needs_q = True
+
+    def __init__(self, name: str):
+        if name not in WALK_RULES:
+            raise ValueError(f"name: not a tree-walk rule: {name!r}; known: {', '.join(WALK_RULES)}")
+        self.name = name
+
+    def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
+        if tree.paths is None or tree.q is None:
+            raise ValueError(f"draft tree: rule {self.name!r} needs the drafter's paths [B, K, L] and q [B, N, V]")
+        B, N, V = p.shape
+        if self.name != "spechub" and V > MAX_LP_VOCAB:
+            raise ValueError(f"vocabulary: {self.name!r} solves its selection LP over the full vocabulary, "
+                             f"refused for V = {V} > MAX_LP_VOCAB = {MAX_LP_VOCAB}")
+        paths = tree.paths  # [B, K, L], node ids
+        K, L = paths.shape[1:]
+        device = p.device
+        u = source.peek(B, L * _uniforms_per_step(self.name, K) + 1, device)  # [B, n]
+        walk = _Walk(B, L, device)
+        through = paths[:, :, 0] >= 0 if L else torch.zeros(B, K, dtype=torch.bool, device=device)  # [B, K]
+        for d in range(L + 1):
+            child = paths[:, :, d] if d < L else torch.full_like(paths[:, :, 0], -1)  # [B, K]
+            through = through & (child >= 0) & walk.alive.unsqueeze(1)
+            drafts = torch.where(through, tree.tokens.gather(1, child.clamp(min=0)), -1)  # [B, K]
+            leaf = walk.alive & ~through.any(1)
+            if bool(leaf.any()):  # bonus token from p at the current node
+                r = leaf.nonzero().squeeze(1)
+                walk.stop(r, categorical(p[r, walk.node[r]], walk.uniforms(u, r, 1)[:, 0]), 1)
+            stepping = walk.alive.nonzero().squeeze(1)
+            if stepping.numel() == 0:
+                break
+            p_node = p[stepping, walk.node[stepping]]  # [b, V]
+            q_node = tree.q[stepping, walk.node[stepping]]  # [b, V]
+            y, used = self._step(p_node, q_node, drafts[stepping], walk.uniforms(u, stepping, u.shape[1]))
+            hit = (drafts[stepping] == y.unsqueeze(1)) & through[stepping]  # [b, K]
+            accepted = hit.any(1)
+            k_hit = hit.long().argmax(1)  # a path through the accepted child
+            walk.enter(stepping[accepted], d, child[stepping[accepted], k_hit[accepted]], used[accepted])
+            walk.stop(stepping[~accepted], y[~accepted], used[~accepted])
+            entered, chosen = stepping[accepted], child[stepping[accepted], k_hit[accepted]]
+            through = torch.zeros_like(through)  # the paths through the entered child go on
+            through[entered] = child[entered] == chosen.unsqueeze(1)
+        source.advance(walk.consumed)
+        return walk.verdict()
+
+    def _step(self, p, q, drafts, u):
+        """One step per row: p, q [b, V] float64, drafts [b, K] (-1: no path through the node),
+        u [b, n] -> (y [b], uniforms used [b])."""
+        if self.name == "spechub":
+            return _spechub(p, q, drafts, u)
+        return _importance(self.name, p, q, drafts, u)
+
+
+class _Walk:
+    """Per-row state of a top-down walk: current node, accepted nodes, uniforms consumed."""
+
+    def __init__(self, B: int, L: int, device):
+        self.node = torch.zeros(B, dtype=torch.long, device=device)  # [B]
+        self.alive = torch.ones(B, dtype=torch.bool, device=device)  # [B]
+        self.path = torch.full((B, max(L, 1)), -1, dtype=torch.long, device=device)  # [B, L]
+        self.tau = torch.zeros(B, dtype=torch.long, device=device)  # [B]
+        self.token = torch.zeros(B, dtype=torch.long, device=device)  # [B]
+        self.consumed = torch.zeros(B, dtype=torch.long, device=device)  # [B]
+
+    def uniforms(self, u, rows, width):
+        """Each row's next `width` unread uniforms -> [len(rows), width] (clamped at the end)."""
+        at = (self.consumed[rows].unsqueeze(1) + torch.arange(width, device=u.device)).clamp(max=u.shape[1] - 1)
+        return u[rows].gather(1, at)
+
+    def enter(self, rows, depth, child, used):
+        self.node[rows], self.path[rows, depth] = child, child
+        self.tau[rows] += 1
+        self.consumed[rows] += used
+
+    def stop(self, rows, token, used):
+        self.token[rows], self.alive[rows] = token, False
+        self.consumed[rows] += used
+
+    def verdict(self) -> Verdict:
+        return Verdict(self.path, self.tau, self.token)
+
+
+def _spechub(p, q, drafts, u):
+    """SpecHub's step: the pair (path 0's token, path 1's token) at a node with two drafts, a
+    single draft (second = -1) elsewhere."""
+    present = drafts >= 0  # [b, K]
+    first = drafts.gather(1, present.long().argmax(1, keepdim=True)).squeeze(1)  # [b]
+    two = present.sum(1) == 2
+    second = torch.where(two, drafts[:, -1] if drafts.shape[1] == 2 else first, -1)  # [b]
+    if bool((present.sum(1) > 2).any()):
+        raise ValueError("draft tree: spechub verifies at most two drafts per node")
+    return spechub_step(p, q, first, second, u[:, :3])
+
+
+def _importance(name, p, q, drafts, u):
+    """An IS step per row, rows grouped by their number of drafts (and of distinct drafts); the
+    selection tables come from the reference's LPs on the row's (p, q) in float64."""
+    b, device = p.shape[0], p.device
+    y = torch.zeros(b, dtype=torch.long, device=device)
+    used = torch.zeros(b, dtype=torch.long, device=device)
+    p_np, q_np = p.double().cpu().numpy(), q.double().cpu().numpy()
+    rows_drafts = [[t for t in row if t >= 0] for row in drafts.tolist()]  # path order
+    groups: dict[tuple, list[int]] = {}
+    for r, ts in enumerate(rows_drafts):
+        groups.setdefault((len(ts), len(set(ts))), []).append(r)
+    for (k, _), members in groups.items():
+        index = torch.tensor(members, device=device)
+        tables = [_tables(name, p_np[r], q_np[r], rows_drafts[r]) for r in members]
+        columns = [torch.from_numpy(np.stack(column)).to(device) for column in zip(*tables)]
+        if name == "khisti":
+            keeps, q_sel, drafted = columns  # [g, k - 1, V, V], [g, V], [g, k]
+            y[index], used[index] = khisti_step(p[index], keeps, q_sel, drafted, u[index, :k + 1])
+        else:
+            select, candidates, q_sel = columns  # [g, S], [g, S], [g, V]
+            y[index], used[index] = optimal_is_step(p[index], q_sel, candidates, select, u[index, :3])
+    return y, used
+
+
+def _tables(name, p, q, drafts):
+    """The reference's selection tables at one node (numpy float64 p, q [V]; drafts in path order):
+    khisti -> (keeps [k - 1, V, V], q_I [V], drafts [k]); optimal_is -> (select [S],
+    candidates [S], q_I [V]) for the sorted distinct drafts."""
+    from ...reference.verifiers import importance as reference
+
+    V = len(p)
+    if name == "khisti":
+        law, keeps = q, []
+        for _ in range(len(drafts) - 1):  # the tournament's rounds, as the reference `khisti_step`
+            keep, law = reference.pair_selection(p, law, q)
+            keeps.append(np.array(keep, dtype=np.float64))
+        keeps = np.array(keeps, dtype=np.float64).reshape(len(drafts) - 1, V, V)
+        return keeps, np.asarray(law, dtype=np.float64), np.array(drafts, dtype=np.int64)
+    candidates = tuple(sorted(set(drafts)))
+    select, q_sel = reference.optimal_selection(p, q, len(drafts))
+    return (np.asarray(select[candidates], dtype=np.float64), np.array(candidates, dtype=np.int64),
+            np.asarray(q_sel, dtype=np.float64))
