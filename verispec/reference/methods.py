@@ -4,7 +4,9 @@ A verifier's correctness depends on how its drafts were sampled, so the two trav
 Built-in methods (docs/algorithms.md): token, block, gbv, nss, rrs, rrsw, spectr, traversal, opt_tree,
 point_mass, prompt_lookup; khisti, optimal_is, spechub (docs/verifiers_new.md). `get(name, **params)`
 builds one by name; `names()` lists them;
-`Method(name, draft=..., verify=...)` wraps a researcher's own rule.
+`Method(name, draft=..., verify=...)` wraps a researcher's own rule. Methods that need more than
+the models and L (a pool snapshot, a confidence threshold) live in their own modules:
+`verispec.reference.ouroboros` (Ouroboros' phrase drafts), `verispec.reference.adaptive`.
 """
 
 from __future__ import annotations
