@@ -27,7 +27,9 @@ predicted E[A] is reported next to the measured tau), ``ouroboros`` and ``lookah
 ``prompt_lookup`` (n-gram drafts from the context, point-mass token verification), ``adaptive``
 (a draft-model chain stopped at low draft confidence, its length cap scheduled from the acceptance
 history; ``L`` = the initial cap) and ``hybrid`` (the lookup phrase when the context has one, the
-adaptive chain otherwise; `verispec.empirical.adaptive`), and a user's own
+adaptive chain otherwise; `verispec.empirical.adaptive`), the tree walks ``khisti:K=2``,
+``optimal_is:K=2`` and ``spechub`` (K = 2 only) of `verispec.empirical.rules.multistep` (the IS
+rules solve a selection LP over the full vocabulary: small vocabularies only), and a user's own
 reference `Method` as ``pkg.module:attr`` (its verify runs through `verispec.empirical.adapter` on
 the real models' p and q; at T = 0 a lossless rule reproduces target-only greedy).
 Every runner but the HF peers decodes through the one engine (`verispec.empirical.engine`).
@@ -90,7 +92,7 @@ class RunnerSpec:
 
 def runner_names() -> tuple:
     """Every runner `verispec bench --methods` accepts."""
-    return OTHER_RUNNERS + ADAPTIVE_RUNNERS + tuple(decode.METHODS) + tuple(TREE_RUNNERS)
+    return OTHER_RUNNERS + ADAPTIVE_RUNNERS + tuple(decode.METHODS) + tuple(TREE_RUNNERS) + tuple(methods.WALK_METHODS)
 
 
 def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
@@ -130,7 +132,11 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
         return RunnerSpec(label, name, values["draft_length"], values["num_paths"], 0, values["window"])
     if "W" in given:
         raise ValueError(f"methods: {name} has no Jacobi window W; got {text!r}")
-    if decode.METHODS.get(name, "chain") == "chain":  # one path (chains) or a tree: no K
+    if methods.WALK_METHODS.get(name) == "hub_pair":  # SpecHub: exactly two paths
+        if "K" in given and values["num_paths"] != 2:
+            raise ValueError(f"methods: {name} drafts exactly K=2 paths (a hub pair); got {text!r}")
+        values["num_paths"] = 2
+    elif name not in methods.WALK_METHODS and decode.METHODS.get(name, "chain") == "chain":  # chains, trees: no K
         if "K" in given and values["num_paths"] != 1:
             raise ValueError(f"methods: {name} takes no K (one draft path or a tree); got {text!r}")
         values["num_paths"] = 1
@@ -357,6 +363,9 @@ def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed:
         return decode_engine(pair.target, None, prompt, method, N, T, uniforms=seed, storage="sequence")
     if spec.name in ADAPTIVE_RUNNERS:
         method = methods.get(spec.name, draft_length=spec.draft_length)
+        return decode_engine(pair.target, pair.draft, prompt, method, N, T, uniforms=seed, storage="sequence")
+    if spec.name in methods.WALK_METHODS:
+        method = methods.get(spec.name, draft_length=spec.draft_length, num_paths=spec.num_paths)
         return decode_engine(pair.target, pair.draft, prompt, method, N, T, uniforms=seed, storage="sequence")
     return decode.speculative(pair.target, pair.draft, prompt, N, spec.name, draft_length=spec.draft_length,
                               num_paths=spec.num_paths, temperature=T, uniforms=seed, storage="sequence")
