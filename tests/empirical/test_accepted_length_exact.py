@@ -19,13 +19,17 @@ that delta_min (measured here: 0.077-0.108 at n = 4000, 0.17 for the packed stor
 Each case has partial acceptance where the bug acts: P(0 < tau_2 < L) > 0.1 (asserted, exact law).
 
 Cases (L = 2, depth 2): chain + token, chain + block, K = 2 i.i.d. paths + gbv, OPT-Tree (n = 4) +
-sample-and-follow; slow: block on the packed (EMS-SD) and vanilla storages, K = 2 paths without
+sample-and-follow, the static trees k-ary (k = 2, n = 6), EAGLE-style (n = 5) and chain tree (n = 2)
+against their reference twin `drafters.ranked_tree` (the same rank paths) + sample-and-follow,
+prompt lookup against the reference `methods.prompt_lookup`; slow: block on the packed (EMS-SD) and vanilla storages, K = 2 paths without
 replacement + rrsw, and the reference `methods.block` Method itself through the engine's adapter. Planted
 bugs (monkeypatched into the drafters' accept step; each must be caught at its fixed seed):
 "not cropped" (after a rejection the draft cache keeps the drafted node it ran below the last
 accepted one: the draft conditions on a stale prefix) and "resume from own proposal" (after a
 rejection the draft continues from its own first proposed child instead of the correction). They
-move E[tau_2] by 0.28-0.70 here (e.g. block: measured 0.896 with the bug vs exact 0.484; bound 0.069).
+move E[tau_2] by 0.28-0.93 here (e.g. block: measured 0.896 with the bug vs exact 0.484; bound 0.069).
+Prompt lookup has no draft cache; its planted bug is "stale lookup" (the n-gram search runs on a
+history without the last correction/bonus token), which moves E[tau_2] by -0.66.
 
 Models: V = 4, 2 layers, hidden 8; attention weights x10 (so that the whole prefix, not only the
 last token, shapes a conditional) and LM head x16 (peaked); the draft is the target with every
@@ -46,10 +50,13 @@ transformers = pytest.importorskip("transformers")
 from verispec.empirical import engine  # noqa: E402
 from verispec.empirical import methods as torch_methods  # noqa: E402
 from verispec.empirical.as_reference import TorchLanguageModel  # noqa: E402
-from verispec.empirical.drafters import ModelDrafter  # noqa: E402
+from verispec.empirical.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
 from verispec.empirical.model import CausalLM  # noqa: E402
+from verispec.empirical.trees import static_shape  # noqa: E402
+from verispec.reference import drafters as ref_drafters  # noqa: E402
 from verispec.reference import exact  # noqa: E402
 from verispec.reference import methods as ref_methods  # noqa: E402
+from verispec.reference.verifiers import sample_and_follow  # noqa: E402
 
 ALPHA = 1e-6
 BETA = 0.1
@@ -79,6 +86,13 @@ def models():
     return tiny(20), tiny(20, noise=0.3)
 
 
+def static_tree(kind: str, node_budget: int, max_depth: int):
+    """The reference twin of a static torch tree: the same rank paths (`trees.static_shape`) as
+    `ranked_tree` (children = the draft's top-ranked tokens), verified by sample-and-follow."""
+    drafter = ref_drafters.ranked_tree(static_shape(kind, node_budget, max_depth))
+    return ref_methods.Method(kind, drafter, sample_and_follow, {"node_budget": node_budget}, model_state_only=True)
+
+
 # (case id, torch method name, reference Method, params, rows n, storage, prompt)
 CASES = [
     ("token", "token", ref_methods.token(2), {"draft_length": 2}, 4000, "padded", (1, 3)),
@@ -86,6 +100,16 @@ CASES = [
     ("gbv-K2", "gbv", ref_methods.gbv(2, 2), {"draft_length": 2, "num_paths": 2}, 4000, "padded", (1, 3)),
     ("opt_tree", "opt_tree", ref_methods.opt_tree(4, 0.0, 2), {"node_budget": 4, "max_depth": 2}, 4000,
      "padded", (1, 3)),
+    # static trees (k = 2 children per node; EAGLE's rank-prior shape; the top-1 chain), n = 2000:
+    # at prompt (2, 0) the planted bugs move E[tau_2] by 0.8-0.9 (power 0.9 from 0.12)
+    ("kary", "kary", static_tree("kary", 6, 2), {"node_budget": 6, "max_depth": 2}, 2000, "padded", (2, 0)),
+    ("eagle", "eagle", static_tree("eagle", 5, 2), {"node_budget": 5, "max_depth": 2}, 2000, "padded", (2, 0)),
+    ("chain_tree", "chain_tree", static_tree("chain", 2, 2), {"node_budget": 2, "max_depth": 2}, 2000,
+     "padded", (2, 0)),
+    # prompt lookup (no draft model): the suffix (0, 2) recurs, so iteration 1 drafts (3, 0); the
+    # iteration-2 drafts are n-gram continuations of the prompt plus what iteration 1 emitted
+    ("prompt_lookup", "prompt_lookup", ref_methods.prompt_lookup(2, 2), {"draft_length": 2, "max_ngram": 2},
+     2000, "padded", (0, 2, 3, 0, 2)),
     ("block-packed", "block", ref_methods.block(2), {"draft_length": 2}, 1500, "packed", (1, 3)),
     ("block-vanilla", "block", ref_methods.block(2), {"draft_length": 2}, 4000, "vanilla", (1, 3)),
     ("rrsw-K2", "rrsw", ref_methods.rrsw(2, 2), {"draft_length": 2, "num_paths": 2}, 4000, "padded", (1, 3)),
@@ -217,6 +241,28 @@ def _resume_from_own_proposal(self, tree, verdict):
     self.pending = torch.stack([torch.where(self.pending_count == 2, self.pending[:, 0], stale), stale], 1)
 
 
+_lookup_draft = PromptLookupDrafter.draft
+
+
+class _StaleRows:
+    """The engine's rows with a context one token short (the newest emitted token missing)."""
+
+    def __init__(self, rows):
+        self.ctx, self.last, self.prompt_len = rows.ctx, rows.last, rows.prompt_len
+        self.ctx_len = torch.where(rows.ctx_len > rows.prompt_len, rows.ctx_len - 1, rows.ctx_len)  # [B]
+
+
+def _stale_lookup(self, rows):
+    """Prompt lookup searches a history that lacks the last correction/bonus token (an
+    off-by-one in the lookup's context length): its n-gram match is stale."""
+    return _lookup_draft(self, _StaleRows(rows))
+
+
+#: plant -> (class, method name) it replaces
+PATCHED = {_not_cropped: (ModelDrafter, "accept"), _resume_from_own_proposal: (ModelDrafter, "accept"),
+           _stale_lookup: (PromptLookupDrafter, "draft")}
+
+
 # ----------------------------------------------------------------------------------------------
 # Tests
 # ----------------------------------------------------------------------------------------------
@@ -247,14 +293,16 @@ def test_measured_tau_equals_exact(models, laws, case_id, name, method, params, 
 PLANTS = [("token", _resume_from_own_proposal), ("block", _not_cropped), ("gbv-K2", _not_cropped),
           ("opt_tree", _not_cropped), ("opt_tree", _resume_from_own_proposal),
           ("block-packed", _not_cropped), ("rrsw-K2", _resume_from_own_proposal),
-          ("block-adapter", _not_cropped), ("block-vanilla", _not_cropped)]
+          ("block-adapter", _not_cropped), ("block-vanilla", _not_cropped),
+          ("kary", _not_cropped), ("eagle", _resume_from_own_proposal), ("chain_tree", _not_cropped),
+          ("prompt_lookup", _stale_lookup)]
 
 
 @pytest.mark.parametrize("case_id,plant", _params(PLANTS, lambda row: f"{row[0]}-{row[1].__name__.strip('_')}"))
 def test_planted_draft_cache_bug_is_caught(models, laws, monkeypatch, case_id, plant):
     _, name, _, params, n, storage, prompt = next(row for row in CASES if row[0] == case_id)
     expected = laws(case_id)
-    monkeypatch.setattr(ModelDrafter, "accept", plant)
+    monkeypatch.setattr(*PATCHED[plant], plant)
     taus = decode_taus(*models, name, params, n, storage, prompt, seed=sum(map(ord, case_id)))
     with pytest.raises(AssertionError, match="tau_2"):
         check_means(taus, expected)
@@ -291,3 +339,31 @@ def test_torch_language_model(models):
         TorchLanguageModel(target.model)
     with pytest.raises(ValueError, match="temperature"):
         TorchLanguageModel(target, -1.0)
+
+
+@pytest.mark.parametrize("kind,n", [("kary", 6), ("eagle", 5), ("chain", 2), ("kary", 3)])
+def test_ranked_tree_is_the_static_torch_tree(models, kind, n):
+    """The reference twin drafts exactly the torch static tree (same nodes) on the tiny draft."""
+    from verispec.empirical.trees import draft_tree
+
+    draft = models[1]
+    records = draft_tree(draft, torch.tensor([2, 0]), kind, n, max_depth=2, draft_temperature=TEMPERATURE)
+    tree = ref_drafters.ranked_tree(static_shape(kind, n, 2))(TorchLanguageModel(draft, TEMPERATURE), (2, 0), None)
+    nodes, stack = set(), [()]
+    while stack:
+        node = stack.pop()
+        for token in tree.child_set(node):
+            nodes.add(node + (token,))
+            stack.append(node + (token,))
+    assert nodes == set(records.nodes(0)) and len(nodes) == n
+
+
+def test_ranked_tree_bad_input():
+    with pytest.raises(ValueError, match="parent"):
+        ref_drafters.ranked_tree([(0, 1)])
+    with pytest.raises(ValueError, match="rank_paths"):
+        ref_drafters.ranked_tree([(), (0,)])
+    with pytest.raises(ValueError, match="rank_paths"):
+        ref_drafters.ranked_tree([(-1,)])
+    with pytest.raises(TypeError, match="draft"):
+        ref_drafters.ranked_tree([(0,)])(None, (1,), None)

@@ -8,7 +8,8 @@ law of everything the verifier sees unchanged. Under the exact enumerator this p
 tree enormously (a top-down verifier never pays for subtrees it rejected).
 
 Drafters (docs/algorithms.md): `chain(L)`, `iid_paths(L, K)`, `paths_without_replacement(L, K)`,
-`opt_tree(node_budget, threshold, max_depth)`, point-mass drafters `point_mass(fn)`,
+`opt_tree(node_budget, threshold, max_depth)`, static trees `ranked_tree(rank_paths)`,
+point-mass drafters `point_mass(fn)`,
 `greedy(L)` and `prompt_lookup(L, max_ngram)`.
 """
 
@@ -397,6 +398,55 @@ def opt_tree_structure(q_of: Callable[[Node], np.ndarray], node_budget: int, thr
         assert u[:-1] == () or u[:-1] in chosen_set  # W shrinks along paths: a subtree
         children.setdefault(u[:-1], []).append(u[-1])
     return children
+
+
+def ranked_tree(rank_paths) -> Drafter:
+    """A static draft tree given by rank paths (EAGLE / SGLang-style fixed shapes, k-ary trees).
+
+    The rank path (r_1, .., r_d) is the node reached by taking the r_1-th most likely child of the
+    root under the draft model q (rank 0 = the argmax; ties go to the lower token id), then the
+    r_2-th most likely child of that, and so on. A rank past the tokens of positive probability
+    is no node (nor are its descendants). The children are chosen, not drawn: the nodes carry no
+    proposal (see `Draft`), so the tree is verified by `verifiers.sample_and_follow`. The torch
+    twin is `verispec.empirical.trees.TreeDrafter` with a static shape.
+
+    Args:
+        rank_paths: iterable of rank tuples, closed under taking parents (every prefix of a
+            listed path is listed).
+
+    Raises:
+        ValueError: an empty path, a negative rank, or a path whose parent is not listed.
+    """
+    paths = [tuple(int(r) for r in u) for u in rank_paths]
+    listed = set(paths)
+    for u in paths:
+        if not u or min(u) < 0:
+            raise ValueError(f"rank_paths: every path must be a non-empty tuple of ranks >= 0, got {u}")
+        if len(u) > 1 and u[:-1] not in listed:
+            raise ValueError(f"rank_paths: the parent {u[:-1]} of {u} is not listed")
+    shape: dict[tuple, list[int]] = {}
+    for u in sorted(listed, key=lambda u: (len(u), u)):
+        shape.setdefault(u[:-1], []).append(u[-1])
+
+    def build(draft_model, context, rand):
+        draft_model = _require_model(draft_model, "ranked_tree")
+        children: dict[Node, list[int]] = {}
+
+        def grow(ranks: tuple, node: Node) -> None:
+            if ranks not in shape:
+                return
+            q = np.asarray(draft_model.probs(context + node), dtype=np.float64)  # [V]
+            order = sorted((t for t in range(len(q)) if q[t] > 0), key=lambda t: (-q[t], t))
+            kids = [(r, order[r]) for r in shape[ranks] if r < len(order)]
+            if kids:
+                children[node] = [t for _, t in kids]
+            for r, t in kids:
+                grow(ranks + (r,), node + (t,))
+
+        grow((), ())
+        return _fixed_tree(children)
+
+    return Drafter("ranked_tree", build, rank_paths=tuple(sorted(listed, key=lambda u: (len(u), u))))
 
 
 def check_threshold(threshold) -> float:
