@@ -12,7 +12,7 @@
 - Law (T > 0), whole loop: 150 full `ouroboros_speculative` runs of 2 tokens, pool warm and
   changing between runs (a smoke test: power 0.9 only against TV >= ~0.4; a full-power loop test
   needs ~240k runs at ~30-60 ms each on this machine).
-- Whole loop, exact, step by step: on warm-pool T = 1 runs (accepted paths through pool branches)
+- Whole loop, exact, step by step (also `ouroboros_phrase_speculative`): on warm-pool T = 1 runs (accepted paths through pool branches)
   every target tree forward equals plain forwards of the emitted prefix plus each verifiable node's
   root path, and the run emits exactly each step's accepted tokens plus y. With the step law above
   and fresh uniforms (`TorchUniforms`), this makes the loop's law the target's. Planted bugs: a
@@ -310,13 +310,17 @@ def _whole_loop_runs(law_pair, kind):
         if kind == "ouroboros":
             result = ouroboros_speculative(target, draft, prompt, 40, pool=pool, draft_length=1, num_candidates=3,
                                            window=2, temperature=1.0, uniforms=i)
+        elif kind == "ouroboros_phrase":
+            result = ouroboros.ouroboros_phrase_speculative(target, draft, prompt, 40, pool=pool, draft_length=1,
+                                                            num_candidates=3, guess_set=4, window=2,
+                                                            temperature=1.0, uniforms=i)
         else:
             result = lookahead_speculative(target, prompt, 40, pool=pool, num_candidates=3, window=2,
                                            temperature=1.0, uniforms=i)
         yield prompt, result
 
 
-@pytest.mark.parametrize("kind", ["ouroboros", "lookahead"])
+@pytest.mark.parametrize("kind", ["ouroboros", "ouroboros_phrase", "lookahead"])
 def test_whole_loop_steps_use_true_conditionals(law_pair, monkeypatch, kind):
     target, _ = law_pair
     forwards, steps = _record_loop(monkeypatch, target)
@@ -345,7 +349,7 @@ def _causal_visible(valid, ancestry):
 _VISIBLE = kv_module._visible
 
 
-@pytest.mark.parametrize("kind", ["ouroboros", "lookahead"])
+@pytest.mark.parametrize("kind", ["ouroboros", "ouroboros_phrase", "lookahead"])
 @pytest.mark.parametrize("owner,name,bug", [(kv_module.KVState, "_check_keep", _keep_in_index_order),
                                             (kv_module, "_visible", _causal_visible)],
                          ids=["commit_index_order", "chain_mask"])

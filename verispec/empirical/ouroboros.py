@@ -75,7 +75,8 @@ from .rules.nodes import PointMassTree
 from .rules.pointmass import _child_table, _walk, point_mass_tree_uniforms, point_mass_tree_verify  # noqa: F401
 
 __all__ = ["PhrasePool", "PhraseStats", "point_mass_tree_verify", "ouroboros_speculative",
-           "lookahead_speculative"]
+           "ouroboros_phrase_speculative", "lookahead_speculative", "OuroborosDrafter",
+           "PhraseOuroborosDrafter", "LookaheadDrafter"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -148,6 +149,20 @@ class PhrasePool:
             phrases.popitem(last=False)
         if len(self._table) > self.capacity:
             self._table.popitem(last=False)
+
+    def replace(self, key: int, old: Sequence[int], new: Sequence[int]) -> bool:
+        """Put `new` where `old` stands under `key`, keeping its recency rank (Ouroboros' in-place
+        refinement of a guess); an older copy of `new` is dropped. Returns False (and changes
+        nothing) when `old` is not there. Token ids are not re-checked: `new` must be a phrase of
+        `phrase_length` valid ids."""
+        phrases = self._table.get(key)
+        old, new = tuple(old), tuple(new)
+        if phrases is None or old not in phrases:
+            return False
+        rebuilt = [new if phrase == old else phrase for phrase in phrases if phrase != new or phrase == old]
+        phrases.clear()
+        phrases.update(dict.fromkeys(rebuilt))
+        return True
 
     def add_ngrams(self, tokens: Iterable[int]) -> int:
         """Add every window (tokens[i], tokens[i+1 : i+1+n]) of a token sequence; returns how
@@ -281,6 +296,7 @@ class _DraftSequence:
     def __init__(self, model: CausalLM, tokens: list[int]):
         self.model, self.kv = model, SequenceKV(model)
         self.tokens = list(tokens)
+        self.rows = 0  # token rows fed by `forward` (the prefill not counted)
         if tokens:
             ids = torch.tensor([tokens], dtype=torch.long, device=model.device)
             self.kv.prefill(ids, torch.tensor([len(tokens)], device=model.device))
@@ -288,6 +304,7 @@ class _DraftSequence:
     def forward(self, tree: _Tree) -> torch.Tensor:
         """Tree forward after the held tokens -> logits [N, V] (the tree stays uncommitted)."""
         tokens, parents, _ = tree.tensors(self.model.device)
+        self.rows += tokens.shape[1]
         return self.kv.append(tokens, parents, torch.ones_like(tokens, dtype=torch.bool))[0]
 
     def commit(self, tree: _Tree, nodes: list[int]) -> None:
@@ -342,6 +359,7 @@ class PhraseStats(DecodeStats):
         verified_pool_tokens: tokens the target accepted from pool phrases (suffixes after the
             draft for Ouroboros, verification branches for lookahead).
         pool_phrases: phrases in the pool at the end of the call.
+        target_phrases: phrases the target's verification added (`ouroboros_phrase_speculative`).
     """
 
     pool_lookups: int = 0
@@ -349,6 +367,7 @@ class PhraseStats(DecodeStats):
     draft_pool_tokens: int = 0
     verified_pool_tokens: int = 0
     pool_phrases: int = 0
+    target_phrases: int = 0
 
 
 def _check_pool(pool):
@@ -404,8 +423,9 @@ def _draft_forward(dcache: _DraftSequence, context: list[int], pool: PhrasePool,
     return [tree.tokens[j] for j in path] + [greedy[node]], len(path)
 
 
-def _draft(dcache, seq, pool, window, L, K):
-    """Draft L tokens phrase by phrase. Returns (draft, draft forwards, pool tokens used)."""
+def _draft(dcache, seq, pool, window, L, K, whole_phrases=False):
+    """Draft L tokens phrase by phrase (whole_phrases: at least L, the last phrase not cut, as
+    Ouroboros' draft does). Returns (draft, draft forwards, pool tokens used)."""
     common = 0  # the draft cache must hold a proper prefix of seq (its last token is unseen)
     limit = min(len(dcache.tokens), len(seq) - 1)
     while common < limit and dcache.tokens[common] == seq[common]:
@@ -413,7 +433,8 @@ def _draft(dcache, seq, pool, window, L, K):
     dcache.rollback(common)
     draft, forwards, used = [], 0, 0
     while len(draft) < L:
-        new, from_pool = _draft_forward(dcache, seq + draft, pool, window, L - len(draft), K)
+        room = pool.phrase_length + 1 if whole_phrases else L - len(draft)
+        new, from_pool = _draft_forward(dcache, seq + draft, pool, window, room, K)
         draft += new
         forwards, used = forwards + 1, used + from_pool
     return draft, forwards, used
@@ -468,6 +489,50 @@ def ouroboros_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new
                 uniforms)
 
 
+def ouroboros_phrase_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_tokens: int,
+                                 pool: PhrasePool | None = None, draft_length: int = 4, num_candidates: int = 3,
+                                 guess_set: int = 8, window: int = 4, temperature: float = 0.0, uniforms=None,
+                                 output_ngrams: bool = True) -> DecodeResult:
+    """Ouroboros (Zhao et al. 2024, arXiv 2402.13720, Algorithm 1 and Section 3) of one prompt,
+    phrase by phrase: see the module docstring, "Ouroboros, phrase by phrase".
+
+    Args:
+        target, draft: `CausalLM`s over one vocabulary, on one device.
+        prompt_ids: int [n] or [1, n], n >= 1.
+        max_new_tokens: N >= 1; exactly N tokens are generated.
+        pool: a `PhrasePool` (warm across calls when passed again) or None (a fresh `PhrasePool()`).
+        draft_length: L >= 1, the paper's gamma: the draft chain holds at least L tokens and at
+            most L + phrase_length (whole phrases).
+        num_candidates: K >= 1 newest pool phrases hung after the chain (the paper's top-k).
+        guess_set: G >= 1 newest pool phrases the draft model checks in each draft forward (the
+            paper's guess set size, 20 there).
+        window: W >= 0 Jacobi window slots in every draft forward (0: none).
+        temperature: T >= 0 of the target (0: output = target-only greedy).
+        uniforms: `UniformSource`, an int seed, or None (read by verification only).
+        output_ngrams: also add the verified output's n-grams to the pool (not in the paper).
+
+    Returns:
+        `DecodeResult`: tokens int64 [1, N]; stats a `PhraseStats` (draft_forwards, draft_rows,
+        pool counters, target_phrases).
+
+    Raises:
+        TypeError / ValueError: as `ouroboros_speculative`, and G < 1 or a non-bool output_ngrams.
+    """
+    _check_pair(target, draft)
+    prompt = torch.tensor([_single_prompt(prompt_ids, target)], device=target.device)  # [1, n]
+    N = _check_positive(max_new_tokens, "max_new_tokens")
+    L = _check_positive(draft_length, "draft_length")
+    K = _check_positive(num_candidates, "num_candidates")
+    G = _check_positive(guess_set, "guess_set")
+    W = _check_window(window, "window")
+    if not isinstance(output_ngrams, bool):
+        raise TypeError(f"output_ngrams: expected a bool, got {type(output_ngrams).__name__}")
+    _check_temperature(temperature, "temperature")
+    pool = _check_pool(pool)
+    return _run("ouroboros_phrase", target, draft, prompt, N,
+                lambda: PhraseOuroborosDrafter(pool, L, K, W, G, output_ngrams), temperature, uniforms)
+
+
 def _ouroboros_tree(last: int, proposal: list[int], pool: PhrasePool, K: int, vocab_size: int):
     """The verification tree: root = last emitted token, then the draft, then the K newest pool
     phrases keyed by the last draft token as a trie under it. Returns (tree, draft-end node)."""
@@ -502,6 +567,46 @@ def _refine(pool: PhrasePool, tree: _Tree, anchor: int, argmax: list[int]) -> No
             node = next(iter(tree.children[node].values()))
         if len(refined) == n:
             pool._insert(tree.tokens[anchor], tuple(refined))
+
+
+def _guess_nodes(tree: _Tree, anchor: int, phrase: Sequence[int]) -> list[int]:
+    """The trie nodes of `phrase` hung at `anchor` (as many as were added)."""
+    nodes, node = [], anchor
+    for t in phrase:
+        node = tree.children[node].get(int(t))
+        if node is None:
+            break
+        nodes.append(node)
+    return nodes
+
+
+def _correct_guesses(pool: PhrasePool, tree: _Tree, anchor: int, guesses: list[tuple], argmax: list[int]) -> None:
+    """Ouroboros' refinement of the guesses it verified: each guess g hung at `anchor` is
+    replaced, at its place in the pool, by (argmax after the anchor, argmax after g_1, ...,
+    argmax after g_{n-1}): one Jacobi step of the target on g. argmax: [N] over the tree's nodes."""
+    key, n = tree.tokens[anchor], pool.phrase_length
+    for guess in guesses:
+        nodes = _guess_nodes(tree, anchor, guess)
+        if len(guess) == n and len(nodes) >= n - 1:
+            pool.replace(key, guess, (argmax[anchor],) + tuple(argmax[j] for j in nodes[:n - 1]))
+
+
+def _target_phrases(pool: PhrasePool, tree: _Tree, anchor: int, argmax: list[int]) -> int:
+    """Phrases from the rejected part of the draft chain (nodes 1..anchor): from the first node
+    whose token is not the target's argmax at its parent, every chain node v gives the phrase
+    (argmax after v, then after each following node whose token equals the argmax before it),
+    keyed by v's token, when it reaches `phrase_length` tokens. Returns how many were added."""
+    n, added = pool.phrase_length, 0
+    first = next((j for j in range(1, anchor + 1) if tree.tokens[j] != argmax[tree.parents[j]]), None)
+    for v in range(first, anchor + 1) if first is not None else ():
+        phrase, node = [], v
+        while node is not None and len(phrase) < n:
+            phrase.append(argmax[node])
+            node = tree.children[node].get(argmax[node])  # along the draft, then the guesses
+        if len(phrase) == n:
+            pool._insert(tree.tokens[v], tuple(phrase))
+            added += 1
+    return added
 
 
 # ----------------------------------------------------------------------------------------------
@@ -552,6 +657,8 @@ class _PhraseDrafter(Drafter):
     """Shared by both: one prompt, the pool, the emitted sequence, the target's argmax at every
     node of the last tree forward (`observe`) and the pool counters."""
 
+    output_ngrams = True  # (b): the verified output's n-grams go to the pool
+
     def __init__(self, pool: PhrasePool, K: int, W: int):
         self.pool, self.K, self.W = pool, K, W
         self.lookups, self.hits = pool.lookups, pool.hits
@@ -577,7 +684,8 @@ class _PhraseDrafter(Drafter):
         nodes = [int(j) for j in verdict.nodes[0, :int(verdict.num_accepted[0])]]
         before = len(self.seq)
         self.seq += [self.tree.tokens[j] for j in nodes] + [int(verdict.token[0])]
-        self.pool.add_ngrams(self.seq[max(0, before - self.pool.phrase_length):])
+        if self.output_ngrams:
+            self.pool.add_ngrams(self.seq[max(0, before - self.pool.phrase_length):])
         return nodes
 
     def logs(self) -> dict:
@@ -610,6 +718,46 @@ class OuroborosDrafter(_PhraseDrafter):
         nodes = self._emit(verdict)  # (b) the verified output
         self.verified += sum(1 for j in nodes if j > self.anchor)
         _refine(self.pool, self.tree, self.anchor, self.argmax)  # (c) the target's continuations
+
+
+class PhraseOuroborosDrafter(_PhraseDrafter):
+    """Ouroboros as in the paper (module docstring, "Ouroboros, phrase by phrase"): whole-phrase
+    drafting (the chain is at least L tokens; the last phrase is not cut), the G newest phrases
+    checked per draft forward, the K newest hung after the chain, and the pool refined from the
+    target's verification (rejected-draft phrases, in-place guess corrections)."""
+
+    needs_model = True
+
+    def __init__(self, pool: PhrasePool, L: int, K: int, W: int, G: int, output_ngrams: bool = True):
+        super().__init__(pool, K, W)
+        self.L, self.G, self.output_ngrams = L, G, output_ngrams
+        self.target_phrases = 0
+
+    def start(self, draft, tokens, lengths, temperature, source, storage="sequence") -> None:
+        super().start(draft, tokens, lengths, temperature, source, storage)
+        self.dcache = _DraftSequence(draft, self.seq[:-1])
+
+    def draft(self, rows) -> DraftTree:
+        chain, _, used = _draft(self.dcache, self.seq, self.pool, self.window, self.L, self.G, whole_phrases=True)
+        self.drafted += used
+        self.draft_rows = self.dcache.rows
+        V, n = self.dcache.model.vocab_size, self.pool.phrase_length
+        self.guesses = _candidates(self.pool, chain[-1], self.K, n, V)  # point masses, fixed before verification
+        tree = _Tree()
+        self.anchor = tree.add_chain(-1, [self.seq[-1]] + chain)[-1]
+        for guess in self.guesses:
+            tree.add_path(self.anchor, guess)
+        return self._draft_tree(tree, rows.last.device)
+
+    def accept(self, tree, verdict) -> None:
+        nodes = self._emit(verdict)
+        self.verified += sum(1 for j in nodes if j > self.anchor)
+        # the target's verification results refine the pool for LATER iterations only
+        self.target_phrases += _target_phrases(self.pool, self.tree, self.anchor, self.argmax)
+        _correct_guesses(self.pool, self.tree, self.anchor, self.guesses, self.argmax)
+
+    def logs(self) -> dict:
+        return {**super().logs(), "target_phrases": self.target_phrases}
 
 
 class LookaheadDrafter(_PhraseDrafter):
