@@ -179,3 +179,31 @@ def test_planted_cut_phrases_are_caught(pair, monkeypatch):
     monkeypatch.setattr(ouroboros, "_draft", lambda *args, whole_phrases=False: whole(*args))
     with pytest.raises(AssertionError):
         test_engine_drafts_are_the_reference_twins(pair, monkeypatch)
+
+
+def test_bench_runner(tmp_path):
+    """`verispec bench --methods ouroboros_phrase[:L=,K=,G=,W=]`: parsed with the decoder's
+    defaults, greedy-exact on tiny models, pool counters in the summary."""
+    import inspect
+    import types
+
+    from verispec.empirical import bench
+
+    from .test_bench import PROMPTS as BENCH_PROMPTS, CharTokenizer, config
+
+    defaults = inspect.signature(ouroboros_phrase_speculative).parameters
+    spec = bench.parse_runner("ouroboros_phrase", 4, 2)
+    assert (spec.num_paths, spec.window, spec.guess_set) == (defaults["num_candidates"].default,
+                                                             defaults["window"].default, defaults["guess_set"].default)
+    assert bench.parse_runner("ouroboros_phrase:G=20,W=0,L=5", 4, 2) == bench.RunnerSpec(
+        "ouroboros_phrase:G=20,W=0,L=5", "ouroboros_phrase", 5, 3, 0, 0, 20)
+    with pytest.raises(ValueError, match="guess set"):
+        bench.parse_runner("ouroboros:G=4", 4, 2)
+    pair = types.SimpleNamespace(target=tiny(64, 0, head_scale=4.0), draft=tiny(64, 0, noise=0.1, head_scale=4.0),
+                                 tokenizer=CharTokenizer(64))  # as test_bench's tiny_pair
+    methods = ("ouroboros_phrase", "ouroboros_phrase:G=2,W=0")
+    results = bench.run_bench(config(methods=methods, temperatures=(0.0,), max_new_tokens=12),
+                              str(tmp_path / "b.json"), pair=pair, prompts=BENCH_PROMPTS, plot=False)
+    rows = {r["runner"]: r for r in results["summary"]}
+    for label in methods:
+        assert rows[label]["greedy_match_rate"] == 1.0 and "pool_hit_rate" in rows[label]

@@ -23,7 +23,9 @@ optional parameters (``gbv:K=3``, ``block:L=5``), draft trees of `verispec.empir
 predicted E[A] is reported next to the measured tau), ``ouroboros`` and ``lookahead``
 (`verispec.empirical.ouroboros`; one phrase pool per runner, warm across the prompts of a run;
 ``K`` pool candidates per lookup, default 3, and ``W`` Jacobi window slots, default 4, 0 = none:
-``ouroboros:K=1,W=0``) and
+``ouroboros:K=1,W=0``), ``ouroboros_phrase`` (Ouroboros phrase by phrase: whole phrases from ``G``
+guesses per draft forward, default 8, and the pool refined from the target's verification;
+``ouroboros_phrase:L=4,K=3,G=8,W=4``) and
 ``prompt_lookup`` (n-gram drafts from the context, point-mass token verification), ``adaptive``
 (a draft-model chain stopped at low draft confidence, its length cap scheduled from the acceptance
 history; ``L`` = the initial cap) and ``hybrid`` (the lookup phrase when the context has one, the
@@ -62,9 +64,9 @@ DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
 #: Version of the record layout (2: one timed span per record, split by `PhaseClock`); files of
 #: another version are refused on resume rather than mixed.
 RECORD_SCHEMA = 2
-_PARAMS = {"L": "draft_length", "K": "num_paths", "n": "node_budget", "W": "window"}
+_PARAMS = {"L": "draft_length", "K": "num_paths", "n": "node_budget", "W": "window", "G": "guess_set"}
 #: Phrase-pool runners: K = pool candidates per lookup, W = Jacobi window slots (0: none).
-PHRASE_RUNNERS = ("ouroboros", "lookahead")
+PHRASE_RUNNERS = ("ouroboros", "ouroboros_phrase", "lookahead")
 #: Their defaults, the decoders' own (`ouroboros_speculative`, `lookahead_speculative`).
 PHRASE_DEFAULTS = {"num_paths": 3, "window": 4}
 #: Tree drafters of `verispec.empirical.trees` (runner name -> tree kind), node budget `n`.
@@ -72,7 +74,8 @@ TREE_RUNNERS = {"opt_tree": "opt_tree", "kary": "kary", "eagle": "eagle", "chain
 #: The runner name of a user's reference Method given as ``pkg.module:attr`` (its label is the spec).
 USER_RUNNER = "method"
 #: Runners that are neither decode methods nor trees (the phrase runners among them take K and W).
-OTHER_RUNNERS = ("target_only", "hf", "hf_prompt_lookup", "ouroboros", "lookahead", "prompt_lookup")
+OTHER_RUNNERS = ("target_only", "hf", "hf_prompt_lookup", "ouroboros", "ouroboros_phrase", "lookahead",
+                 "prompt_lookup")
 #: Cheaper-draft runners of `verispec.empirical.adaptive` (L = the initial length cap).
 ADAPTIVE_RUNNERS = ("adaptive", "hybrid")
 
@@ -88,6 +91,7 @@ class RunnerSpec:
     num_paths: int = 1
     node_budget: int = 0
     window: int = 0
+    guess_set: int = 0  # ouroboros_phrase: pool phrases the draft model checks per draft forward
 
 
 def runner_names() -> tuple:
@@ -114,7 +118,7 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
         return RunnerSpec(text.strip(), USER_RUNNER)
     if name not in runner_names():
         raise ValueError(f"methods: unknown runner {name!r}; known: {', '.join(runner_names())}")
-    values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50, "window": 0}
+    values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50, "window": 0, "guess_set": 8}
     if name in PHRASE_RUNNERS:
         values.update(PHRASE_DEFAULTS)
     given = set()
@@ -128,8 +132,11 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     if name in ("target_only", "hf", "hf_prompt_lookup"):
         return RunnerSpec(name, name)
     label = name if not params else f"{name}:{params}"
+    if "G" in given and name != "ouroboros_phrase":
+        raise ValueError(f"methods: only ouroboros_phrase takes a guess set G; got {text!r}")
     if name in PHRASE_RUNNERS:
-        return RunnerSpec(label, name, values["draft_length"], values["num_paths"], 0, values["window"])
+        return RunnerSpec(label, name, values["draft_length"], values["num_paths"], 0, values["window"],
+                          values["guess_set"] if name == "ouroboros_phrase" else 0)
     if "W" in given:
         raise ValueError(f"methods: {name} has no Jacobi window W; got {text!r}")
     if methods.WALK_METHODS.get(name) == "hub_pair":  # SpecHub: exactly two paths
@@ -343,10 +350,15 @@ def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed:
 
         return tree_speculative(pair.target, pair.draft, prompt, N, tree=TREE_RUNNERS[spec.name],
                                 node_budget=spec.node_budget, temperature=T, uniforms=seed, storage="sequence")
-    if spec.name in ("ouroboros", "lookahead"):
-        from .ouroboros import PhrasePool, lookahead_speculative, ouroboros_speculative
+    if spec.name in PHRASE_RUNNERS:
+        from .ouroboros import PhrasePool, lookahead_speculative, ouroboros_phrase_speculative, ouroboros_speculative
 
         pool = pools.setdefault((spec.label, T), PhrasePool())
+        if spec.name == "ouroboros_phrase":
+            return ouroboros_phrase_speculative(pair.target, pair.draft, prompt, N, pool=pool,
+                                                draft_length=spec.draft_length, num_candidates=spec.num_paths,
+                                                guess_set=spec.guess_set, window=spec.window, temperature=T,
+                                                uniforms=seed)
         if spec.name == "lookahead":
             return lookahead_speculative(pair.target, prompt, N, pool=pool, num_candidates=spec.num_paths,
                                          window=spec.window, temperature=T, uniforms=seed)
@@ -700,6 +712,7 @@ FIELDS = {
 #: lookahead decoding with one Jacobi window level; Ouroboros with one Jacobi level in the draft
 #: forward; a static EAGLE-style tree from fixed rank priors.
 SIMPLIFIED = {"lookahead": "simplified: 1 window level", "ouroboros": "simplified: 1 Jacobi level",
+              "ouroboros_phrase": "1 Jacobi level",
               "eagle": "EAGLE-style, fixed priors"}
 
 
