@@ -43,6 +43,8 @@ def _method_of(result):
 
 
 def _prove(method, V, L, K=1, **kw):
+    """prove without the point search (unless asked): the counterexample must come from a SAT query."""
+    kw.setdefault("point_trials", 0)
     result = prove(method, V, L, K, timeout=TIMEOUT, **kw)
     _METHODS[result.method] = method
     return result
@@ -96,11 +98,12 @@ def test_narrow_bugs_pass_the_default_sweep(name):
 
 
 #: (V, L) at which each planted bug is refuted, where the default (V=2, its MIN_DRAFT_LENGTH) is not enough.
-BUG_SIZES = {"topk_draft_raw_q": (3, 1), "spechub_stale_hub_target": (3, 1)}
-#: Planted bugs prove cannot refute yet, and why.
-NOT_YET = {"is_verified_against_q": "its rule computes in float64 (cannot be run symbolically)",
-           "traversal_leaf_order": "needs L = 2, K = 3: the exploration does not finish in minutes",
-           "topk3_draft_raw_q": "needs V = 4"}
+BUG_SIZES = {"topk_draft_raw_q": (3, 1), "spechub_stale_hub_target": (3, 1), "topk3_draft_raw_q": (4, 1)}
+#: Planted bugs prove cannot refute, and why.
+NOT_YET = {"is_verified_against_q": "its rule computes in float64 (cannot be run symbolically, and the "
+                                    "point search's exact engine needs Fractions throughout)"}
+#: Refuted by the point search only: the symbolic exploration of L = 2, K = 3 does not finish in minutes.
+POINT_SEARCH_ONLY = {"traversal_leaf_order"}
 
 
 @pytest.mark.slow
@@ -109,7 +112,45 @@ def test_every_planted_bug_is_refuted(name):
     V, L = BUG_SIZES.get(name, (2, planted.MIN_DRAFT_LENGTH.get(name, 1)))
     bug = planted.BUGS[name](L)
     kw = {"target_temperature": 0} if name == "temperature_ignored" else {}
+    if name in POINT_SEARCH_ONLY:
+        kw["point_trials"] = 32
     _refuted(_prove(bug, V, L, bug.params.get("num_paths", 1), **kw))
+
+
+@pytest.mark.parametrize("name, V, L", [("traversal_leaf_order", 2, 2), ("topk3_draft_raw_q", 4, 1)])
+def test_point_search_refutes_bugs_at_sizes_the_exploration_does_not_reach(name, V, L):
+    bug = planted.BUGS[name](L)
+    result = prove(bug, V, L, bug.params.get("num_paths", 1), timeout=TIMEOUT)
+    _METHODS[result.method] = bug
+    cx = _refuted(result)
+    assert cx.found_by == "point search" and result.branch_points == 0  # no symbolic run was needed
+    assert "point search" in result.summary()
+
+
+def test_point_search_finds_nothing_on_a_lossless_rule_and_the_proof_follows():
+    result = prove("token", 2, 1, timeout=TIMEOUT, point_trials=64)
+    assert result.verdict == "proved" and result.branch_points > 0
+
+
+def _inverse_ratio_accept(p, q, x, rand):
+    return rand.bernoulli(1 / max(1, q[x] / p[x]))  # = min(1, p/q), but divides by p(x), 0 at some pairs
+
+
+def test_a_division_by_zero_on_a_branch_is_a_confirmed_contract_error():
+    from verispec.reference.contract import RuleContractError
+    from verispec.reference.probability import residual
+    from verispec.testing.planted_narrow import _method, _token_rule
+
+    rule = _method("inverse_ratio", _token_rule(_inverse_ratio_accept, residual), 1)
+    with pytest.raises(RuleContractError, match="ZeroDivisionError") as info:
+        prove(rule, 2, 1, timeout=TIMEOUT, point_trials=0)
+    message = str(info.value)
+    assert "division by a symbolic value that is 0" in message and "confirmed by the exact engine" in message
+    namespace = {}
+    code = message[message.index("from fractions"):message.index("assert_lossless(method")]
+    exec(textwrap.dedent("    " + code), namespace)
+    with pytest.raises(RuleContractError, match="ZeroDivisionError"):  # the printed pair reproduces it
+        exact.output_distribution(namespace["target"], namespace["draft"], rule, (), 2)
 
 
 SLOW_MATRIX = [(n, V, L, K) for n in ("token", "block", "nss", "rrs", "rrsw", "point_mass", "prompt_lookup")

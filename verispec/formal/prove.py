@@ -35,8 +35,9 @@ import z3
 from ..reference import models
 from ..reference.methods import Method, resolve
 from ..reference.models import LanguageModel, _check_positive_int
+from . import points
 from .replay import Explorer, ExplorationTimeout
-from .symbolic import Sym, SymbolicError
+from .symbolic import Sym, SymbolicError, SymbolicZeroDivision
 
 __all__ = ["prove", "ProofResult", "Query", "Counterexample", "SymbolicModel", "SOLVER"]
 
@@ -111,6 +112,8 @@ class Counterexample:
         tv_loop: TV between the whole loop's law of N tokens and the target's.
         confirmed: True when the exact engine finds the laws different (tv_iteration > 0).
         code: Python that reproduces the failure with `assert_lossless`.
+        found_by: "smt" (a satisfiable query) or "point search" (a structured pair tried before
+            the symbolic run, `verispec.formal.points`).
     """
 
     output: tuple
@@ -122,6 +125,7 @@ class Counterexample:
     tv_loop: Fraction
     confirmed: bool
     code: str
+    found_by: str = "smt"
 
 
 @dataclass
@@ -370,8 +374,12 @@ def _wrap(model, temperature):
     return model if temperature == 1 else models.temperature(model, temperature)
 
 
+#: Structured pairs tried by the exact engine before the symbolic run (at most 10% of the time limit).
+POINT_TRIALS = 32
+
+
 def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeout: float = 60.0,
-          target_temperature=1, draft_temperature=1) -> ProofResult:
+          target_temperature=1, draft_temperature=1, point_trials: int = POINT_TRIALS) -> ProofResult:
     """Prove (or refute) that `method` is lossless for EVERY target/draft pair at (V, L, K).
 
     Args:
@@ -384,6 +392,9 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
         target_temperature, draft_temperature: 1 (default: every distribution on the closed simplex)
             or 0 (every greedy point mass argmax of a symbolic base: exposes rules that mishandle
             temperature).
+        point_trials: structured pairs (vertices, edges, small denominators) evaluated by the exact
+            engine first (`verispec.formal.points`, at most 10% of `timeout`); 0 skips the search.
+            A difference found there is a confirmed counterexample; finding none proves nothing.
 
     Returns:
         a `ProofResult` (verdict "proved" / "counterexample" / "unknown" with its reason).
@@ -395,6 +406,8 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
     method, V, L, K, depth = _check_args(method, vocab_size, draft_length, num_paths, timeout)
     _check_temperature(target_temperature, "target_temperature")
     _check_temperature(draft_temperature, "draft_temperature")
+    if isinstance(point_trials, bool) or not isinstance(point_trials, int) or point_trials < 0:
+        raise ValueError(f"point_trials: expected a non-negative int, got {point_trials!r}")
     N = depth + 1
     start = time.perf_counter()
     deadline = time.monotonic() + timeout
@@ -407,6 +420,16 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
     claim += (", hence the whole loop is lossless at every length" if method.model_state_only
               else " (from the empty context: this method reads the prefix itself)")
     result = ProofResult(repr(method), V, L, K, N, target_temperature, draft_temperature, "unknown", "", claim)
+    temperatures = (target_temperature, draft_temperature)
+    if point_trials:
+        cx = points.search(method, V, depth, temperatures, int(point_trials),
+                           time.monotonic() + timeout / 10)
+        if cx is not None:
+            result.verdict, result.counterexample = "counterexample", cx
+            result.reason = (f"the law of {cx.output} differs on the pair below (found by the point search, "
+                             "confirmed in exact arithmetic)")
+            result.seconds = time.perf_counter() - start
+            return result
     try:
         tree = _explore(_program(method, target, draft, N), variables, deadline)
         reference = _explore(_target_program(target, N), variables, deadline)
@@ -416,6 +439,12 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
         return result
     except SymbolicError as err:
         result.reason = f"cannot be run symbolically: {err}"
+        result.seconds = time.perf_counter() - start
+        return result
+    except SymbolicZeroDivision as err:
+        # Raises the exact engine's RuleContractError when the solver's pair confirms the crash.
+        result.reason = _zero_division(err, variables, method, (base_target, base_draft),
+                                       (target_temperature, draft_temperature), N)
         result.seconds = time.perf_counter() - start
         return result
     result.exploration_seconds = time.perf_counter() - start
@@ -509,6 +538,47 @@ def _fmt_fraction(x: Fraction) -> str:
     return f"Fraction({x.numerator})" if x.denominator == 1 else f"Fraction({x.numerator}, {x.denominator})"
 
 
+def _zero_division(err, variables, method, bases, temperatures, N) -> str:
+    """A division by a symbolic value that can be 0 on a branch of positive probability.
+
+    The solver's pair (rationalised) is run through the exact engine: when the rule raises there,
+    that is a rule contract error (as `verispec check` reports it), raised with the pair as code.
+    Otherwise (no pair, or an irrational one) returns the reason of an "unknown" verdict.
+    """
+    from ..reference import exact
+    from ..reference.contract import RuleContractError
+
+    where = f"on the branch with choices {list(err.trace)}"
+    if err.witness is None:
+        return f"possible {err} {where} (z3 could not decide whether the divisor is 0 there)"
+    p_table, q_table = _tables(err.witness, variables)
+    V = bases[0].vocab_size
+    target = _wrap(_table_model(p_table, V), temperatures[0])
+    draft = _wrap(_table_model(q_table, V), temperatures[1])
+    try:
+        exact.output_distribution(target, draft, method, (), N)
+    except RuleContractError as crash:
+        code = _repro_code(p_table, q_table, V, temperatures, N, method)
+        raise RuleContractError(f"{crash.problem} (prove: {err} {where}; confirmed by the exact engine on "
+                                "the pair below)", method=crash.method, prefix=crash.prefix,
+                                probability=crash.probability, draws=crash.draws,
+                                detail="reproduce:\n" + "\n".join("    " + line for line in code.splitlines())) from crash
+    return (f"possible {err} {where}; the solver's pair, rationalised, did not make the exact engine raise "
+            "(an irrational pair?)")
+
+
+def _repro_code(p_table, q_table, V, temperatures, N, method) -> str:
+    wrap = [f"models.temperature({{}}, {t})" if t != 1 else "{}" for t in temperatures]
+    return "\n".join([
+        "from fractions import Fraction",
+        "from verispec.reference import models",
+        "from verispec.testing import assert_lossless",
+        f"target = {wrap[0].format(_fmt_table(p_table, V))}",
+        f"draft = {wrap[1].format(_fmt_table(q_table, V))}",
+        f"assert_lossless(method, target=target, draft=draft, num_tokens={N})  # method = {method!r}",
+    ])
+
+
 def _counterexample(model, variables, method, bases, temperatures, output, N) -> Counterexample:
     from ..reference import exact
     from ..reference.randomness import enumerate_law
@@ -522,15 +592,7 @@ def _counterexample(model, variables, method, bases, temperatures, output, N) ->
     tv_iteration = exact.total_variation(law, ref)
     loop = exact.output_distribution(target, draft, method, (), N)
     tv_loop = exact.total_variation(loop, ref)
-    wrap = [f"models.temperature({{}}, {t})" if t != 1 else "{}" for t in temperatures]
-    code = "\n".join([
-        "from fractions import Fraction",
-        "from verispec.reference import models",
-        "from verispec.testing import assert_lossless",
-        f"target = {wrap[0].format(_fmt_table(p_table, V))}",
-        f"draft = {wrap[1].format(_fmt_table(q_table, V))}",
-        f"assert_lossless(method, target=target, draft=draft, num_tokens={N})  # method = {method!r}",
-    ])
+    code = _repro_code(p_table, q_table, V, temperatures, N, method)
     return Counterexample(output=output, target=p_table, draft=q_table,
                           method_probability=Fraction(law.get(output, 0)),
                           target_probability=Fraction(ref.get(output, 0)),

@@ -22,7 +22,7 @@ import time
 
 import z3
 
-from .symbolic import _ACTIVE, Sym, SymbolicError, to_z3
+from .symbolic import _ACTIVE, Sym, SymbolicError, SymbolicZeroDivision, to_z3
 
 
 class DeadPath(BaseException):
@@ -158,27 +158,41 @@ class Replay:
         if len(self.trace) < len(self.forced):
             value = self._step("decide", condition, None) == 0
         else:
-            options = []
-            if self.witness is not None and z3.is_true(self.witness.eval(condition, model_completion=True)):
-                options.append((0, self.witness))
-            else:
-                feasible, model = self._feasible(condition)
-                if feasible:
-                    options.append((0, model))
-            feasible, model = self._feasible(negation)
-            if feasible:
-                options.append((1, model))
+            options = [(choice, model) for choice, (ok, model) in
+                       ((0, self._possible(condition)), (1, self._possible(negation))) if ok]
             if not options:
                 raise DeadPath
             value = self._step("decide", condition, options) == 0
-            if value is False and options[0][0] == 1:
+            if options[0][1] is not None:
                 self.witness = options[0][1]
+        self._remember(condition, negation, value)
+        return value
+
+    def _possible(self, condition):
+        """(feasible, model) under the path condition; the current witness answers without z3."""
+        if self.witness is not None and z3.is_true(self.witness.eval(condition, model_completion=True)):
+            return True, self.witness
+        return self._feasible(condition)
+
+    def _remember(self, condition, negation, value) -> None:
         self._assume(condition if value else negation)
         # The ASTs are kept alive with their answers: z3 reuses the id of a freed AST.
-        self.memo[key] = value
+        self.memo[condition.get_id()] = value
         self.memo[negation.get_id()] = not value
         self.kept += [condition, negation]
-        return value
+
+    def check_divisor(self, divisor) -> None:
+        """Raise `SymbolicZeroDivision` when `divisor` can be 0 on this path (where the concrete
+        rule would raise); otherwise record divisor != 0 (a decision that never forks)."""
+        if z3.is_rational_value(divisor):
+            return
+        # Already implied by an answered comparison (q == 0 -> False, total > 0 -> True, ...)?
+        for test, nonzero in ((divisor == 0, False), (divisor <= 0, False), (divisor > 0, True),
+                              (divisor >= 0, False), (divisor < 0, True)):
+            if self.memo.get(z3.simplify(test).get_id()) is nonzero:
+                return
+        if self.decide(divisor == 0):
+            raise SymbolicZeroDivision(divisor, self.witness, self.trace)
 
     # -- chance -----------------------------------------------------------------------------
     def _chance(self, options):

@@ -27,6 +27,23 @@ class SymbolicError(TypeError):
     power of a symbolic value, ...): it cannot be run symbolically as written."""
 
 
+class SymbolicZeroDivision(ZeroDivisionError):
+    """The rule divides by a symbolic value that is 0 for some pair on a branch of positive
+    probability: the concrete rule raises there (`verispec check` reports it as a contract error).
+
+    Attributes:
+        divisor: the z3 expression of the divisor.
+        witness: a z3 model of the path condition with divisor == 0 (a pair where it happens).
+        trace: the choices of the branch (decisions and random outcomes) up to the division.
+    """
+
+    def __init__(self, divisor, witness, trace):
+        text = str(divisor)
+        super().__init__(f"division by a symbolic value that is 0 on a branch of positive probability: "
+                         f"{text if len(text) <= 120 else text[:117] + '...'}")
+        self.divisor, self.witness, self.trace = divisor, witness, tuple(trace)
+
+
 _ZERO = Fraction(0)
 
 #: The replay that answers comparisons of symbolic values (set by `verispec.formal.replay`).
@@ -93,6 +110,8 @@ class Sym:
                 return shortcut
             o = z3.RealVal(constant)
         a, b = (o, self.expr) if reflected else (self.expr, o)
+        if name == "div":
+            _check_divisor(b)
         return Sym(_OPS[name](a, b))
 
     def __add__(self, other):
@@ -126,6 +145,8 @@ class Sym:
                 return Fraction(1)
             if n == 1:
                 return self
+            if n < 0:
+                _check_divisor(self.expr)
             power = self.expr ** abs(n) if n > 0 else 1 / self.expr ** abs(n)
             return Sym(power)
         if isinstance(exponent, Fraction) and exponent.denominator == 1:
@@ -205,6 +226,12 @@ class Sym:
         return f"Sym({text if len(text) <= 60 else text[:57] + '...'})"
 
 
+def _check_divisor(expr) -> None:
+    """Inside a replay: SymbolicZeroDivision when the divisor can be 0 on the current branch."""
+    if _ACTIVE:
+        _ACTIVE[-1].check_divisor(expr)
+
+
 _OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
         "div": lambda a, b: a / b}
 
@@ -220,7 +247,8 @@ def _shortcut(sym, constant: Fraction, name: str, reflected: bool):
         if not reflected and constant == 0:
             raise ZeroDivisionError("symbolic value divided by zero")
         if reflected and constant == 0:
-            return _ZERO  # 0 / x; x = 0 only on paths the replay gives probability 0
+            _check_divisor(sym.expr)  # 0 / x raises where x = 0, as the concrete rule does
+            return _ZERO
         if not reflected and constant == 1:
             return sym
     return None
