@@ -1,10 +1,13 @@
-"""Phrase-pool drafting: Ouroboros (with a draft model) and a lookahead-style baseline (without).
+"""Phrase-pool drafting: Ouroboros (with a draft model; a simplified form and the phrase-by-phrase
+form of the paper) and a lookahead-style baseline (without).
 
-Both decode one prompt (B = 1) and read their drafts from a `PhrasePool`: phrases of a fixed
+All decode one prompt (B = 1) and read their drafts from a `PhrasePool`: phrases of a fixed
 length keyed by the token they follow, newest first, least-recently-used entries evicted. The pool
 is an ordinary object the caller may pass to many calls, so it stays warm across prompts.
 
-`ouroboros_speculative` — Ouroboros (Zhao et al. 2024, arXiv 2402.13720), one iteration:
+`ouroboros_speculative` — a simplified Ouroboros (Zhao et al. 2024, arXiv 2402.13720; phrases cut
+at L, the K newest phrases checked by the draft, the target's continuations inserted as new
+phrases), one iteration:
 
 1. Draft, phrase by phrase: every draft forward is one tree forward of the draft model holding
    the tokens it has not seen yet, the newest pool phrases keyed by the last token (a trie) and a
@@ -17,6 +20,42 @@ is an ordinary object the caller may pass to many calls, so it stays warm across
 3. Fill the pool: the draft's Jacobi window trajectories (a), the n-grams of the verified output
    (b), and the target's own argmax continuations of the pool phrases it just scored (candidate
    refinement, c). The pool object outlives the call (warm start across prompts).
+
+`ouroboros_phrase_speculative` (`PhraseOuroborosDrafter`) — Ouroboros phrase by phrase, as the
+paper's Algorithm 1 and the public code (thunlp/Ouroboros, read, not copied) do it, one iteration:
+
+1. Draft phrase by phrase: each draft forward holds the tokens the draft has not seen, the G
+   newest pool phrases keyed by the last token (whole phrases, a trie; the paper's guess set) and
+   the Jacobi window. The draft's argmax walks the trie: the longest phrase prefix it agrees with
+   plus its argmax after it are drafted, so a forward yields 1 + (matched) tokens, all of them the
+   draft's greedy continuation. Forwards repeat until the chain holds >= L tokens (gamma); the
+   last phrase is not cut, so the chain may reach L + phrase_length - 1 + 1 tokens.
+2. Lengthen and verify: ONE target tree forward over [last token, chain, the K newest phrases
+   keyed by the chain's last token as a trie] (the paper's top-k), point-mass verification.
+3. Refine the pool from the target's verification (for later iterations only): (i) from the
+   first chain token that is not the target's argmax at its parent, every chain node v gives the
+   phrase "target argmax after v, then after each following node whose token equals the argmax
+   before it", keyed by v's token (the paper's "generating phrases from verification results");
+   (ii) each of the K phrases g hung after the chain is replaced, at its place in the pool, by
+   (argmax after the chain, argmax after g_1, ..., after g_{n-1}): one Jacobi step of the target
+   on g; (iii) the Jacobi window's trajectories, and (unless output_ngrams=False) the verified
+   output's n-grams.
+
+Its reference twin, checked lossless by exact enumeration, is
+`verispec.reference.ouroboros.ouroboros_method`: the drafts are the same function of the context
+and the pool snapshot (tested on every iteration of engine runs). How it still differs from the
+paper and its code:
+- the draft's lookahead branch is one Jacobi level of W slots (the code: a 2D window of 20 slots
+  x 6 levels decoded in one forward), so the window's phrases take n forwards to form;
+- the draft checks the G newest phrases (the code: all of the key's guess set, up to 20);
+- the phrases of (i) may continue into the pool tails after the chain (the code stops at the
+  chain's end); (iii)'s output n-grams are not in the paper (output_ngrams=False drops them);
+- pool phrases have one length n (PhrasePool.phrase_length, default 4; the code's 6), and the
+  draft's phrases are checked by the draft's argmax on the trie (the code: one chain per phrase);
+- verification: the paper's is greedy (longest prefix equal to the target's argmax); here
+  point-mass recursive rejection, identical at T = 0 and lossless at any T > 0;
+- no EOS stop; defaults L 4, K 3, G 8, W 4 (the code: gamma 4, top-k 3, guess set 20, window 20)
+  because CPU forwards cost grows with rows: G x n + W rows ride in every draft forward.
 
 `lookahead_speculative` — a simplified lookahead decoding (Fu et al. 2024, arXiv 2402.02057),
 target only: each target forward holds [last token, the pool phrases keyed by it (verification
