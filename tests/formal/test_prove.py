@@ -28,10 +28,10 @@ def _refuted(result):
     assert cx.method_probability != cx.target_probability
     namespace = {}
     exec(cx.code.replace("assert_lossless(method", "# "), namespace)  # the models as printed
-    law = exact.output_distribution(namespace["target"], namespace["draft"], _method_of(result), (),
+    law = exact.output_distribution(namespace["target"], namespace["draft"], _method_of(result), result.context,
                                     result.num_tokens)
-    assert exact.total_variation(law, exact.target_distribution(namespace["target"], (), result.num_tokens)) \
-        == cx.tv_loop
+    target_law = exact.target_distribution(namespace["target"], result.context, result.num_tokens)
+    assert exact.total_variation(law, target_law) == cx.tv_loop
     return cx
 
 
@@ -224,3 +224,43 @@ def test_cli_prove_exit_status_and_json(tmp_path, capsys, bug_module):
     assert "COUNTEREXAMPLE" in capsys.readouterr().out
     assert cli.main(["prove", "spectr", "--num-paths", "2"]) == 3
     assert cli.main(["prove", "token", "--vocab-size", "1"]) == 2
+
+
+@pytest.mark.parametrize("context, V, L", [((0, 1, 0), 2, 1), ((0, 1, 0), 2, 2), ((0, 1, 0), 3, 1)])
+def test_prompt_lookup_is_proved_from_a_context_whose_ngram_makes_a_real_draft(context, V, L):
+    from verispec.reference.drafters import lookup_phrase
+
+    assert lookup_phrase(context, L) != ()  # the point-mass draft is not empty: tokens are verified
+    result = prove("prompt_lookup", V, L, timeout=TIMEOUT, context=context)
+    assert result.verdict == "proved", result.summary()
+    assert result.context == context and f"from the context {context}" in result.claim
+    assert "from this context only" in result.claim  # prompt lookup reads the prefix itself
+
+
+def test_a_bug_is_refuted_from_a_context_and_the_code_reproduces_it():
+    result = _prove(planted.BUGS["residual_p"](1), 2, 1, context=(1, 0, 1))
+    _refuted(result)
+    assert "context=(1, 0, 1)" in result.counterexample.code
+
+
+def test_cli_context_and_contract_error_exit(capsys, tmp_path, monkeypatch):
+    assert cli.main(["prove", "prompt_lookup", "--vocab-size", "2", "--draft-length", "2",
+                     "--context", "0,1,0"]) == 0
+    assert "from the context (0, 1, 0)" in capsys.readouterr().out
+    assert cli.main(["prove", "token", "--context", "0,5"]) == 2
+    assert "context" in capsys.readouterr().err
+    (tmp_path / "my_zero_division.py").write_text(textwrap.dedent("""
+        from verispec.reference.probability import residual
+        from verispec.testing.planted_narrow import _method, _token_rule
+
+        def accept(p, q, x, rand):
+            return rand.bernoulli(1 / max(1, q[x] / p[x]))
+
+        rule = _method("inverse_ratio", _token_rule(accept, residual), 1)
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert cli.main(["prove", "my_zero_division:rule", "--point-trials", "0"]) == 3
+    finally:
+        sys.modules.pop("my_zero_division", None)
+    assert "rule contract error (not a lossless verdict)" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """`verispec prove`: the command-line face of `verispec.formal.prove`.
 
 Exit status: 0 proved, 1 counterexample (confirmed in exact arithmetic), 3 unknown (timeout, solver
-'unknown', or a rule that cannot run symbolically), 2 bad arguments.
+'unknown', or a rule that cannot run symbolically) or a rule contract error (e.g. a division by a
+value that is 0 for some pair, confirmed by the exact engine), 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -11,6 +12,14 @@ import platform
 import sys
 
 EXIT = {"proved": 0, "counterexample": 1, "unknown": 3}
+
+
+def _tokens(text: str) -> tuple:
+    """'0,1,0' -> (0, 1, 0); '' -> ()."""
+    try:
+        return tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token ids, got {text!r}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -24,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="seconds for the whole proof; running out answers 'unknown' (default 60)")
     parser.add_argument("--target-temperature", type=float, default=1, choices=(0, 1),
                         help="1: every target distribution (default); 0: every greedy (argmax) target")
+    parser.add_argument("--context", type=_tokens, default=(), metavar="T,T,...",
+                        help="token ids the iteration starts from (default empty); for methods that read the "
+                             "prefix themselves, e.g. prompt lookup with a repeated n-gram")
+    parser.add_argument("--point-trials", type=int, default=None, metavar="N",
+                        help="structured pairs tried by the exact engine before the symbolic run "
+                             "(default 32; 0 skips)")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON (atomically)")
     return parser
 
@@ -36,11 +51,14 @@ def run(args) -> int:
 
     temperature = int(args.target_temperature)
     try:
+        extra = {} if args.point_trials is None else {"point_trials": args.point_trials}
         result = prove(args.method, args.vocab_size, args.draft_length, args.num_paths, timeout=args.timeout,
-                       target_temperature=temperature)
+                       target_temperature=temperature, context=args.context, **extra)
     except (TypeError, ValueError) as err:
         if type(err).__name__ == "RuleContractError":
-            raise
+            # e.g. a division by a value that is 0 for some pair: no law to prove anything about
+            print(f"verispec prove: rule contract error (not a lossless verdict): {err}", file=sys.stderr)
+            return 3
         print(f"verispec prove: {err}", file=sys.stderr)
         return 2
     print(result.summary())

@@ -48,8 +48,10 @@ def _prefixes(V: int, max_length: int):
     return [u for n in range(max_length + 1) for u in itertools.product(range(V), repeat=n)]
 
 
-def search(method, V: int, depth: int, temperatures, trials: int, deadline: float, seed: int = 0):
-    """Up to `trials` seeded structured pairs through the exact engine, stopping at `deadline`.
+def search(method, V: int, depth: int, temperatures, trials: int, deadline: float, seed: int = 0,
+           context=()):
+    """Up to `trials` seeded structured pairs through the exact engine, stopping at `deadline`
+    (one iteration from `context`, then the target, as `prove` compares them).
 
     Returns a confirmed `Counterexample` (``found_by="point search"``) or None. A pair on which the
     rule raises is skipped (the symbolic exploration reports crashes with their branch); a rule whose
@@ -64,26 +66,26 @@ def search(method, V: int, depth: int, temperatures, trials: int, deadline: floa
     for _ in range(trials):
         if time.monotonic() > deadline:
             return None
-        p_table = {u: structured_point(V, rng) for u in _prefixes(V, depth)}
-        q_table = {u: structured_point(V, rng) for u in _prefixes(V, depth - 1)}
+        p_table = {context + u: structured_point(V, rng) for u in _prefixes(V, depth)}
+        q_table = {context + u: structured_point(V, rng) for u in _prefixes(V, depth - 1)}
         target = _wrap(_table_model(p_table, V), temperatures[0])
         draft = _wrap(_table_model(q_table, V), temperatures[1])
         try:
-            law = enumerate_law(_program(method, target, draft, N)).law
+            law = enumerate_law(_program(method, target, draft, N, context)).law
         except Exception:  # noqa: BLE001 - the rule's crash is reported by the symbolic run
             continue
         if not all(isinstance(x, (Fraction, int)) for x in law.values()):
             return None  # float64 inside the rule: a difference could be round-off, not a counterexample
-        ref = exact.target_distribution(target, (), N)
+        ref = exact.target_distribution(target, context, N)
         tv = exact.total_variation(law, ref)
         if tv == 0:
             continue
         output = max(set(law) | set(ref), key=lambda s: (abs(law.get(s, 0) - ref.get(s, 0)), s))
-        loop = exact.output_distribution(target, draft, method, (), N)
+        loop = exact.output_distribution(target, draft, method, context, N)
         return Counterexample(output=output, target=p_table, draft=q_table,
                               method_probability=Fraction(law.get(output, 0)),
                               target_probability=Fraction(ref.get(output, 0)),
                               tv_iteration=Fraction(tv), tv_loop=Fraction(exact.total_variation(loop, ref)),
-                              confirmed=True, code=_repro_code(p_table, q_table, V, temperatures, N, method),
+                              confirmed=True, code=_repro_code(p_table, q_table, V, temperatures, N, method, context),
                               found_by="point search")
     return None

@@ -165,6 +165,7 @@ class ProofResult:
     seconds: float = 0.0
     queries: list = field(default_factory=list)
     counterexample: Counterexample | None = None
+    context: tuple = ()
 
     @property
     def proved(self) -> bool:
@@ -181,6 +182,8 @@ class ProofResult:
     def summary(self) -> str:
         head = (f"{self.method}: {self.verdict.upper()} at V={self.vocab_size}, L={self.draft_length}, "
                 f"K={self.num_paths}, N={self.num_tokens} tokens")
+        if self.context:
+            head += f" from the context {self.context}"
         if self.target_temperature != 1 or self.draft_temperature != 1:
             head += f" (target T={self.target_temperature}, draft T={self.draft_temperature})"
         lines = [head,
@@ -283,23 +286,23 @@ def _explore(program, variables, deadline):
         variables.explorer = None
 
 
-def _program(method, target, draft, num_tokens):
-    """One iteration from the empty context, then the target until `num_tokens` are out."""
+def _program(method, target, draft, num_tokens, context=()):
+    """One iteration from `context`, then the target until `num_tokens` are out."""
 
     def run(rand):
-        out = method.step(target, draft, (), rand)
+        out = method.step(target, draft, context, rand)
         while len(out) < num_tokens:
-            out += (rand.categorical(target.probs(out)),)
+            out += (rand.categorical(target.probs(context + out)),)
         return out[:num_tokens]
 
     return run
 
 
-def _target_program(target, num_tokens):
+def _target_program(target, num_tokens, context=()):
     def run(rand):
         out = ()
         while len(out) < num_tokens:
-            out += (rand.categorical(target.probs(out)),)
+            out += (rand.categorical(target.probs(context + out)),)
         return out
 
     return run
@@ -379,7 +382,8 @@ POINT_TRIALS = 32
 
 
 def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeout: float = 60.0,
-          target_temperature=1, draft_temperature=1, point_trials: int = POINT_TRIALS) -> ProofResult:
+          target_temperature=1, draft_temperature=1, point_trials: int = POINT_TRIALS,
+          context=()) -> ProofResult:
     """Prove (or refute) that `method` is lossless for EVERY target/draft pair at (V, L, K).
 
     Args:
@@ -395,6 +399,10 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
         point_trials: structured pairs (vertices, edges, small denominators) evaluated by the exact
             engine first (`verispec.formal.points`, at most 10% of `timeout`); 0 skips the search.
             A difference found there is a confirmed counterexample; finding none proves nothing.
+        context: the token prefix [n] the iteration starts from (default empty). Its conditionals
+            p(. | context + u) are symbolic like the others. Matters for a method that reads the
+            prefix itself (prompt lookup: a context with a repeated n-gram makes its draft
+            non-empty); for the others the empty context already covers every context.
 
     Returns:
         a `ProofResult` (verdict "proved" / "counterexample" / "unknown" with its reason).
@@ -408,6 +416,7 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
     _check_temperature(draft_temperature, "draft_temperature")
     if isinstance(point_trials, bool) or not isinstance(point_trials, int) or point_trials < 0:
         raise ValueError(f"point_trials: expected a non-negative int, got {point_trials!r}")
+    context = models.check_prefix(context, V, "context")
     N = depth + 1
     start = time.perf_counter()
     deadline = time.monotonic() + timeout
@@ -415,15 +424,18 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
     base_target = SymbolicModel("p", V, variables)
     base_draft = SymbolicModel("q", V, variables)
     target, draft = _wrap(base_target, target_temperature), _wrap(base_draft, draft_temperature)
-    claim = (f"for every target/draft pair at V={V}, L={L}, K={K}: one iteration followed by the target "
-             f"has the target's law of the first {N} tokens")
+    start_from = f"from the context {context} " if context else ""
+    claim = (f"for every target/draft pair at V={V}, L={L}, K={K}: one iteration {start_from}followed by the "
+             f"target has the target's law of the first {N} tokens")
     claim += (", hence the whole loop is lossless at every length" if method.model_state_only
-              else " (from the empty context: this method reads the prefix itself)")
-    result = ProofResult(repr(method), V, L, K, N, target_temperature, draft_temperature, "unknown", "", claim)
+              else f" ({'from this context only' if context else 'from the empty context'}: this method "
+                   "reads the prefix itself)")
+    result = ProofResult(repr(method), V, L, K, N, target_temperature, draft_temperature, "unknown", "", claim,
+                         context=context)
     temperatures = (target_temperature, draft_temperature)
     if point_trials:
         cx = points.search(method, V, depth, temperatures, int(point_trials),
-                           time.monotonic() + timeout / 10)
+                           time.monotonic() + timeout / 10, context=context)
         if cx is not None:
             result.verdict, result.counterexample = "counterexample", cx
             result.reason = (f"the law of {cx.output} differs on the pair below (found by the point search, "
@@ -431,8 +443,8 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
             result.seconds = time.perf_counter() - start
             return result
     try:
-        tree = _explore(_program(method, target, draft, N), variables, deadline)
-        reference = _explore(_target_program(target, N), variables, deadline)
+        tree = _explore(_program(method, target, draft, N, context), variables, deadline)
+        reference = _explore(_target_program(target, N, context), variables, deadline)
     except ExplorationTimeout:
         result.reason = f"timeout: the symbolic exploration ran past {timeout} s"
         result.seconds = time.perf_counter() - start
@@ -444,7 +456,7 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
     except SymbolicZeroDivision as err:
         # Raises the exact engine's RuleContractError when the solver's pair confirms the crash.
         result.reason = _zero_division(err, variables, method, (base_target, base_draft),
-                                       (target_temperature, draft_temperature), N)
+                                       (target_temperature, draft_temperature), N, context)
         result.seconds = time.perf_counter() - start
         return result
     result.exploration_seconds = time.perf_counter() - start
@@ -452,12 +464,12 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
     result.leaves, result.dead_paths, result.solver_checks = tree.leaves, tree.dead, tree.solver_checks
     result.variables = sum(len(free) for free in variables.groups.values())
     _run_queries(result, tree, reference, variables, method, (base_target, base_draft),
-                 (target_temperature, draft_temperature), deadline)
+                 (target_temperature, draft_temperature), deadline, context)
     result.seconds = time.perf_counter() - start
     return result
 
 
-def _run_queries(result, tree, reference, variables, method, bases, temperatures, deadline):
+def _run_queries(result, tree, reference, variables, method, bases, temperatures, deadline, context):
     V, N = result.vocab_size, result.num_tokens
     unknown = []
     for output in itertools.product(range(V), repeat=N):
@@ -468,7 +480,7 @@ def _run_queries(result, tree, reference, variables, method, bases, temperatures
             unknown.append(output)
         elif status == "sat":
             try:
-                cx = _counterexample(model, variables, method, bases, temperatures, output, N)
+                cx = _counterexample(model, variables, method, bases, temperatures, output, N, context)
             except Exception as err:  # e.g. the rule divides by zero on the solver's pair
                 unknown.append(output)
                 result.queries[-1].reason = (f"the exact engine raised on the solver's pair "
@@ -538,7 +550,7 @@ def _fmt_fraction(x: Fraction) -> str:
     return f"Fraction({x.numerator})" if x.denominator == 1 else f"Fraction({x.numerator}, {x.denominator})"
 
 
-def _zero_division(err, variables, method, bases, temperatures, N) -> str:
+def _zero_division(err, variables, method, bases, temperatures, N, context) -> str:
     """A division by a symbolic value that can be 0 on a branch of positive probability.
 
     The solver's pair (rationalised) is run through the exact engine: when the rule raises there,
@@ -556,9 +568,9 @@ def _zero_division(err, variables, method, bases, temperatures, N) -> str:
     target = _wrap(_table_model(p_table, V), temperatures[0])
     draft = _wrap(_table_model(q_table, V), temperatures[1])
     try:
-        exact.output_distribution(target, draft, method, (), N)
+        exact.output_distribution(target, draft, method, context, N)
     except RuleContractError as crash:
-        code = _repro_code(p_table, q_table, V, temperatures, N, method)
+        code = _repro_code(p_table, q_table, V, temperatures, N, method, context)
         raise RuleContractError(f"{crash.problem} (prove: {err} {where}; confirmed by the exact engine on "
                                 "the pair below)", method=crash.method, prefix=crash.prefix,
                                 probability=crash.probability, draws=crash.draws,
@@ -567,7 +579,8 @@ def _zero_division(err, variables, method, bases, temperatures, N) -> str:
             "(an irrational pair?)")
 
 
-def _repro_code(p_table, q_table, V, temperatures, N, method) -> str:
+def _repro_code(p_table, q_table, V, temperatures, N, method, context=()) -> str:
+    at = f"context={tuple(context)!r}, " if context else ""
     wrap = [f"models.temperature({{}}, {t})" if t != 1 else "{}" for t in temperatures]
     return "\n".join([
         "from fractions import Fraction",
@@ -575,11 +588,11 @@ def _repro_code(p_table, q_table, V, temperatures, N, method) -> str:
         "from verispec.testing import assert_lossless",
         f"target = {wrap[0].format(_fmt_table(p_table, V))}",
         f"draft = {wrap[1].format(_fmt_table(q_table, V))}",
-        f"assert_lossless(method, target=target, draft=draft, num_tokens={N})  # method = {method!r}",
+        f"assert_lossless(method, target=target, draft=draft, {at}num_tokens={N})  # method = {method!r}",
     ])
 
 
-def _counterexample(model, variables, method, bases, temperatures, output, N) -> Counterexample:
+def _counterexample(model, variables, method, bases, temperatures, output, N, context=()) -> Counterexample:
     from ..reference import exact
     from ..reference.randomness import enumerate_law
 
@@ -587,12 +600,12 @@ def _counterexample(model, variables, method, bases, temperatures, output, N) ->
     p_table, q_table = _tables(model, variables)
     target = _wrap(_table_model(p_table, V), temperatures[0])
     draft = _wrap(_table_model(q_table, V), temperatures[1])
-    law = enumerate_law(_program(method, target, draft, N)).law
-    ref = exact.target_distribution(target, (), N)
+    law = enumerate_law(_program(method, target, draft, N, context)).law
+    ref = exact.target_distribution(target, context, N)
     tv_iteration = exact.total_variation(law, ref)
-    loop = exact.output_distribution(target, draft, method, (), N)
+    loop = exact.output_distribution(target, draft, method, context, N)
     tv_loop = exact.total_variation(loop, ref)
-    code = _repro_code(p_table, q_table, V, temperatures, N, method)
+    code = _repro_code(p_table, q_table, V, temperatures, N, method, context)
     return Counterexample(output=output, target=p_table, draft=q_table,
                           method_probability=Fraction(law.get(output, 0)),
                           target_probability=Fraction(ref.get(output, 0)),
