@@ -111,7 +111,7 @@ class AdaptiveChainDrafter(PathsDrafter):
             self.draft_rows += int(active.sum())
             self.fed[:, d] = torch.where(active, m, -1)
             q_d = probabilities(step, Td)  # [B, V]
-            q[:, d] = torch.where(active.unsqueeze(1), q_d, 0.0)
+            q[:, d] = q_d if bool(active.all()) else torch.where(active.unsqueeze(1), q_d, 0.0)
             token = categorical(q_d, self.source.take(B, 1, device)[:, 0])
             paths[:, 0, d] = token
             low = active & (self._confidence(step, token) < self.threshold) & (lengths > d + 1)

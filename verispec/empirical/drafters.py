@@ -51,7 +51,10 @@ def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     if temperature == 0:
         index = logits.argmax(-1, keepdim=True)
         return torch.zeros(logits.shape, dtype=torch.float64, device=logits.device).scatter_(-1, index, 1.0)
-    return torch.softmax(logits.double() / temperature, dim=-1)
+    scaled = logits.double()  # [..., V]; a copy unless the logits already were float64
+    if temperature != 1:  # x / 1 == x exactly: no pass over the vocabulary for it
+        scaled = scaled / temperature if scaled is logits else scaled.div_(temperature)
+    return torch.softmax(scaled, dim=-1)
 
 
 @dataclass
@@ -219,8 +222,10 @@ class PathsDrafter(ModelDrafter):
             self.draft_rows += K
             slots = 1 + (d - 1) * K + ks  # [K]
             self.fed[:, slots] = torch.where(is_node, m + ks, -1)
-            q_rows = probabilities(logits, Td).gather(1, rep.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
-            q[:, slots] = torch.where(is_node.unsqueeze(-1), q_rows, 0.0)  # q at node (k, d)
+            q_rows = probabilities(logits, Td)  # [B, K, V]
+            if K > 1:  # a path through another path's node reads that node's q
+                q_rows = q_rows.gather(1, rep.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+            q[:, slots] = q_rows if bool(is_node.all()) else torch.where(is_node.unsqueeze(-1), q_rows, 0.0)
             paths[:, :, d] = categorical(q_rows, self.source.take(B, K, device))
             parent_fed = m + rep  # forest id of the node each path runs through
         return self._tree(rows.last, paths, lengths, q)

@@ -177,6 +177,11 @@ def _tree_forward(kv, tree: DraftTree):
     parents = tree.parents.gather(1, order)  # [B, W], node ids
     parents = torch.where(parents >= 0, where.gather(1, parents.clamp(min=0)), -1)
     logits = kv.append(tree.tokens.gather(1, order), parents, real.gather(1, order))  # [B, W, V]
+    if bool(real[:, :W].all()):  # the real nodes already lead every row: order is the identity
+        if W == N:
+            return logits, order
+        pad = logits.new_zeros(B, N - W, logits.shape[-1])  # [B, N - W, V], padding nodes
+        return torch.cat([logits, pad], dim=1), order
     full = torch.zeros(B, N, logits.shape[-1], dtype=logits.dtype, device=logits.device)
     full.scatter_(1, order.unsqueeze(-1).expand(-1, -1, logits.shape[-1]), logits)
     return full, order

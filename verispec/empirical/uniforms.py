@@ -59,7 +59,16 @@ def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     index = torch.searchsorted(cdf.contiguous(), target.contiguous(), right=True)  # [..., 1]
     V = probs.shape[-1]
     index = index.clamp(max=V - 1)
-    # Step back onto the support: the largest id <= index with positive probability.
+    # The first id whose cdf exceeds the target has positive probability unless the search ran
+    # off the end (round-off); only then is the full step back needed (it scans every id).
+    if bool((probs.gather(-1, index) > 0).all()):
+        return index.squeeze(-1)
+    return _step_back(probs, index)
+
+
+def _step_back(probs: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The largest id <= index [..., 1] with positive probability in probs [..., V] (0 if none)."""
+    V = probs.shape[-1]
     ids = torch.arange(V, device=probs.device).expand(probs.shape)  # [..., V]
     last_positive = torch.where(probs > 0, ids, torch.full_like(ids, -1)).cummax(-1).values  # [..., V]
     return last_positive.gather(-1, index).squeeze(-1).clamp(min=0)

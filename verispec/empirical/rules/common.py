@@ -37,18 +37,26 @@ def residual(p: torch.Tensor, q: torch.Tensor, weight=1.0) -> torch.Tensor:
         [..., V], the correction law of speculative sampling (weight 1, arXiv 2211.17192) and of
         block verification (weight w_tau, arXiv 2403.10444).
     """
-    if isinstance(weight, torch.Tensor):
-        weight = weight.unsqueeze(-1)  # [..., 1]
-    excess = (weight * p - q).clamp(min=0)  # [..., V]
+    excess = _excess(p, q, weight)  # [..., V]
     total = excess.sum(-1, keepdim=True)  # [..., 1]
+    if bool((total > 0).all()):  # no row falls back to p: normalise in place
+        return excess.div_(total)
     return torch.where(total > 0, excess / torch.where(total > 0, total, 1), p)
 
 
 def positive_mass(p: torch.Tensor, q: torch.Tensor, weight=1.0) -> torch.Tensor:
     """sum_x max(weight * p(x) - q(x), 0) -> [...] for p, q [..., V]."""
+    return _excess(p, q, weight).sum(-1)
+
+
+def _excess(p: torch.Tensor, q: torch.Tensor, weight) -> torch.Tensor:
+    """max(weight * p - q, 0) [..., V] (weight: scalar or [...]) as one fresh tensor, clamped in
+    place: these are vocabulary-wide passes on the verifier's hot path (1 * p == p exactly)."""
     if isinstance(weight, torch.Tensor):
-        weight = weight.unsqueeze(-1)
-    return (weight * p - q).clamp(min=0).sum(-1)
+        diff = weight.unsqueeze(-1) * p - q
+    else:
+        diff = p - q if type(weight) in (int, float) and weight == 1 else weight * p - q
+    return diff.clamp_(min=0)
 
 
 def accept_probability(p_x: torch.Tensor, q_x: torch.Tensor, weight=1.0) -> torch.Tensor:

@@ -65,22 +65,16 @@ class PathRule:
             raise ValueError(f"draft tree: rule {self.name!r} needs the drafter's paths [B, K, L]")
         paths = tree.paths  # [B, K, L], node ids
         B, K, L = paths.shape
-        V = p.shape[-1]
-        node_of = torch.cat([paths.new_zeros(B, K, 1), paths.clamp(min=0)], dim=-1)  # [B, K, L+1]
-        p_tab = p.gather(1, node_of.reshape(B, -1, 1).expand(-1, -1, V)).view(B, K, L + 1, V)
-        drafted = tree.tokens.gather(1, paths.clamp(min=0).reshape(B, -1)).view(B, K, L)
-        if tree.q is None:  # point masses: q = one-hot of each drafted token
-            q_tab = torch.nn.functional.one_hot(drafted, V).to(p.dtype)  # [B, K, L, V]
-        else:
-            q_tab = tree.q.gather(1, node_of[:, :, :L].reshape(B, -1, 1).expand(-1, -1, V)).view(B, K, L, V)
         lengths = (paths >= 0).sum(-1)  # [B, K]
-        if self.name in ("token", "block"):
+        if self.name in ("token", "block"):  # chain rules read path 0, never past its length
+            p_tab, q_tab, drafted = _path_tables(p, tree, paths[:, :1], loose=True)
             tau, emitted, consumed = _chain_by_length(self.name, p_tab[:, 0], q_tab[:, 0], drafted[:, 0],
                                                       lengths[:, 0], source.peek(B, L + 1, p.device))
             k_star = torch.zeros_like(tau)
         else:
             from . import uniforms_needed, verify
 
+            p_tab, q_tab, drafted = _path_tables(p, tree, paths, loose=False)
             full = bool((lengths == L).all()) or self.name == "gbv"
             u = source.peek(B, uniforms_needed(self.name, L, K), p.device)
             out = verify(self.name, p_tab, q_tab, drafted, u, None if full else lengths, validate=False)
@@ -88,6 +82,35 @@ class PathRule:
         source.advance(consumed)
         rows_ = torch.arange(B, device=p.device)
         return _verdict(paths[rows_, k_star], tau, emitted[rows_, tau])
+
+
+def _path_tables(p, tree, paths, loose: bool):
+    """The path layout of the rules: p [B, K, L+1, V], q [B, K, L, V] (one-hot of the drafted
+    tokens for point masses), drafted [B, K, L] from the node layout (p [B, N, V], paths
+    [B, K, L] node ids, -1 past a path's end: there the root's rows, or, when `loose`, rows the
+    caller never reads). Views, not copies, when every path reads its nodes in slot order."""
+    B, K, L = paths.shape
+    V = p.shape[-1]
+    nodes = torch.cat([paths.new_zeros(B, K, 1), paths], dim=-1)  # [B, K, L+1]
+    p_tab = _node_rows(p, nodes.reshape(B, -1), loose).view(B, K, L + 1, V)
+    drafted = tree.tokens.gather(1, paths.clamp(min=0).reshape(B, -1)).view(B, K, L)
+    if tree.q is None:  # point masses: q = one-hot of each drafted token
+        q_tab = torch.zeros(B, K, L, V, dtype=p.dtype, device=p.device).scatter_(-1, drafted.unsqueeze(-1), 1.0)
+    else:
+        q_tab = _node_rows(tree.q, nodes[:, :, :L].reshape(B, -1), loose).view(B, K, L, V)
+    return p_tab, q_tab, drafted
+
+
+def _node_rows(t, nodes, loose: bool):
+    """Rows of t [B, N, V] at nodes [B, n] (-1: the root, or any row when `loose`) -> [B, n, V]:
+    the slice t[:, :n] when the nodes read are 0..n-1 in every row (chains in slot order: no
+    copy of n vocabulary-wide rows), else a gather."""
+    n = nodes.shape[1]
+    slots = torch.arange(n, device=nodes.device)
+    read = (nodes >= 0) if loose else torch.ones_like(nodes, dtype=torch.bool)
+    if n <= t.shape[1] and bool(((nodes == slots) | ~read).all()):
+        return t[:, :n]
+    return t.gather(1, nodes.clamp(min=0).unsqueeze(-1).expand(-1, -1, t.shape[-1]))
 
 
 def _chain_by_length(name, p, q, draft, lengths, u):
@@ -100,8 +123,10 @@ def _chain_by_length(name, p, q, draft, lengths, u):
     tau = torch.zeros(B, dtype=torch.long, device=p.device)
     emitted = torch.full((B, width), -1, dtype=torch.long, device=p.device)
     consumed = torch.ones(B, dtype=torch.long, device=p.device)
-    for n in lengths.unique().tolist():
-        rows = (lengths == n).nonzero().squeeze(1)
+    groups = lengths.unique().tolist()
+    for n in groups:
+        # One group (always at B = 1): every row, as slices (no copy of the tables' rows).
+        rows = slice(None) if len(groups) == 1 else (lengths == n).nonzero().squeeze(1)
         if n == 0:
             emitted[rows, 0] = categorical(p[rows, 0], u[rows, 0])
             continue
