@@ -750,6 +750,7 @@ class OuroborosDrafter(_PhraseDrafter):
     def draft(self, rows) -> DraftTree:
         proposal, _, used = _draft(self.dcache, self.seq, self.pool, self.window, self.L, self.K)
         self.drafted += used
+        self.draft_rows = self.dcache.rows
         tree, self.anchor = _ouroboros_tree(self.seq[-1], proposal, self.pool, self.K, self.dcache.model.vocab_size)
         return self._draft_tree(tree, rows.last.device)
 
