@@ -11,6 +11,7 @@
   Bernstein bound at alpha = 1e-6 (`test_accepted_length_exact`). This also checks the torch
   drafter's law, which the shared-uniform test cannot (both sides use it). Planted bug caught
   there: SpecHub's second draft drawn from q instead of q(. | != a).
+- `khisti` with `truncation` = s (the s-truncated LP, `TruncatedSelection`) takes the same checks.
 - `verispec bench` runs them (T = 0 output = target-only); bad parameters raise clear errors.
 """
 
@@ -32,8 +33,9 @@ from . import test_accepted_length_exact as exact_tau  # noqa: E402
 from .test_decode_tiny import tiny  # noqa: E402
 
 WALKS = [("spechub", dict(draft_length=3)), ("khisti", dict(draft_length=2, num_paths=2)),
-         ("khisti", dict(draft_length=2, num_paths=3)), ("optimal_is", dict(draft_length=2, num_paths=2))]
-IDS = ["spechub-L3", "khisti-K2", "khisti-K3", "optimal_is-K2"]
+         ("khisti", dict(draft_length=2, num_paths=3)), ("optimal_is", dict(draft_length=2, num_paths=2)),
+         ("khisti", dict(draft_length=2, num_paths=3, truncation=2))]
+IDS = ["spechub-L3", "khisti-K2", "khisti-K3", "optimal_is-K2", "khisti-K3-s2"]
 PROMPTS = [torch.tensor([3, 1, 4, 1, 5]), torch.tensor([9]), torch.tensor([2, 7, 1, 8, 2, 8, 1])]
 
 
@@ -91,7 +93,18 @@ def test_planted_wrong_residual_in_the_is_walk_is_caught(pair, monkeypatch):
         return tuple(tables)
 
     monkeypatch.setattr(multistep, "_tables", raw_q)
-    assert all(_diverges(pair, WALKS[1:]))
+    assert all(_diverges(pair, WALKS[1:4]))
+
+
+def test_planted_wrong_residual_in_the_truncated_walk_is_caught(pair, monkeypatch):
+    original = multistep._truncated_tables
+
+    def raw_q(p, q, drafts, s):
+        keeps, _, drafted = original(p, q, drafts, s)
+        return keeps, q, drafted
+
+    monkeypatch.setattr(multistep, "_truncated_tables", raw_q)
+    assert all(_diverges(pair, WALKS[4:]))
 
 
 @pytest.mark.parametrize("storage", ["padded", "packed"])
@@ -111,7 +124,9 @@ def test_greedy_mixed_lengths_equals_target_only(pair, name, params, storage):
 EXACT = [("spechub", reference_methods.spechub(2), dict(draft_length=2)),
          ("optimal_is", reference_methods.optimal_is(2, 2), dict(draft_length=2, num_paths=2)),
          pytest.param("khisti", reference_methods.khisti(2, 2), dict(draft_length=2, num_paths=2),
-                      marks=pytest.mark.slow)]
+                      marks=pytest.mark.slow),
+         pytest.param("khisti", reference_methods.khisti(2, 2, truncation=2),
+                      dict(draft_length=2, num_paths=2, truncation=2), marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module")
@@ -131,9 +146,9 @@ def laws(models):
     return get
 
 
-@pytest.mark.parametrize("name,method,params", EXACT, ids=["spechub", "optimal_is", "khisti"])
+@pytest.mark.parametrize("name,method,params", EXACT, ids=["spechub", "optimal_is", "khisti", "khisti-s2"])
 def test_measured_tau_equals_exact(models, laws, name, method, params):
-    law1, law2 = laws(name, method)
+    law1, law2 = laws(f"{name}{params.get('truncation', '')}", method)
     assert sum(p for k, p in law2.items() if 0 < k < exact_tau.DEPTH) > 0.1  # partial acceptance
     taus = exact_tau.decode_taus(*models, name, params, 4000, "padded", (1, 3), seed=sum(map(ord, name)))
     exact_tau.check_means(taus, (law1, law2))
@@ -149,7 +164,7 @@ def test_planted_hub_pair_drafted_from_q_is_caught(models, laws, monkeypatch):
     from verispec.empirical.uniforms import categorical
 
     original = hubpairs.hub_pair
-    expected = laws("spechub", reference_methods.spechub(2))
+    expected = laws("spechub", reference_methods.spechub(2))  # the memo key of the spechub case above
     monkeypatch.setattr(hubpairs, "hub_pair", from_q)
     taus = exact_tau.decode_taus(*models, "spechub", dict(draft_length=2), 4000, "padded", (1, 3), seed=11)
     with pytest.raises(AssertionError, match="tau_"):
@@ -166,7 +181,7 @@ class CharTokenizer:
 
 
 def test_bench_runs_the_walk_methods(pair, tmp_path):
-    labels = ("spechub", "khisti:K=2", "optimal_is:K=2")
+    labels = ("spechub", "khisti:K=2", "optimal_is:K=2", "khisti:K=2,s=3")
     config = bench.BenchConfig(prompts=1, max_new_tokens=8, methods=labels, temperatures=(0.0, 1.0),
                                draft_length=2, num_paths=3, dtype="float32")
     models = types.SimpleNamespace(target=pair[0], draft=pair[1], tokenizer=CharTokenizer())
@@ -177,6 +192,7 @@ def test_bench_runs_the_walk_methods(pair, tmp_path):
         assert records[f"{label}|T=0|t/0"]["tokens"] == records["target_only|T=0|t/0"]["tokens"]
         assert records[f"{label}|T=1|t/0"]["new_tokens"] == 8
     assert bench.parse_runner("spechub", 4, 3).num_paths == 2  # the hub pair, whatever the default K
+    assert bench.parse_runner("khisti:K=2,s=5", 4, 3).truncation == 5
 
 
 def test_bad_parameters_are_clear_errors():
@@ -192,12 +208,21 @@ def test_bad_parameters_are_clear_errors():
         bench.parse_runner("khisti:K=0", 4, 3)
     with pytest.raises(ValueError, match="name: not a tree-walk rule"):
         multistep.TopDownWalk("gbv")
+    with pytest.raises(ValueError, match="truncation: only 'khisti'"):
+        methods.get("optimal_is", truncation=3)
+    with pytest.raises(ValueError, match="truncation"):
+        methods.get("khisti", truncation=0)
+    with pytest.raises(ValueError, match="only khisti takes an LP truncation"):
+        bench.parse_runner("spechub:s=3", 4, 3)
 
 
 def test_is_walk_refuses_a_vocabulary_too_large_for_its_lp():
     V = multistep.MAX_LP_VOCAB + 1
     tree = types.SimpleNamespace(paths=torch.tensor([[[1], [2]]]), q=torch.full((1, 3, V), 1.0 / V),
                                  tokens=torch.tensor([[0, 1, 2]]))
+    p = torch.full((1, 3, V), 1.0 / V, dtype=torch.float64)
     for name in ("khisti", "optimal_is"):
         with pytest.raises(ValueError, match=f"vocabulary: '{name}' .* V = {V} > MAX_LP_VOCAB"):
-            multistep.TopDownWalk(name)(torch.full((1, 3, V), 1.0 / V, dtype=torch.float64), tree, None, 1.0)
+            multistep.TopDownWalk(name)(p, tree, None, 1.0)
+    with pytest.raises(ValueError, match="khisti:K=2,s=5"):
+        multistep.TopDownWalk("khisti")(p, tree, None, 1.0)

@@ -31,7 +31,8 @@ guesses per draft forward, default 8, and the pool refined from the target's ver
 history; ``L`` = the initial cap) and ``hybrid`` (the lookup phrase when the context has one, the
 adaptive chain otherwise; `verispec.empirical.adaptive`), the tree walks ``khisti:K=2``,
 ``optimal_is:K=2`` and ``spechub`` (K = 2 only) of `verispec.empirical.rules.multistep` (the IS
-rules solve a selection LP over the full vocabulary: small vocabularies only), and a user's own
+rules solve a selection LP over the full vocabulary: small vocabularies only; ``khisti:K=2,s=5``
+solves it over the 5 tokens of largest p - q_1 q_2, at any vocabulary), and a user's own
 reference `Method` as ``pkg.module:attr`` (its verify runs through `verispec.empirical.adapter` on
 the real models' p and q; at T = 0 a lossless rule reproduces target-only greedy).
 Every runner but the HF peers decodes through the one engine (`verispec.empirical.engine`).
@@ -64,7 +65,8 @@ DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
 #: Version of the record layout (2: one timed span per record, split by `PhaseClock`); files of
 #: another version are refused on resume rather than mixed.
 RECORD_SCHEMA = 2
-_PARAMS = {"L": "draft_length", "K": "num_paths", "n": "node_budget", "W": "window", "G": "guess_set"}
+_PARAMS = {"L": "draft_length", "K": "num_paths", "n": "node_budget", "W": "window", "G": "guess_set",
+           "s": "truncation"}
 #: Phrase-pool runners: K = pool candidates per lookup, W = Jacobi window slots (0: none).
 PHRASE_RUNNERS = ("ouroboros", "ouroboros_phrase", "lookahead")
 #: Their defaults, the decoders' own (`ouroboros_speculative`, `lookahead_speculative`).
@@ -92,6 +94,7 @@ class RunnerSpec:
     node_budget: int = 0
     window: int = 0
     guess_set: int = 0  # ouroboros_phrase: pool phrases the draft model checks per draft forward
+    truncation: int = 0  # khisti: tokens of its s-truncated selection LP (0: the full-vocabulary LP)
 
 
 def runner_names() -> tuple:
@@ -126,7 +129,7 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
         key, _, value = (part.strip() for part in item.partition("="))
         if key not in _PARAMS or not value.isdigit() or int(value) < (0 if key == "W" else 1):
             raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
-                             "(use L=, K=, n= with an int >= 1 or W= with an int >= 0)")
+                             "(use L=, K=, n=, G=, s= with an int >= 1 or W= with an int >= 0)")
         values[_PARAMS[key]] = int(value)
         given.add(key)
     if name in ("target_only", "hf", "hf_prompt_lookup"):
@@ -134,6 +137,8 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     label = name if not params else f"{name}:{params}"
     if "G" in given and name != "ouroboros_phrase":
         raise ValueError(f"methods: only ouroboros_phrase takes a guess set G; got {text!r}")
+    if "s" in given and name != "khisti":
+        raise ValueError(f"methods: only khisti takes an LP truncation s; got {text!r}")
     if name in PHRASE_RUNNERS:
         return RunnerSpec(label, name, values["draft_length"], values["num_paths"], 0, values["window"],
                           values["guess_set"] if name == "ouroboros_phrase" else 0)
@@ -149,7 +154,8 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
         values["num_paths"] = 1
     if name not in TREE_RUNNERS:
         values["node_budget"] = 0
-    return RunnerSpec(label, name, values["draft_length"], values["num_paths"], values["node_budget"])
+    return RunnerSpec(label, name, values["draft_length"], values["num_paths"], values["node_budget"],
+                      truncation=values["truncation"] if "s" in given else 0)
 
 
 @dataclass
@@ -377,7 +383,8 @@ def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed:
         method = methods.get(spec.name, draft_length=spec.draft_length)
         return decode_engine(pair.target, pair.draft, prompt, method, N, T, uniforms=seed, storage="sequence")
     if spec.name in methods.WALK_METHODS:
-        method = methods.get(spec.name, draft_length=spec.draft_length, num_paths=spec.num_paths)
+        method = methods.get(spec.name, draft_length=spec.draft_length, num_paths=spec.num_paths,
+                             **({"truncation": spec.truncation} if spec.truncation else {}))
         return decode_engine(pair.target, pair.draft, prompt, method, N, T, uniforms=seed, storage="sequence")
     return decode.speculative(pair.target, pair.draft, prompt, N, spec.name, draft_length=spec.draft_length,
                               num_paths=spec.num_paths, temperature=T, uniforms=seed, storage="sequence")
@@ -410,6 +417,8 @@ def _record(spec, result, memory, clock: PhaseClock) -> dict:
     for name in ("pool_lookups", "pool_hits"):
         if hasattr(stats, name):
             record[name] = int(getattr(stats, name))
+    if spec.name in ("ouroboros", "ouroboros_phrase"):  # phrase drafts: rows per draft forward vary
+        record["draft_rows"] = int(stats.draft_rows)
     return record
 
 

@@ -78,12 +78,15 @@ def prompt_lookup(draft_length: int = 4, max_ngram: int = 3) -> TorchMethod:
 
 
 def walk_method(name: str, draft_length: int = 4, num_paths: int = 2,
-                draft_temperature: float | None = None) -> TorchMethod:
+                draft_temperature: float | None = None, truncation: int | None = None) -> TorchMethod:
     """A tree-walk method (`WALK_METHODS`): the reference's one-step rule applied top-down on K
-    paths of L = draft_length tokens (`rules.multistep.TopDownWalk`).
+    paths of L = draft_length tokens (`rules.multistep.TopDownWalk`). `truncation` = s (khisti
+    only): the selection LP over s tokens, for large vocabularies (the reference's
+    `methods.khisti(L, K, truncation=s)`).
 
     Raises:
-        TypeError: L or K not an int. ValueError: unknown name, L or K < 1, K != 2 for spechub.
+        TypeError: L, K or s not an int. ValueError: unknown name, L, K or s < 1, K != 2 for
+            spechub, truncation for a method other than khisti.
     """
     from .hubpairs import HubPairsDrafter
     from .rules.multistep import TopDownWalk
@@ -92,13 +95,14 @@ def walk_method(name: str, draft_length: int = 4, num_paths: int = 2,
         raise ValueError(f"method: unknown method {name!r}; known: {', '.join(names())}")
     L = _check_positive(draft_length, "draft_length")
     K = _check_positive(num_paths, "num_paths")
+    s = None if truncation is None else _check_positive(truncation, "truncation")
+    walk = TopDownWalk(name, s)
+    params = {"draft_length": L, "num_paths": K} if s is None else {"draft_length": L, "num_paths": K, "truncation": s}
     if WALK_METHODS[name] == "hub_pair":
         if K != 2:
             raise ValueError(f"num_paths: method {name!r} drafts exactly 2 paths (a hub pair), got num_paths={K}")
-        return TorchMethod(name, lambda: HubPairsDrafter(L, draft_temperature), TopDownWalk(name),
-                           {"draft_length": L, "num_paths": 2})
-    return TorchMethod(name, lambda: PathsDrafter(L, K, True, draft_temperature), TopDownWalk(name),
-                       {"draft_length": L, "num_paths": K})
+        return TorchMethod(name, lambda: HubPairsDrafter(L, draft_temperature), walk, params)
+    return TorchMethod(name, lambda: PathsDrafter(L, K, True, draft_temperature), walk, params)
 
 
 def _adaptive_methods() -> dict:

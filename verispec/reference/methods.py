@@ -20,7 +20,7 @@ from .contract import RuleContractError, check_signature
 from .drafters import Draft
 from .models import LanguageModel, _check_positive_int, check_pair, check_prefix
 from .randomness import Randomness
-from .verifiers.importance import khisti_verify, optimal_is_verify
+from .verifiers.importance import khisti_truncated_verify, khisti_verify, optimal_is_verify
 from .verifiers.spechub import hub_pairs, spechub_verify
 from .verifiers import (block_verify, gbv_verify, nss_verify, rrs_verify, rrsw_verify,
                         sample_and_follow, spectr_verify, token_verify, traversal_verify)
@@ -154,9 +154,22 @@ spectr = _multi("spectr", spectr_verify, drafters.iid_paths)
 spectr.__doc__ = "SpecTr K-SEQ on K i.i.d. paths (arXiv 2310.15141)."
 traversal = _multi("traversal", traversal_verify, drafters.iid_paths)
 traversal.__doc__ = "Traversal verification on the tree of K i.i.d. paths (arXiv 2505.12398)."
-khisti = _multi("khisti", khisti_verify, drafters.iid_paths)
-khisti.__doc__ = ("Khisti et al.'s importance-sampling selection + single-draft SD on K i.i.d. paths "
-                  "(arXiv 2410.18234; pairwise tournament for K > 2).")
+
+
+def khisti(draft_length: int, num_paths: int, truncation: int | None = None) -> Method:
+    """Khisti et al.'s importance-sampling selection + single-draft SD on K i.i.d. paths
+    (arXiv 2410.18234; pairwise tournament for K > 2). `truncation` = s solves the selection LP
+    over the s tokens of largest p - q_1 q_2 only (the GBV authors' code; `TruncatedSelection`):
+    still lossless, affordable at any vocabulary. None: the LP over the full vocabulary."""
+    params = {"draft_length": draft_length, "num_paths": num_paths}
+    if truncation is None:
+        return Method("khisti", drafters.iid_paths(draft_length, num_paths), khisti_verify, params,
+                      model_state_only=True)
+    s = _check_positive_int(truncation, "truncation")
+    return Method("khisti", drafters.iid_paths(draft_length, num_paths), khisti_truncated_verify(s),
+                  {**params, "truncation": s}, model_state_only=True)
+
+
 optimal_is = _multi("optimal_is", optimal_is_verify, drafters.iid_paths)
 optimal_is.__doc__ = ("IS selection with the optimal selection law (one-step optimum alpha*, arXiv "
                       "2502.18779 / 2410.18234) + single-draft SD on K i.i.d. paths.")

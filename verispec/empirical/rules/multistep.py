@@ -18,6 +18,8 @@ The IS selection tables come from the reference's linear programs (`pair_selecti
 `optimal_selection`), solved on the CPU per node in float64 with scipy HiGHS, as the GBV authors'
 public code does. Those LPs are over the full vocabulary (V(V - 1) variables for `khisti`, one
 variable per drafted token set for `optimal_is`), so they are refused above `MAX_LP_VOCAB`.
+`khisti` with `truncation` = s instead solves the LP over the s tokens of largest p - q_1 q_2
+(`verispec.reference.verifiers.importance.TruncatedSelection`: O(V log V) per node, any V).
 
 Uniforms: a row reads its step's uniforms in the reference's order (tournament bernoullis, the
 selection draw, the acceptance test, the correction), node after node, then the bonus draw; the
@@ -31,8 +33,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..uniforms import categorical
-from .importance import khisti_step, optimal_is_step
+from ..uniforms import bernoulli, categorical
+from .importance import _single_draft, khisti_step, optimal_is_step
 from .nodes import Verdict
 from .spechub import spechub_step
 
@@ -57,24 +59,30 @@ class TopDownWalk:
     `__call__(p, tree, source, temperature, rows=None) -> Verdict` with p float64 [B, N, V] and the
     tree's q [B, N, V] and paths [B, K, L] (node ids, -1 past a path's end).
 
+    `truncation` (khisti only): s, the LP tokens of `TruncatedSelection`; None: the full LP.
+
     Raises:
-        ValueError: unknown name; a tree without paths or q; V > MAX_LP_VOCAB for the IS rules.
+        ValueError: unknown name; truncation for a rule other than khisti; a tree without paths or
+            q; V > MAX_LP_VOCAB for the full-vocabulary IS LPs.
     """
 
     needs_q = True
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, truncation: int | None = None):
         if name not in WALK_RULES:
             raise ValueError(f"name: not a tree-walk rule: {name!r}; known: {', '.join(WALK_RULES)}")
-        self.name = name
+        if truncation is not None and name != "khisti":
+            raise ValueError(f"truncation: only 'khisti' has a truncated LP, not {name!r}")
+        self.name, self.truncation = name, truncation
 
     def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
         if tree.paths is None or tree.q is None:
             raise ValueError(f"draft tree: rule {self.name!r} needs the drafter's paths [B, K, L] and q [B, N, V]")
         B, N, V = p.shape
-        if self.name != "spechub" and V > MAX_LP_VOCAB:
+        if self.name != "spechub" and self.truncation is None and V > MAX_LP_VOCAB:
+            hint = " (use khisti's truncation=s, e.g. 5, bench label khisti:K=2,s=5)" if self.name == "khisti" else ""
             raise ValueError(f"vocabulary: {self.name!r} solves its selection LP over the full vocabulary, "
-                             f"refused for V = {V} > MAX_LP_VOCAB = {MAX_LP_VOCAB}")
+                             f"refused for V = {V} > MAX_LP_VOCAB = {MAX_LP_VOCAB}{hint}")
         paths = tree.paths  # [B, K, L], node ids
         K, L = paths.shape[1:]
         device = p.device
@@ -111,7 +119,7 @@ class TopDownWalk:
         u [b, n] -> (y [b], uniforms used [b])."""
         if self.name == "spechub":
             return _spechub(p, q, drafts, u)
-        return _importance(self.name, p, q, drafts, u)
+        return _importance(self.name, p, q, drafts, u, self.truncation)
 
 
 class _Walk:
@@ -155,7 +163,7 @@ def _spechub(p, q, drafts, u):
     return spechub_step(p, q, first, second, u[:, :3])
 
 
-def _importance(name, p, q, drafts, u):
+def _importance(name, p, q, drafts, u, truncation=None):
     """An IS step per row, rows grouped by their number of drafts (and of distinct drafts); the
     selection tables come from the reference's LPs on the row's (p, q) in float64."""
     b, device = p.shape[0], p.device
@@ -168,9 +176,15 @@ def _importance(name, p, q, drafts, u):
         groups.setdefault((len(ts), len(set(ts))), []).append(r)
     for (k, _), members in groups.items():
         index = torch.tensor(members, device=device)
-        tables = [_tables(name, p_np[r], q_np[r], rows_drafts[r]) for r in members]
+        if truncation is not None:
+            tables = [_truncated_tables(p_np[r], q_np[r], rows_drafts[r], truncation) for r in members]
+        else:
+            tables = [_tables(name, p_np[r], q_np[r], rows_drafts[r]) for r in members]
         columns = [torch.from_numpy(np.stack(column)).to(device) for column in zip(*tables)]
-        if name == "khisti":
+        if truncation is not None:
+            keeps, q_sel, drafted = columns  # [g, k - 1, k], [g, V], [g, k]
+            y[index], used[index] = _tournament_step(p[index], keeps, q_sel, drafted, u[index, :k + 1])
+        elif name == "khisti":
             keeps, q_sel, drafted = columns  # [g, k - 1, V, V], [g, V], [g, k]
             y[index], used[index] = khisti_step(p[index], keeps, q_sel, drafted, u[index, :k + 1])
         else:
@@ -197,3 +211,36 @@ def _tables(name, p, q, drafts):
     select, q_sel = reference.optimal_selection(p, q, len(drafts))
     return (np.asarray(select[candidates], dtype=np.float64), np.array(candidates, dtype=np.int64),
             np.asarray(q_sel, dtype=np.float64))
+
+
+def _truncated_tables(p, q, drafts, s):
+    """khisti with the s-truncated LP at one node -> (keeps [k - 1, k]: round r's probability that
+    the running winner, draft j <= r, keeps its place against draft r + 1; q_I [V]; drafts [k])."""
+    from ...reference.verifiers import importance as reference
+
+    k = len(drafts)
+    keeps, law = np.zeros((k - 1, k)), q
+    for r in range(k - 1):  # the tournament's rounds, as the reference `khisti_truncated_step`
+        selection = reference.truncated_pair_selection(p, law, q, s)
+        keeps[r, :r + 1] = [float(selection.keep(drafts[j], drafts[r + 1])) for j in range(r + 1)]
+        law = selection.law
+    return keeps, np.asarray(law, dtype=np.float64), np.array(drafts, dtype=np.int64)
+
+
+def _tournament_step(p, keeps, q_sel, drafts, u):
+    """Khisti et al.'s pairwise tournament on per-draft keep probabilities, then single-draft SD.
+
+    Args:
+        p: target [b, V]. keeps: [b, k - 1, k] (`_truncated_tables`). q_sel: the final winner's law
+            [b, V]. drafts: [b, k] in path order. u: uniforms [b, k + 1].
+
+    Returns:
+        (y [b] int64, used [b] int64: k when accepted, else k + 1).
+    """
+    b, k = drafts.shape
+    rows = torch.arange(b, device=p.device)
+    win = torch.zeros(b, dtype=torch.long, device=p.device)  # [b], index of the running winner
+    for r in range(k - 1):
+        win = torch.where(bernoulli(keeps[rows, r, win], u[:, r]), win, r + 1)
+    out, take = _single_draft(p, q_sel, drafts[rows, win], u[:, k - 1], u[:, k])
+    return out, torch.where(take, k, k + 1)

@@ -89,10 +89,12 @@ def _exact_law(values, exact: bool):
 
 
 @functools.lru_cache(maxsize=4096)
-def _pair_weights(p_key, q1_key, q2_key) -> np.ndarray:
-    """w [V, V] (float64) maximising sum_i min(p_i, q_I(i; w)) for drafts x_1 ~ q_1, x_2 ~ q_2."""
+def _pair_weights(p_key, q1_key, q2_key, offset_key=None) -> np.ndarray:
+    """w [V, V] (float64) maximising sum_i min(p_i, q_I(i; w)) for drafts x_1 ~ q_1, x_2 ~ q_2;
+    `offset` [V] (default 0) is selection mass q_I(i) gets from pairs outside these V tokens."""
     p, q1, q2 = (np.asarray(k, dtype=np.float64) for k in (p_key, q1_key, q2_key))
     V = len(p)
+    offset = np.zeros(V) if offset_key is None else np.asarray(offset_key, dtype=np.float64)
     pairs = [(i, j) for i in range(V) for j in range(V) if i != j]
     n_w = len(pairs)
     # variables: w[i, j] for ordered pairs (n_w), then z_i (V); minimise -sum z
@@ -105,7 +107,7 @@ def _pair_weights(p_key, q1_key, q2_key) -> np.ndarray:
         # z_i - sum_j q1_i q2_j w[i,j] + sum_j q1_j q2_i w[j,i] <= q1_i q2_i + sum_{j != i} q1_j q2_i
         row = V + i
         a_ub[row, n_w + i] = 1.0
-        b_ub[row] = q1[i] * q2[i]
+        b_ub[row] = q1[i] * q2[i] + offset[i]
         for k, (a, b) in enumerate(pairs):
             if a == i:
                 a_ub[row, k] -= q1[i] * q2[b]
@@ -176,6 +178,109 @@ def khisti_step(p, q, drafts, rand) -> int:
             winner = challenger
         law = law_next
     return _single_draft(p, law, winner, rand)
+
+
+# ---------------------------------------------------------------------------------------------
+# The s-truncated two-draft LP (the GBV authors' `khisti_lp_solver`, for large vocabularies)
+
+
+class TruncatedSelection:
+    """Khisti et al.'s two-draft selection with the LP restricted to s tokens.
+
+    Tokens are ranked by p - q_1 q_2, descending (ties: lower id first); Omega = the top s. A pair
+    with both drafts in Omega is selected by the two-draft LP over Omega (w[x_1, x_2] = probability
+    of keeping x_1); any other pair keeps the draft of lower rank. The law of the selected token is
+    then, exactly, with T_m(i) = q_m-mass of the tokens ranked after i and Q_m = q_m(outside Omega):
+
+        i outside Omega: q_I(i) = q_1(i) q_2(i) + q_1(i) T_2(i) + T_1(i) q_2(i)
+        i in Omega:      q_I(i) = q_1(i) q_2(i) + q_1(i) Q_2 + Q_1 q_2(i)
+                                  + sum_{j in Omega, j != i} q_1(i) q_2(j) w[i, j] + q_1(j) q_2(i) (1 - w[j, i])
+
+    and the LP maximises sum_{i in Omega} min(p(i), q_I(i)). With s >= V it is `pair_selection`.
+    O(V log V) numpy plus an LP with s(s - 1) variables. The truncation and the lower-rank rule
+    are those of the GBV authors' public code (`khisti.py::khisti_lp_solver`,
+    `khisti_pair_select`); the closed form of q_I is derived here and exact (Fractions in, Fractions
+    out), so the rule stays lossless for every s.
+
+    Attributes:
+        omega: the s tokens of Omega in token-id order; law: q_I [V].
+    """
+
+    def __init__(self, p, q1, q2, s: int):
+        exact = is_exact(p) and is_exact(q1) and is_exact(q2)
+        V = len(p)
+        order = np.argsort(-(np.asarray(p, dtype=np.float64) - np.asarray(q1, dtype=np.float64)
+                             * np.asarray(q2, dtype=np.float64)), kind="stable")  # [V], rank -> token
+        if exact:  # rank on the exact scores
+            order = np.array(sorted(range(V), key=lambda i: (-(p[i] - q1[i] * q2[i]), i)))
+        self.rank = np.empty(V, dtype=np.int64)
+        self.rank[order] = np.arange(V)
+        self.omega = tuple(sorted(int(t) for t in order[:min(s, V)]))
+        q1_out = q1.sum() - sum(q1[t] for t in self.omega)
+        q2_out = q2.sum() - sum(q2[t] for t in self.omega)
+        sub = list(self.omega)
+        offset = q1[sub] * q2_out + q1_out * q2[sub]  # [s]
+        w = _pair_weights(*(tuple(float(v) for v in x) for x in (p[sub], q1[sub], q2[sub], offset)))
+        self.keep_in = {(a, b): _exact_law([w[i, j], 1 - w[i, j]], exact)[0]
+                        for i, a in enumerate(sub) for j, b in enumerate(sub) if i != j}
+        self.law = self._law(q1, q2, order, sub)
+
+    def keep(self, x1: int, x2: int):
+        """Probability of keeping the first draft x1 against the second draft x2."""
+        if x1 == x2:
+            return 1
+        if (x1, x2) in self.keep_in:
+            return self.keep_in[(x1, x2)]
+        return 1 if self.rank[x1] < self.rank[x2] else 0
+
+    def _law(self, q1, q2, order, sub):
+        tail1 = np.cumsum(q1[order][::-1])[::-1] - q1[order]  # [V] by rank: mass ranked after
+        tail2 = np.cumsum(q2[order][::-1])[::-1] - q2[order]
+        law = q1 * 0  # [V]
+        law[order] = q1[order] * q2[order] + q1[order] * tail2 + tail1 * q2[order]
+        q1_out = q1.sum() - sum(q1[t] for t in sub)
+        q2_out = q2.sum() - sum(q2[t] for t in sub)
+        for a in sub:
+            mass = q1[a] * q2[a] + q1[a] * q2_out + q1_out * q2[a]
+            for b in sub:
+                if a != b:
+                    mass = mass + q1[a] * q2[b] * self.keep_in[(a, b)] + q1[b] * q2[a] * (1 - self.keep_in[(b, a)])
+            law[a] = mass
+        return law
+
+
+def truncated_pair_selection(p, q1, q2, s: int) -> TruncatedSelection:
+    """`TruncatedSelection(p, q1, q2, s)`: the s-truncated two-draft selection and its law q_I.
+
+    Args:
+        p: target [V]; q1, q2: laws of the first and second draft [V]; s: LP tokens, int >= 1.
+
+    Raises:
+        TypeError / ValueError: s not an int >= 1.
+    """
+    from ..models import _check_positive_int
+
+    return TruncatedSelection(p, q1, q2, _check_positive_int(s, "truncation"))
+
+
+def khisti_truncated_step(p, q, drafts, rand, s: int) -> int:
+    """`khisti_step` with the s-truncated selection of every tournament round."""
+    winner, law = drafts[0], q
+    for challenger in drafts[1:]:
+        selection = truncated_pair_selection(p, law, q, s)
+        if not rand.bernoulli(selection.keep(winner, challenger)):
+            winner = challenger
+        law = selection.law
+    return _single_draft(p, law, winner, rand)
+
+
+def khisti_truncated_verify(s: int):
+    """Khisti et al.'s IS verifier with the s-truncated LP, top-down on the tree of K i.i.d. paths."""
+    def verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
+        return _walk(target, context, draft, rand,
+                     lambda p, q, node, counts: khisti_truncated_step(p, q, draft.tokens(node), rand, s))
+
+    return verify
 
 
 # ---------------------------------------------------------------------------------------------

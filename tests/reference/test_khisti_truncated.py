@@ -1,0 +1,85 @@
+"""Khisti et al.'s two-draft selection with the s-truncated LP (`importance.TruncatedSelection`,
+`methods.khisti(L, K, truncation=s)`): the closed-form q_I is the exact law of the selected token,
+s >= V gives the full-vocabulary LP, the method is exactly lossless (Fractions, TV == 0), and a
+planted bug (pairs outside the LP keep the HIGHER-ranked draft while q_I still assumes the lower)
+is caught."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from verispec.reference import methods, models
+from verispec.reference.verifiers import importance
+from verispec.testing import LosslessnessError, assert_lossless
+
+
+def _rational(rng, V):
+    weights = rng.integers(1, 9, size=V)
+    return np.array([Fraction(int(w), int(weights.sum())) for w in weights], dtype=object)
+
+
+def _brute_force_law(selection, q1, q2):
+    V = len(q1)
+    law = [Fraction(0)] * V
+    for i in range(V):
+        for j in range(V):
+            keep = selection.keep(i, j)
+            law[i] += q1[i] * q2[j] * keep
+            law[j] += q1[i] * q2[j] * (1 - keep)
+    return law
+
+
+@pytest.mark.parametrize("V,s", [(3, 1), (4, 2), (5, 2), (5, 3), (6, 4)])
+def test_closed_form_law_is_the_exact_law_of_the_selection(V, s):
+    rng = np.random.default_rng(10 * V + s)
+    for _ in range(3):
+        p, q1, q2 = (_rational(rng, V) for _ in range(3))
+        selection = importance.truncated_pair_selection(p, q1, q2, s)
+        assert len(selection.omega) == s
+        assert list(selection.law) == _brute_force_law(selection, q1, q2)  # exact equality
+        assert sum(selection.law) == 1
+
+
+def test_no_truncation_when_s_covers_the_vocabulary():
+    rng = np.random.default_rng(3)
+    p, q1, q2 = (rng.dirichlet([1.0] * 5) for _ in range(3))
+    selection = importance.truncated_pair_selection(p, q1, q2, 5)
+    keep, law = importance.pair_selection(p, q1, q2)
+    np.testing.assert_allclose(selection.law, np.asarray(law, dtype=float), rtol=0, atol=1e-15)
+    assert all(selection.keep(i, j) == keep[i][j] for i in range(5) for j in range(5))
+
+
+@pytest.mark.parametrize("L,K", [(1, 2), (1, 3), (2, 2)])
+def test_truncated_khisti_is_exactly_lossless(L, K):
+    target, draft = models.random_markov(4, 7, rational=True, denominator=32), models.random_markov(
+        4, 8, rational=True, denominator=32)
+    report = assert_lossless(methods.khisti(L, K, truncation=2), target=target, draft=draft, exact=True,
+                             num_tokens=L + 1)
+    assert report.num_exact == 1
+
+
+def test_planted_higher_rank_kept_outside_the_lp_is_caught(monkeypatch):
+    original = importance.TruncatedSelection.keep
+
+    def higher_rank(self, x1, x2):
+        if x1 != x2 and (x1, x2) not in self.keep_in:
+            return 1 if self.rank[x1] > self.rank[x2] else 0
+        return original(self, x1, x2)
+
+    monkeypatch.setattr(importance.TruncatedSelection, "keep", higher_rank)
+    target, draft = models.random_markov(4, 7, rational=True, denominator=32), models.random_markov(
+        4, 8, rational=True, denominator=32)
+    with pytest.raises(LosslessnessError):
+        assert_lossless(methods.khisti(1, 2, truncation=2), target=target, draft=draft, exact=True,
+                        num_tokens=2)
+
+
+def test_bad_truncation():
+    with pytest.raises(ValueError, match="truncation"):
+        methods.khisti(2, 2, truncation=0)
+    with pytest.raises(TypeError, match="truncation"):
+        methods.khisti(2, 2, truncation=1.5)
+    assert "truncation" not in methods.khisti(2, 2).params
