@@ -207,3 +207,4 @@ def test_bench_runner(tmp_path):
     rows = {r["runner"]: r for r in results["summary"]}
     for label in methods:
         assert rows[label]["greedy_match_rate"] == 1.0 and "pool_hit_rate" in rows[label]
+        assert rows[label]["draft_rows"] >= rows[label]["draft_forwards"] - 1  # the prefill has no rows counted
