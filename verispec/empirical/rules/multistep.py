@@ -106,9 +106,9 @@ class TopDownWalk:
             hit = (drafts[stepping] == y.unsqueeze(1)) & through[stepping]  # [b, K]
             accepted = hit.any(1)
             k_hit = hit.long().argmax(1)  # a path through the accepted child
-            walk.enter(stepping[accepted], d, child[stepping[accepted], k_hit[accepted]], used[accepted])
+            entered, chosen = stepping[accepted], child[stepping[accepted], k_hit[accepted]]  # rows, nodes
+            walk.enter(entered, d, chosen, used[accepted])
             walk.stop(stepping[~accepted], y[~accepted], used[~accepted])
-            entered, chosen = stepping[accepted], child[stepping[accepted], k_hit[accepted]]
             through = torch.zeros_like(through)  # the paths through the entered child go on
             through[entered] = child[entered] == chosen.unsqueeze(1)
         source.advance(walk.consumed)
