@@ -208,3 +208,23 @@ def test_bench_runner(tmp_path):
     for label in methods:
         assert rows[label]["greedy_match_rate"] == 1.0 and "pool_hit_rate" in rows[label]
         assert rows[label]["draft_rows"] >= rows[label]["draft_forwards"] - 1  # the prefill has no rows counted
+
+
+def test_2d_window_layout_and_phrases():
+    """Lookahead's 2D window (W = 3, n = 3): level 0 after the anchor, column i after L_i; from the
+    n-th forward on, (column i, new token) is a phrase keyed by L_i; columns shift down."""
+    window = ouroboros._JacobiWindow2D(3, 3, [1, 2, 3, 4])
+    pool = PhrasePool(phrase_length=3)
+    for f in range(3):
+        tree = ouroboros._Tree()
+        anchor = tree.add(9, -1)
+        tops = window.attach(tree, anchor)
+        level0, columns = list(window.level0), [list(c) for c in window.columns]
+        if f == 0:
+            assert tree.parents == [-1, 0, 1, 0, 3, 1, 5, 2, 7] and tops == [4, 6, 8]
+            assert not any(tree.children[j] for j in range(len(tree)))  # not verifiable
+        window.update([10 * f + i for i in range(3)], pool)
+        assert window.level0 == [c[0] for c in columns[1:]]
+        assert window.columns == [c[1:] + [10 * f + i] for i, c in enumerate(columns)]
+    assert len(pool) == 3 and pool.phrases(9) == [(0, 10, 20)]  # (column 0, new) keyed by the anchor
+    assert pool.phrases(level0[0]) == [tuple(columns[1]) + (21,)]

@@ -721,7 +721,6 @@ FIELDS = {
 #: lookahead decoding with one Jacobi window level; Ouroboros with one Jacobi level in the draft
 #: forward; a static EAGLE-style tree from fixed rank priors.
 SIMPLIFIED = {"lookahead": "simplified: 1 window level", "ouroboros": "simplified: 1 Jacobi level",
-              "ouroboros_phrase": "1 Jacobi level",
               "eagle": "EAGLE-style, fixed priors"}
 
 

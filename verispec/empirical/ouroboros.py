@@ -26,7 +26,8 @@ paper's Algorithm 1 and the public code (thunlp/Ouroboros, read, not copied) do 
 
 1. Draft phrase by phrase: each draft forward holds the tokens the draft has not seen, the G
    newest pool phrases keyed by the last token (whole phrases, a trie; the paper's guess set) and
-   the Jacobi window. The draft's argmax walks the trie: the longest phrase prefix it agrees with
+   lookahead decoding's 2D window (W columns, n - 1 levels; `_JacobiWindow2D`), whose W new
+   n-grams per forward go to the pool. The draft's argmax walks the trie: the longest phrase prefix it agrees with
    plus its argmax after it are drafted, so a forward yields 1 + (matched) tokens, all of them the
    draft's greedy continuation. Forwards repeat until the chain holds >= L tokens (gamma); the
    last phrase is not cut, so the chain may reach L + phrase_length - 1 + 1 tokens.
@@ -38,15 +39,15 @@ paper's Algorithm 1 and the public code (thunlp/Ouroboros, read, not copied) do 
    before it", keyed by v's token (the paper's "generating phrases from verification results");
    (ii) each of the K phrases g hung after the chain is replaced, at its place in the pool, by
    (argmax after the chain, argmax after g_1, ..., after g_{n-1}): one Jacobi step of the target
-   on g; (iii) the Jacobi window's trajectories, and (unless output_ngrams=False) the verified
+   on g; (iii) the 2D window's n-grams (step 1), and (unless output_ngrams=False) the verified
    output's n-grams.
 
 Its reference twin, checked lossless by exact enumeration, is
 `verispec.reference.ouroboros.ouroboros_method`: the drafts are the same function of the context
 and the pool snapshot (tested on every iteration of engine runs). How it still differs from the
 paper and its code:
-- the draft's lookahead branch is one Jacobi level of W slots (the code: a 2D window of 20 slots
-  x 6 levels decoded in one forward), so the window's phrases take n forwards to form;
+- the 2D window is seeded with the context's last tokens and adds phrases from the n-th forward
+  on (the code seeds it with random prompt tokens and fills it level by level);
 - the draft checks the G newest phrases (the code: all of the key's guess set, up to 20);
 - the phrases of (i) may continue into the pool tails after the chain (the code stops at the
   chain's end); (iii)'s output n-grams are not in the paper (output_ngrams=False drops them);
@@ -55,7 +56,8 @@ paper and its code:
 - verification: the paper's is greedy (longest prefix equal to the target's argmax); here
   point-mass recursive rejection, identical at T = 0 and lossless at any T > 0;
 - no EOS stop; defaults L 4, K 3, G 8, W 4 (the code: gamma 4, top-k 3, guess set 20, window 20)
-  because CPU forwards cost grows with rows: G x n + W rows ride in every draft forward.
+  because CPU forwards cost grows with rows: up to G n + W n - 1 rows ride in every draft forward
+  (W = 0 or flat_window=True for fewer).
 
 `lookahead_speculative` — a simplified lookahead decoding (Fu et al. 2024, arXiv 2402.02057),
 target only: each target forward holds [last token, the pool phrases keyed by it (verification
@@ -384,6 +386,45 @@ class _JacobiWindow:
                 pool._insert(key, tuple(out[s] for _, out in self.history))
 
 
+class _JacobiWindow2D:
+    """Lookahead decoding's 2D window (Fu et al. 2024, arXiv 2402.02057), as Ouroboros' draft runs
+    it: a level-0 chain L_1..L_{W-1} hung after the anchor (L_0) and W columns of n - 1 tokens,
+    column i hung after L_i, so a column node sees the anchor, L_1..L_i and the column below it.
+
+    After a forward, the argmax at column i's top is a new token: (column i, new token) is an
+    n-token phrase keyed by L_i's token, added once every column token is a model output (from
+    the n-th forward on). Then column i drops its lowest token, which becomes L_i, and takes the
+    new token on top: one Jacobi step of all W n-grams per forward (the window slides one
+    position per forward). (W - 1) + W (n - 1) rows per forward.
+    """
+
+    def __init__(self, width: int, phrase_length: int, seed: Sequence[int]):
+        recent = list(seed[-width:])
+        cycle = [int(recent[i % len(recent)]) for i in range(width * phrase_length)]
+        self.n, self.forwards = phrase_length, 0
+        self.level0 = cycle[:width - 1]
+        self.columns = [cycle[width - 1 + i * (phrase_length - 1):width - 1 + (i + 1) * (phrase_length - 1)]
+                        for i in range(width)]
+
+    def attach(self, tree: _Tree, anchor: int) -> list[int]:
+        """Hang the window after `anchor`; returns the W column tops (the output slots)."""
+        keys = [anchor] + tree.add_chain(anchor, self.level0, verifiable=False)
+        self.keys = [tree.tokens[j] for j in keys]
+        return [(tree.add_chain(keys[i], column, verifiable=False) or [keys[i]])[-1]
+                for i, column in enumerate(self.columns)]
+
+    def update(self, outputs: list[int], pool: PhrasePool) -> None:
+        self.forwards += 1
+        if self.forwards >= self.n:
+            for key, column, out in zip(self.keys, self.columns, outputs):
+                pool._insert(key, tuple(column) + (out,))
+        if self.n == 1:  # no column: the new tokens themselves shift down to level 0
+            self.level0 = list(outputs[1:])
+            return
+        self.level0 = [column[0] for column in self.columns[1:]]
+        self.columns = [column[1:] + [out] for column, out in zip(self.columns, outputs)]
+
+
 # ----------------------------------------------------------------------------------------------
 # Shared loop pieces
 # ----------------------------------------------------------------------------------------------
@@ -531,7 +572,7 @@ def ouroboros_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new
 def ouroboros_phrase_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_tokens: int,
                                  pool: PhrasePool | None = None, draft_length: int = 4, num_candidates: int = 3,
                                  guess_set: int = 8, window: int = 4, temperature: float = 0.0, uniforms=None,
-                                 output_ngrams: bool = True) -> DecodeResult:
+                                 output_ngrams: bool = True, flat_window: bool = False) -> DecodeResult:
     """Ouroboros (Zhao et al. 2024, arXiv 2402.13720, Algorithm 1 and Section 3) of one prompt,
     phrase by phrase: see the module docstring, "Ouroboros, phrase by phrase".
 
@@ -545,10 +586,13 @@ def ouroboros_phrase_speculative(target: CausalLM, draft: CausalLM, prompt_ids, 
         num_candidates: K >= 1 newest pool phrases hung after the chain (the paper's top-k).
         guess_set: G >= 1 newest pool phrases the draft model checks in each draft forward (the
             paper's guess set size, 20 there).
-        window: W >= 0 Jacobi window slots in every draft forward (0: none).
+        window: W >= 0 columns of lookahead decoding's 2D window in every draft forward, n - 1
+            levels deep (n = pool.phrase_length; (W - 1) + W (n - 1) rows); 0: none.
         temperature: T >= 0 of the target (0: output = target-only greedy).
         uniforms: `UniformSource`, an int seed, or None (read by verification only).
         output_ngrams: also add the verified output's n-grams to the pool (not in the paper).
+        flat_window: a one-level window of W slots instead (`ouroboros_speculative`'s: W rows,
+            each phrase formed over n forwards).
 
     Returns:
         `DecodeResult`: tokens int64 [1, N]; stats a `PhraseStats` (draft_forwards, draft_rows,
@@ -564,12 +608,13 @@ def ouroboros_phrase_speculative(target: CausalLM, draft: CausalLM, prompt_ids, 
     K = _check_positive(num_candidates, "num_candidates")
     G = _check_positive(guess_set, "guess_set")
     W = _check_window(window, "window")
-    if not isinstance(output_ngrams, bool):
-        raise TypeError(f"output_ngrams: expected a bool, got {type(output_ngrams).__name__}")
+    for flag, name in ((output_ngrams, "output_ngrams"), (flat_window, "flat_window")):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
     _check_temperature(temperature, "temperature")
     pool = _check_pool(pool)
     return _run("ouroboros_phrase", target, draft, prompt, N,
-                lambda: PhraseOuroborosDrafter(pool, L, K, W, G, output_ngrams), temperature, uniforms)
+                lambda: PhraseOuroborosDrafter(pool, L, K, W, G, output_ngrams, flat_window), temperature, uniforms)
 
 
 def _ouroboros_tree(last: int, proposal: list[int], pool: PhrasePool, K: int, vocab_size: int):
@@ -768,13 +813,16 @@ class PhraseOuroborosDrafter(_PhraseDrafter):
 
     needs_model = True
 
-    def __init__(self, pool: PhrasePool, L: int, K: int, W: int, G: int, output_ngrams: bool = True):
+    def __init__(self, pool: PhrasePool, L: int, K: int, W: int, G: int, output_ngrams: bool = True,
+                 flat_window: bool = False):
         super().__init__(pool, K, W)
-        self.L, self.G, self.output_ngrams = L, G, output_ngrams
+        self.L, self.G, self.output_ngrams, self.flat_window = L, G, output_ngrams, flat_window
         self.target_phrases = 0
 
     def start(self, draft, tokens, lengths, temperature, source, storage="sequence") -> None:
         super().start(draft, tokens, lengths, temperature, source, storage)
+        if self.W and not self.flat_window:
+            self.window = _JacobiWindow2D(self.W, self.pool.phrase_length, self.seq)
         self.dcache = _DraftSequence(draft, self.seq[:-1])
 
     def draft(self, rows) -> DraftTree:
