@@ -23,7 +23,9 @@ T = 0 the two coincide.
 The pool here is a fixed snapshot ``{key token: [phrase, ...] newest first}``. In the engine the
 pool changes between iterations (the target's verification results refine it), but only from
 what earlier iterations saw, so each iteration is this method with that iteration's snapshot:
-checking the method for a snapshot checks the loop.
+checking the method for a snapshot checks the loop. (With a lookahead window the pool also grows
+between the draft forwards of one iteration, from the draft model's outputs only; that changes
+how long the chain gets, never whether the drafts are fixed before the target is read.)
 
 Planted bugs (each must fail `verispec.testing.assert_lossless`): `greedy_match_method`, the
 paper's greedy verification used at T > 0 (a child is accepted exactly when it is the target's
