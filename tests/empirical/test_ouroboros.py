@@ -18,7 +18,7 @@
   and fresh uniforms (`TorchUniforms`), this makes the loop's law the target's. Planted bugs: a
   cache commit keeping tree nodes in index order instead of the accepted path, a chain mask.
 - Planted bugs are caught by the verification-step law test: point-mass drafts accepted with
-  probability 1, the correction drawn from p instead of the residual, a plain causal (chain) mask
+  probability 1, accepted exactly when they are the argmax (Ouroboros' greedy rule at T > 0), the correction drawn from p instead of the residual, a plain causal (chain) mask
   instead of the tree mask.
 - The pool: LRU per key and over keys, phrase length, n-grams, counters, warm across calls.
 - On a chain the tree rule is token verification with one-hot q (`rules.token_rule`), draw for draw.
@@ -208,6 +208,11 @@ def _always_accept(current, x):
     return torch.ones(x.shape, dtype=current.dtype)
 
 
+def _accept_argmax(current, x):
+    """Planted: the paper's greedy rule at T > 0: x accepted exactly when it is the argmax of p'."""
+    return (current.argmax(-1) == x).to(current.dtype)
+
+
 def _residual_is_p(p, q, weight=1.0):
     """Planted: the correction drawn from p instead of norm(max(p' - one-hot(x), 0))."""
     return p
@@ -221,8 +226,9 @@ def _chain_mask_forward(self, tree):
 
 
 @pytest.mark.parametrize("owner,name,bug", [
-    (pointmass, "_point_mass_accept", _always_accept), (pointmass, "residual", _residual_is_p),
-    (ouroboros._DraftSequence, "forward", _chain_mask_forward)], ids=["accept_1", "residual_p", "chain_mask"])
+    (pointmass, "_point_mass_accept", _always_accept), (pointmass, "_point_mass_accept", _accept_argmax),
+    (pointmass, "residual", _residual_is_p), (ouroboros._DraftSequence, "forward", _chain_mask_forward)],
+    ids=["accept_1", "greedy_match", "residual_p", "chain_mask"])
 def test_planted_verification_bugs_are_caught(law_pair, monkeypatch, owner, name, bug):
     target, _ = law_pair
     tree = _law_trees(target, 1.0)["lookahead"]
