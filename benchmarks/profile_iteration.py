@@ -1,44 +1,58 @@
 """Where one speculative-decoding iteration spends its time, apart from the forwards.
 
-Runs one method on the engine (`verispec.empirical.engine.decode`) with timestamps around every
-target and draft forward (forward hooks), the drafter's draft/accept and the verifier, and splits
-each iteration into:
+Runs methods on the engine (`verispec.empirical.engine.decode`, one row, "sequence" storage) with
+timestamps around every target and draft forward (forward hooks on the transformers model, so the
+LM head is inside the forward and the float32 cast of its logits outside), the drafter's draft /
+accept and the verifier, and splits each iteration into:
 
-    draft forwards | draft overhead (drafting outside the draft forwards)
+    draft forwards | draft overhead (drafting outside the draft forwards: draft q, draws, masks)
     pre-target     (tree checks, packing the tree, attention masks)
     target forward
-    post-target    (logits back to node layout, float64 probabilities over the vocabulary)
+    post-target    (logits to node layout, probabilities over the vocabulary)
     verifier       (the rule)
     bookkeeping    (KV commit, draft-cache update, emitting tokens, finished rows)
 
-Each part is reported as seconds per iteration and as a fraction of one target forward; the
-verifier's overhead is post-target + verifier (the goal: under 5% of a target forward). On CUDA
-every timestamp synchronises the device, which serialises the run: the split is honest, the
-total is not the bench's. Timings mean something only on a quiet machine.
+Each part is reported per iteration and as a fraction of one target forward (the mean target
+forward of the same run); the verifier's overhead is post-target + verifier (the goal: under 5%
+of a target forward); everything that is not a forward is `non_forward_fraction`. Fractions are
+the median over `--repeats` runs (every run is kept in the JSON). `--ops N` adds one run under
+torch.profiler and lists the N aten ops with the most self time outside the forwards.
 
-    python3 benchmarks/profile_iteration.py [--method block] [--param draft_length=4] [--tokens 64]
-        [--temperature 0] [--dtype auto] [--device cpu] [--threads 2] [--tiny]
+On CUDA every timestamp synchronises the device, which serialises the run: the split is honest,
+the total is not the bench's. Absolute times mean something only on a quiet machine; the JSON
+records the load average before and after, and `--label` (e.g. "quiet" or "contended").
 
-``--tiny`` uses two random 2-layer models (a smoke run, no download). Writes
-benchmarks/results/profile_iteration.json (or --output).
+    python3 benchmarks/profile_iteration.py [--method block --method hybrid ...] [--param block:draft_length=4]
+        [--tokens 64] [--prompts 1] [--repeats 3] [--temperature 0] [--dtype auto] [--device cpu]
+        [--threads 2] [--ops 15] [--label quiet] [--before OLD.json] [--code DIR] [--tiny [--vocab V]]
+
+`--code DIR` imports verispec from another checkout (e.g. an export of an older commit, for a
+before/after on the same host); `--before OLD.json` copies that run's summary into the output
+and reports the change. `--tiny` uses two random 1-layer models (no download; `--vocab 151936`
+makes the per-iteration overhead dominate). Writes benchmarks/results/profile_iteration_<device>.json
+(or --output).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import statistics
+import subprocess
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from verispec._io import write_json_atomic  # noqa: E402
-from verispec.empirical import engine, methods  # noqa: E402
-
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 PARTS = ("draft_forwards", "draft_overhead", "pre_target", "target_forward", "post_target", "verifier",
          "bookkeeping")
+#: The runners the bench compares with the peer, with the bench's parameters.
+DEFAULT_METHODS = ("block", "adaptive", "hybrid", "prompt_lookup")
+DEFAULT_PARAMS = {"block": {"draft_length": 4}, "adaptive": {"draft_length": 4}, "hybrid": {"draft_length": 4},
+                  "token": {"draft_length": 4}}
 
 
 class Timeline:
@@ -125,95 +139,283 @@ def split_iterations(events) -> list[dict]:
     return out
 
 
-def profile(target, draft, prompt, method, max_new_tokens: int, temperature: float = 0.0, seed: int = 0) -> dict:
-    """Decode `prompt` with `method` (a TorchMethod) under the timeline; returns per-part means
-    (seconds per iteration), their fractions of one target forward, the verifier's overhead
-    fraction ((post_target + verifier) / target_forward) and the iteration count."""
-    timeline = Timeline(cuda=str(target.device).startswith("cuda"))
-    timed = engine.TorchMethod(method.name, lambda: _TimedDrafter(method.drafter(), timeline),
-                               _TimedVerifier(method.verifier, timeline), method.params, method.observe)
-    handles = _hook(target, timeline, "targetfw") + (_hook(draft, timeline, "draftfw") if draft is not None else [])
-    try:
-        result = engine.decode(target, draft, prompt, timed, max_new_tokens, temperature, uniforms=seed,
-                               storage="sequence")
-        timeline.mark("end")
-    finally:
-        for handle in handles:
-            handle.remove()
-    first = next(i for i, (name, _) in enumerate(timeline.events) if name == "draft_start")
-    iterations = split_iterations(timeline.events[first:])
+def _summary(iterations: list[dict]) -> dict:
+    """Means per iteration of every part, their fractions of one target forward, the verifier's
+    overhead fraction ((post_target + verifier) / target_forward) and the non-forward fraction."""
     mean = {part: sum(it[part] for it in iterations) / len(iterations) for part in PARTS}
     forward = mean["target_forward"]
-    return {"iterations": len(iterations), "block_efficiency": result.stats.block_efficiency,
-            "seconds_per_iteration": mean, "fraction_of_target_forward": {p: mean[p] / forward for p in PARTS},
+    return {"iterations": len(iterations), "seconds_per_iteration": mean,
+            "fraction_of_target_forward": {p: mean[p] / forward for p in PARTS},
             "verifier_overhead_fraction": (mean["post_target"] + mean["verifier"]) / forward,
             "non_forward_fraction": (sum(mean.values()) - mean["target_forward"] - mean["draft_forwards"]) / forward}
 
 
-def _tiny_pair():
+def _timed_method(method, timeline: Timeline):
+    from verispec.empirical import engine
+
+    return engine.TorchMethod(method.name, lambda: _TimedDrafter(method.drafter(), timeline),
+                              _TimedVerifier(method.verifier, timeline), method.params, method.observe)
+
+
+def profile(target, draft, prompts, method, max_new_tokens: int, temperature: float = 0.0, seed: int = 0) -> dict:
+    """Decode each prompt (a [1, n] tensor, or a list of them) with `method` (a TorchMethod)
+    under the timeline; returns `_summary` of all their iterations, the block efficiency and the
+    generated tokens (one list per prompt)."""
+    from verispec.empirical import engine
+
+    prompts = [prompts] if isinstance(prompts, torch.Tensor) else list(prompts)
+    timeline = Timeline(cuda=str(target.device).startswith("cuda"))
+    handles = _hook(target, timeline, "targetfw") + (_hook(draft, timeline, "draftfw") if draft is not None else [])
+    iterations, tokens, taus = [], [], []
+    try:
+        for prompt in prompts:
+            timeline.events = []
+            result = engine.decode(target, draft, prompt, _timed_method(method, timeline), max_new_tokens,
+                                   temperature, uniforms=seed, storage="sequence")
+            timeline.mark("end")
+            first = next(i for i, (name, _) in enumerate(timeline.events) if name == "draft_start")
+            iterations += split_iterations(timeline.events[first:])
+            tokens.append(result.tokens[0].tolist())
+            taus.append(result.stats.accepted_lengths)
+    finally:
+        for handle in handles:
+            handle.remove()
+    out = _summary(iterations)
+    out.update(block_efficiency=float(torch.cat(taus).double().mean()) + 1.0, tokens=tokens)
+    return out
+
+
+class _OpClock:
+    """Forward hooks that wrap every forward in a torch.profiler range named `forward`."""
+
+    def __init__(self, models):
+        from torch.autograd.profiler import record_function
+
+        self.open, self.handles = [], []
+        for model in models:
+            module = model.model
+            self.handles.append(module.register_forward_pre_hook(
+                lambda *a: self.open.append(record_function("forward").__enter__())))
+            self.handles.append(module.register_forward_hook(
+                lambda *a: self.open.pop().__exit__(None, None, None)))
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+
+
+def top_ops(target, draft, prompt, method, max_new_tokens: int, temperature: float, count: int) -> dict:
+    """One decode under torch.profiler: the `count` aten ops with the most self CPU time spent
+    outside the forwards -> {"iterations", "ops": [{"name", "calls", "self_ms_per_iteration"}]}."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from verispec.empirical import engine
+
+    clock = _OpClock([m for m in (target, draft) if m is not None])
+    try:
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            result = engine.decode(target, draft, prompt, method, max_new_tokens, temperature, uniforms=0,
+                                   storage="sequence")
+    finally:
+        clock.remove()
+    totals = {}
+    for event in prof.events():
+        parent, inside = event.cpu_parent, event.name == "forward"
+        while parent is not None and not inside:
+            inside, parent = parent.name == "forward", parent.cpu_parent
+        if not inside:
+            calls, self_us = totals.get(event.name, (0, 0.0))
+            totals[event.name] = (calls + 1, self_us + event.self_cpu_time_total)
+    n = max(result.stats.iterations, 1)
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])[:count]
+    return {"iterations": result.stats.iterations,
+            "ops": [{"name": name, "calls": calls, "self_ms_per_iteration": us / 1e3 / n}
+                    for name, (calls, us) in ranked]}
+
+
+def _tiny_pair(vocab: int = 64):
     import transformers
 
     from verispec.empirical.model import CausalLM
 
-    config = transformers.Qwen2Config(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=256)
-    return CausalLM.from_config(config, seed=0), CausalLM.from_config(config, seed=1), None
+    config = transformers.Qwen2Config(vocab_size=vocab, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=512)
+    target = CausalLM.from_config(config, seed=0)
+    draft = CausalLM.from_config(config, seed=0)  # the target's weights, nudged: most drafts accepted
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(1)
+        for parameter in draft.model.parameters():
+            parameter.add_(1e-3 * torch.randn(parameter.shape, generator=generator))
+    return target, draft
 
 
 def _param(text: str):
-    key, _, value = text.partition("=")
-    try:
-        return key, int(value)
-    except ValueError:
+    """"[method:]key=value" -> (method or None, key, int / float / str value)."""
+    head, _, value = text.partition("=")
+    method, _, key = head.rpartition(":")
+    for kind in (int, float):
         try:
-            return key, float(value)
+            return method or None, key, kind(value)
         except ValueError:
-            return key, value
+            pass
+    return method or None, key, value
 
 
-def main(argv=None) -> dict:
+def _median_summary(runs: list[dict]) -> dict:
+    """Per part, the median over runs of seconds per iteration and of the fraction."""
+    keys = ("verifier_overhead_fraction", "non_forward_fraction")
+    return {"seconds_per_iteration": {p: statistics.median(r["seconds_per_iteration"][p] for r in runs) for p in PARTS},
+            "fraction_of_target_forward": {p: statistics.median(r["fraction_of_target_forward"][p] for r in runs)
+                                           for p in PARTS},
+            **{k: statistics.median(r[k] for r in runs) for k in keys},
+            "iterations": runs[0]["iterations"], "block_efficiency": runs[0]["block_efficiency"]}
+
+
+def _git_commit(code_dir: str) -> str | None:
+    try:
+        return subprocess.run(["git", "-C", code_dir, "describe", "--always", "--dirty"], capture_output=True,
+                              text=True, check=True).stdout.strip() or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _load(args):
+    """(target, draft, prompts [1, n] list, dtype reason)."""
+    from verispec.empirical.hardware import resolve_dtype
+
+    dtype, reason = resolve_dtype(args.dtype, args.device)
+    if args.tiny:
+        target, draft = _tiny_pair(args.vocab)
+        base = (torch.arange(1, 48) * 7919) % target.vocab_size
+        prompt = torch.cat([base, base[:16]]).unsqueeze(0)  # a repeat: prompt lookup finds matches
+        return target, draft, [prompt] * args.prompts, "tiny models"
+    from verispec.empirical.prompts import humaneval_prompts
+    from verispec.empirical.weights import load_pair
+
+    pair = load_pair(dtype=getattr(torch, dtype), device=args.device, progress=False)
+    prompts = [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids.to(args.device)
+               for p in humaneval_prompts(args.prompts)]
+    return pair.target, pair.draft, prompts, reason
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--method", default="block")
-    parser.add_argument("--param", action="append", default=[], help="method parameter key=value (repeatable)")
+    parser.add_argument("--method", action="append", default=[], help=f"repeatable (default: {DEFAULT_METHODS})")
+    parser.add_argument("--param", action="append", default=[],
+                        help="[method:]key=value method parameter (repeatable; default draft_length=4)")
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--prompts", type=int, default=1, help="HumanEval prompts 0..n-1 per run")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per method (fractions: the median)")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--ops", type=int, default=0, help="list the N costliest ops outside the forwards")
+    parser.add_argument("--label", default="", help='e.g. "quiet" or "contended" (recorded)')
+    parser.add_argument("--before", help="a JSON of this script (older code) to compare with")
+    parser.add_argument("--code", help="import verispec from this checkout instead of this one")
     parser.add_argument("--tiny", action="store_true", help="random tiny models (smoke run)")
-    parser.add_argument("--output",
-                        default=os.path.join(os.path.dirname(__file__), "results", "profile_iteration.json"))
-    args = parser.parse_args(argv)
+    parser.add_argument("--vocab", type=int, default=64, help="vocabulary of the --tiny models")
+    parser.add_argument("--output", help="default: benchmarks/results/profile_iteration_<device>.json")
+    return parser
+
+
+def _use_code(code: str | None) -> str:
+    """Put the verispec to profile first on sys.path; returns its checkout directory."""
+    path = os.path.abspath(code or ROOT)
+    if code is not None and not os.path.isdir(os.path.join(path, "verispec")):
+        raise SystemExit(f"--code: no verispec package in {path}")
+    loaded = sys.modules.get("verispec")
+    if loaded is not None and not os.path.abspath(loaded.__file__).startswith(path + os.sep):
+        raise SystemExit(f"--code: verispec is already imported from {os.path.dirname(loaded.__file__)}")
+    sys.path.insert(0, path)
+    return path
+
+
+def _methods(args) -> list:
+    """[(name, TorchMethod)] for the requested methods and their parameters."""
+    from verispec.empirical import methods
+
+    names = args.method or list(DEFAULT_METHODS)
+    out = []
+    for name in names:
+        params = dict(DEFAULT_PARAMS.get(name, {}))
+        for owner, key, value in map(_param, args.param):
+            if owner in (None, name):
+                params[key] = value
+        out.append((name, methods.get(name, **params)))
+    return out
+
+
+def _compare(after: dict, before: dict) -> dict:
+    """Per method in both: verifier overhead and non-forward fractions before / after, and
+    whether the generated tokens are the same."""
+    out = {}
+    for name, run in after.items():
+        old = before.get(name)
+        if old is None:
+            continue
+        out[name] = {key: {"before": old["median"][key], "after": run["median"][key]}
+                     for key in ("verifier_overhead_fraction", "non_forward_fraction")}
+        out[name]["draft_overhead_fraction"] = {
+            "before": old["median"]["fraction_of_target_forward"]["draft_overhead"],
+            "after": run["median"]["fraction_of_target_forward"]["draft_overhead"]}
+        out[name]["same_tokens"] = old["tokens"] == run["tokens"]
+    return out
+
+
+def _print(name: str, method, run: dict) -> None:
+    median = run["median"]
+    print(f"{name} {method.params}: {median['iterations']} iterations per run, block efficiency "
+          f"{median['block_efficiency']:.2f}; median over {len(run['runs'])} runs, per iteration:")
+    for part in PARTS:
+        print(f"  {part:15} {median['seconds_per_iteration'][part] * 1e3:9.3f} ms  "
+              f"{median['fraction_of_target_forward'][part]:7.1%}")
+    print(f"  verifier overhead (post-target + verifier): {median['verifier_overhead_fraction']:.1%}; "
+          f"everything but forwards: {median['non_forward_fraction']:.1%} of a target forward")
+    for op in run.get("top_ops", {}).get("ops", []):
+        print(f"    {op['name']:40} {op['calls']:6d} calls  {op['self_ms_per_iteration']:8.3f} ms/iteration")
+
+
+def main(argv=None) -> dict:
+    args = _parser().parse_args(argv)
+    code = _use_code(args.code)
+    from verispec._io import write_json_atomic
+    from verispec.empirical.hardware import host_info
+
     if args.threads:
         torch.set_num_threads(args.threads)
-    from verispec.empirical.hardware import host_info, resolve_dtype
-
-    dtype, reason = resolve_dtype(args.dtype, args.device)
-    if args.tiny:
-        target, draft, tokenizer = _tiny_pair()
-        prompt = torch.arange(1, 40).unsqueeze(0) % target.vocab_size
-    else:
-        from verispec.empirical.prompts import humaneval_prompts
-        from verispec.empirical.weights import load_pair
-
-        pair = load_pair(dtype=getattr(torch, dtype), device=args.device, progress=False)
-        target, draft = pair.target, pair.draft
-        prompt = pair.tokenizer(humaneval_prompts(1)[0]["prompt"], return_tensors="pt").input_ids.to(args.device)
-    method = methods.get(args.method, **dict(_param(p) for p in args.param))
-    profile(target, draft, prompt, method, 4, args.temperature)  # warm-up
-    out = profile(target, draft, prompt, method, args.tokens, args.temperature)
-    out.update(method=args.method, params=method.params, tokens=args.tokens, temperature=args.temperature,
-               dtype=str(target.dtype).removeprefix("torch."), dtype_reason=reason if not args.tiny else "tiny models",
-               device=args.device, threads=torch.get_num_threads(), machine=platform.machine(), tiny=args.tiny,
-               **host_info(args.device))
-    print(f"{args.method} {method.params}: {out['iterations']} iterations, seconds per iteration and fraction of "
-          "one target forward:")
-    for part in PARTS:
-        print(f"  {part:15} {out['seconds_per_iteration'][part] * 1e3:9.3f} ms  "
-              f"{out['fraction_of_target_forward'][part]:7.1%}")
-    print(f"verifier overhead (post-target + verifier): {out['verifier_overhead_fraction']:.1%} of a target forward")
-    write_json_atomic(args.output, out)
-    print(f"results: {args.output}")
+    target, draft, prompts, reason = _load(args)
+    load_before = os.getloadavg()
+    results = {}
+    for name, method in _methods(args):
+        profile(target, draft, prompts[0], method, 4, args.temperature)  # warm-up
+        runs = [profile(target, draft, prompts, method, args.tokens, args.temperature) for _ in range(args.repeats)]
+        results[name] = {"params": method.params, "runs": runs, "median": _median_summary(runs),
+                         "tokens": runs[0]["tokens"]}
+        if args.ops:
+            results[name]["top_ops"] = top_ops(target, draft, prompts[0], method, args.tokens, args.temperature,
+                                               args.ops)
+        _print(name, method, results[name])
+    out = {"methods": results, "tokens": args.tokens, "prompts": args.prompts, "repeats": args.repeats,
+           "temperature": args.temperature, "dtype": str(target.dtype).removeprefix("torch."),
+           "dtype_reason": reason, "device": args.device, "threads": torch.get_num_threads(),
+           "machine": platform.machine(), "tiny": args.tiny, "vocab_size": target.vocab_size,
+           "label": args.label, "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()),
+           "code": code, "commit": _git_commit(code), "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           **host_info(args.device)}
+    if args.before:
+        with open(args.before) as handle:
+            before = json.load(handle)
+        out["before"] = {key: before.get(key) for key in ("commit", "label", "load_average_before",
+                                                          "load_average_after", "time_utc")}
+        out["before"]["methods"] = {name: {"median": run["median"], "tokens": run["tokens"]}
+                                    for name, run in before["methods"].items()}
+        out["change"] = _compare(results, before["methods"])
+    output = args.output or os.path.join(ROOT, "benchmarks", "results", f"profile_iteration_{args.device.split(':')[0]}.json")
+    write_json_atomic(output, out)
+    print(f"results: {os.path.normpath(output)}")
     return out
 
 

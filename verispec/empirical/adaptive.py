@@ -30,9 +30,8 @@ from __future__ import annotations
 
 import torch
 
-from .drafters import DraftTree, PathsDrafter, probabilities
+from .drafters import DraftTree, PathsDrafter, draw, next_token_law, probabilities
 from .lookup import prompt_lookup_batch
-from .uniforms import categorical
 
 __all__ = ["AdaptiveChainDrafter", "HybridDrafter", "SCHEDULES", "adaptive_method", "hybrid_method"]
 
@@ -74,8 +73,9 @@ class AdaptiveChainDrafter(PathsDrafter):
         return probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
     def _feed_pending(self, temperature: float):
-        """ONE draft forward of every row's pending tokens (a chain of 1..P per row) -> (q at the
-        root [B, V], the root's forest id [B], the root's logits [B, V])."""
+        """ONE draft forward of every row's pending tokens (a chain of 1..P per row) -> (the law
+        at the root (`next_token_law`: q [B, V], greedy ids or None), the root's forest id [B],
+        the root's logits [B, V])."""
         B, P = self.pending.shape
         device = self.pending.device
         parents = (torch.arange(P, device=device) - 1).expand(B, P)
@@ -84,21 +84,21 @@ class AdaptiveChainDrafter(PathsDrafter):
         self.draft_rows += int(real.sum())
         root = self.pending_count - 1
         last = logits[torch.arange(B, device=device), root]  # [B, V]
-        return probabilities(last, temperature), root, last
+        return next_token_law(last, temperature), root, last
 
     def _chain(self, caps: torch.Tensor):
         """Draft-model chains of at most caps[b] tokens (0: none; the pending tokens are still
         fed), each stopped after a low-confidence token -> (paths [B, 1, L], lengths [B], q
-        [B, 1 + L, V]); L = max cap. One draft forward per depth while a row still drafts."""
+        [B, 1 + l, V]); L = max cap, l = max(lengths) (q has no rows for depths no row reached).
+        One draft forward per depth while a row still drafts."""
         Td = self._temperature()
-        q_root, root, logits = self._feed_pending(Td)  # [B, V], [B], [B, V]
+        (q_root, greedy), root, logits = self._feed_pending(Td)  # [B, V], [B] or None, [B], [B, V]
         B, V, device = q_root.shape[0], q_root.shape[-1], q_root.device
         L = max(int(caps.max()), 1)
         paths = torch.zeros(B, 1, L, dtype=torch.long, device=device)
-        q = torch.zeros(B, 1 + L, V, dtype=torch.float64, device=device)  # [B, N, V]
-        q[:, 0] = q_root
+        q_rows = [q_root]  # q of nodes 0, 1, ...: [B, V] each
         self.fed = torch.full((B, 1 + L), -1, dtype=torch.long, device=device)
-        token = categorical(q_root, self.source.take(B, 1, device)[:, 0])  # [B]
+        token = draw(q_root, self.source.take(B, 1, device)[:, 0], greedy)  # [B]
         paths[:, 0, 0] = token
         lengths = torch.where((caps > 1) & (self._confidence(logits, token) < self.threshold), 1, caps)
         parent = root
@@ -110,21 +110,32 @@ class AdaptiveChainDrafter(PathsDrafter):
             step = self.kv.append(paths[:, :, d - 1], parent.unsqueeze(1), active.unsqueeze(1))[:, 0]  # [B, V]
             self.draft_rows += int(active.sum())
             self.fed[:, d] = torch.where(active, m, -1)
-            q_d = probabilities(step, Td)  # [B, V]
-            q[:, d] = q_d if bool(active.all()) else torch.where(active.unsqueeze(1), q_d, 0.0)
-            token = categorical(q_d, self.source.take(B, 1, device)[:, 0])
+            q_d, greedy = next_token_law(step, Td)  # [B, V], [B] or None
+            q_rows.append(q_d if bool(active.all()) else torch.where(active.unsqueeze(1), q_d, 0.0))
+            token = draw(q_d, self.source.take(B, 1, device)[:, 0], greedy)
             paths[:, 0, d] = token
             low = active & (self._confidence(step, token) < self.threshold) & (lengths > d + 1)
             lengths = torch.where(low, d + 1, lengths)
             parent = torch.full_like(parent, m)
-        return paths, lengths, q
+        q_rows.append(torch.zeros_like(q_root))  # the deepest node drew no child
+        return paths, lengths, torch.stack(q_rows, dim=1)
+
+    def _chain_tree(self, last, paths, lengths, q) -> DraftTree:
+        """The tree of chains paths [B, 1, L] (lengths [B]) whose nodes have q [B, 1 + l, V]:
+        only the l <= L depths some row reached get nodes, while the paths keep their width L
+        (the verifier's uniform reads depend on it, not on l)."""
+        l = q.shape[1] - 1
+        tree = self._tree(last, paths[:, :, :l], lengths.unsqueeze(1), q)
+        if l < paths.shape[2]:
+            tree.paths = torch.cat([tree.paths, tree.paths.new_full((paths.shape[0], 1, paths.shape[2] - l), -1)], 2)
+        return tree
 
     def draft(self, rows) -> DraftTree:
         paths, lengths, q = self._chain(self.cap)
         self._drafted = lengths
         self._lengths.append(lengths.cpu())
         self._caps.append(self.cap.cpu())
-        return self._tree(rows.last, paths, lengths.unsqueeze(1), q)
+        return self._chain_tree(rows.last, paths, lengths, q)
 
     # -- after verification -------------------------------------------------------------------------
 
@@ -203,33 +214,38 @@ class HybridDrafter(AdaptiveChainDrafter):
         self._drafted = lengths
         self._lengths.append(lengths.cpu())
         self._caps.append(self.cap.cpu())
-        return self._tree(rows.last, paths, lengths.unsqueeze(1), q)
+        return self._chain_tree(rows.last, paths, lengths, q)
 
     def _empty(self, found):
+        """No draft-model chain: paths [B, 1, 1], lengths 0, q zeros [B, 1 + max(found), V] (the
+        rows the phrases fill)."""
         B, device = found.shape[0], found.device
         V = self.model.vocab_size
         self.fed = torch.full((B, 1), -1, dtype=torch.long, device=device)
         return (torch.zeros(B, 1, 1, dtype=torch.long, device=device), torch.zeros_like(found),
-                torch.zeros(B, 2, V, dtype=torch.float64, device=device))
+                torch.zeros(B, 1 + max(int(found.max()), 1), V, dtype=torch.float64, device=device))
 
     @staticmethod
     def _with_phrases(paths, lengths, q, phrases, found, lookup):
         """Rows with a lookup match take their phrase as a point-mass chain (q one-hot on each
-        next token) -> (paths [B, 1, L], lengths [B], q [B, 1 + L, V]) with L wide enough."""
+        next token) -> (paths [B, 1, L], lengths [B], q [B, 1 + l, V]) with L wide enough and l
+        the deepest drafted depth. Writes into q (a fresh tensor of the drafter's)."""
         B, V = q.shape[0], q.shape[-1]
-        L = max(paths.shape[2], int(torch.where(lookup, found, 0).max()))
+        longest = int(torch.where(lookup, found, 0).max())
+        L = max(paths.shape[2], longest)
         if L > paths.shape[2]:
-            pad = L - paths.shape[2]
-            paths = torch.cat([paths, paths.new_zeros(B, 1, pad)], dim=2)
-            q = torch.cat([q, q.new_zeros(B, pad, V)], dim=1)
+            paths = torch.cat([paths, paths.new_zeros(B, 1, L - paths.shape[2])], dim=2)
+        if longest > q.shape[1] - 1:
+            q = torch.cat([q, q.new_zeros(B, longest - q.shape[1] + 1, V)], dim=1)
         width = phrases.shape[1]
         phrase = torch.zeros(B, L, dtype=torch.long, device=paths.device)
         phrase[:, :min(L, width)] = phrases[:, :L]
         paths[:, 0] = torch.where(lookup.unsqueeze(1), phrase, paths[:, 0])
         j = torch.arange(L, device=paths.device)
-        one_hot = torch.zeros(B, L, V, dtype=torch.float64, device=q.device).scatter_(2, phrase.unsqueeze(2), 1.0)
         point = lookup.unsqueeze(1) & (j < found.unsqueeze(1))  # [B, L]: node d holds q of token d + 1
-        q[:, :L] = torch.where(point.unsqueeze(2), one_hot, q[:, :L])
+        b, d = point.nonzero(as_tuple=True)  # only these rows of q become one-hot
+        q[b, d] = 0.0
+        q[b, d, phrase[b, d]] = 1.0
         return paths, torch.where(lookup, found, lengths), q
 
     def accept(self, tree: DraftTree, verdict) -> None:

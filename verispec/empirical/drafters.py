@@ -39,7 +39,7 @@ from .lookup import prompt_lookup_batch
 from .uniforms import categorical
 
 __all__ = ["DraftTree", "Drafter", "ModelDrafter", "PathsDrafter", "PromptLookupDrafter", "RootOnly",
-           "probabilities"]
+           "probabilities", "next_token_law", "draw"]
 
 
 def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -48,13 +48,29 @@ def probabilities(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     T = 0: one-hot on the argmax (ties to the lowest id, as `verispec.reference.models.temperature`);
     T > 0: softmax(logits / T).
     """
+    return next_token_law(logits, temperature)[0]
+
+
+def next_token_law(logits: torch.Tensor, temperature: float):
+    """(`probabilities(logits, T)` [..., V], the argmax ids [...] at T = 0, else None).
+
+    At T = 0 the law is one-hot, and the inverse-CDF draw (`uniforms.categorical`) from a one-hot
+    row returns its hot id at every u in [0, 1): `draw` then skips the vocabulary-wide cumsum.
+    """
     if temperature == 0:
         index = logits.argmax(-1, keepdim=True)
-        return torch.zeros(logits.shape, dtype=torch.float64, device=logits.device).scatter_(-1, index, 1.0)
+        q = torch.zeros(logits.shape, dtype=torch.float64, device=logits.device).scatter_(-1, index, 1.0)
+        return q, index.squeeze(-1)
     scaled = logits.double()  # [..., V]; a copy unless the logits already were float64
     if temperature != 1:  # x / 1 == x exactly: no pass over the vocabulary for it
         scaled = scaled / temperature if scaled is logits else scaled.div_(temperature)
-    return torch.softmax(scaled, dim=-1)
+    return torch.softmax(scaled, dim=-1), None
+
+
+def draw(q: torch.Tensor, u: torch.Tensor, greedy: torch.Tensor | None) -> torch.Tensor:
+    """One token per row from q [..., V] at uniforms u [...]: `greedy` [...] (the hot ids of a
+    one-hot q, from `next_token_law`) when given, which is what `categorical(q, u)` returns."""
+    return greedy if greedy is not None else categorical(q, u)
 
 
 @dataclass
@@ -156,7 +172,8 @@ class ModelDrafter(Drafter):
         logits = self.kv.append(self.pending, parents, real)  # [B, 2, V]
         self.draft_rows += 2
         root = self.pending_count - 1
-        return probabilities(logits[torch.arange(B, device=device), root], temperature), root
+        q_root, self._root_greedy = next_token_law(logits[torch.arange(B, device=device), root], temperature)
+        return q_root, root
 
     def accept(self, tree: DraftTree, verdict) -> None:
         nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token  # [B, D], [B], [B]
@@ -199,7 +216,9 @@ class PathsDrafter(ModelDrafter):
         u = self.source.take(B, K, q_root.device)
         lengths = torch.full((B, K), self.L, dtype=torch.long, device=q_root.device)
         if self.replacement:
-            return categorical(q_root.unsqueeze(1).expand(B, K, -1), u), lengths
+            greedy = getattr(self, "_root_greedy", None)  # set by `_feed_pending` at draft T = 0
+            greedy = None if greedy is None else greedy.unsqueeze(1).expand(B, K)
+            return draw(q_root.unsqueeze(1).expand(B, K, -1), u, greedy), lengths
         tokens, drawn = _draw_without_replacement(q_root, K, u)
         return tokens, torch.where(drawn, lengths, 0)
 
@@ -222,11 +241,12 @@ class PathsDrafter(ModelDrafter):
             self.draft_rows += K
             slots = 1 + (d - 1) * K + ks  # [K]
             self.fed[:, slots] = torch.where(is_node, m + ks, -1)
-            q_rows = probabilities(logits, Td)  # [B, K, V]
+            q_rows, greedy = next_token_law(logits, Td)  # [B, K, V], [B, K] or None
             if K > 1:  # a path through another path's node reads that node's q
                 q_rows = q_rows.gather(1, rep.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+                greedy = None if greedy is None else greedy.gather(1, rep)
             q[:, slots] = q_rows if bool(is_node.all()) else torch.where(is_node.unsqueeze(-1), q_rows, 0.0)
-            paths[:, :, d] = categorical(q_rows, self.source.take(B, K, device))
+            paths[:, :, d] = draw(q_rows, self.source.take(B, K, device), greedy)
             parent_fed = m + rep  # forest id of the node each path runs through
         return self._tree(rows.last, paths, lengths, q)
 

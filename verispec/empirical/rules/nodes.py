@@ -67,7 +67,8 @@ class PathRule:
         B, K, L = paths.shape
         lengths = (paths >= 0).sum(-1)  # [B, K]
         if self.name in ("token", "block"):  # chain rules read path 0, never past its length
-            p_tab, q_tab, drafted = _path_tables(p, tree, paths[:, :1], loose=True)
+            deepest = int(lengths[:, 0].max()) if B else 0  # the uniforms peeked still follow L
+            p_tab, q_tab, drafted = _path_tables(p, tree, paths[:, :1, :deepest], loose=True)
             tau, emitted, consumed = _chain_by_length(self.name, p_tab[:, 0], q_tab[:, 0], drafted[:, 0],
                                                       lengths[:, 0], source.peek(B, L + 1, p.device))
             k_star = torch.zeros_like(tau)
