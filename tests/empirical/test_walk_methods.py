@@ -11,7 +11,8 @@
   Bernstein bound at alpha = 1e-6 (`test_accepted_length_exact`). This also checks the torch
   drafter's law, which the shared-uniform test cannot (both sides use it). Planted bug caught
   there: SpecHub's second draft drawn from q instead of q(. | != a).
-- `khisti` with `truncation` = s (the s-truncated LP, `TruncatedSelection`) takes the same checks.
+- `khisti` and `optimal_is` with `truncation` = s (the s-truncated LPs, `TruncatedSelection`,
+  `TruncatedSetSelection`) take the same checks.
 - `verispec bench` runs them (T = 0 output = target-only); bad parameters raise clear errors.
 """
 
@@ -34,8 +35,9 @@ from .test_decode_tiny import tiny  # noqa: E402
 
 WALKS = [("spechub", dict(draft_length=3)), ("khisti", dict(draft_length=2, num_paths=2)),
          ("khisti", dict(draft_length=2, num_paths=3)), ("optimal_is", dict(draft_length=2, num_paths=2)),
-         ("khisti", dict(draft_length=2, num_paths=3, truncation=2))]
-IDS = ["spechub-L3", "khisti-K2", "khisti-K3", "optimal_is-K2", "khisti-K3-s2"]
+         ("khisti", dict(draft_length=2, num_paths=3, truncation=2)),
+         ("optimal_is", dict(draft_length=2, num_paths=3, truncation=2))]
+IDS = ["spechub-L3", "khisti-K2", "khisti-K3", "optimal_is-K2", "khisti-K3-s2", "optimal_is-K3-s2"]
 PROMPTS = [torch.tensor([3, 1, 4, 1, 5]), torch.tensor([9]), torch.tensor([2, 7, 1, 8, 2, 8, 1])]
 
 
@@ -87,13 +89,13 @@ def test_planted_wrong_residual_in_the_is_walk_is_caught(pair, monkeypatch):
     of the selected token (as a verifier that forgets the selection would)."""
     original = multistep._tables
 
-    def raw_q(name, p, q, drafts):
-        tables = list(original(name, p, q, drafts))
+    def raw_q(name, p, q, drafts, truncation=None):
+        tables = list(original(name, p, q, drafts, truncation))
         tables[1 if name == "khisti" else 2] = q
         return tuple(tables)
 
     monkeypatch.setattr(multistep, "_tables", raw_q)
-    assert all(_diverges(pair, WALKS[1:4]))
+    assert all(_diverges(pair, WALKS[1:4] + WALKS[5:]))
 
 
 def test_planted_wrong_residual_in_the_truncated_walk_is_caught(pair, monkeypatch):
@@ -104,7 +106,7 @@ def test_planted_wrong_residual_in_the_truncated_walk_is_caught(pair, monkeypatc
         return keeps, q, drafted
 
     monkeypatch.setattr(multistep, "_truncated_tables", raw_q)
-    assert all(_diverges(pair, WALKS[4:]))
+    assert all(_diverges(pair, WALKS[4:5]))
 
 
 @pytest.mark.parametrize("storage", ["padded", "packed"])
@@ -126,6 +128,8 @@ EXACT = [("spechub", reference_methods.spechub(2), dict(draft_length=2)),
          pytest.param("khisti", reference_methods.khisti(2, 2), dict(draft_length=2, num_paths=2),
                       marks=pytest.mark.slow),
          pytest.param("khisti", reference_methods.khisti(2, 2, truncation=2),
+                      dict(draft_length=2, num_paths=2, truncation=2), marks=pytest.mark.slow),
+         pytest.param("optimal_is", reference_methods.optimal_is(2, 2, truncation=2),
                       dict(draft_length=2, num_paths=2, truncation=2), marks=pytest.mark.slow)]
 
 
@@ -146,7 +150,8 @@ def laws(models):
     return get
 
 
-@pytest.mark.parametrize("name,method,params", EXACT, ids=["spechub", "optimal_is", "khisti", "khisti-s2"])
+@pytest.mark.parametrize("name,method,params", EXACT, ids=["spechub", "optimal_is", "khisti", "khisti-s2",
+                                                                "optimal_is-s2"])
 def test_measured_tau_equals_exact(models, laws, name, method, params):
     law1, law2 = laws(f"{name}{params.get('truncation', '')}", method)
     assert sum(p for k, p in law2.items() if 0 < k < exact_tau.DEPTH) > 0.1  # partial acceptance
@@ -181,7 +186,7 @@ class CharTokenizer:
 
 
 def test_bench_runs_the_walk_methods(pair, tmp_path):
-    labels = ("spechub", "khisti:K=2", "optimal_is:K=2", "khisti:K=2,s=3")
+    labels = ("spechub", "khisti:K=2", "optimal_is:K=2", "khisti:K=2,s=3", "optimal_is:K=2,s=3")
     config = bench.BenchConfig(prompts=1, max_new_tokens=8, methods=labels, temperatures=(0.0, 1.0),
                                draft_length=2, num_paths=3, dtype="float32")
     models = types.SimpleNamespace(target=pair[0], draft=pair[1], tokenizer=CharTokenizer())
@@ -208,11 +213,11 @@ def test_bad_parameters_are_clear_errors():
         bench.parse_runner("khisti:K=0", 4, 3)
     with pytest.raises(ValueError, match="name: not a tree-walk rule"):
         multistep.TopDownWalk("gbv")
-    with pytest.raises(ValueError, match="truncation: only 'khisti'"):
-        methods.get("optimal_is", truncation=3)
+    with pytest.raises(ValueError, match="truncation: only 'khisti' and 'optimal_is'"):
+        methods.get("spechub", truncation=3)
     with pytest.raises(ValueError, match="truncation"):
         methods.get("khisti", truncation=0)
-    with pytest.raises(ValueError, match="only khisti takes an LP truncation"):
+    with pytest.raises(ValueError, match="only khisti and optimal_is take an LP truncation"):
         bench.parse_runner("spechub:s=3", 4, 3)
 
 
@@ -224,5 +229,6 @@ def test_is_walk_refuses_a_vocabulary_too_large_for_its_lp():
     for name in ("khisti", "optimal_is"):
         with pytest.raises(ValueError, match=f"vocabulary: '{name}' .* V = {V} > MAX_LP_VOCAB"):
             multistep.TopDownWalk(name)(p, tree, None, 1.0)
-    with pytest.raises(ValueError, match="khisti:K=2,s=5"):
-        multistep.TopDownWalk("khisti")(p, tree, None, 1.0)
+    for name in ("khisti", "optimal_is"):
+        with pytest.raises(ValueError, match=f"{name}:K=2,s=5"):
+            multistep.TopDownWalk(name)(p, tree, None, 1.0)

@@ -32,7 +32,7 @@ history; ``L`` = the initial cap) and ``hybrid`` (the lookup phrase when the con
 adaptive chain otherwise; `verispec.empirical.adaptive`), the tree walks ``khisti:K=2``,
 ``optimal_is:K=2`` and ``spechub`` (K = 2 only) of `verispec.empirical.rules.multistep` (the IS
 rules solve a selection LP over the full vocabulary: small vocabularies only; ``khisti:K=2,s=5``
-solves it over the 5 tokens of largest p - q_1 q_2, at any vocabulary), and a user's own
+and ``optimal_is:K=2,s=5`` solve it over 5 tokens, at any vocabulary), and a user's own
 reference `Method` as ``pkg.module:attr`` (its verify runs through `verispec.empirical.adapter` on
 the real models' p and q; at T = 0 a lossless rule reproduces target-only greedy).
 Every runner but the HF peers decodes through the one engine (`verispec.empirical.engine`).
@@ -94,7 +94,7 @@ class RunnerSpec:
     node_budget: int = 0
     window: int = 0
     guess_set: int = 0  # ouroboros_phrase: pool phrases the draft model checks per draft forward
-    truncation: int = 0  # khisti: tokens of its s-truncated selection LP (0: the full-vocabulary LP)
+    truncation: int = 0  # khisti, optimal_is: tokens of the s-truncated selection LP (0: full vocabulary)
 
 
 def runner_names() -> tuple:
@@ -137,8 +137,8 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     label = name if not params else f"{name}:{params}"
     if "G" in given and name != "ouroboros_phrase":
         raise ValueError(f"methods: only ouroboros_phrase takes a guess set G; got {text!r}")
-    if "s" in given and name != "khisti":
-        raise ValueError(f"methods: only khisti takes an LP truncation s; got {text!r}")
+    if "s" in given and name not in ("khisti", "optimal_is"):
+        raise ValueError(f"methods: only khisti and optimal_is take an LP truncation s; got {text!r}")
     if name in PHRASE_RUNNERS:
         return RunnerSpec(label, name, values["draft_length"], values["num_paths"], 0, values["window"],
                           values["guess_set"] if name == "ouroboros_phrase" else 0)

@@ -80,13 +80,13 @@ def prompt_lookup(draft_length: int = 4, max_ngram: int = 3) -> TorchMethod:
 def walk_method(name: str, draft_length: int = 4, num_paths: int = 2,
                 draft_temperature: float | None = None, truncation: int | None = None) -> TorchMethod:
     """A tree-walk method (`WALK_METHODS`): the reference's one-step rule applied top-down on K
-    paths of L = draft_length tokens (`rules.multistep.TopDownWalk`). `truncation` = s (khisti
-    only): the selection LP over s tokens, for large vocabularies (the reference's
-    `methods.khisti(L, K, truncation=s)`).
+    paths of L = draft_length tokens (`rules.multistep.TopDownWalk`). `truncation` = s (khisti,
+    optimal_is): the selection LP over s tokens, for large vocabularies (the reference's
+    `methods.khisti(L, K, truncation=s)`, `methods.optimal_is(L, K, truncation=s)`).
 
     Raises:
         TypeError: L, K or s not an int. ValueError: unknown name, L, K or s < 1, K != 2 for
-            spechub, truncation for a method other than khisti.
+            spechub, truncation for spechub.
     """
     from .hubpairs import HubPairsDrafter
     from .rules.multistep import TopDownWalk

@@ -20,7 +20,8 @@ from .contract import RuleContractError, check_signature
 from .drafters import Draft
 from .models import LanguageModel, _check_positive_int, check_pair, check_prefix
 from .randomness import Randomness
-from .verifiers.importance import khisti_truncated_verify, khisti_verify, optimal_is_verify
+from .verifiers.importance import (khisti_truncated_verify, khisti_verify, optimal_is_truncated_verify,
+                                   optimal_is_verify)
 from .verifiers.spechub import hub_pairs, spechub_verify
 from .verifiers import (block_verify, gbv_verify, nss_verify, rrs_verify, rrsw_verify,
                         sample_and_follow, spectr_verify, token_verify, traversal_verify)
@@ -170,9 +171,20 @@ def khisti(draft_length: int, num_paths: int, truncation: int | None = None) -> 
                   {**params, "truncation": s}, model_state_only=True)
 
 
-optimal_is = _multi("optimal_is", optimal_is_verify, drafters.iid_paths)
-optimal_is.__doc__ = ("IS selection with the optimal selection law (one-step optimum alpha*, arXiv "
-                      "2502.18779 / 2410.18234) + single-draft SD on K i.i.d. paths.")
+
+
+def optimal_is(draft_length: int, num_paths: int, truncation: int | None = None) -> Method:
+    """IS selection with the optimal selection law (one-step optimum alpha*, arXiv 2502.18779 /
+    2410.18234) + single-draft SD on K i.i.d. paths. `truncation` = s solves the selection LP over
+    the sets inside the s tokens of largest p - q^k only (`TruncatedSetSelection`): still lossless,
+    affordable at any vocabulary, below alpha* in general. None: the LP over the full vocabulary."""
+    params = {"draft_length": draft_length, "num_paths": num_paths}
+    if truncation is None:
+        return Method("optimal_is", drafters.iid_paths(draft_length, num_paths), optimal_is_verify, params,
+                      model_state_only=True)
+    s = _check_positive_int(truncation, "truncation")
+    return Method("optimal_is", drafters.iid_paths(draft_length, num_paths), optimal_is_truncated_verify(s),
+                  {**params, "truncation": s}, model_state_only=True)
 
 
 def spechub(draft_length: int) -> Method:

@@ -18,8 +18,9 @@ The IS selection tables come from the reference's linear programs (`pair_selecti
 `optimal_selection`), solved on the CPU per node in float64 with scipy HiGHS, as the GBV authors'
 public code does. Those LPs are over the full vocabulary (V(V - 1) variables for `khisti`, one
 variable per drafted token set for `optimal_is`), so they are refused above `MAX_LP_VOCAB`.
-`khisti` with `truncation` = s instead solves the LP over the s tokens of largest p - q_1 q_2
-(`verispec.reference.verifiers.importance.TruncatedSelection`: O(V log V) per node, any V).
+With `truncation` = s the LP covers s tokens only: `khisti` the s tokens of largest p - q_1 q_2
+(`verispec.reference.verifiers.importance.TruncatedSelection`), `optimal_is` the token sets inside
+the s tokens of largest p - q^k (`TruncatedSetSelection`); O(V log V) per node, any V.
 
 Uniforms: a row reads its step's uniforms in the reference's order (tournament bernoullis, the
 selection draw, the acceptance test, the correction), node after node, then the bonus draw; the
@@ -59,11 +60,12 @@ class TopDownWalk:
     `__call__(p, tree, source, temperature, rows=None) -> Verdict` with p float64 [B, N, V] and the
     tree's q [B, N, V] and paths [B, K, L] (node ids, -1 past a path's end).
 
-    `truncation` (khisti only): s, the LP tokens of `TruncatedSelection`; None: the full LP.
+    `truncation` (khisti, optimal_is): s, the LP tokens of `TruncatedSelection` /
+    `TruncatedSetSelection`; None: the full-vocabulary LP.
 
     Raises:
-        ValueError: unknown name; truncation for a rule other than khisti; a tree without paths or
-            q; V > MAX_LP_VOCAB for the full-vocabulary IS LPs.
+        ValueError: unknown name; truncation for spechub; a tree without paths or q;
+            V > MAX_LP_VOCAB for the full-vocabulary IS LPs.
     """
 
     needs_q = True
@@ -71,8 +73,8 @@ class TopDownWalk:
     def __init__(self, name: str, truncation: int | None = None):
         if name not in WALK_RULES:
             raise ValueError(f"name: not a tree-walk rule: {name!r}; known: {', '.join(WALK_RULES)}")
-        if truncation is not None and name != "khisti":
-            raise ValueError(f"truncation: only 'khisti' has a truncated LP, not {name!r}")
+        if truncation is not None and name == "spechub":
+            raise ValueError(f"truncation: only 'khisti' and 'optimal_is' have a truncated LP, not {name!r}")
         self.name, self.truncation = name, truncation
 
     def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
@@ -80,9 +82,9 @@ class TopDownWalk:
             raise ValueError(f"draft tree: rule {self.name!r} needs the drafter's paths [B, K, L] and q [B, N, V]")
         B, N, V = p.shape
         if self.name != "spechub" and self.truncation is None and V > MAX_LP_VOCAB:
-            hint = " (use khisti's truncation=s, e.g. 5, bench label khisti:K=2,s=5)" if self.name == "khisti" else ""
             raise ValueError(f"vocabulary: {self.name!r} solves its selection LP over the full vocabulary, "
-                             f"refused for V = {V} > MAX_LP_VOCAB = {MAX_LP_VOCAB}{hint}")
+                             f"refused for V = {V} > MAX_LP_VOCAB = {MAX_LP_VOCAB} (use truncation=s, "
+                             f"e.g. 5; bench label {self.name}:K=2,s=5)")
         paths = tree.paths  # [B, K, L], node ids
         K, L = paths.shape[1:]
         device = p.device
@@ -176,12 +178,12 @@ def _importance(name, p, q, drafts, u, truncation=None):
         groups.setdefault((len(ts), len(set(ts))), []).append(r)
     for (k, _), members in groups.items():
         index = torch.tensor(members, device=device)
-        if truncation is not None:
+        if truncation is not None and name == "khisti":
             tables = [_truncated_tables(p_np[r], q_np[r], rows_drafts[r], truncation) for r in members]
         else:
-            tables = [_tables(name, p_np[r], q_np[r], rows_drafts[r]) for r in members]
+            tables = [_tables(name, p_np[r], q_np[r], rows_drafts[r], truncation) for r in members]
         columns = [torch.from_numpy(np.stack(column)).to(device) for column in zip(*tables)]
-        if truncation is not None:
+        if truncation is not None and name == "khisti":
             keeps, q_sel, drafted = columns  # [g, k - 1, k], [g, V], [g, k]
             y[index], used[index] = _tournament_step(p[index], keeps, q_sel, drafted, u[index, :k + 1])
         elif name == "khisti":
@@ -193,10 +195,10 @@ def _importance(name, p, q, drafts, u, truncation=None):
     return y, used
 
 
-def _tables(name, p, q, drafts):
+def _tables(name, p, q, drafts, truncation=None):
     """The reference's selection tables at one node (numpy float64 p, q [V]; drafts in path order):
     khisti -> (keeps [k - 1, V, V], q_I [V], drafts [k]); optimal_is -> (select [S],
-    candidates [S], q_I [V]) for the sorted distinct drafts."""
+    candidates [S], q_I [V]) for the sorted distinct drafts (s-truncated LP with `truncation`)."""
     from ...reference.verifiers import importance as reference
 
     V = len(p)
@@ -208,7 +210,11 @@ def _tables(name, p, q, drafts):
         keeps = np.array(keeps, dtype=np.float64).reshape(len(drafts) - 1, V, V)
         return keeps, np.asarray(law, dtype=np.float64), np.array(drafts, dtype=np.int64)
     candidates = tuple(sorted(set(drafts)))
-    select, q_sel = reference.optimal_selection(p, q, len(drafts))
+    if truncation is not None:
+        selection = reference.truncated_set_selection(p, q, len(drafts), truncation)
+        select, q_sel = {candidates: selection.probabilities(candidates)}, selection.law
+    else:
+        select, q_sel = reference.optimal_selection(p, q, len(drafts))
     return (np.asarray(select[candidates], dtype=np.float64), np.array(candidates, dtype=np.int64),
             np.asarray(q_sel, dtype=np.float64))
 

@@ -209,12 +209,7 @@ class TruncatedSelection:
     def __init__(self, p, q1, q2, s: int):
         exact = is_exact(p) and is_exact(q1) and is_exact(q2)
         V = len(p)
-        order = np.argsort(-(np.asarray(p, dtype=np.float64) - np.asarray(q1, dtype=np.float64)
-                             * np.asarray(q2, dtype=np.float64)), kind="stable")  # [V], rank -> token
-        if exact:  # rank on the exact scores
-            order = np.array(sorted(range(V), key=lambda i: (-(p[i] - q1[i] * q2[i]), i)))
-        self.rank = np.empty(V, dtype=np.int64)
-        self.rank[order] = np.arange(V)
+        order, self.rank = _ranking(p, q1 * q2, exact)
         self.omega = tuple(sorted(int(t) for t in order[:min(s, V)]))
         q1_out = q1.sum() - sum(q1[t] for t in self.omega)
         q2_out = q2.sum() - sum(q2[t] for t in self.omega)
@@ -249,6 +244,18 @@ class TruncatedSelection:
         return law
 
 
+def _ranking(p, mass, exact: bool):
+    """Tokens by p - mass descending, ties to the lower id -> (order [V]: rank -> token, rank [V])."""
+    V = len(p)
+    if exact:  # rank on the exact scores
+        order = np.array(sorted(range(V), key=lambda i: (-(p[i] - mass[i]), i)), dtype=np.int64)
+    else:
+        order = np.argsort(-(np.asarray(p, dtype=np.float64) - np.asarray(mass, dtype=np.float64)), kind="stable")
+    rank = np.empty(V, dtype=np.int64)
+    rank[order] = np.arange(V)
+    return order, rank
+
+
 def truncated_pair_selection(p, q1, q2, s: int) -> TruncatedSelection:
     """`TruncatedSelection(p, q1, q2, s)`: the s-truncated two-draft selection and its law q_I.
 
@@ -260,7 +267,7 @@ def truncated_pair_selection(p, q1, q2, s: int) -> TruncatedSelection:
     """
     from ..models import _check_positive_int
 
-    return TruncatedSelection(p, q1, q2, _check_positive_int(s, "truncation"))
+    return _memo(TruncatedSelection, (p, q1, q2), (_check_positive_int(s, "truncation"),))
 
 
 def khisti_truncated_step(p, q, drafts, rand, s: int) -> int:
@@ -342,6 +349,130 @@ def _optimal_selection(p_key, q_key, k: int, exact: bool):
         for t, prob in zip(s, probs):
             q_sel[t] = q_sel[t] + law[s] * prob
     return select, q_sel
+
+
+class TruncatedSetSelection:
+    """The optimal IS selection law for k i.i.d. drafts with its LP restricted to s tokens.
+
+    Tokens are ranked by p - q^k, descending (ties: lower id first; by analogy with the GBV
+    authors' p - q_1 q_2 for two drafts); Omega = the top s. A set S of distinct drafted tokens
+    inside Omega picks its token by the selection LP over the sets inside Omega (at most
+    sum_{j <= k} C(s, j) sets); any other set picks its token of lowest rank. With T(i) the q-mass
+    ranked after i and U(i) the q-mass of Omega ranked after i, the law of the pick is, exactly:
+
+        i not in Omega: q_I(i) = (q(i) + T(i))^k - T(i)^k            (i is the lowest-ranked draft)
+        i in Omega:     q_I(i) = (q(i) + T(i))^k - T(i)^k - (q(i) + U(i))^k + U(i)^k
+                                 + sum_{S in Omega, i in S} Q(S) P(i | S)
+
+    where Q(S) = sum_{R subset of S} (-1)^{|S| - |R|} q(R)^k is the probability that the distinct
+    drafts are exactly S, and the LP maximises sum_{i in Omega} min(p(i), q_I(i)). Derived here (no
+    public code truncates this LP); lossless for every s (Fractions in, Fractions out). O(V log V)
+    numpy plus an LP with at most s sum_{j <= k} C(s, j) variables.
+
+    Attributes:
+        omega: the s tokens of Omega in token-id order; law: q_I [V].
+    """
+
+    def __init__(self, p, q, k: int, s: int):
+        exact = is_exact(p) and is_exact(q)
+        V = len(p)
+        order, self.rank = _ranking(p, q ** k, exact)
+        self.omega = tuple(sorted(int(t) for t in order[:min(s, V)]))
+        tail = np.cumsum(q[order][::-1])[::-1] - q[order]  # [V] by rank: q-mass ranked after
+        in_omega = np.zeros(V, dtype=bool)
+        in_omega[list(self.omega)] = True
+        inside = q[order] * in_omega[order]
+        tail_in = np.cumsum(inside[::-1])[::-1] - inside  # [V] by rank: Omega's q-mass ranked after
+        lowest = q * 0  # [V]: P(i is the lowest-ranked draft)
+        lowest[order] = (q[order] + tail) ** k - tail ** k
+        outside = q * 0  # [V]: ... and some draft lies outside Omega
+        outside[order] = lowest[order] - in_omega[order] * ((q[order] + tail_in) ** k - tail_in ** k)
+        sets = [S for j in range(1, min(k, len(self.omega)) + 1) for S in itertools.combinations(self.omega, j)]
+        mass = {S: sum((-1) ** (len(S) - j) * sum(q[list(R)]) ** k for j in range(1, len(S) + 1)
+                       for R in itertools.combinations(S, j)) for S in sets}
+        table = _truncated_set_lp(tuple(float(p[t]) for t in self.omega), self.omega,
+                                  tuple(float(outside[t]) for t in self.omega), tuple(float(mass[S]) for S in sets), sets)
+        self.select = {S: _exact_law(table[S], exact) for S in sets}
+        law = np.where(in_omega, outside, lowest)
+        for S in sets:
+            for t, prob in zip(S, self.select[S]):
+                law[t] = law[t] + mass[S] * prob
+        self.law = law
+
+    def probabilities(self, drafted_set) -> list:
+        """P(pick drafted_set[j]) for the sorted distinct drafts `drafted_set`."""
+        drafted_set = tuple(drafted_set)
+        if drafted_set in self.select:
+            return self.select[drafted_set]
+        lowest = min(drafted_set, key=lambda t: self.rank[t])
+        return [1 if t == lowest else 0 for t in drafted_set]
+
+
+def _truncated_set_lp(p_omega, omega, offset, masses, sets):
+    """{S: [x[S, t] / Q(S)] (float64)}: the selection LP over the sets inside Omega, where token t
+    of Omega already gets `offset`[t] of q_I from the sets outside it."""
+    s, index = len(omega), [(S, t) for S in sets for t in S]
+    position = {t: i for i, t in enumerate(omega)}
+    n = len(index)
+    c = np.concatenate([np.zeros(n), -np.ones(s)])
+    a_eq = np.zeros((len(sets), n + s))
+    a_ub = np.zeros((2 * s, n + s))
+    b_ub = np.concatenate([np.asarray(p_omega), np.asarray(offset)])
+    for col, (S, t) in enumerate(index):
+        a_eq[sets.index(S), col] = 1.0
+        a_ub[s + position[t], col] = -1.0  # z_t - q_I(t) <= offset_t
+    for i in range(s):
+        a_ub[i, n + i] = 1.0
+        a_ub[s + i, n + i] = 1.0
+    x = _linprog(c, a_ub, b_ub, a_eq, np.maximum(np.asarray(masses), 0.0))
+    return {S: [x[index.index((S, t))] / m if m > 0 else 1.0 for t in S] for S, m in zip(sets, masses)}
+
+
+def truncated_set_selection(p, q, k: int, s: int) -> TruncatedSetSelection:
+    """`TruncatedSetSelection(p, q, k, s)`.
+
+    Raises:
+        TypeError / ValueError: k or s not an int >= 1.
+    """
+    from ..models import _check_positive_int
+
+    return _memo(TruncatedSetSelection, (p, q), (_check_positive_int(k, "num_drafts"),
+                                                 _check_positive_int(s, "truncation")))
+
+
+#: Vocabularies up to this size have their truncated selections memoised (the exact enumerator
+#: asks for the same node many times); larger ones (real models) are computed afresh per node.
+_MEMO_VOCAB = 256
+_MEMO: dict = {}
+
+
+def _memo(kind, arrays, params):
+    """kind(*arrays, *params), memoised on the arrays' values for small vocabularies (read-only)."""
+    if len(arrays[0]) > _MEMO_VOCAB:
+        return kind(*arrays, *params)
+    key = (kind, tuple(_key(a) for a in arrays), tuple(is_exact(a) for a in arrays), params)
+    if key not in _MEMO:
+        if len(_MEMO) >= 4096:
+            _MEMO.clear()
+        _MEMO[key] = kind(*arrays, *params)
+    return _MEMO[key]
+
+
+def optimal_is_truncated_step(p, q, drafted_set, k, rand, s: int) -> int:
+    """`optimal_is_step` with the s-truncated selection LP (`TruncatedSetSelection`)."""
+    selection = truncated_set_selection(p, q, k, s)
+    probs = np.array(selection.probabilities(drafted_set), dtype=object if is_exact(q) else np.float64)
+    y = drafted_set[rand.categorical(probs)]
+    return _single_draft(p, selection.law, y, rand)
+
+
+def optimal_is_truncated_verify(s: int):
+    """The s-truncated optimal IS verifier, top-down on the tree of K i.i.d. paths."""
+    def verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
+        return _walk(target, context, draft, rand, lambda p, q, node, counts: optimal_is_truncated_step(
+            p, q, tuple(sorted(counts)), sum(counts.values()), rand, s))
+
+    return verify
 
 
 def optimal_is_step(p, q, drafted_set, k, rand) -> int:
