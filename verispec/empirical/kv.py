@@ -204,7 +204,12 @@ class SequenceKV(PaddedKV):
 
 
 class PackedKV(KVState):
-    """EMS-SD layout (module docstring): batch dimension 1, owner[slot] = row of every slot."""
+    """EMS-SD layout (module docstring): batch dimension 1, owner[slot] = row of every slot.
+
+    attention="varlen" (default): every forward runs per-row attention
+    (`verispec.empirical.attention`; tree layers below cached siblings with a `forest`);
+    "dense": a [1, 1, Q, S + Q] block-diagonal mask over the whole packed cache (a baseline).
+    """
 
     def __init__(self, model: CausalLM, batch: int, attention: str = "varlen"):
         super().__init__(model, batch)
@@ -222,6 +227,7 @@ class PackedKV(KVState):
         self.owner = torch.zeros(0, dtype=torch.long, device=device)  # [S], committed then uncommitted
         self.base = 0  # committed slots
         self.slot = torch.zeros(batch, 0, dtype=torch.long, device=device)  # [B, m]: -1 = not fed
+        self.parent = torch.zeros(batch, 0, dtype=torch.long, device=device)  # [B, m]: forest parents
 
     def prefill(self, tokens, lengths) -> None:
         n = int(lengths.max()) if lengths.numel() else 0
@@ -257,6 +263,7 @@ class PackedKV(KVState):
         new_slot = torch.full((B, n), -1, dtype=torch.long, device=tokens.device)
         new_slot[rows, cols] = S + torch.arange(Q, device=tokens.device)
         self.slot = torch.cat([self.slot, new_slot], dim=1)
+        self.parent = torch.cat([self.parent, parents], dim=1)
         logits = torch.zeros(B, n, self.model.vocab_size, device=self.model.device)  # [B, n, V]
         if Q == 0:
             return logits
@@ -280,21 +287,33 @@ class PackedKV(KVState):
         return logits
 
     def _varlen_rows(self, ancestry, parents, rows, cols, S):
-        """The per-row attention spec (`verispec.empirical.attention.packed_rows`) of this forward,
-        or None when it cannot express it: per-row attention lets a node see ALL its row's cached
-        slots, so it serves only forwards in which every new node descends from every earlier
-        uncommitted slot of its row (a verification tree, a chain, a draft's pending tokens);
-        the other forwards (a tree layer below siblings) take the dense mask."""
+        """The per-row attention spec (`verispec.empirical.attention.packed_rows`) of this forward.
+
+        When every new node descends from every earlier uncommitted slot of its row (a
+        verification tree, a chain, a draft's pending tokens) each node sees all its row's cached
+        slots and no `forest` is needed. Otherwise (a draft tree layer below cached siblings) the
+        cached uncommitted slots go in as a `forest`, so a node sees only its cached ancestors."""
         from .attention import packed_rows
 
         n = parents.shape[1]
         m = self.uncommitted - n  # uncommitted nodes before this forward
         old_fed = self.slot[:, :m] >= 0  # [B, m]
-        if m and bool((ancestry[rows, cols, :m] != old_fed[rows]).any()):
-            return None
         parent = parents[rows, cols]  # [Q], forest numbering
-        packed_parent = torch.where(parent >= m, self.slot[rows, parent.clamp(min=m)] - S, -1)
-        return packed_rows(self.owner, rows, packed_parent)
+        below = self.slot[rows, parent.clamp(min=0)]  # [Q]: the parent's cache slot (if fed)
+        packed_parent = torch.where(parent >= m, below - S, -1)
+        if not m or bool((ancestry[rows, cols, :m] == old_fed[rows]).all()):
+            return packed_rows(self.owner, rows, packed_parent)
+        packed_parent = torch.where((parent >= 0) & (parent < m), -2 - below, packed_parent)
+        return packed_rows(self.owner, rows, packed_parent, self._forest(m, S))
+
+    def _forest(self, m: int, S: int) -> torch.Tensor:
+        """int64 [S]: -1 for a committed slot; for an uncommitted cached slot its parent's slot,
+        or -2 when it hangs off the committed prefix (`attention.packed_rows`' `forest`)."""
+        forest = torch.full((S,), -1, dtype=torch.long, device=self.owner.device)
+        b, i = (self.slot[:, :m] >= 0).nonzero(as_tuple=True)  # the fed uncommitted nodes
+        p = self.parent[b, i]  # [u], forest numbering (a real node's parent is real, hence fed)
+        forest[self.slot[b, i]] = torch.where(p >= 0, self.slot[b, p.clamp(min=0)], -2)
+        return forest
 
     def commit(self, keep: torch.Tensor) -> None:
         """Keep exactly the kept slots (a gather): no rejected or padded slot stays in the cache."""
@@ -306,7 +325,7 @@ class PackedKV(KVState):
         self.padded_slots += positions.numel() - self.base - int(keep.sum())  # retained, not kept
         self.owner = self.owner[positions]
         self.base = self.owner.numel()
-        self.slot = self.slot[:, :0]
+        self.slot, self.parent = self.slot[:, :0], self.parent[:, :0]
         self._reset(keep)
 
     def select(self, rows: torch.Tensor) -> None:
@@ -319,7 +338,7 @@ class PackedKV(KVState):
         self._select_rows(rows)
         self.owner = remap[self.owner[positions]]
         self.base = self.owner.numel()
-        self.slot = self.slot[rows]
+        self.slot, self.parent = self.slot[rows], self.parent[rows]
 
     def slots(self) -> int:
         """Slots held (all rows)."""
