@@ -37,7 +37,7 @@ from ..reference.methods import Method, resolve
 from ..reference.models import LanguageModel, _check_positive_int
 from . import points
 from .replay import Explorer, ExplorationTimeout
-from .symbolic import Sym, SymbolicError, SymbolicZeroDivision
+from .symbolic import Sym, SymbolicError, SymbolicZeroDivision, clear_cache
 
 __all__ = ["prove", "ProofResult", "Query", "Counterexample", "SymbolicModel", "SOLVER"]
 
@@ -351,6 +351,38 @@ def _decide(tree, reference, output, base, deadline, region=None, conditions=Non
     return "unsat", None, calls, ""
 
 
+#: Seconds for the whole query of one output before it is decided cell by cell.
+DIRECT_SECONDS = 0.25
+
+
+def _decide_output(tree, reference, output, variables, deadline):
+    """Is there a pair with law(output) != target law(output)? As one query first
+    (`DIRECT_SECONDS`); then cell by cell with the identity in exact algebra
+    (`verispec.formal.cells`); where that cannot run (a term that is not a rational function, or no
+    sympy), the splitting search `_decide`. Returns (result, model, solver calls, reason)."""
+    ref = _zero_if_none(_law(reference.root, output, {}, {}))
+    whole = _zero_if_none(_law(tree.root, output, {}, {}))
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return "unknown", None, 0, "timeout"
+    result, model, reason = _check(variables.constraints + [whole != ref], min(left, DIRECT_SECONDS))
+    if result != "unknown" or time.monotonic() >= deadline:
+        return result, model, 1, reason or ("timeout" if result == "unknown" else "")
+    try:
+        from .cells import decide_by_cells
+
+        result, model, calls, reason, _ = decide_by_cells(
+            tree, lambda region: _zero_if_none(_law(tree.root, output, {}, region)), ref, output,
+            variables.constraints, deadline, variables)
+    except ImportError:
+        result, reason, calls = "unknown", "algebra: sympy is not installed", 0
+    calls += 1
+    if result == "unknown" and reason.startswith("algebra"):
+        result, model, more, reason = _decide(tree, reference, output, variables.constraints, deadline)
+        calls += more
+    return result, model, calls, reason
+
+
 def _check_args(method, vocab_size, draft_length, num_paths, timeout):
     V = _check_positive_int(vocab_size, "vocab_size", minimum=2)
     L = _check_positive_int(draft_length, "draft_length")
@@ -411,6 +443,16 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
         TypeError / ValueError: bad arguments (naming them); the rule's own errors (e.g.
             `RuleContractError`) propagate: a broken rule has no law to prove anything about.
     """
+    try:
+        return _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperature,
+                      draft_temperature, point_trials, context)
+    finally:
+        clear_cache()  # the z3 expressions built for this proof
+
+
+def _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperature, draft_temperature,
+           point_trials, context) -> ProofResult:
+    clear_cache()
     method, V, L, K, depth = _check_args(method, vocab_size, draft_length, num_paths, timeout)
     _check_temperature(target_temperature, "target_temperature")
     _check_temperature(draft_temperature, "draft_temperature")
@@ -474,7 +516,7 @@ def _run_queries(result, tree, reference, variables, method, bases, temperatures
     unknown = []
     for output in itertools.product(range(V), repeat=N):
         start = time.perf_counter()
-        status, model, calls, reason = _decide(tree, reference, output, variables.constraints, deadline)
+        status, model, calls, reason = _decide_output(tree, reference, output, variables, deadline)
         result.queries.append(Query(output, status, time.perf_counter() - start, reason, calls))
         if status == "unknown":
             unknown.append(output)

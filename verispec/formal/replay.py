@@ -19,10 +19,12 @@ branch tree (`Node`), from which `verispec.formal.prove` builds the law of each 
 from __future__ import annotations
 
 import time
+from fractions import Fraction
 
 import z3
 
-from .symbolic import _ACTIVE, Sym, SymbolicError, SymbolicZeroDivision, to_z3
+from .symbolic import (_ACTIVE, Sym, SymbolicError, SymbolicZeroDivision, _apply, negate, real, simplify,
+                       to_z3)
 
 
 class DeadPath(BaseException):
@@ -101,18 +103,25 @@ class Replay:
         self.witness = witness  # a z3 model of the current path condition, when one is known
         self.memo: dict[int, bool] = {}  # AST id -> answer on this path
         self.kept: list = []
+        self.path: list = []  # the path condition; the solver holds path[:synced]
+        self.synced = 0
 
     # -- the path condition -----------------------------------------------------------------
     def _assume(self, condition) -> None:
-        self.solver.push()
-        self.solver.add(condition)
-        if self.witness is not None and not z3.is_true(self.witness.eval(condition, model_completion=True)):
+        # Lazily: a replay of recorded choices asks the solver nothing, so it need not hold them.
+        # The witness of a queued branch satisfies the whole recorded path: test it only past it.
+        self.path.append(condition)
+        if len(self.trace) > len(self.forced) and self.witness is not None \
+                and not z3.is_true(self.witness.eval(condition, model_completion=True)):
             self.witness = None
 
     def _feasible(self, condition):
         """(feasible, model): z3 'unknown' counts as feasible (exploring more is always sound)."""
         explorer = self.explorer
         explorer.tick()
+        if self.synced < len(self.path):
+            self.solver.add(*self.path[self.synced:])
+            self.synced = len(self.path)
         self.solver.push()
         self.solver.add(condition)
         self.solver.set("timeout", explorer.check_timeout_ms())
@@ -146,7 +155,7 @@ class Replay:
     # -- decisions --------------------------------------------------------------------------
     def decide(self, condition) -> bool:
         """The outcome of a comparison on this path (forks when both outcomes are feasible)."""
-        condition = z3.simplify(condition)
+        condition = simplify(condition)
         if z3.is_true(condition):
             return True
         if z3.is_false(condition):
@@ -154,7 +163,7 @@ class Replay:
         key = condition.get_id()
         if key in self.memo:
             return self.memo[key]
-        negation = z3.simplify(z3.Not(condition))
+        negation = simplify(negate(condition))
         if len(self.trace) < len(self.forced):
             value = self._step("decide", condition, None) == 0
         else:
@@ -187,11 +196,11 @@ class Replay:
         if z3.is_rational_value(divisor):
             return
         # Already implied by an answered comparison (q == 0 -> False, total > 0 -> True, ...)?
-        for test, nonzero in ((divisor == 0, False), (divisor <= 0, False), (divisor > 0, True),
-                              (divisor >= 0, False), (divisor < 0, True)):
-            if self.memo.get(z3.simplify(test).get_id()) is nonzero:
+        zero = real(Fraction(0))
+        for test, nonzero in (("eq", False), ("le", False), ("gt", True), ("ge", False), ("lt", True)):
+            if self.memo.get(simplify(_apply(test, divisor, zero)).get_id()) is nonzero:
                 return
-        if self.decide(divisor == 0):
+        if self.decide(_apply("eq", divisor, zero)):
             raise SymbolicZeroDivision(divisor, self.witness, self.trace)
 
     # -- chance -----------------------------------------------------------------------------
@@ -204,7 +213,7 @@ class Replay:
         choice = self._step("chance", weights, [(o, None) for o, _ in options])
         weight = by_outcome[choice]
         if isinstance(weight, Sym):
-            self._assume(weight.expr > 0)
+            self._assume(_apply("gt", weight.expr, real(Fraction(0))))
         return choice
 
     def bernoulli(self, p) -> bool:

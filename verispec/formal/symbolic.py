@@ -108,11 +108,11 @@ class Sym:
             shortcut = _shortcut(self, constant, name, reflected)
             if shortcut is not None:
                 return shortcut
-            o = z3.RealVal(constant)
+            o = real(constant)
         a, b = (o, self.expr) if reflected else (self.expr, o)
         if name == "div":
             _check_divisor(b)
-        return Sym(_OPS[name](a, b))
+        return Sym(_apply(name, a, b))
 
     def __add__(self, other):
         return self._binary(other, "add")
@@ -175,26 +175,26 @@ class Sym:
             constant = _constant(other)
             if constant is None:
                 return NotImplemented
-            o = z3.RealVal(constant)
-        return current_replay().decide(op(self.expr, o))
+            o = real(constant)
+        return current_replay().decide(_apply(op, self.expr, o))
 
     def __lt__(self, other):
-        return self._compare(other, lambda a, b: a < b, lambda pos: pos)
+        return self._compare(other, "lt", lambda pos: pos)
 
     def __le__(self, other):
-        return self._compare(other, lambda a, b: a <= b, lambda pos: pos)
+        return self._compare(other, "le", lambda pos: pos)
 
     def __gt__(self, other):
-        return self._compare(other, lambda a, b: a > b, lambda pos: not pos)
+        return self._compare(other, "gt", lambda pos: not pos)
 
     def __ge__(self, other):
-        return self._compare(other, lambda a, b: a >= b, lambda pos: not pos)
+        return self._compare(other, "ge", lambda pos: not pos)
 
     def __eq__(self, other):
-        return self._compare(other, lambda a, b: a == b, lambda pos: False)
+        return self._compare(other, "eq", lambda pos: False)
 
     def __ne__(self, other):
-        return self._compare(other, lambda a, b: a != b, lambda pos: True)
+        return self._compare(other, "ne", lambda pos: True)
 
     def __bool__(self):
         return current_replay().decide(self.expr != 0)
@@ -226,6 +226,45 @@ class Sym:
         return f"Sym({text if len(text) <= 60 else text[:57] + '...'})"
 
 
+#: Expressions built so far: (op, operand AST ids) -> (result, operands). A replay re-runs the rule
+#: once per leaf and rebuilds the same expressions; z3 hash-conses them, so a live operand's id names
+#: it uniquely (the operands are kept alive in the value for that reason). Cleared by `clear_cache`.
+_BUILT: dict = {}
+_REALS: dict = {}
+
+
+def _apply(name, a, b):
+    key = (name, a.ast.value, b.ast.value)  # the AST pointers: unique while the operands live
+    hit = _BUILT.get(key)
+    if hit is None:
+        hit = _BUILT[key] = (_OPS[name](a, b), a, b)
+    return hit[0]
+
+
+def simplify(expr):
+    """z3.simplify(expr), computed once per expression."""
+    return _apply("simplify", expr, expr)
+
+
+def negate(expr):
+    """z3.Not(expr), built once."""
+    return _apply("not", expr, expr)
+
+
+def real(constant: Fraction):
+    """z3.RealVal(constant), built once."""
+    value = _REALS.get(constant)
+    if value is None:
+        value = _REALS[constant] = z3.RealVal(constant)
+    return value
+
+
+def clear_cache() -> None:
+    """Forget the expressions built so far (memory only: results never depend on the cache)."""
+    _BUILT.clear()
+    _REALS.clear()
+
+
 def _check_divisor(expr) -> None:
     """Inside a replay: SymbolicZeroDivision when the divisor can be 0 on the current branch."""
     if _ACTIVE:
@@ -233,7 +272,9 @@ def _check_divisor(expr) -> None:
 
 
 _OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-        "div": lambda a, b: a / b}
+        "div": lambda a, b: a / b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
+        "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b,
+        "ne": lambda a, b: a != b, "not": lambda a, _: z3.Not(a), "simplify": lambda a, _: z3.simplify(a)}
 
 
 def _shortcut(sym, constant: Fraction, name: str, reflected: bool):
