@@ -365,6 +365,18 @@ def _compare(after: dict, before: dict) -> dict:
     return out
 
 
+def with_before(out: dict, before: dict) -> dict:
+    """Add to `out` (this script's JSON) the summary of an earlier run `before` ("before") and,
+    per method in both, the fractions before / after and whether the tokens are the same
+    ("change")."""
+    out["before"] = {key: before.get(key) for key in ("commit", "code", "label", "load_average_before",
+                                                      "load_average_after", "time_utc")}
+    out["before"]["methods"] = {name: {"median": run["median"], "tokens": run["tokens"]}
+                                for name, run in before["methods"].items()}
+    out["change"] = _compare(out["methods"], before["methods"])
+    return out
+
+
 def _print(name: str, method, run: dict) -> None:
     median = run["median"]
     print(f"{name} {method.params}: {median['iterations']} iterations per run, block efficiency "
@@ -380,6 +392,10 @@ def _print(name: str, method, run: dict) -> None:
 
 def main(argv=None) -> dict:
     args = _parser().parse_args(argv)
+    before = None
+    if args.before:  # read first: a long run must not fail at its end
+        with open(args.before) as handle:
+            before = json.load(handle)
     code = _use_code(args.code)
     from verispec._io import write_json_atomic
     from verispec.empirical.hardware import host_info
@@ -405,14 +421,8 @@ def main(argv=None) -> dict:
            "label": args.label, "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()),
            "code": code, "commit": _git_commit(code), "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            **host_info(args.device)}
-    if args.before:
-        with open(args.before) as handle:
-            before = json.load(handle)
-        out["before"] = {key: before.get(key) for key in ("commit", "label", "load_average_before",
-                                                          "load_average_after", "time_utc")}
-        out["before"]["methods"] = {name: {"median": run["median"], "tokens": run["tokens"]}
-                                    for name, run in before["methods"].items()}
-        out["change"] = _compare(results, before["methods"])
+    if before is not None:
+        with_before(out, before)
     output = args.output or os.path.join(ROOT, "benchmarks", "results", f"profile_iteration_{args.device.split(':')[0]}.json")
     write_json_atomic(output, out)
     print(f"results: {os.path.normpath(output)}")
