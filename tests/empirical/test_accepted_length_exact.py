@@ -21,7 +21,9 @@ Each case has partial acceptance where the bug acts: P(0 < tau_2 < L) > 0.1 (ass
 Cases (L = 2, depth 2): chain + token, chain + block, K = 2 i.i.d. paths + gbv, OPT-Tree (n = 4) +
 sample-and-follow, the static trees k-ary (k = 2, n = 6), EAGLE-style (n = 5) and chain tree (n = 2)
 against their reference twin `drafters.ranked_tree` (the same rank paths) + sample-and-follow,
-prompt lookup against the reference `methods.prompt_lookup`; slow: block on the packed (EMS-SD) and vanilla storages, K = 2 paths without
+prompt lookup against the reference `methods.prompt_lookup`, and a depth-3 k-ary tree (n = 8, L = 3:
+the draft runs tree layer 2 below its cached layer-1 siblings, so its cache holds a forest); slow:
+that tree on the packed storage (per-row attention with a forest), block on the packed (EMS-SD) and vanilla storages, K = 2 paths without
 replacement + rrsw, and the reference `methods.block` Method itself through the engine's adapter. Planted
 bugs (monkeypatched into the drafters' accept step; each must be caught at its fixed seed):
 "not cropped" (after a rejection the draft cache keeps the drafted node it ran below the last
@@ -110,6 +112,11 @@ CASES = [
     # iteration-2 drafts are n-gram continuations of the prompt plus what iteration 1 emitted
     ("prompt_lookup", "prompt_lookup", ref_methods.prompt_lookup(2, 2), {"draft_length": 2, "max_ngram": 2},
      2000, "padded", (0, 2, 3, 0, 2)),
+    # depth 3: the draft runs tree layer 2 below its cached layer-1 siblings (packed: per-row
+    # attention with a forest), so the draft cache holds a forest the commit must cut to one path
+    ("kary3", "kary", static_tree("kary", 8, 3), {"node_budget": 8, "max_depth": 3}, 2000, "padded", (2, 0)),
+    ("kary3-packed", "kary", static_tree("kary", 8, 3), {"node_budget": 8, "max_depth": 3}, 1500, "packed",
+     (2, 0)),
     ("block-packed", "block", ref_methods.block(2), {"draft_length": 2}, 1500, "packed", (1, 3)),
     ("block-vanilla", "block", ref_methods.block(2), {"draft_length": 2}, 4000, "vanilla", (1, 3)),
     ("rrsw-K2", "rrsw", ref_methods.rrsw(2, 2), {"draft_length": 2, "num_paths": 2}, 4000, "padded", (1, 3)),
@@ -117,7 +124,7 @@ CASES = [
     ("block-adapter", ref_methods.block(2), ref_methods.block(2), {}, 2000, "padded", (1, 3)),
 ]
 # slow: per-row Python loops (packed attention, the adapter's numpy verify); rrsw's enumeration
-SLOW = {"block-packed", "block-vanilla", "rrsw-K2", "block-adapter"}
+SLOW = {"block-packed", "block-vanilla", "rrsw-K2", "block-adapter", "kary3-packed"}
 
 
 def _params(rows, key):
@@ -125,21 +132,22 @@ def _params(rows, key):
             else pytest.param(*row, id=key(row)) for row in rows]
 
 
-DEPTH = 2  # L, the deepest accepted length of every case
+DEPTH = 2  # L, the deepest accepted length of every case but those in DEPTHS
+DEPTHS = {"kary3": 3, "kary3-packed": 3}
 
 
 # ----------------------------------------------------------------------------------------------
 # The decoder under test: the ONE call site (switching decoders is one line here)
 # ----------------------------------------------------------------------------------------------
 
-def decode_taus(target, draft, name, params, n, storage, prompt, seed):
+def decode_taus(target, draft, name, params, n, storage, prompt, seed, depth=DEPTH):
     """tau of the first and second iteration of n independent rows decoding `prompt`: int64 [n] each.
 
     max_new_tokens = L + 2 keeps every row in the batch for two iterations (one iteration emits at
     most L + 1 tokens), and `stats.accepted_lengths` lists taus iteration by iteration, active rows
     in order, so its first 2 n entries are (tau_1 of every row, tau_2 of every row)."""
     method = torch_methods.get(name, **params) if isinstance(name, str) else name  # or a reference Method
-    result = engine.decode(target, draft, torch.tensor(prompt).expand(n, -1), method, DEPTH + 2,
+    result = engine.decode(target, draft, torch.tensor(prompt).expand(n, -1), method, depth + 2,
                            temperature=TEMPERATURE, uniforms=seed, storage=storage)
     taus = result.stats.accepted_lengths
     assert taus.numel() >= 2 * n
@@ -150,13 +158,13 @@ def decode_taus(target, draft, name, params, n, storage, prompt, seed):
 # The exact side and the test statistic
 # ----------------------------------------------------------------------------------------------
 
-def exact_tau_laws(target, draft, method, prompt):
+def exact_tau_laws(target, draft, method, prompt, depth=DEPTH):
     """({tau: P} of iteration 1 from `prompt`, {tau: P} of iteration 2), exactly (float64)."""
     t_ref, d_ref = TorchLanguageModel(target, TEMPERATURE), TorchLanguageModel(draft, TEMPERATURE)
     first = exact.iteration_distribution(t_ref, d_ref, method, prompt)  # {emitted: P}
     contexts = [prompt] + [prompt + e for e in first]
-    t_ref.warm(contexts, DEPTH)  # batched forwards instead of one per prefix
-    d_ref.warm(contexts, DEPTH)
+    t_ref.warm(contexts, depth)  # batched forwards instead of one per prefix
+    d_ref.warm(contexts, depth)
     law1 = exact.accepted_length_distribution(t_ref, d_ref, method, prompt)
     law2: dict = {}
     for emitted, p in first.items():
@@ -173,7 +181,7 @@ def bernstein_threshold(variance: float, n: int, alpha: float, bound: float) -> 
     return (a + math.sqrt(a * a + 8 * n * variance * c)) / (2 * n)
 
 
-def check_means(taus, laws, alpha=ALPHA):
+def check_means(taus, laws, alpha=ALPHA, bound=DEPTH):
     """Assert both measured means lie within their Bernstein bound of the exact E[tau]; returns the
     report lines (mean, exact mean, threshold, delta_min for power 1 - BETA)."""
     report, failures = [], []
@@ -181,8 +189,8 @@ def check_means(taus, laws, alpha=ALPHA):
         n = tau.numel()
         mu = sum(k * p for k, p in law.items())
         variance = sum(k * k * p for k, p in law.items()) - mu * mu
-        t = bernstein_threshold(variance, n, alpha / len(taus), DEPTH)
-        delta_min = t + DEPTH * math.sqrt(math.log(1 / BETA) / (2 * n))
+        t = bernstein_threshold(variance, n, alpha / len(taus), bound)
+        delta_min = t + bound * math.sqrt(math.log(1 / BETA) / (2 * n))
         mean = float(tau.double().mean())
         line = (f"tau_{i}: measured {mean:.4f}, exact {mu:.4f}, |diff| {abs(mean - mu):.4f}, bound {t:.4f} "
                 f"(alpha {alpha:g}, n {n}; power >= {1 - BETA} at |shift| >= {delta_min:.3f})")
@@ -275,7 +283,7 @@ def laws(models):
     def get(case_id):
         if case_id not in memo:
             row = next(row for row in CASES if row[0] == case_id)
-            memo[case_id] = exact_tau_laws(*models, row[2], row[6])
+            memo[case_id] = exact_tau_laws(*models, row[2], row[6], DEPTHS.get(case_id, DEPTH))
         return memo[case_id]
 
     return get
@@ -284,10 +292,11 @@ def laws(models):
 @pytest.mark.parametrize("case_id,name,method,params,n,storage,prompt", _params(CASES, lambda row: row[0]))
 def test_measured_tau_equals_exact(models, laws, case_id, name, method, params, n, storage, prompt):
     law1, law2 = laws(case_id)
+    depth = DEPTHS.get(case_id, DEPTH)
     # partial acceptance in the iteration that starts from an edited draft cache
-    assert sum(p for k, p in law2.items() if 0 < k < DEPTH) > 0.1
-    taus = decode_taus(*models, name, params, n, storage, prompt, seed=sum(map(ord, case_id)))
-    check_means(taus, (law1, law2))
+    assert sum(p for k, p in law2.items() if 0 < k < depth) > 0.1
+    taus = decode_taus(*models, name, params, n, storage, prompt, seed=sum(map(ord, case_id)), depth=depth)
+    check_means(taus, (law1, law2), bound=depth)
 
 
 PLANTS = [("token", _resume_from_own_proposal), ("block", _not_cropped), ("gbv-K2", _not_cropped),
@@ -295,7 +304,7 @@ PLANTS = [("token", _resume_from_own_proposal), ("block", _not_cropped), ("gbv-K
           ("block-packed", _not_cropped), ("rrsw-K2", _resume_from_own_proposal),
           ("block-adapter", _not_cropped), ("block-vanilla", _not_cropped),
           ("kary", _not_cropped), ("eagle", _resume_from_own_proposal), ("chain_tree", _not_cropped),
-          ("prompt_lookup", _stale_lookup)]
+          ("prompt_lookup", _stale_lookup), ("kary3", _not_cropped), ("kary3-packed", _not_cropped)]
 
 
 @pytest.mark.parametrize("case_id,plant", _params(PLANTS, lambda row: f"{row[0]}-{row[1].__name__.strip('_')}"))
@@ -303,9 +312,10 @@ def test_planted_draft_cache_bug_is_caught(models, laws, monkeypatch, case_id, p
     _, name, _, params, n, storage, prompt = next(row for row in CASES if row[0] == case_id)
     expected = laws(case_id)
     monkeypatch.setattr(*PATCHED[plant], plant)
-    taus = decode_taus(*models, name, params, n, storage, prompt, seed=sum(map(ord, case_id)))
+    depth = DEPTHS.get(case_id, DEPTH)
+    taus = decode_taus(*models, name, params, n, storage, prompt, seed=sum(map(ord, case_id)), depth=depth)
     with pytest.raises(AssertionError, match="tau_2"):
-        check_means(taus, expected)
+        check_means(taus, expected, bound=depth)
 
 
 def test_bernstein_threshold_level():
