@@ -9,11 +9,15 @@ and leaves of the merged branch tree, and the free variables. `--extra` adds lar
 (V=2 L=3, V=3 L=2, V=4 L=1) to find the largest size each method reaches within the limit.
 
 Results go to benchmarks/results/bench_prove.json (atomic write after every record; a rerun resumes,
-skipping recorded (method, size, timeout) records unless --fresh). The load average before and after
-each record is stored: other processes on the machine stretch the times, which are indicative.
+skipping recorded (method, size, timeout) records unless --fresh). The 1-minute load average before
+and after each record is stored, and the file says ``"contended": true`` when any of them exceeds
+`QUIET_LOAD` (this benchmark keeps one core busy; more means other processes competed): such times
+are indicative only. Re-run on a quiet machine to publish times:
 
-    python3 benchmarks/bench_prove.py [--methods token,block,...] [--timeout 60] [--extra] [--out PATH] [--fresh]
-    python3 benchmarks/bench_prove.py --table      # the recorded results as a Markdown table
+    python3 benchmarks/bench_prove.py --fresh            # the base sizes, every built-in method
+    python3 benchmarks/bench_prove.py --extra            # then the larger sizes (resumes)
+    python3 benchmarks/bench_prove.py [--methods token,block,...] [--timeout 60] [--out PATH]
+    python3 benchmarks/bench_prove.py --table            # the recorded results as a Markdown table
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ SINGLE_PATH = {"token", "block", "point_mass", "prompt_lookup"}
 BASE_SIZES = ((2, 1), (2, 2), (3, 1))
 EXTRA_SIZES = ((2, 3), (3, 2), (4, 1))
 DEFAULT_OUT = os.path.join(os.path.dirname(__file__), "results", "bench_prove.json")
+#: A 1-minute load average above this during a record marks the file contended (the run itself is ~1).
+QUIET_LOAD = 1.5
 
 
 def _key(name, V, L, K, timeout):
@@ -51,6 +57,7 @@ def _record(name, V, L, K, timeout):
             "queries": len(result.queries), "solver_calls": sum(q.solver_calls for q in result.queries),
             "branch_points": result.branch_points, "decisions": result.decisions, "leaves": result.leaves,
             "dead_paths": result.dead_paths, "variables": result.variables,
+            "counterexample_found_by": result.counterexample.found_by if result.counterexample else None,
             "load_average_before": load_before, "load_average_after": os.getloadavg()[0]}
 
 
@@ -88,7 +95,7 @@ def main(argv=None) -> int:
         with open(args.out) as handle:
             data = json.load(handle)
     data.update({"version": __version__, "python": platform.python_version(), "solver": SOLVER,
-                 "cpu_count": os.cpu_count(), "note": "times measured on a shared machine: indicative"})
+                 "cpu_count": os.cpu_count(), "quiet_load": QUIET_LOAD})
     sizes = BASE_SIZES + (EXTRA_SIZES if args.extra else ())
     for name in names:
         K = 1 if name in SINGLE_PATH else 2
@@ -98,6 +105,11 @@ def main(argv=None) -> int:
                 continue
             record = _record(name, V, L, K, args.timeout)
             data["records"][key] = record
+            loads = [r[k] for r in data["records"].values() for k in ("load_average_before", "load_average_after")]
+            data["load_average_max"] = max(loads)
+            data["contended"] = max(loads) > QUIET_LOAD
+            data["note"] = ("times measured while other processes competed for the CPU (see the load averages): "
+                            "indicative only" if data["contended"] else "times measured on a quiet machine")
             write_json_atomic(args.out, data)
             print(f"{name:14s} V={V} L={L} K={K}  {record['verdict']:14s} {record['seconds']:7.2f} s  "
                   f"bp={record['branch_points']:5d} leaves={record['leaves']:5d} calls={record['solver_calls']:4d} "

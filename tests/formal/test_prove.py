@@ -264,3 +264,41 @@ def test_cli_context_and_contract_error_exit(capsys, tmp_path, monkeypatch):
     finally:
         sys.modules.pop("my_zero_division", None)
     assert "rule contract error (not a lossless verdict)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, V, L, K", [("token", 2, 1, 1), ("rrsw", 2, 1, 2),
+                                           pytest.param("nss", 3, 1, 2, marks=pytest.mark.slow)])
+def test_split_down_to_cells_proves_what_the_whole_query_proves(monkeypatch, name, V, L, K):
+    prove_module = sys.modules["verispec.formal.prove"]
+
+    monkeypatch.setattr(prove_module, "SPLIT_AFTER", 0.001)  # split down to the cells at once
+    result = prove(name, V, L, K, timeout=TIMEOUT)
+    assert result.verdict == "proved", result.summary()
+    assert sum(q.solver_calls for q in result.queries) > len(result.queries)  # the cells were used
+
+
+@pytest.mark.parametrize("name", ["residual_p", "tiny_q_accept"])
+def test_split_down_to_cells_finds_counterexamples(monkeypatch, name):
+    prove_module = sys.modules["verispec.formal.prove"]
+
+    monkeypatch.setattr(prove_module, "SPLIT_AFTER", 0.001)
+    bugs = {**planted.BUGS, **planted.NARROW}
+    _refuted(_prove(bugs[name](1), 2, 1))
+
+
+def test_rational_function_algebra_of_z3_terms():
+    import z3
+
+    from verispec.formal.cells import Algebra, _divisors
+    from verispec.formal.prove import SymbolicModel, _Variables
+
+    variables = _Variables()
+    SymbolicModel("p", 3, variables)._compute(())
+    x, y = variables.groups[("p", ())]
+    algebra = Algebra(variables)
+    lhs = (x * x - y * y) / (x + y) + y
+    assert algebra(lhs) == algebra(x)  # equal as rational functions (z3 alone leaves x = -y open)
+    assert algebra(x / (1 - y)) != algebra(x)
+    assert [str(d) for d in _divisors(lhs)] == ["p[][0] + p[][1]"]
+    with pytest.raises(ValueError, match="rational function"):
+        algebra(z3.If(x > 0, x, y))

@@ -36,6 +36,7 @@ from ..reference import models
 from ..reference.methods import Method, resolve
 from ..reference.models import LanguageModel, _check_positive_int
 from . import points
+from .cells import Algebra, decide_cell
 from .replay import Explorer, ExplorationTimeout
 from .symbolic import Sym, SymbolicError, SymbolicZeroDivision, clear_cache
 
@@ -321,20 +322,25 @@ def _check(constraints, seconds):
     return str(result), model, solver.reason_unknown() if result == z3.unknown else ""
 
 
-def _decide(tree, reference, output, base, deadline, region=None, conditions=None):
-    """Is there a pair with law(output) != target law(output)?
+def _decide(tree, ref, output, base, deadline, algebra, region=None, conditions=None):
+    """Is there a pair with law(output) != target law `ref`?
 
     Asked first as one query (`SPLIT_AFTER` seconds); when z3 cannot answer in that time the
     query is split on the shallowest comparison not fixed yet (both truth values, as two smaller
-    queries without that If), recursively. Returns (result, model, number of solver calls, reason).
+    queries without that If), recursively. Once every comparison is fixed (a cell) the If-free
+    law is compared with `ref` in exact algebra (`verispec.formal.cells.decide_cell`; z3 alone when
+    `algebra` is None). Returns (result, model, number of solver calls, reason).
     """
     region, conditions = region or {}, conditions or []
-    ref = _zero_if_none(_law(reference.root, output, {}, {}))
     law = _zero_if_none(_law(tree.root, output, {}, region))
     condition = _split_condition(tree.root, output, region)
     left = deadline - time.monotonic()
     if left <= 0:
         return "unknown", None, 0, "timeout"
+    if condition is None and algebra is not None:
+        result, model, calls, reason = decide_cell(law, ref, conditions, base, deadline, algebra)
+        if not reason.startswith("algebra"):
+            return result, model, calls, reason
     seconds = left if condition is None else min(left, SPLIT_AFTER)
     result, model, reason = _check(base + conditions + [law != ref], seconds)
     if result != "unknown" or condition is None:
@@ -343,7 +349,7 @@ def _decide(tree, reference, output, base, deadline, region=None, conditions=Non
     for value in (True, False):
         sub_region = {**region, condition.get_id(): value}
         fixed = condition if value else z3.Not(condition)
-        result, model, n, reason = _decide(tree, reference, output, base, deadline, sub_region,
+        result, model, n, reason = _decide(tree, ref, output, base, deadline, algebra, sub_region,
                                            conditions + [fixed])
         calls += n
         if result != "unsat":
@@ -351,36 +357,15 @@ def _decide(tree, reference, output, base, deadline, region=None, conditions=Non
     return "unsat", None, calls, ""
 
 
-#: Seconds for the whole query of one output before it is decided cell by cell.
-DIRECT_SECONDS = 0.25
-
-
 def _decide_output(tree, reference, output, variables, deadline):
-    """Is there a pair with law(output) != target law(output)? As one query first
-    (`DIRECT_SECONDS`); then cell by cell with the identity in exact algebra
-    (`verispec.formal.cells`); where that cannot run (a term that is not a rational function, or no
-    sympy), the splitting search `_decide`. Returns (result, model, solver calls, reason)."""
+    """Is there a pair with law(output) != target law(output)? `_decide`, with the cells decided in
+    exact algebra. Returns (result, model, solver calls, reason)."""
     ref = _zero_if_none(_law(reference.root, output, {}, {}))
-    whole = _zero_if_none(_law(tree.root, output, {}, {}))
-    left = deadline - time.monotonic()
-    if left <= 0:
-        return "unknown", None, 0, "timeout"
-    result, model, reason = _check(variables.constraints + [whole != ref], min(left, DIRECT_SECONDS))
-    if result != "unknown" or time.monotonic() >= deadline:
-        return result, model, 1, reason or ("timeout" if result == "unknown" else "")
     try:
-        from .cells import decide_by_cells
-
-        result, model, calls, reason, _ = decide_by_cells(
-            tree, lambda region: _zero_if_none(_law(tree.root, output, {}, region)), ref, output,
-            variables.constraints, deadline, variables)
-    except ImportError:
-        result, reason, calls = "unknown", "algebra: sympy is not installed", 0
-    calls += 1
-    if result == "unknown" and reason.startswith("algebra"):
-        result, model, more, reason = _decide(tree, reference, output, variables.constraints, deadline)
-        calls += more
-    return result, model, calls, reason
+        algebra = Algebra(variables)
+    except ImportError:  # sympy missing: z3 alone
+        algebra = None
+    return _decide(tree, ref, output, variables.constraints, deadline, algebra)
 
 
 def _check_args(method, vocab_size, draft_length, num_paths, timeout):
