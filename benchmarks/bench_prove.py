@@ -17,7 +17,8 @@ are indicative only. Re-run on a quiet machine to publish times:
     python3 benchmarks/bench_prove.py --fresh            # the base sizes, every built-in method
     python3 benchmarks/bench_prove.py --extra            # then the larger sizes (resumes)
     python3 benchmarks/bench_prove.py [--methods token,block,...] [--timeout 60] [--out PATH]
-    python3 benchmarks/bench_prove.py --table            # the recorded results as a Markdown table
+    python3 benchmarks/bench_prove.py --table            # every record as a Markdown table
+    python3 benchmarks/bench_prove.py --summary          # the method x size table of README / docs/prove.md
 """
 
 from __future__ import annotations
@@ -73,6 +74,36 @@ def markdown_table(data) -> str:
     return "\n".join(lines)
 
 
+def _cell(r) -> str:
+    if r["verdict"] == "proved":
+        return f"proved, {r['seconds']:.1f} s, {r['branch_points']} / {r['leaves']}"
+    if r["verdict"] == "counterexample":
+        return f"counterexample, {r['seconds']:.1f} s"
+    if "symbolically" in r["reason"]:
+        return "unknown: float code"
+    return f"unknown: {r['timeout_s']:g} s limit" if "time" in r["reason"] else f"unknown: {r['reason'][:40]}"
+
+
+def summary_table(data) -> str:
+    """The README / docs/prove.md table: method (K) x base size -> verdict, time, branch points /
+    leaves; and the larger sizes proved within the limit (from the records only)."""
+    records = list(data["records"].values())
+    head = ["| method (K) | " + " | ".join(f"V={V}, L={L}" for V, L in BASE_SIZES)
+            + " | larger sizes (" + ", ".join(f"V={V} L={L}" for V, L in EXTRA_SIZES) + ") proved within the limit |",
+            "| --- " * (len(BASE_SIZES) + 2) + "|"]
+    lines = []
+    for name in dict.fromkeys(r["method"] for r in records):
+        mine = {(r["vocab_size"], r["draft_length"]): r for r in records if r["method"] == name}
+        K = next(iter(mine.values()))["num_paths"]
+        cells = [_cell(mine[size]) if size in mine else "not run" for size in BASE_SIZES]
+        tried = [size for size in EXTRA_SIZES if size in mine]
+        proved = [f"V={V} L={L} ({mine[(V, L)]['seconds']:.1f} s)" for V, L in tried
+                  if mine[(V, L)]["verdict"] == "proved"]
+        larger = ", ".join(proved) if proved else ("none" if tried else "not tried")
+        lines.append(f"| {name} ({K}) | " + " | ".join(cells) + f" | {larger} |")
+    return "\n".join(head + lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--methods", default=",".join(methods.names()))
@@ -81,10 +112,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--fresh", action="store_true")
     parser.add_argument("--table", action="store_true", help="print the recorded results as Markdown and exit")
+    parser.add_argument("--summary", action="store_true",
+                        help="print the method x size summary table (README, docs/prove.md) and exit")
     args = parser.parse_args(argv)
-    if args.table:
+    if args.table or args.summary:
         with open(args.out) as handle:
-            print(markdown_table(json.load(handle)))
+            data = json.load(handle)
+        print(markdown_table(data) if args.table else summary_table(data))
         return 0
     names = [n.strip() for n in args.methods.split(",") if n.strip()]
     unknown = set(names) - set(methods.names())
