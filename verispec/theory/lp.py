@@ -313,34 +313,78 @@ def multi_path(target: LanguageModel, draft: LanguageModel, context=(), draft_le
     if method == "exact" and widest > EXACT_SUBSET_LIMIT:
         raise ValueError(f"method: 'exact' needs at most {EXACT_SUBSET_LIMIT} positive-probability "
                          f"nodes per depth, this tree has {widest}; use 'constraint_generation'")
-    n = tree.size
     # Nodes with q(u) = 0 are pinned to 0 by their singleton; the per-node upper bound is the
     # singleton coverage constraint.
     upper = coverage(np.concatenate(tree.q_joint), K)  # [n]
 
     if method == "exact":
-        blocks, rhss = [target_rows], [target_rhs]
-        for level, s in enumerate(support):
-            m = len(s)
-            if m < 2:
-                continue  # singletons are the variable bounds
-            masks = np.arange(1, 2 ** m, dtype=np.int64)
-            member = ((masks[:, None] >> np.arange(m)) & 1).astype(bool)  # [2^m - 1, m]
-            member = member[member.sum(axis=1) >= 2]
-            mat = sp.csr_matrix(member.astype(np.float64))
-            cols = tree.offsets[level] + s
-            mat = sp.csr_matrix((mat.data, cols[mat.indices], mat.indptr), shape=(mat.shape[0], n))
-            blocks.append(mat)
-            rhss.append(coverage(member.astype(np.float64) @ tree.q_joint[level][s], K))
-        a_ub, b_ub = sp.vstack(blocks, format="csr"), np.concatenate(rhss)
-        build = time.perf_counter() - start
-        x, value, name, status, solve_time, compile_time = _solve(np.ones(n), a_ub, b_ub, upper, solver)
-        return LPResult(value=value, node_budgets=dict(zip(tree.all_nodes(), x.tolist())), solver=name,
-                        status=status, solve_time=solve_time, num_variables=n,
-                        num_constraints=a_ub.shape[0] + n, method="exact",
-                        setup_time=build + compile_time)
+        return _multi_path_exact(tree, support, target_rows, target_rhs, upper, K, solver, start)
+    return _multi_path_generated(tree, support, target_rows, target_rhs, upper, K, solver, start,
+                                 tolerance, max_rounds)
 
-    # Constraint generation: start from whole levels, add every violated sorted prefix per depth.
+
+def _multi_path_exact(tree, support, target_rows, target_rhs, upper, K, solver, start) -> LPResult:
+    """`multi_path` with every coverage set of >= 2 positive-probability nodes per depth."""
+    n = tree.size
+    blocks, rhss = [target_rows], [target_rhs]
+    for level, s in enumerate(support):
+        m = len(s)
+        if m < 2:
+            continue  # singletons are the variable bounds
+        masks = np.arange(1, 2 ** m, dtype=np.int64)
+        member = ((masks[:, None] >> np.arange(m)) & 1).astype(bool)  # [2^m - 1, m]
+        member = member[member.sum(axis=1) >= 2]
+        mat = sp.csr_matrix(member.astype(np.float64))
+        cols = tree.offsets[level] + s
+        mat = sp.csr_matrix((mat.data, cols[mat.indices], mat.indptr), shape=(mat.shape[0], n))
+        blocks.append(mat)
+        rhss.append(coverage(member.astype(np.float64) @ tree.q_joint[level][s], K))
+    a_ub, b_ub = sp.vstack(blocks, format="csr"), np.concatenate(rhss)
+    build = time.perf_counter() - start
+    x, value, name, status, solve_time, compile_time = _solve(np.ones(n), a_ub, b_ub, upper, solver)
+    return LPResult(value=value, node_budgets=dict(zip(tree.all_nodes(), x.tolist())), solver=name,
+                    status=status, solve_time=solve_time, num_variables=n,
+                    num_constraints=a_ub.shape[0] + n, method="exact",
+                    setup_time=build + compile_time)
+
+
+def _violated_cuts(tree, x, K, tolerance, seen, cuts):
+    """The sorted prefixes that x violates by more than tolerance and are not yet cuts: added to
+    `seen` / `cuts` and returned as [(level, subset)], with the largest violation."""
+    pending, worst = [], 0.0
+    for level in range(tree.L):
+        lo = tree.offsets[level]
+        budgets = x[lo: lo + len(tree.nodes[level])]
+        for subset, violation in violated_prefixes(budgets, tree.q_joint[level], K, tolerance):
+            worst = max(worst, violation)
+            key = (level, tuple(sorted(subset.tolist())))
+            if key not in seen:
+                seen.add(key)
+                cuts.setdefault(level, []).append(subset)
+                pending.append((level, subset))
+    return pending, worst
+
+
+def _solve_cuts(tree, cuts, pending, n, K, target_rows, target_rhs, upper, solver, incremental):
+    """One round's LP: the new cuts added to the warm HiGHS model, or every cut rebuilt via cvxpy."""
+    if incremental is not None:
+        rows, rhs = _cut_rows(tree, pending, n, K)
+        x, value, status, solve_time = incremental.add_and_solve(rows, rhs)
+        return x, value, "HIGHS", status, solve_time, 0.0
+    blocks, rhss = [target_rows], [target_rhs]
+    for level, sets in cuts.items():
+        mat, rhs = _cut_rows(tree, [(level, s) for s in sets], n, K)
+        blocks.append(mat)
+        rhss.append(rhs)
+    a_ub, b_ub = sp.vstack(blocks, format="csr"), np.concatenate(rhss)
+    return _solve(np.ones(n), a_ub, b_ub, upper, solver)
+
+
+def _multi_path_generated(tree, support, target_rows, target_rhs, upper, K, solver, start,
+                          tolerance, max_rounds) -> LPResult:
+    """`multi_path` by constraint generation: start from whole levels, add every violated sorted
+    prefix per depth until none is violated by more than `tolerance`."""
+    n = tree.size
     cuts = {level: [s] for level, s in enumerate(support) if len(s) >= 2}
     seen = {(level, tuple(sorted(s.tolist()))) for level, sets in cuts.items() for s in sets}
     build = time.perf_counter() - start
@@ -352,32 +396,11 @@ def multi_path(target: LanguageModel, draft: LanguageModel, context=(), draft_le
         rounds += 1
         if rounds > max_rounds:
             raise RuntimeError(f"constraint generation did not converge in {max_rounds} rounds")
-        if incremental is not None:
-            rows, rhs = _cut_rows(tree, pending, n, K)
-            x, value, status, solve_time = incremental.add_and_solve(rows, rhs)
-            name, compile_time = "HIGHS", 0.0
-        else:
-            blocks, rhss = [target_rows], [target_rhs]
-            for level, sets in cuts.items():
-                mat, rhs = _cut_rows(tree, [(level, s) for s in sets], n, K)
-                blocks.append(mat)
-                rhss.append(rhs)
-            a_ub, b_ub = sp.vstack(blocks, format="csr"), np.concatenate(rhss)
-            x, value, name, status, solve_time, compile_time = _solve(np.ones(n), a_ub, b_ub, upper, solver)
+        x, value, name, status, solve_time, compile_time = _solve_cuts(
+            tree, cuts, pending, n, K, target_rows, target_rhs, upper, solver, incremental)
         total_solve += solve_time
         total_compile += compile_time
-        pending = []
-        worst = 0.0
-        for level in range(tree.L):
-            lo = tree.offsets[level]
-            budgets = x[lo: lo + len(tree.nodes[level])]
-            for subset, violation in violated_prefixes(budgets, tree.q_joint[level], K, tolerance):
-                worst = max(worst, violation)
-                key = (level, tuple(sorted(subset.tolist())))
-                if key not in seen:
-                    seen.add(key)
-                    cuts.setdefault(level, []).append(subset)
-                    pending.append((level, subset))
+        pending, worst = _violated_cuts(tree, x, K, tolerance, seen, cuts)
         if not pending:
             break
     num_cuts = sum(len(v) for v in cuts.values())
