@@ -85,18 +85,31 @@ def gather_cache(cache, positions: torch.Tensor) -> None:
         on the sequence axis; a row's valid positions must come first when rows keep different
         numbers of positions (pad with any index and mask the padding out).
 
-    When every row keeps 0..n-1 this is `crop_cache(cache, n)` (no copy).
+    When every row keeps 0..n-1 this is `crop_cache(cache, n)` (no copy); when every row keeps
+    0..a-1 in place, only the positions after a are moved (a commit that drops a few slots near
+    the end of a long cache copies those few, not the cache).
     """
     if positions.dim() == 1:
         positions = positions.unsqueeze(0)
     n = positions.shape[1]
-    if bool((positions == torch.arange(n, device=positions.device)).all()):
+    in_place = positions == torch.arange(n, device=positions.device)  # [B, n]
+    if bool(in_place.all()):
         crop_cache(cache, n)
         return
+    lead = int(in_place.all(0).long().cumprod(0).sum())  # positions 0..lead-1 stay where they are
+    tail = positions[:, lead:]  # [B, n - lead]
     for keys, values, setter in _layers(cache):
         B, H, _, D = keys.shape
-        index = positions.to(keys.device).expand(B, n)[:, None, :, None].expand(B, H, n, D)
-        setter(keys.gather(2, index), values.gather(2, index.expand(B, values.shape[1], n, values.shape[3])))
+        index = tail.to(keys.device).expand(B, n - lead)[:, None, :, None].expand(B, H, n - lead, D)
+        moved_keys = keys.gather(2, index)
+        moved_values = values.gather(2, index.expand(B, values.shape[1], n - lead, values.shape[3]))
+        if lead == 0:
+            setter(moved_keys, moved_values)
+            continue
+        with torch.inference_mode():  # the cache's tensors come from inference-mode forwards
+            keys[:, :, lead:n] = moved_keys
+            values[:, :, lead:n] = moved_values
+        setter(keys[:, :, :n], values[:, :, :n])
 
 
 def select_cache_rows(cache, rows: torch.Tensor) -> None:
