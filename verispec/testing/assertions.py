@@ -473,20 +473,7 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
         if draft is not None:
             raise ValueError("target: pass target together with draft (draft alone is not an instance)")
         if instances is not None:
-            if isinstance(instances, Instance):
-                instances = [instances]
-            try:
-                todo = list(instances)
-            except TypeError:
-                raise TypeError(f"instances: expected an iterable of Instance, got {type(instances).__name__}") from None
-            if not todo:
-                raise ValueError("instances: empty")
-            for i, inst in enumerate(todo):
-                if not isinstance(inst, Instance):
-                    raise TypeError(f"instances: item {i} is a {type(inst).__name__}, not an Instance")
-                check_pair(inst.target, inst.draft)
-                check_prefix(inst.context, inst.vocab_size, f"instances[{i}].context")
-            todo.sort(key=Instance.sort_key)
+            todo = _user_instances(instances)
         else:
             todo = sweep(vocab_sizes, temperatures, N, context, seed, families, exact, budget)
 
@@ -520,6 +507,25 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
                           instances_per_vocab_size=tuple((V, sum(i.vocab_size == V for i in todo)) for V in sizes))
 
 
+def _user_instances(instances) -> list[Instance]:
+    """A user's `instances` argument, checked and sorted smallest first (TypeError / ValueError)."""
+    if isinstance(instances, Instance):
+        instances = [instances]
+    try:
+        todo = list(instances)
+    except TypeError:
+        raise TypeError(f"instances: expected an iterable of Instance, got {type(instances).__name__}") from None
+    if not todo:
+        raise ValueError("instances: empty")
+    for i, inst in enumerate(todo):
+        if not isinstance(inst, Instance):
+            raise TypeError(f"instances: item {i} is a {type(inst).__name__}, not an Instance")
+        check_pair(inst.target, inst.draft)
+        check_prefix(inst.context, inst.vocab_size, f"instances[{i}].context")
+    todo.sort(key=Instance.sort_key)
+    return todo
+
+
 def assert_not_worse(method, baseline, *, target=None, draft=None, context=(), vocab_sizes=(2, 3),
                      temperatures=(1, 0.5), instances: Iterable[Instance] | None = None, seed=0, tol=1e-12,
                      families=DEFAULT_FAMILIES):
@@ -546,13 +552,7 @@ def assert_not_worse(method, baseline, *, target=None, draft=None, context=(), v
         todo = [Instance(target, draft, check_prefix(context, target.vocab_size, "context"), 1,
                          label="given instance")]
     elif instances is not None:
-        todo = list([instances] if isinstance(instances, Instance) else instances)
-        if not todo:
-            raise ValueError("instances: empty")
-        for i, inst in enumerate(todo):
-            if not isinstance(inst, Instance):
-                raise TypeError(f"instances: item {i} is a {type(inst).__name__}, not an Instance")
-        todo.sort(key=Instance.sort_key)
+        todo = _user_instances(instances)
     else:
         todo = sweep(vocab_sizes, temperatures, 1, context, seed, families, None)
     results = []
