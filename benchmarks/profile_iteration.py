@@ -398,14 +398,14 @@ def main(argv=None) -> dict:
             before = json.load(handle)
     code = _use_code(args.code)
     from verispec._io import write_json_atomic
-    from verispec.empirical.hardware import host_info
 
     if args.threads:
         torch.set_num_threads(args.threads)
     target, draft, prompts, reason = _load(args)
-    load_before = os.getloadavg()
-    results = {}
-    for name, method in _methods(args):
+    output = args.output or os.path.join(ROOT, "benchmarks", "results",
+                                         f"profile_iteration_{args.device.split(':')[0]}.json")
+    load_before, results, todo = os.getloadavg(), {}, _methods(args)
+    for name, method in todo:
         profile(target, draft, prompts[0], method, 4, args.temperature)  # warm-up
         runs = [profile(target, draft, prompts, method, args.tokens, args.temperature) for _ in range(args.repeats)]
         results[name] = {"params": method.params, "runs": runs, "median": _median_summary(runs),
@@ -414,19 +414,24 @@ def main(argv=None) -> dict:
             results[name]["top_ops"] = top_ops(target, draft, prompts[0], method, args.tokens, args.temperature,
                                                args.ops)
         _print(name, method, results[name])
-    out = {"methods": results, "tokens": args.tokens, "prompts": args.prompts, "repeats": args.repeats,
-           "temperature": args.temperature, "dtype": str(target.dtype).removeprefix("torch."),
-           "dtype_reason": reason, "device": args.device, "threads": torch.get_num_threads(),
-           "machine": platform.machine(), "tiny": args.tiny, "vocab_size": target.vocab_size,
-           "label": args.label, "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()),
-           "code": code, "commit": _git_commit(code), "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           **host_info(args.device)}
-    if before is not None:
-        with_before(out, before)
-    output = args.output or os.path.join(ROOT, "benchmarks", "results", f"profile_iteration_{args.device.split(':')[0]}.json")
-    write_json_atomic(output, out)
+        out = _record(args, results, target, reason, load_before, code, complete=len(results) == len(todo))
+        if before is not None:
+            with_before(out, before)
+        write_json_atomic(output, out)  # after every method: a long run interrupted keeps what it measured
     print(f"results: {os.path.normpath(output)}")
     return out
+
+
+def _record(args, results, target, reason, load_before, code, complete: bool) -> dict:
+    from verispec.empirical.hardware import host_info
+
+    return {"methods": results, "complete": complete, "tokens": args.tokens, "prompts": args.prompts,
+            "repeats": args.repeats, "temperature": args.temperature,
+            "dtype": str(target.dtype).removeprefix("torch."), "dtype_reason": reason, "device": args.device,
+            "threads": torch.get_num_threads(), "machine": platform.machine(), "tiny": args.tiny,
+            "vocab_size": target.vocab_size, "label": args.label, "load_average_before": list(load_before),
+            "load_average_after": list(os.getloadavg()), "code": code, "commit": _git_commit(code),
+            "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **host_info(args.device)}
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ def test_smoke_run_on_tiny_models(script, tmp_path):
                           "prompt_lookup", "--param", "block:draft_length=3", "--ops", "3", "--output", out,
                           "--before", str(before), "--label", "smoke"])
     stored = json.load(open(out))
-    assert stored["tiny"] and stored["label"] == "smoke" and "cpu_capability" in stored
+    assert stored["tiny"] and stored["complete"] and stored["label"] == "smoke" and "cpu_capability" in stored
     assert set(stored["methods"]) == {"block", "prompt_lookup"} and set(stored["change"]) == {"block"}
     assert stored["methods"]["block"]["params"]["draft_length"] == 3
     for name, run in stored["methods"].items():
