@@ -92,7 +92,8 @@ def summary_table(data) -> str:
             + " | larger sizes (" + ", ".join(f"V={V} L={L}" for V, L in EXTRA_SIZES) + ") proved within the limit |",
             "| --- " * (len(BASE_SIZES) + 2) + "|"]
     lines = []
-    for name in dict.fromkeys(r["method"] for r in records):
+    order = {name: i for i, name in enumerate(methods.names())}
+    for name in sorted(dict.fromkeys(r["method"] for r in records), key=lambda n: (order.get(n, len(order)), n)):
         mine = {(r["vocab_size"], r["draft_length"]): r for r in records if r["method"] == name}
         K = next(iter(mine.values()))["num_paths"]
         cells = [_cell(mine[size]) if size in mine else "not run" for size in BASE_SIZES]
