@@ -238,6 +238,10 @@ def test_prompt_lookup_is_proved_from_a_context_whose_ngram_makes_a_real_draft(c
     assert "from this context only" in result.claim  # prompt lookup reads the prefix itself
 
 
+def test_assert_proved_from_a_context():
+    assert assert_proved("prompt_lookup", vocab_size=2, draft_length=1, context=(0, 1, 0)).context == (0, 1, 0)
+
+
 def test_a_bug_is_refuted_from_a_context_and_the_code_reproduces_it():
     result = _prove(planted.BUGS["residual_p"](1), 2, 1, context=(1, 0, 1))
     _refuted(result)

@@ -29,7 +29,7 @@ class ProofError(AssertionError):
 
 
 def assert_proved(method, *, vocab_size: int = 2, draft_length: int = 1, num_paths: int = 1,
-                  timeout: float = 60.0, target_temperature=1, draft_temperature=1) -> ProofResult:
+                  timeout: float = 60.0, target_temperature=1, draft_temperature=1, context=()) -> ProofResult:
     """Assert that `method` is lossless for every target/draft pair at (V, L, K).
 
     Args:
@@ -39,6 +39,8 @@ def assert_proved(method, *, vocab_size: int = 2, draft_length: int = 1, num_pat
             "proved").
         target_temperature, draft_temperature: 1 (every distribution) or 0 (every greedy target /
             draft, the argmax of a symbolic base).
+        context: the prefix the iteration starts from (default empty; for methods that read the
+            prefix themselves, e.g. prompt lookup).
 
     Returns:
         the `ProofResult` (verdict "proved").
@@ -49,7 +51,7 @@ def assert_proved(method, *, vocab_size: int = 2, draft_length: int = 1, num_pat
         TypeError / ValueError: bad arguments, naming them.
     """
     result = prove(method, vocab_size, draft_length, num_paths, timeout=timeout,
-                   target_temperature=target_temperature, draft_temperature=draft_temperature)
+                   target_temperature=target_temperature, draft_temperature=draft_temperature, context=context)
     if result.verdict == "counterexample":
         raise ProofError(f"{result.method} is NOT lossless:\n{result.summary()}", result)
     if result.verdict != "proved":
