@@ -19,6 +19,7 @@ are indicative only. Re-run on a quiet machine to publish times:
     python3 benchmarks/bench_prove.py [--methods token,block,...] [--timeout 60] [--out PATH]
     python3 benchmarks/bench_prove.py --table            # every record as a Markdown table
     python3 benchmarks/bench_prove.py --summary          # the method x size table of README / docs/prove.md
+    python3 benchmarks/bench_prove.py --update-docs      # write that table (and the load note) into both
 """
 
 from __future__ import annotations
@@ -105,6 +106,31 @@ def summary_table(data) -> str:
     return "\n".join(head + lines)
 
 
+DOC_PATHS = ("README.md", "docs/prove.md")
+
+
+def update_docs(data, root) -> None:
+    """Replace the measurement paragraph and the summary table in README.md and docs/prove.md
+    (from "Measured with `python3 benchmarks/bench_prove.py" to the end of the table)."""
+    loads = [r[k] for r in data["records"].values() for k in ("load_average_before", "load_average_after")]
+    timeouts = sorted({r["timeout_s"] for r in data["records"].values()})
+    where = (f"while other jobs ran (1-minute load\naverage {min(loads):.1f} to {max(loads):.1f}; the JSON says "
+             "`\"contended\": true`): the times are indicative only." if data.get("contended") else
+             f"on a quiet machine (1-minute load\naverage at most {max(loads):.1f}).")
+    paragraph = ("Measured with `python3 benchmarks/bench_prove.py --fresh` (then `--extra` for the larger sizes of "
+                 f"eight methods),\n{', '.join(f'{t:g}' for t in timeouts)} s limit per proof, on this "
+                 f"{os.cpu_count()}-core machine {where}\nA cell gives verdict, wall time, branch points / leaves of the "
+                 'merged branch tree; "float code": the rule computes in float64 and cannot run symbolically.')
+    for name in DOC_PATHS:
+        path = os.path.join(root, name)
+        with open(path) as handle:
+            text = handle.read()
+        start = text.index("Measured with `python3 benchmarks/bench_prove.py")
+        end = text.index("\n\n", text.index("| method (K) |", start))
+        with open(path, "w") as handle:
+            handle.write(text[:start] + paragraph + "\n\n" + summary_table(data) + text[end:])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--methods", default=",".join(methods.names()))
@@ -115,7 +141,13 @@ def main(argv=None) -> int:
     parser.add_argument("--table", action="store_true", help="print the recorded results as Markdown and exit")
     parser.add_argument("--summary", action="store_true",
                         help="print the method x size summary table (README, docs/prove.md) and exit")
+    parser.add_argument("--update-docs", action="store_true",
+                        help="rewrite the measurement paragraph and table of README.md and docs/prove.md from the JSON")
     args = parser.parse_args(argv)
+    if args.update_docs:
+        with open(args.out) as handle:
+            update_docs(json.load(handle), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        return 0
     if args.table or args.summary:
         with open(args.out) as handle:
             data = json.load(handle)
