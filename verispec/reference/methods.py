@@ -162,15 +162,7 @@ def khisti(draft_length: int, num_paths: int, truncation: int | None = None) -> 
     (arXiv 2410.18234; pairwise tournament for K > 2). `truncation` = s solves the selection LP
     over the s tokens of largest p - q_1 q_2 only (the GBV authors' code; `TruncatedSelection`):
     still lossless, affordable at any vocabulary. None: the LP over the full vocabulary."""
-    params = {"draft_length": draft_length, "num_paths": num_paths}
-    if truncation is None:
-        return Method("khisti", drafters.iid_paths(draft_length, num_paths), khisti_verify, params,
-                      model_state_only=True)
-    s = _check_positive_int(truncation, "truncation")
-    return Method("khisti", drafters.iid_paths(draft_length, num_paths), khisti_truncated_verify(s),
-                  {**params, "truncation": s}, model_state_only=True)
-
-
+    return _is_method("khisti", draft_length, num_paths, truncation, khisti_verify, khisti_truncated_verify)
 
 
 def optimal_is(draft_length: int, num_paths: int, truncation: int | None = None) -> Method:
@@ -178,13 +170,19 @@ def optimal_is(draft_length: int, num_paths: int, truncation: int | None = None)
     2410.18234) + single-draft SD on K i.i.d. paths. `truncation` = s solves the selection LP over
     the sets inside the s tokens of largest p - q^k only (`TruncatedSetSelection`): still lossless,
     affordable at any vocabulary, below alpha* in general. None: the LP over the full vocabulary."""
+    return _is_method("optimal_is", draft_length, num_paths, truncation, optimal_is_verify,
+                      optimal_is_truncated_verify)
+
+
+def _is_method(name, draft_length, num_paths, truncation, full_verify, truncated_verify) -> Method:
+    """An importance-sampling method on K i.i.d. paths: the full-vocabulary selection LP, or the
+    s-truncated one (`truncated_verify(s)`) when `truncation` = s is given."""
     params = {"draft_length": draft_length, "num_paths": num_paths}
+    draft = drafters.iid_paths(draft_length, num_paths)
     if truncation is None:
-        return Method("optimal_is", drafters.iid_paths(draft_length, num_paths), optimal_is_verify, params,
-                      model_state_only=True)
+        return Method(name, draft, full_verify, params, model_state_only=True)
     s = _check_positive_int(truncation, "truncation")
-    return Method("optimal_is", drafters.iid_paths(draft_length, num_paths), optimal_is_truncated_verify(s),
-                  {**params, "truncation": s}, model_state_only=True)
+    return Method(name, draft, truncated_verify(s), {**params, "truncation": s}, model_state_only=True)
 
 
 def spechub(draft_length: int) -> Method:
