@@ -32,6 +32,7 @@ from verispec.reference import methods as reference_methods  # noqa: E402
 
 from . import test_accepted_length_exact as exact_tau  # noqa: E402
 from .test_decode_tiny import tiny  # noqa: E402
+from .test_engine import _twin_and_adapter  # noqa: E402
 
 WALKS = [("spechub", dict(draft_length=3)), ("khisti", dict(draft_length=2, num_paths=2)),
          ("khisti", dict(draft_length=2, num_paths=3)), ("optimal_is", dict(draft_length=2, num_paths=2)),
@@ -47,22 +48,12 @@ def pair():
     return tiny(16, 5, head_scale=3.0), tiny(16, 6, head_scale=3.0)
 
 
-def _twin_and_adapter(pair, name, params, T, seed, tokens=12):
-    target, draft = pair
-    prompt = torch.tensor([[3, 1, 4, 1, 5, 3, 1]])
-    twin = engine.decode(target, draft, prompt, methods.get(name, **params), tokens, T,
-                         uniforms=NumpyUniforms(seed), storage="sequence")
-    ref = engine.decode(target, draft, prompt, reference_methods.get(name, **params), tokens, T,
-                        uniforms=NumpyUniforms(seed), storage="sequence")
-    return twin, ref
-
-
 @pytest.mark.parametrize("T", [0.0, 0.7, 1.0])
 @pytest.mark.parametrize("name,params", WALKS, ids=IDS)
 def test_walk_and_adapter_emit_the_same_tokens(pair, name, params, T):
     rejected = 0
     for seed in range(3):
-        twin, ref = _twin_and_adapter(pair, name, params, T, seed)
+        twin, ref = _twin_and_adapter(pair, name, params, T, seed, tokens=12)
         assert torch.equal(twin.tokens, ref.tokens), seed
         assert torch.equal(twin.stats.accepted_lengths, ref.stats.accepted_lengths), seed
         rejected += int((twin.stats.accepted_lengths < params["draft_length"]).sum())
@@ -70,7 +61,7 @@ def test_walk_and_adapter_emit_the_same_tokens(pair, name, params, T):
 
 
 def _diverges(pair, cases=WALKS):
-    return [any(not torch.equal(*(r.tokens for r in _twin_and_adapter(pair, name, params, 1.0, seed)))
+    return [any(not torch.equal(*(r.tokens for r in _twin_and_adapter(pair, name, params, 1.0, seed, tokens=12)))
                 for seed in range(3)) for name, params in cases]
 
 
