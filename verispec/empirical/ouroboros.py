@@ -557,14 +557,8 @@ def ouroboros_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new
         TypeError / ValueError: non-`CausalLM` models, vocabulary or device mismatch, bad prompt
         (or a batch of more than one), N / L / K < 1, W < 0, bad temperature, pool, or uniforms.
     """
-    _check_pair(target, draft)
-    prompt = torch.tensor([_single_prompt(prompt_ids, target)], device=target.device)  # [1, n]
-    N = _check_positive(max_new_tokens, "max_new_tokens")
-    L = _check_positive(draft_length, "draft_length")
-    K = _check_positive(num_candidates, "num_candidates")
-    W = _check_window(window, "window")
-    _check_temperature(temperature, "temperature")
-    pool = _check_pool(pool)
+    prompt, N, L, K, W, pool = _checked_args(target, draft, prompt_ids, max_new_tokens, draft_length,
+                                             num_candidates, window, temperature, pool)
     return _run("ouroboros", target, draft, prompt, N, lambda: OuroborosDrafter(pool, L, K, W), temperature,
                 uniforms)
 
@@ -601,20 +595,27 @@ def ouroboros_phrase_speculative(target: CausalLM, draft: CausalLM, prompt_ids, 
     Raises:
         TypeError / ValueError: as `ouroboros_speculative`, and G < 1 or a non-bool output_ngrams.
     """
+    prompt, N, L, K, W, pool = _checked_args(target, draft, prompt_ids, max_new_tokens, draft_length,
+                                             num_candidates, window, temperature, pool)
+    G = _check_positive(guess_set, "guess_set")
+    for flag, name in ((output_ngrams, "output_ngrams"), (flat_window, "flat_window")):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
+    return _run("ouroboros_phrase", target, draft, prompt, N,
+                lambda: PhraseOuroborosDrafter(pool, L, K, W, G, output_ngrams, flat_window), temperature, uniforms)
+
+
+def _checked_args(target, draft, prompt_ids, max_new_tokens, draft_length, num_candidates, window,
+                  temperature, pool):
+    """The arguments both Ouroboros decoders share, checked: (prompt [1, n], N, L, K, W, pool)."""
     _check_pair(target, draft)
     prompt = torch.tensor([_single_prompt(prompt_ids, target)], device=target.device)  # [1, n]
     N = _check_positive(max_new_tokens, "max_new_tokens")
     L = _check_positive(draft_length, "draft_length")
     K = _check_positive(num_candidates, "num_candidates")
-    G = _check_positive(guess_set, "guess_set")
     W = _check_window(window, "window")
-    for flag, name in ((output_ngrams, "output_ngrams"), (flat_window, "flat_window")):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
     _check_temperature(temperature, "temperature")
-    pool = _check_pool(pool)
-    return _run("ouroboros_phrase", target, draft, prompt, N,
-                lambda: PhraseOuroborosDrafter(pool, L, K, W, G, output_ngrams, flat_window), temperature, uniforms)
+    return prompt, N, L, K, W, _check_pool(pool)
 
 
 def _ouroboros_tree(last: int, proposal: list[int], pool: PhrasePool, K: int, vocab_size: int):
