@@ -156,9 +156,12 @@ class ModelDrafter(Drafter):
     the draft ran; the accepted node it did not run (at most one) and the new token become pending."""
 
     needs_model = True
+    draft_vocab = None  # a `draftvocab.DraftVocab` (FR-Spec): the draft's logits over S only
 
     def start(self, draft, tokens, lengths, temperature, source, storage="padded") -> None:
         super().start(draft, tokens, lengths, temperature, source, storage)
+        if self.draft_vocab is not None:
+            draft = draft.with_head_subset(self.draft_vocab.subset(draft.vocab_size, tokens, lengths))
         self.model = draft
         self.kv = new_kv(storage, draft, tokens.shape[0])
         self.kv.prefill(tokens, lengths - 1)  # every prompt token but the last

@@ -15,6 +15,8 @@ Each is a `TorchMethod` = a drafter (`verispec.empirical.drafters`, `trees`) + a
     get("khisti", draft_length=4, num_paths=2)       K i.i.d. paths + a top-down walk of one-step
                                                      IS selection (also optimal_is; spechub: the
                                                      hub pair, K = 2) (`rules.multistep`)
+    get("hybrid", draft_vocab=32768)                 any draft-model method with the draft's head
+                                                     over a token subset (FR-Spec, `draftvocab`)
 
 A researcher's own reference `Method` runs through `verispec.empirical.adapter.torch_method`.
 """
@@ -117,12 +119,20 @@ def names() -> list[str]:
             + list(WALK_METHODS))
 
 
-def get(name: str, **params) -> TorchMethod:
+def get(name: str, draft_vocab=None, **params) -> TorchMethod:
     """The built-in torch method `name` with `params`.
+
+    `draft_vocab` (every method with a draft model): the draft's logits over a token subset only
+    (FR-Spec, arXiv 2502.14856): an int k (the k lowest ids and the prompts' ids), a
+    `verispec.empirical.draftvocab.DraftVocab`, or a sequence of ids (`draftvocab.with_draft_vocab`).
 
     Raises:
         ValueError: unknown name or a parameter out of range. TypeError: an unknown parameter.
     """
+    if draft_vocab is not None:
+        from .draftvocab import with_draft_vocab
+
+        return with_draft_vocab(get(name, **params), draft_vocab)
     if name in PATH_METHODS:
         factory, fixed = paths_method, {"name": name}
     elif name in TREE_METHODS:

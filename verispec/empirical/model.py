@@ -14,9 +14,13 @@ and edits caches in place: `crop_cache` (drop the tail; `DynamicCache.crop` with
 which transformers 4.x and 5.x both accept), `gather_cache` (keep given positions per row: the
 accepted path of a tree), `select_cache_rows` / `repeat_cache_rows` (batch axis).
 Works on CPU and CUDA, in float32 and bfloat16; logits are returned in float32.
+`with_head_subset(S)` gives a view whose output layer runs over the token ids S only (FR-Spec,
+arXiv 2502.14856; for draft models: `verispec.empirical.draftvocab`).
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 
@@ -242,6 +246,9 @@ class CausalLM:
         self.forward_count = 0
         self._prefill_memo: dict | None = None
         self.prefill_seconds = 0.0  # time spent in prefills actually computed (memo misses)
+        self._head_subset = None  # (ids [|S|], the head over S) on a `with_head_subset` view
+        self._counts_into = None  # a view's forwards count into its model's forward_count
+        self._subset_heads: dict = {}  # the last gathered head per subset (rows copied once)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, dtype=torch.bfloat16, device="cpu",
@@ -294,10 +301,65 @@ class CausalLM:
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, cache=None, *, position_ids=None, attention_mask=None):
         """One forward pass; returns (logits float32 [B, q, V], cache). A new cache when None."""
-        out = self.model(input_ids=input_ids, past_key_values=cache, position_ids=position_ids,
-                         attention_mask=attention_mask, use_cache=True)
-        self.forward_count += 1
-        return out.logits.float(), out.past_key_values
+        kwargs = dict(input_ids=input_ids, past_key_values=cache, position_ids=position_ids,
+                      attention_mask=attention_mask, use_cache=True)
+        (self._counts_into or self).forward_count += 1
+        if self._head_subset is None:
+            out = self.model(**kwargs)
+            return out.logits.float(), out.past_key_values
+        ids, head = self._head_subset
+        full = self.model.get_output_embeddings()
+        # The model runs whole, with its output layer swapped for the rows S during this call, so
+        # forward hooks on the model (the bench's phase clock) see every draft forward.
+        self.model.set_output_embeddings(head)
+        try:
+            out = self.model(**kwargs)
+        finally:
+            self.model.set_output_embeddings(full)
+        part = out.logits.float()  # [B, q, |S|]
+        logits = part.new_full((*part.shape[:-1], self.vocab_size), float("-inf"))  # [B, q, V]
+        return logits.index_copy_(-1, ids, part), out.past_key_values
+
+    def with_head_subset(self, subset) -> "CausalLM":
+        """A view of this model whose logits are computed over the token ids `subset` only.
+
+        FR-Spec (Zhao et al. 2025, arXiv 2502.14856): the output layer runs over the rows S of its
+        weight (gathered once per subset, contiguous) and the logits are scattered into a full-V
+        float32 tensor filled with -inf, so softmax gives q over S, exactly zero outside S, and
+        drafters, rules and KV code need no change. The view shares the model (and its KV
+        caches' format); its forwards count into this model's `forward_count`; it keeps no
+        prefill memo. Meant for a DRAFT model: a restricted target would change the output law.
+
+        Args:
+            subset: token ids, a 1-D integer tensor or sequence (any order, repeats allowed).
+
+        Returns:
+            a `CausalLM` view; `forward`/`chain`/`tree`/`prefill` return logits float32 [B, q, V].
+
+        Raises:
+            TypeError: `subset` not integer ids, or a model without output embeddings.
+            ValueError: `subset` empty, not 1-D, or an id outside [0, V).
+        """
+        from .draftvocab import check_subset
+
+        ids = check_subset(subset, self.vocab_size, "subset")
+        full = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
+        if not isinstance(full, torch.nn.Linear):
+            raise TypeError(f"model: a head subset needs a torch.nn.Linear output layer, got {type(full).__name__}")
+        key = ids.numpy().tobytes()
+        if key not in self._subset_heads:
+            head = torch.nn.utils.skip_init(torch.nn.Linear, full.in_features, ids.numel(), bias=full.bias is not None,
+                                            device=full.weight.device, dtype=full.weight.dtype)
+            index = ids.to(full.weight.device)
+            with torch.no_grad():
+                head.weight.copy_(full.weight.index_select(0, index))  # [|S|, H], contiguous
+                if full.bias is not None:
+                    head.bias.copy_(full.bias.index_select(0, index))
+            self._subset_heads = {key: (ids.to(self.device), head.requires_grad_(False))}  # keep the last one
+        view = copy.copy(self)
+        view._head_subset = self._subset_heads[key]
+        view._counts_into, view._prefill_memo, view._subset_heads = self._counts_into or self, None, {}
+        return view
 
     def prefill(self, input_ids: torch.Tensor):
         """A fresh cache holding `input_ids` [B, n]; returns (logits [B, n, V], cache).
@@ -309,7 +371,6 @@ class CausalLM:
         ids = self._check_ids(input_ids, "input_ids")
         if self._prefill_memo is None:
             return self.forward(ids)
-        import copy
         import time
 
         key = (tuple(ids.shape), tuple(ids.flatten().tolist()))
@@ -366,5 +427,12 @@ class CausalLM:
         logits, _ = self.forward(tokens, cache, position_ids=position_ids, attention_mask=mask)
         return logits
 
+    @property
+    def head_subset(self) -> torch.Tensor | None:
+        """The token ids S of a `with_head_subset` view (int64 [|S|], sorted), else None."""
+        return None if self._head_subset is None else self._head_subset[0]
+
     def __repr__(self):
-        return f"CausalLM({self.name!r}, vocab_size={self.vocab_size}, dtype={self.dtype}, device={self.device})"
+        subset = "" if self._head_subset is None else f", head_subset={self._head_subset[0].numel()} ids"
+        return (f"CausalLM({self.name!r}, vocab_size={self.vocab_size}{subset}, dtype={self.dtype}, "
+                f"device={self.device})")
