@@ -233,6 +233,31 @@ def topk3_draft_raw_q(draft_length: int) -> Method:
     return topk_draft_raw_q(draft_length, top_k=3)
 
 
+# --------------------------------------------------------------------------------------------------
+# 11. a frequency-ranked draft vocabulary verified with the full-vocabulary q (FR-Spec)
+
+def _lower_half_chain(draft_length: int) -> Drafter:
+    from ..reference.draftvocab import restrict
+
+    chain = drafters.chain(_check_positive_int(draft_length, "draft_length"))
+
+    def build(draft_model, context, rand):
+        if not isinstance(draft_model, LanguageModel):
+            raise TypeError(f"draft: the lower-half chain needs a draft LanguageModel, got {type(draft_model).__name__}")
+        return chain(restrict(draft_model, max(1, draft_model.vocab_size // 2)), context, rand)
+
+    return Drafter("lower_half_chain", build, draft_length=chain.params["draft_length"])
+
+
+def draft_vocab_full_q(draft_length: int) -> Method:
+    """FR-Spec (arXiv 2502.14856) done wrong: the chain is drafted from q restricted to the lower
+    half of the vocabulary (ids < max(1, V // 2), renormalised), but the ratio p(x)/q(x) and the
+    residual read the draft's full-vocabulary q (its softmax before the subset), so every drafted
+    token is accepted too often. Lossy whenever q puts mass outside the subset (V = 2 already)."""
+    return _chain_method("draft_vocab_full_q", _token_rule(q_at=_soft_q), draft_length,
+                         drafter=_lower_half_chain(draft_length))
+
+
 #: {name: factory(draft_length) -> Method}, every planted bug of docs/testing.md.
 BUGS: dict[str, Callable[[int], Method]] = {
     "always_accept": always_accept,
@@ -245,6 +270,7 @@ BUGS: dict[str, Callable[[int], Method]] = {
     "temperature_ignored": temperature_ignored,
     "u_zero": u_zero,
     "block_replaced_by_token": block_replaced_by_token,
+    "draft_vocab_full_q": draft_vocab_full_q,
 }
 
 # The newer verifiers' bugs (traversal leaf order, HSD, importance sampling, SpecHub); some need
