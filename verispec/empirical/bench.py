@@ -35,6 +35,11 @@ rules solve a selection LP over the full vocabulary: small vocabularies only; ``
 and ``optimal_is:K=2,s=5`` solve it over 5 tokens, at any vocabulary), and a user's own
 reference `Method` as ``pkg.module:attr`` (its verify runs through `verispec.empirical.adapter` on
 the real models' p and q; at T = 0 a lossless rule reproduces target-only greedy).
+Runners with a draft-model chain or paths (``DRAFT_VOCAB_RUNNERS``: token, block, the multi-path
+methods, the walks, adaptive, hybrid) take ``dv=k``, e.g. ``hybrid:dv=32768``: the draft's LM head
+over a token subset only (FR-Spec, arXiv 2502.14856; `verispec.empirical.draftvocab`), the k lowest
+ids with the prompt's ids and the tokenizer's added tokens; their records carry
+``draft_vocab_size`` (k) and ``draft_vocab_tokens`` (|S| for that prompt).
 Every runner but the HF peers decodes through the one engine (`verispec.empirical.engine`).
 
 Results: one record per (runner, temperature, prompt) in a JSON file written atomically after each
@@ -66,7 +71,7 @@ DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
 #: another version are refused on resume rather than mixed.
 RECORD_SCHEMA = 2
 _PARAMS = {"L": "draft_length", "K": "num_paths", "n": "node_budget", "W": "window", "G": "guess_set",
-           "s": "truncation"}
+           "s": "truncation", "dv": "draft_vocab"}
 #: Phrase-pool runners: K = pool candidates per lookup, W = Jacobi window slots (0: none).
 PHRASE_RUNNERS = ("ouroboros", "ouroboros_phrase", "lookahead")
 #: Their defaults, the decoders' own (`ouroboros_speculative`, `lookahead_speculative`).
@@ -80,6 +85,8 @@ OTHER_RUNNERS = ("target_only", "hf", "hf_prompt_lookup", "ouroboros", "ouroboro
                  "prompt_lookup")
 #: Cheaper-draft runners of `verispec.empirical.adaptive` (L = the initial length cap).
 ADAPTIVE_RUNNERS = ("adaptive", "hybrid")
+#: Runners whose draft model may run over a token subset (``dv=k``, FR-Spec: `draftvocab`).
+DRAFT_VOCAB_RUNNERS = ADAPTIVE_RUNNERS + tuple(decode.METHODS) + tuple(methods.WALK_METHODS)
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ class RunnerSpec:
     window: int = 0
     guess_set: int = 0  # ouroboros_phrase: pool phrases the draft model checks per draft forward
     truncation: int = 0  # khisti, optimal_is: tokens of the s-truncated selection LP (0: full vocabulary)
+    draft_vocab: int = 0  # FR-Spec: the draft's head over the k lowest ids + prompt + added tokens (0: all)
 
 
 def runner_names() -> tuple:
@@ -121,7 +129,8 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
         return RunnerSpec(text.strip(), USER_RUNNER)
     if name not in runner_names():
         raise ValueError(f"methods: unknown runner {name!r}; known: {', '.join(runner_names())}")
-    values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50, "window": 0, "guess_set": 8}
+    values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50, "window": 0, "guess_set": 8,
+              "draft_vocab": 0}
     if name in PHRASE_RUNNERS:
         values.update(PHRASE_DEFAULTS)
     given = set()
@@ -129,9 +138,12 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
         key, _, value = (part.strip() for part in item.partition("="))
         if key not in _PARAMS or not value.isdigit() or int(value) < (0 if key == "W" else 1):
             raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
-                             "(use L=, K=, n=, G=, s= with an int >= 1 or W= with an int >= 0)")
+                             "(use L=, K=, n=, G=, s=, dv= with an int >= 1 or W= with an int >= 0)")
         values[_PARAMS[key]] = int(value)
         given.add(key)
+    if "dv" in given and name not in DRAFT_VOCAB_RUNNERS:
+        raise ValueError(f"methods: dv (a draft vocabulary subset) is for {', '.join(DRAFT_VOCAB_RUNNERS)}; "
+                         f"got {text!r}")
     if name in ("target_only", "hf", "hf_prompt_lookup"):
         return RunnerSpec(name, name)
     label = name if not params else f"{name}:{params}"
@@ -155,7 +167,7 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     if name not in TREE_RUNNERS:
         values["node_budget"] = 0
     return RunnerSpec(label, name, values["draft_length"], values["num_paths"], values["node_budget"],
-                      truncation=values["truncation"] if "s" in given else 0)
+                      truncation=values["truncation"] if "s" in given else 0, draft_vocab=values["draft_vocab"])
 
 
 @dataclass
@@ -379,15 +391,31 @@ def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed:
     if spec.name == "prompt_lookup":
         method = methods.get("prompt_lookup", draft_length=spec.draft_length, max_ngram=3)
         return decode_engine(pair.target, None, prompt, method, N, T, uniforms=seed, storage="sequence")
+    vocab = _draft_vocab(spec, pair)
     if spec.name in ADAPTIVE_RUNNERS:
-        method = methods.get(spec.name, draft_length=spec.draft_length)
+        method = methods.get(spec.name, draft_length=spec.draft_length, draft_vocab=vocab)
         return decode_engine(pair.target, pair.draft, prompt, method, N, T, uniforms=seed, storage="sequence")
     if spec.name in methods.WALK_METHODS:
-        method = methods.get(spec.name, draft_length=spec.draft_length, num_paths=spec.num_paths,
+        method = methods.get(spec.name, draft_length=spec.draft_length, num_paths=spec.num_paths, draft_vocab=vocab,
                              **({"truncation": spec.truncation} if spec.truncation else {}))
+        return decode_engine(pair.target, pair.draft, prompt, method, N, T, uniforms=seed, storage="sequence")
+    if vocab is not None:
+        method = methods.get(spec.name, draft_length=spec.draft_length, num_paths=spec.num_paths, draft_vocab=vocab)
         return decode_engine(pair.target, pair.draft, prompt, method, N, T, uniforms=seed, storage="sequence")
     return decode.speculative(pair.target, pair.draft, prompt, N, spec.name, draft_length=spec.draft_length,
                               num_paths=spec.num_paths, temperature=T, uniforms=seed, storage="sequence")
+
+
+def _draft_vocab(spec: RunnerSpec, pair):
+    """The runner's draft vocabulary (`draftvocab.DraftVocab`) or None: the spec's k lowest ids,
+    the prompt's ids and the tokenizer's added tokens (specials such as <|endoftext|>, which the
+    target emits and the draft should be able to propose)."""
+    if not spec.draft_vocab:
+        return None
+    from .draftvocab import DraftVocab
+
+    added = getattr(getattr(pair, "tokenizer", None), "added_tokens_decoder", None) or {}
+    return DraftVocab(size=spec.draft_vocab, ids=tuple(t for t in sorted(added) if t < pair.draft.vocab_size))
 
 
 def _record(spec, result, memory, clock: PhaseClock) -> dict:
@@ -554,6 +582,10 @@ def _run_prompt(item, pair, runners, config, results, output, progress, pools):
         key = f"{_runner_key(spec.label, T)}|{task}"
         results["records"][key] = _record(spec, result, memory, clock)
         results["records"][key]["prompt_tokens"] = int(ids.shape[1])
+        if spec.draft_vocab:  # |S|: the k lowest ids, the prompt's and the added tokens
+            vocab = _draft_vocab(spec, pair)
+            size = int(vocab.subset(pair.draft.vocab_size, ids).numel())
+            results["records"][key].update(vocab.label(), draft_vocab_tokens=size)
         if spec.name.startswith("hf"):
             results["records"][key]["prefill_only_s"] = _prefill_only(pair, ids, spec.name == "hf", config.device)
         if (spec.label, float(T)) in pools:  # saved with the record: a resumed run starts as warm

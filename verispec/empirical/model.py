@@ -243,11 +243,10 @@ class CausalLM:
         self.device, self.dtype = parameter.device, parameter.dtype
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         self.vocab_size = int(head.out_features if head is not None else model.config.vocab_size)
-        self.forward_count = 0
+        self._forwards = [0]  # shared with `with_head_subset` views: their forwards count here
         self._prefill_memo: dict | None = None
         self.prefill_seconds = 0.0  # time spent in prefills actually computed (memo misses)
         self._head_subset = None  # (ids [|S|], the head over S) on a `with_head_subset` view
-        self._counts_into = None  # a view's forwards count into its model's forward_count
         self._subset_heads: dict = {}  # the last gathered head per subset (rows copied once)
 
     @classmethod
@@ -303,7 +302,7 @@ class CausalLM:
         """One forward pass; returns (logits float32 [B, q, V], cache). A new cache when None."""
         kwargs = dict(input_ids=input_ids, past_key_values=cache, position_ids=position_ids,
                       attention_mask=attention_mask, use_cache=True)
-        (self._counts_into or self).forward_count += 1
+        self.forward_count += 1
         if self._head_subset is None:
             out = self.model(**kwargs)
             return out.logits.float(), out.past_key_values
@@ -327,8 +326,8 @@ class CausalLM:
         weight (gathered once per subset, contiguous) and the logits are scattered into a full-V
         float32 tensor filled with -inf, so softmax gives q over S, exactly zero outside S, and
         drafters, rules and KV code need no change. The view shares the model (and its KV
-        caches' format); its forwards count into this model's `forward_count`; it keeps no
-        prefill memo. Meant for a DRAFT model: a restricted target would change the output law.
+        caches' format) and its `forward_count` (a forward of either counts for both); it keeps
+        no prefill memo. Meant for a DRAFT model: a restricted target would change the output law.
 
         Args:
             subset: token ids, a 1-D integer tensor or sequence (any order, repeats allowed).
@@ -358,7 +357,7 @@ class CausalLM:
             self._subset_heads = {key: (ids.to(self.device), head.requires_grad_(False))}  # keep the last one
         view = copy.copy(self)
         view._head_subset = self._subset_heads[key]
-        view._counts_into, view._prefill_memo, view._subset_heads = self._counts_into or self, None, {}
+        view._prefill_memo, view._subset_heads = None, {}
         return view
 
     def prefill(self, input_ids: torch.Tensor):
@@ -426,6 +425,15 @@ class CausalLM:
         position_ids = past_lengths.to(self.device).unsqueeze(1) + _depths(parents)  # [B, N]
         logits, _ = self.forward(tokens, cache, position_ids=position_ids, attention_mask=mask)
         return logits
+
+    @property
+    def forward_count(self) -> int:
+        """Forward passes run so far by this model and its `with_head_subset` views."""
+        return self._forwards[0]
+
+    @forward_count.setter
+    def forward_count(self, value: int) -> None:
+        self._forwards[0] = value
 
     @property
     def head_subset(self) -> torch.Tensor | None:
