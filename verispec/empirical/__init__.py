@@ -10,7 +10,8 @@
 
 Modules: engine (the loop), drafters / trees / ouroboros (drafters), kv (KV storages: sequence,
 padded, packed), rules (every verification), adapter (reference Methods), attention (per-row
-attention of the packed layout), bench / bench_batched (`verispec bench`).
+attention of the packed layout), draftvocab (the draft's LM head over a token subset, FR-Spec),
+bench / bench_batched (`verispec bench`).
 
 Needs the optional extras `torch` (and `transformers` for `model` / `decode`); importing this
 package without torch raises an ImportError naming the extra. `verispec.reference` never imports

@@ -26,6 +26,7 @@ prompt's (docs/draft_vocab.md). A user with counts from their own corpus passes 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from numbers import Integral
 
 import torch
 
@@ -119,10 +120,10 @@ def as_draft_vocab(value) -> DraftVocab | None:
     """
     if value is None or isinstance(value, DraftVocab):
         return value
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, Integral) and not isinstance(value, bool):
         if value < 1:
             raise ValueError(f"draft_vocab: expected a size k >= 1, got {value}")
-        return DraftVocab(size=value)
+        return DraftVocab(size=int(value))
     if isinstance(value, torch.Tensor) or (hasattr(value, "__iter__") and not isinstance(value, (str, bytes))):
         return DraftVocab(size=0, ids=tuple(check_subset(value, 2 ** 62, "draft_vocab").tolist()), prompt=False)
     raise TypeError(f"draft_vocab: expected None, an int k, a DraftVocab or a sequence of token ids, "
