@@ -27,6 +27,7 @@ from verispec.reference.draftvocab import draft_vocab  # noqa: E402
 
 from .test_bench import CharTokenizer  # noqa: E402
 from .test_decode_tiny import tiny  # noqa: E402
+from .test_engine import real_pair  # noqa: E402,F401 (a fixture)
 
 S = [0, 2, 3, 5, 7, 8, 11, 13]  # 8 of V = 16 ids
 PROMPT = torch.tensor([[3, 1, 4, 1, 5, 3, 1]])
@@ -170,3 +171,22 @@ def test_bench_parses_dv_and_records_the_subset(pair, tmp_path):
         record = results["records"][f"{label}|T=0|t/0"]
         assert record["tokens"] == base
         assert record["draft_vocab_size"] == 6 and record["draft_vocab_tokens"] == len(set(range(6)) | {1, 2, 3})
+
+
+@pytest.mark.slow
+def test_real_pair_subset_head_is_the_full_heads_rows(real_pair):
+    """Qwen2.5's tied head: the view's logits over S are the full model's logits at S (bf16 head
+    rows gathered, same matmul per row), and the decode with a subset agrees with the twin."""
+    (pair, ids), k = real_pair, 32768
+    vocab = DraftVocab(size=k)
+    view = pair.draft.with_head_subset(vocab.subset(pair.draft.vocab_size, ids))
+    S = view.head_subset
+    full, _ = pair.draft.forward(ids[:, :32])
+    part, _ = view.forward(ids[:, :32])
+    assert bool(torch.isinf(part[..., torch.ones(part.shape[-1], dtype=torch.bool).index_fill_(0, S, False)]).all())
+    assert torch.allclose(part[..., S], full[..., S], atol=0.05, rtol=0.02)  # bf16: a different GEMM shape
+    method = methods.get("block", draft_length=3, draft_vocab=vocab)
+    twin = engine.decode(pair.target, pair.draft, ids, method, 8, 1.0, uniforms=NumpyUniforms(0), storage="sequence")
+    reference = adapter.torch_method(draft_vocab(reference_methods.block(3), S.tolist()), drafter=method.drafter)
+    ref = engine.decode(pair.target, pair.draft, ids, reference, 8, 1.0, uniforms=NumpyUniforms(0), storage="sequence")
+    assert torch.equal(twin.tokens, ref.tokens)
