@@ -31,10 +31,12 @@ class Algebra:
         from sympy import QQ
         from sympy.polys.fields import field
 
-        names = [str(x) for free in variables.groups.values() for x in free]
+        xs = [x for free in variables.groups.values() for x in free]
+        names = [str(x) for x in xs]
         self.field, *gens = field(",".join(f"x{i}" for i in range(len(names))) or "x0", QQ)
         self.QQ = QQ
         self.by_name = dict(zip(names, gens))
+        self.xs = xs  # the z3 variables, in the order of the field's generators
         self.memo: dict = {}
         self.kept: list = []  # keeps memoised ASTs alive (their ids stay theirs)
 
@@ -51,6 +53,20 @@ class Algebra:
         self.memo[key] = value
         self.kept.append(term)
         return value
+
+    def factors(self, value) -> list:
+        """The distinct non-constant irreducible factors of the numerator of `value`, as z3 terms."""
+        _, factors = value.numer.factor_list()
+        return [self.to_z3(f) for f, _ in factors if not f.is_ground]
+
+    def to_z3(self, poly):
+        """A polynomial of the field's ring as a z3 term over the model variables."""
+        terms = []
+        for exponents, coefficient in poly.terms():
+            monomial = [self.xs[i] ** e if e > 1 else self.xs[i] for i, e in enumerate(exponents) if e]
+            c = z3.RealVal(f"{coefficient.numerator}/{coefficient.denominator}")
+            terms.append(c * z3.Product(monomial) if len(monomial) > 1 else c * monomial[0] if monomial else c)
+        return z3.Sum(terms) if len(terms) > 1 else terms[0] if terms else z3.RealVal(0)
 
     def _apply(self, kind, args, term):
         if kind == z3.Z3_OP_ADD:
@@ -96,11 +112,21 @@ def _check(constraints, seconds):
     return str(result), (solver.model() if result == z3.sat else None)
 
 
-def decide_cell(law, target_term, literals, base, deadline, algebra):
+def decide_cell(law, target_term, literals, base, deadline, algebra, feasible=None):
     """Is there a point of the cell (`base` and `literals`) where the If-free `law` differs from
-    `target_term`? Returns (result, model, solver calls, reason)."""
+    `target_term`? Returns (result, model, solver calls, reason).
+
+    feasible: optionally a function (extra literals) -> False when `base`, `literals` and the
+    extra ones cannot hold together. With it, two cheap questions come first (polynomials and the
+    comparisons only, not the law): when R is not the target's law, does some irreducible factor
+    of the numerator of R - target vanish on the whole cell (a cell on a tie such as p = q, where
+    R agrees with the target although it differs elsewhere)? And can a divisor vanish in the
+    cell at all (if not, R is the law on the whole cell)?
+    """
     try:
-        identical = algebra(law) == algebra(target_term)
+        difference = algebra(law) - algebra(target_term)
+        identical = difference == 0 or (feasible is not None and _vanishes_on_cell(
+            difference, literals, algebra, feasible))
     except (ValueError, ZeroDivisionError) as err:
         return "unknown", None, 0, f"algebra: {err}"
     query = list(base) + list(literals) + [law != target_term]
@@ -108,9 +134,18 @@ def decide_cell(law, target_term, literals, base, deadline, algebra):
         divisors = _divisors(law)
         if not divisors:
             return "unsat", None, 0, ""
-        query.append(z3.Or([d == 0 for d in divisors]))  # the points where R is not the law
+        vanish = z3.Or([d == 0 for d in divisors])
+        if feasible is not None and not feasible(list(literals) + [vanish]):
+            return "unsat", None, 0, ""
+        query.append(vanish)  # the points where R is not the law
     left = deadline - time.monotonic()
     if left <= 0:
         return "unknown", None, 0, "timeout"
     result, model = _check(query, left)
     return result, model, 1, "timeout" if result == "unknown" else ""
+
+
+def _vanishes_on_cell(difference, literals, algebra, feasible) -> bool:
+    """True when a factor g of the numerator of `difference` is 0 everywhere on the cell
+    (literals and g != 0 infeasible): then R = target wherever R is the law."""
+    return any(not feasible(list(literals) + [g != 0]) for g in algebra.factors(difference))

@@ -36,8 +36,9 @@ from ..reference import models
 from ..reference.methods import Method, resolve
 from ..reference.models import LanguageModel, _check_positive_int
 from . import points
-from .cells import Algebra, decide_cell
+from .cells import Algebra
 from .replay import Explorer, ExplorationTimeout
+from .search import Search
 from .symbolic import Sym, SymbolicError, SymbolicZeroDivision, clear_cache
 
 __all__ = ["prove", "ProofResult", "Query", "Counterexample", "SymbolicModel", "SOLVER"]
@@ -259,25 +260,6 @@ def _zero_if_none(term):
     return z3.RealVal(0) if term is None else term
 
 
-def _split_condition(root, output, region):
-    """The shallowest forked decision (breadth first) that `region` does not fix yet, or None."""
-    queue = [root]
-    while queue:
-        node = queue.pop(0)
-        if output not in node.emitted:
-            continue
-        if node.kind == "decide":
-            fixed = region.get(node.payload.get_id())
-            if fixed is not None:
-                child = node.children.get(0 if fixed else 1)
-                queue += [child] if child is not None else []
-                continue
-            if len(node.children) == 2:
-                return node.payload
-        queue += node.children.values()
-    return None
-
-
 def _explore(program, variables, deadline):
     explorer = Explorer(variables.constraints, deadline)
     variables.explorer = explorer
@@ -309,63 +291,15 @@ def _target_program(target, num_tokens, context=()):
     return run
 
 
-#: Seconds a query may run before it is split on its shallowest undecided comparison.
-SPLIT_AFTER = 0.05
-
-
-def _check(constraints, seconds):
-    solver = z3.Solver()
-    solver.set("timeout", max(1, int(1000 * seconds)))
-    solver.add(*constraints)
-    result = solver.check()
-    model = solver.model() if result == z3.sat else None
-    return str(result), model, solver.reason_unknown() if result == z3.unknown else ""
-
-
-def _decide(tree, ref, output, base, deadline, algebra, region=None, conditions=None):
-    """Is there a pair with law(output) != target law `ref`?
-
-    Asked first as one query (`SPLIT_AFTER` seconds); when z3 cannot answer in that time the
-    query is split on the shallowest comparison not fixed yet (both truth values, as two smaller
-    queries without that If), recursively. Once every comparison is fixed (a cell) the If-free
-    law is compared with `ref` in exact algebra (`verispec.formal.cells.decide_cell`; z3 alone when
-    `algebra` is None). Returns (result, model, number of solver calls, reason).
-    """
-    region, conditions = region or {}, conditions or []
-    law = _zero_if_none(_law(tree.root, output, {}, region))
-    condition = _split_condition(tree.root, output, region)
-    left = deadline - time.monotonic()
-    if left <= 0:
-        return "unknown", None, 0, "timeout"
-    if condition is None and algebra is not None:
-        result, model, calls, reason = decide_cell(law, ref, conditions, base, deadline, algebra)
-        if not reason.startswith("algebra"):
-            return result, model, calls, reason
-    seconds = left if condition is None else min(left, SPLIT_AFTER)
-    result, model, reason = _check(base + conditions + [law != ref], seconds)
-    if result != "unknown" or condition is None:
-        return result, model, 1, reason or ("timeout" if result == "unknown" else "")
-    calls = 1
-    for value in (True, False):
-        sub_region = {**region, condition.get_id(): value}
-        fixed = condition if value else z3.Not(condition)
-        result, model, n, reason = _decide(tree, ref, output, base, deadline, algebra, sub_region,
-                                           conditions + [fixed])
-        calls += n
-        if result != "unsat":
-            return result, model, calls, reason
-    return "unsat", None, calls, ""
-
-
 def _decide_output(tree, reference, output, variables, deadline):
-    """Is there a pair with law(output) != target law(output)? `_decide`, with the cells decided in
-    exact algebra. Returns (result, model, solver calls, reason)."""
+    """Is there a pair with law(output) != target law(output)? A `Search` (split on comparisons,
+    cells decided in exact algebra). Returns (result, model, solver calls, reason)."""
     ref = _zero_if_none(_law(reference.root, output, {}, {}))
     try:
         algebra = Algebra(variables)
     except ImportError:  # sympy missing: z3 alone
         algebra = None
-    return _decide(tree, ref, output, variables.constraints, deadline, algebra)
+    return Search(tree, ref, output, variables.constraints, deadline, algebra, _law).run()
 
 
 def _check_args(method, vocab_size, draft_length, num_paths, timeout):
