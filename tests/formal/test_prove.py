@@ -304,3 +304,49 @@ def test_rational_function_algebra_of_z3_terms():
     assert [str(d) for d in _divisors(lhs)] == ["p[][0] + p[][1]"]
     with pytest.raises(ValueError, match="rational function"):
         algebra(z3.If(x > 0, x, y))
+
+
+def test_parallel_queries_give_the_sequential_verdicts():
+    # 8 outputs: the helper process is started; whichever process decides an output, the verdicts agree.
+    for workers in (1, 2):
+        assert prove("token", 2, 2, timeout=TIMEOUT, workers=workers).verdict == "proved"
+    bug = planted.BUGS["residual_p"](2)
+    one, two = (prove(bug, 2, 2, timeout=TIMEOUT, point_trials=0, workers=w) for w in (1, 2))
+    assert one.verdict == two.verdict == "counterexample"
+    assert two.counterexample.confirmed
+
+
+def test_a_helper_process_decides_outputs_like_this_one():
+    import time
+
+    from verispec.formal.parallel import Helper, helper_job
+
+    job = helper_job("token", 2, 2, 1, (1, 1), ())
+    helper = Helper(job, 8, time.monotonic() + TIMEOUT)
+    try:
+        answers = helper.collect(range(8))  # this process claims nothing: the helper takes all 8
+    finally:
+        helper.close()
+    assert sorted(answers) == list(range(8))
+    assert all(status == "unsat" and calls >= 1 for status, _, calls, _, _ in answers.values())
+
+
+def test_outputs_the_helper_does_not_answer_are_unknown(monkeypatch):
+    from verispec.formal import parallel
+
+    def silent(self, indices):  # the helper answers nothing in time
+        return {}
+
+    monkeypatch.setattr(parallel.Helper, "collect", silent)
+    # this process takes the odd outputs; the even ones are left to the (silent) helper
+    monkeypatch.setattr(parallel.Helper, "claim", lambda self, n=iter(range(100)): 2 * next(n) + 1)
+    result = prove("token", 2, 2, timeout=TIMEOUT, workers=2, point_trials=0)
+    assert result.verdict == "unknown" and "helper" in result.reason
+    assert len(result.queries) == 8 and sum(q.result == "unknown" for q in result.queries) == 4
+
+
+def test_a_method_object_is_decided_in_this_process_only():
+    from verispec.formal.parallel import helper_job
+
+    assert helper_job(methods.get("token", draft_length=1), 2, 1, 1, (1, 1), ()) is None
+    assert helper_job("token", 2, 1, 1, (1, 1), ())["spec"] == "token"

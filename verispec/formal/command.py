@@ -39,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--point-trials", type=int, default=None, metavar="N",
                         help="structured pairs tried by the exact engine before the symbolic run "
                              "(default 32; 0 skips)")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="processes deciding the output queries: 1 or 2 (default: 2 where the machine has "
+                             "2 cores; a helper process explores the same rule itself and shares the outputs)")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON (atomically)")
     return parser
 
@@ -53,7 +56,7 @@ def run(args) -> int:
     try:
         extra = {} if args.point_trials is None else {"point_trials": args.point_trials}
         result = prove(args.method, args.vocab_size, args.draft_length, args.num_paths, timeout=args.timeout,
-                       target_temperature=temperature, context=args.context, **extra)
+                       target_temperature=temperature, context=args.context, workers=args.workers, **extra)
     except (TypeError, ValueError) as err:
         if type(err).__name__ == "RuleContractError":
             # e.g. a division by a value that is 0 for some pair: no law to prove anything about

@@ -25,6 +25,7 @@ Speculative sampling: Leviathan et al. 2023 (arXiv 2211.17192); the SMT solver: 
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
@@ -37,6 +38,7 @@ from ..reference.methods import Method, resolve
 from ..reference.models import LanguageModel, _check_positive_int
 from . import points
 from .cells import Algebra
+from .parallel import Helper, ValuesModel, helper_job
 from .replay import Explorer, ExplorationTimeout
 from .search import Search
 from .symbolic import Sym, SymbolicError, SymbolicZeroDivision, clear_cache
@@ -334,7 +336,7 @@ POINT_TRIALS = 32
 
 def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeout: float = 60.0,
           target_temperature=1, draft_temperature=1, point_trials: int = POINT_TRIALS,
-          context=()) -> ProofResult:
+          context=(), workers=None) -> ProofResult:
     """Prove (or refute) that `method` is lossless for EVERY target/draft pair at (V, L, K).
 
     Args:
@@ -354,6 +356,11 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
             p(. | context + u) are symbolic like the others. Matters for a method that reads the
             prefix itself (prompt lookup: a context with a repeated n-gram makes its draft
             non-empty); for the others the empty context already covers every context.
+        workers: processes deciding the output queries (default: the CPU count, at most
+            `MAX_WORKERS`; 1 = this process only). With 2, a helper process explores the same
+            program itself and takes outputs from a shared counter (`verispec.formal.parallel`);
+            an output it has not answered by the time limit is "unknown". Used from
+            `PARALLEL_MIN_OUTPUTS` outputs on, for a method given by name or a picklable `Method`.
 
     Returns:
         a `ProofResult` (verdict "proved" / "counterexample" / "unknown" with its reason).
@@ -364,106 +371,172 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
     """
     try:
         return _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperature,
-                      draft_temperature, point_trials, context)
+                      draft_temperature, point_trials, context, workers)
     finally:
         clear_cache()  # the z3 expressions built for this proof
 
 
+#: Default ceiling of `prove(workers=None)` (one helper process per extra worker would re-explore).
+MAX_WORKERS = 2
+
+#: Fewer outputs than this are decided in this process only (a helper's start costs about a second).
+PARALLEL_MIN_OUTPUTS = 8
+
+
+def _check_workers(workers) -> int:
+    if workers is None:
+        return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers: expected a positive int or None, got {workers!r}")
+    if workers > 2:
+        raise ValueError(f"workers: at most 2 processes are supported, got {workers}")
+    return workers
+
+
+def _symbolic_models(V, temperatures):
+    """(variables, (base target, base draft), (target, draft)) on the closed simplices."""
+    variables = _Variables()
+    bases = SymbolicModel("p", V, variables), SymbolicModel("q", V, variables)
+    return variables, bases, tuple(_wrap(m, t) for m, t in zip(bases, temperatures))
+
+
+def _explore_job(job, deadline):
+    """Explore the method and the target as `prove` does (what a helper process runs first).
+    Returns (tree, reference tree, variables, the outputs in query order)."""
+    method, V, L, K, depth = _check_args(job["spec"], job["V"], job["L"], job["K"], 1.0)
+    variables, _, (target, draft) = _symbolic_models(V, job["temperatures"])
+    N = depth + 1
+    tree = _explore(_program(method, target, draft, N, job["context"]), variables, deadline)
+    reference = _explore(_target_program(target, N, job["context"]), variables, deadline)
+    return tree, reference, variables, list(itertools.product(range(V), repeat=N))
+
+
 def _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperature, draft_temperature,
-           point_trials, context) -> ProofResult:
+           point_trials, context, workers) -> ProofResult:
     clear_cache()
+    spec = method
     method, V, L, K, depth = _check_args(method, vocab_size, draft_length, num_paths, timeout)
-    _check_temperature(target_temperature, "target_temperature")
-    _check_temperature(draft_temperature, "draft_temperature")
+    temperatures = (_check_temperature(target_temperature, "target_temperature"),
+                    _check_temperature(draft_temperature, "draft_temperature"))
     if isinstance(point_trials, bool) or not isinstance(point_trials, int) or point_trials < 0:
         raise ValueError(f"point_trials: expected a non-negative int, got {point_trials!r}")
     context = models.check_prefix(context, V, "context")
+    workers = _check_workers(workers)
     N = depth + 1
     start = time.perf_counter()
     deadline = time.monotonic() + timeout
-    variables = _Variables()
-    base_target = SymbolicModel("p", V, variables)
-    base_draft = SymbolicModel("q", V, variables)
-    target, draft = _wrap(base_target, target_temperature), _wrap(base_draft, draft_temperature)
+    result = ProofResult(repr(method), V, L, K, N, target_temperature, draft_temperature, "unknown", "",
+                         _claim(method, V, L, K, N, context), context=context)
+    job = helper_job(spec, V, L, K, temperatures, context) if workers > 1 and V ** N >= PARALLEL_MIN_OUTPUTS \
+        else None
+    helper = Helper(job, V ** N, deadline) if job is not None else None
+    try:
+        if point_trials:
+            cx = points.search(method, V, depth, temperatures, int(point_trials),
+                               time.monotonic() + timeout / 10, context=context)
+            if cx is not None:
+                result.verdict, result.counterexample = "counterexample", cx
+                result.reason = (f"the law of {cx.output} differs on the pair below (found by the point "
+                                 "search, confirmed in exact arithmetic)")
+                return result
+        _symbolic_run(result, method, temperatures, deadline, start, helper)
+        return result
+    finally:
+        if helper is not None:
+            helper.close()
+        result.seconds = time.perf_counter() - start
+
+
+def _claim(method, V, L, K, N, context) -> str:
     start_from = f"from the context {context} " if context else ""
     claim = (f"for every target/draft pair at V={V}, L={L}, K={K}: one iteration {start_from}followed by the "
              f"target has the target's law of the first {N} tokens")
-    claim += (", hence the whole loop is lossless at every length" if method.model_state_only
-              else f" ({'from this context only' if context else 'from the empty context'}: this method "
-                   "reads the prefix itself)")
-    result = ProofResult(repr(method), V, L, K, N, target_temperature, draft_temperature, "unknown", "", claim,
-                         context=context)
-    temperatures = (target_temperature, draft_temperature)
-    if point_trials:
-        cx = points.search(method, V, depth, temperatures, int(point_trials),
-                           time.monotonic() + timeout / 10, context=context)
-        if cx is not None:
-            result.verdict, result.counterexample = "counterexample", cx
-            result.reason = (f"the law of {cx.output} differs on the pair below (found by the point search, "
-                             "confirmed in exact arithmetic)")
-            result.seconds = time.perf_counter() - start
-            return result
+    return claim + (", hence the whole loop is lossless at every length" if method.model_state_only
+                    else f" ({'from this context only' if context else 'from the empty context'}: this method "
+                         "reads the prefix itself)")
+
+
+def _symbolic_run(result, method, temperatures, deadline, start, helper) -> None:
+    """Explore the method and the target symbolically, then decide one query per output."""
+    V, N, context = result.vocab_size, result.num_tokens, result.context
+    variables, bases, (target, draft) = _symbolic_models(V, temperatures)
     try:
         tree = _explore(_program(method, target, draft, N, context), variables, deadline)
         reference = _explore(_target_program(target, N, context), variables, deadline)
     except ExplorationTimeout:
-        result.reason = f"timeout: the symbolic exploration ran past {timeout} s"
-        result.seconds = time.perf_counter() - start
-        return result
+        result.reason = "timeout: the symbolic exploration ran past the time limit"
+        return
     except SymbolicError as err:
         result.reason = f"cannot be run symbolically: {err}"
-        result.seconds = time.perf_counter() - start
-        return result
+        return
     except SymbolicZeroDivision as err:
         # Raises the exact engine's RuleContractError when the solver's pair confirms the crash.
-        result.reason = _zero_division(err, variables, method, (base_target, base_draft),
-                                       (target_temperature, draft_temperature), N, context)
-        result.seconds = time.perf_counter() - start
-        return result
+        result.reason = _zero_division(err, variables, method, bases, temperatures, N, context)
+        return
     result.exploration_seconds = time.perf_counter() - start
     result.branch_points, result.decisions = tree.branch_points, tree.decisions
     result.leaves, result.dead_paths, result.solver_checks = tree.leaves, tree.dead, tree.solver_checks
     result.variables = sum(len(free) for free in variables.groups.values())
-    _run_queries(result, tree, reference, variables, method, (base_target, base_draft),
-                 (target_temperature, draft_temperature), deadline, context)
-    result.seconds = time.perf_counter() - start
-    return result
+    _run_queries(result, tree, reference, variables, (method, bases, temperatures, context), deadline, helper)
 
 
-def _run_queries(result, tree, reference, variables, method, bases, temperatures, deadline, context):
-    V, N = result.vocab_size, result.num_tokens
-    unknown = []
-    for output in itertools.product(range(V), repeat=N):
+def _run_queries(result, tree, reference, variables, cx_args, deadline, helper=None):
+    """One query per output; with a `helper` process the outputs are shared with it (each takes the
+    next one from a shared counter). Fills result.queries (in output order) and the verdict."""
+    outputs = list(itertools.product(range(result.vocab_size), repeat=result.num_tokens))
+    answers = {}  # output index -> Query
+    next_index = helper.claim if helper is not None else itertools.count().__next__
+    while (index := next_index()) < len(outputs):
         start = time.perf_counter()
-        status, model, calls, reason = _decide_output(tree, reference, output, variables, deadline)
-        result.queries.append(Query(output, status, time.perf_counter() - start, reason, calls))
-        if status == "unknown":
-            unknown.append(output)
-        elif status == "sat":
-            try:
-                cx = _counterexample(model, variables, method, bases, temperatures, output, N, context)
-            except Exception as err:  # e.g. the rule divides by zero on the solver's pair
-                unknown.append(output)
-                result.queries[-1].reason = (f"the exact engine raised on the solver's pair "
-                                             f"({type(err).__name__}: {err})")
-                continue
-            if cx.confirmed:
-                result.verdict, result.counterexample = "counterexample", cx
-                result.reason = f"the law of {output} differs on the pair below (confirmed in exact arithmetic)"
-                return
-            unknown.append(output)
-            result.queries[-1].reason = ("the solver's pair, rationalised, was not confirmed by the exact "
-                                         "engine (an irrational counterexample?)")
-            result.counterexample = cx
+        status, model, calls, reason = _decide_output(tree, reference, outputs[index], variables, deadline)
+        answers[index] = Query(outputs[index], status, time.perf_counter() - start, reason, calls)
+        if _settles(result, answers[index], model, variables, cx_args):
+            break
+    else:
+        if helper is not None:
+            for index, answer in helper.collect(set(range(len(outputs))) - answers.keys()).items():
+                status, values, calls, reason, seconds = answer
+                answers[index] = Query(outputs[index], status, seconds, reason, calls)
+                model = ValuesModel(values) if values is not None else None
+                if _settles(result, answers[index], model, variables, cx_args):
+                    break
+    result.queries = [answers[i] for i in sorted(answers)]
+    if result.verdict == "counterexample":
+        return
+    missing = [Query(output, "unknown", 0.0, "timeout: the helper process did not answer in time", 0)
+               for i, output in enumerate(outputs) if i not in answers]
+    result.queries = sorted(result.queries + missing, key=lambda q: q.output)
+    unknown = [q for q in result.queries if q.result != "unsat"]
     if unknown:
-        timeouts = sum(1 for q in result.queries if q.result == "unknown" and "timeout" in q.reason.lower()
-                       or q.reason == "canceled")
+        timeouts = sum(1 for q in unknown if "timeout" in q.reason.lower() or q.reason == "canceled")
         result.reason = (f"{len(unknown)} of {len(result.queries)} outputs undecided"
                          + (f" ({timeouts} by the time limit)" if timeouts else "")
-                         + f"; first: {unknown[0]} ({next(q.reason for q in result.queries if q.output == unknown[0])})")
+                         + f"; first: {unknown[0].output} ({unknown[0].reason})")
         return
     result.verdict = "proved"
     result.reason = ""
+
+
+def _settles(result, query, model, variables, cx_args) -> bool:
+    """For a satisfiable query: confirm the solver's pair with the exact engine. True when it is a
+    confirmed counterexample (then the verdict is set); otherwise the query's reason says why not."""
+    if query.result != "sat":
+        return False
+    method, bases, temperatures, context = cx_args
+    try:
+        cx = _counterexample(model, variables, method, bases, temperatures, query.output, result.num_tokens,
+                             context)
+    except Exception as err:  # e.g. the rule divides by zero on the solver's pair
+        query.reason = f"the exact engine raised on the solver's pair ({type(err).__name__}: {err})"
+        return False
+    if cx.confirmed:
+        result.verdict, result.counterexample = "counterexample", cx
+        result.reason = f"the law of {query.output} differs on the pair below (confirmed in exact arithmetic)"
+        return True
+    query.reason = ("the solver's pair, rationalised, was not confirmed by the exact engine "
+                    "(an irrational counterexample?)")
+    result.counterexample = cx
+    return False
 
 
 # --------------------------------------------------------------------------------------------------

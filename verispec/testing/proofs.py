@@ -29,7 +29,8 @@ class ProofError(AssertionError):
 
 
 def assert_proved(method, *, vocab_size: int = 2, draft_length: int = 1, num_paths: int = 1,
-                  timeout: float = 60.0, target_temperature=1, draft_temperature=1, context=()) -> ProofResult:
+                  timeout: float = 60.0, target_temperature=1, draft_temperature=1, context=(),
+                  workers=None) -> ProofResult:
     """Assert that `method` is lossless for every target/draft pair at (V, L, K).
 
     Args:
@@ -41,6 +42,8 @@ def assert_proved(method, *, vocab_size: int = 2, draft_length: int = 1, num_pat
             draft, the argmax of a symbolic base).
         context: the prefix the iteration starts from (default empty; for methods that read the
             prefix themselves, e.g. prompt lookup).
+        workers: processes deciding the queries (`verispec.formal.prove`; default 2 on a machine with
+            2 or more cores, 1 = this process only).
 
     Returns:
         the `ProofResult` (verdict "proved").
@@ -51,7 +54,8 @@ def assert_proved(method, *, vocab_size: int = 2, draft_length: int = 1, num_pat
         TypeError / ValueError: bad arguments, naming them.
     """
     result = prove(method, vocab_size, draft_length, num_paths, timeout=timeout,
-                   target_temperature=target_temperature, draft_temperature=draft_temperature, context=context)
+                   target_temperature=target_temperature, draft_temperature=draft_temperature, context=context,
+                   workers=workers)
     if result.verdict == "counterexample":
         raise ProofError(f"{result.method} is NOT lossless:\n{result.summary()}", result)
     if result.verdict != "proved":
