@@ -6,7 +6,9 @@ point_mass, prompt_lookup; khisti, optimal_is, spechub (docs/verifiers_new.md). 
 builds one by name; `names()` lists them;
 `Method(name, draft=..., verify=...)` wraps a researcher's own rule. Methods that need more than
 the models and L (a pool snapshot, a confidence threshold) live in their own modules:
-`verispec.reference.ouroboros` (Ouroboros' phrase drafts), `verispec.reference.adaptive`.
+`verispec.reference.ouroboros` (Ouroboros' phrase drafts), `verispec.reference.adaptive`;
+`verispec.reference.draftvocab.draft_vocab(method, subset)` wraps any method (FR-Spec's draft
+vocabulary subset).
 """
 
 from __future__ import annotations
