@@ -39,6 +39,8 @@ class Algebra:
         self.xs = xs  # the z3 variables, in the order of the field's generators
         self.memo: dict = {}
         self.kept: list = []  # keeps memoised ASTs alive (their ids stay theirs)
+        self.factor_memo: dict = {}
+        self.divisor_memo: dict = {}
 
     def __call__(self, term):
         key = term.get_id()
@@ -55,9 +57,32 @@ class Algebra:
         return value
 
     def factors(self, value) -> list:
-        """The distinct non-constant irreducible factors of the numerator of `value`, as z3 terms."""
-        _, factors = value.numer.factor_list()
-        return [self.to_z3(f) for f, _ in factors if not f.is_ground]
+        """The distinct non-constant irreducible factors of the numerator of `value`, as z3 terms
+        (memoised: neighbouring cells often differ by the same polynomial)."""
+        key = frozenset(value.numer.items())
+        hit = self.factor_memo.get(key)
+        if hit is None:
+            _, factors = value.numer.factor_list()
+            hit = self.factor_memo[key] = [self.to_z3(f) for f, _ in factors if not f.is_ground]
+        return hit
+
+    def divisors(self, term) -> list:
+        """The distinct non-constant divisors of a term (memoised per subterm: cells share most)."""
+        return list(self._divisors(term).values())
+
+    def _divisors(self, term) -> dict:
+        key = term.get_id()
+        hit = self.divisor_memo.get(key)
+        if hit is None:
+            children = term.children()
+            hit = {}
+            for child in children:
+                hit.update(self._divisors(child))
+            if z3.is_div(term) and not z3.is_rational_value(children[1]):
+                hit[children[1].get_id()] = children[1]
+            self.divisor_memo[key] = hit
+            self.kept.append(term)
+        return hit
 
     def to_z3(self, poly):
         """A polynomial of the field's ring as a z3 term over the model variables."""
@@ -131,7 +156,7 @@ def decide_cell(law, target_term, literals, base, deadline, algebra, feasible=No
         return "unknown", None, 0, f"algebra: {err}"
     query = list(base) + list(literals) + [law != target_term]
     if identical:
-        divisors = _divisors(law)
+        divisors = algebra.divisors(law)
         if not divisors:
             return "unsat", None, 0, ""
         vanish = z3.Or([d == 0 for d in divisors])

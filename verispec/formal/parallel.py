@@ -24,7 +24,7 @@ from fractions import Fraction
 
 import z3
 
-__all__ = ["Helper", "ValuesModel", "helper_job"]
+__all__ = ["Helper", "ValuesModel", "helper_job", "output_group"]
 
 #: Seconds past the deadline this process waits for the helper's last answers.
 GRACE_S = 1.0
@@ -72,7 +72,7 @@ class Helper:
             self.process.start()
 
     def claim(self) -> int:
-        """The index of the next output nobody has taken (>= num_outputs: none left)."""
+        """The next group of outputs nobody has taken (`output_group`)."""
         with self.counter.get_lock():
             index = self.counter.value
             self.counter.value += 1
@@ -101,6 +101,13 @@ class Helper:
         self.answers.close()
 
 
+def output_group(group: int, vocab_size: int, num_outputs: int) -> range:
+    """The output indices of claim number `group`: the V outputs that share all but their last
+    token (in `itertools.product` order). Their queries split on the same comparisons, so one
+    process deciding them all reuses its region checks (`Tree.regions`)."""
+    return range(group * vocab_size, min((group + 1) * vocab_size, num_outputs))
+
+
 class _no_main_module:
     """Hide the caller's __main__ while the helper starts: "spawn" would otherwise run the user's
     script again in the helper (a script without an ``if __name__ == "__main__"`` guard would call
@@ -125,14 +132,17 @@ def _main(job, counter, answers, seconds_left):
         tree, reference, variables, outputs = _explore_job(job, deadline)
     except Exception:  # noqa: BLE001 - this process reports what its own exploration finds
         return
+    vocab_size = job["V"]
     while time.monotonic() < deadline:
         with counter.get_lock():
-            index = counter.value
+            group = counter.value
             counter.value += 1
-        if index >= len(outputs):
+        indices = output_group(group, vocab_size, len(outputs))
+        if not indices:
             break
-        start = time.perf_counter()
-        status, model, calls, reason = _decide_output(tree, reference, outputs[index], variables, deadline)
-        values = model_values(model, variables) if model is not None else None
-        answers.put((index, (status, values, calls, reason, time.perf_counter() - start)))
+        for index in indices:
+            start = time.perf_counter()
+            status, model, calls, reason = _decide_output(tree, reference, outputs[index], variables, deadline)
+            values = model_values(model, variables) if model is not None else None
+            answers.put((index, (status, values, calls, reason, time.perf_counter() - start)))
     clear_cache()

@@ -38,7 +38,7 @@ from ..reference.methods import Method, resolve
 from ..reference.models import LanguageModel, _check_positive_int
 from . import points
 from .cells import Algebra
-from .parallel import Helper, ValuesModel, helper_job
+from .parallel import Helper, ValuesModel, helper_job, output_group
 from .replay import Explorer, ExplorationTimeout
 from .search import Search
 from .symbolic import Sym, SymbolicError, SymbolicZeroDivision, clear_cache
@@ -297,11 +297,12 @@ def _decide_output(tree, reference, output, variables, deadline):
     """Is there a pair with law(output) != target law(output)? A `Search` (split on comparisons,
     cells decided in exact algebra). Returns (result, model, solver calls, reason)."""
     ref = _zero_if_none(_law(reference.root, output, {}, {}))
-    try:
-        algebra = Algebra(variables)
-    except ImportError:  # sympy missing: z3 alone
-        algebra = None
-    return Search(tree, ref, output, variables.constraints, deadline, algebra, _law).run()
+    if tree.algebra is None:
+        try:
+            tree.algebra = Algebra(variables)  # memoised conversions, shared by the outputs
+        except ImportError:  # sympy missing: z3 alone
+            tree.algebra = False
+    return Search(tree, ref, output, variables.constraints, deadline, tree.algebra or None, _law).run()
 
 
 def _check_args(method, vocab_size, draft_length, num_paths, timeout):
@@ -485,12 +486,9 @@ def _run_queries(result, tree, reference, variables, cx_args, deadline, helper=N
     next one from a shared counter). Fills result.queries (in output order) and the verdict."""
     outputs = list(itertools.product(range(result.vocab_size), repeat=result.num_tokens))
     answers = {}  # output index -> Query
-    next_index = helper.claim if helper is not None else itertools.count().__next__
-    while (index := next_index()) < len(outputs):
-        start = time.perf_counter()
-        status, model, calls, reason = _decide_output(tree, reference, outputs[index], variables, deadline)
-        answers[index] = Query(outputs[index], status, time.perf_counter() - start, reason, calls)
-        if _settles(result, answers[index], model, variables, cx_args):
+    next_group = helper.claim if helper is not None else itertools.count().__next__
+    while (indices := output_group(next_group(), result.vocab_size, len(outputs))):
+        if _decide_group(result, indices, outputs, answers, tree, reference, variables, cx_args, deadline):
             break
     else:
         if helper is not None:
@@ -515,6 +513,17 @@ def _run_queries(result, tree, reference, variables, cx_args, deadline, helper=N
         return
     result.verdict = "proved"
     result.reason = ""
+
+
+def _decide_group(result, indices, outputs, answers, tree, reference, variables, cx_args, deadline) -> bool:
+    """Decide the outputs `indices` into `answers`; True when a counterexample settles the proof."""
+    for index in indices:
+        start = time.perf_counter()
+        status, model, calls, reason = _decide_output(tree, reference, outputs[index], variables, deadline)
+        answers[index] = Query(outputs[index], status, time.perf_counter() - start, reason, calls)
+        if _settles(result, answers[index], model, variables, cx_args):
+            return True
+    return False
 
 
 def _settles(result, query, model, variables, cx_args) -> bool:

@@ -62,6 +62,10 @@ class Tree:
         self.dead = 0
         self.runs = 0
         self.solver_checks = 0
+        # Shared by the queries of all outputs: {frozenset of literal ids: (feasible, literals)}
+        # (`verispec.formal.search`) and the rational-function algebra of the law terms.
+        self.regions: dict = {}
+        self.algebra = None
 
     def nodes(self):
         stack = [self.root]

@@ -20,6 +20,7 @@ import time
 import z3
 
 from .cells import decide_cell
+from .symbolic import negate
 
 __all__ = ["SPLIT_AFTER", "FEASIBILITY_S", "Search"]
 
@@ -73,7 +74,7 @@ class Search:
         if condition is None:
             return self._cell(region, conditions)
         for value in (True, False):
-            literal = condition if value else z3.Not(condition)
+            literal = condition if value else negate(condition)
             if not self._feasible(conditions + [literal]):
                 continue
             result, model, reason = self._split({**region, condition.get_id(): value}, conditions + [literal])
@@ -83,7 +84,18 @@ class Search:
 
     def _feasible(self, conditions) -> bool:
         """Can the fixed comparisons hold together? (z3 "unknown" counts as feasible.) A point
-        found by an earlier check answers without z3 when it satisfies them all."""
+        found by an earlier check answers without z3 when it satisfies them all; the answers are
+        shared by the queries of all outputs (`Tree.regions`: the outputs split on the same
+        comparisons, so most regions recur)."""
+        key = frozenset(c.get_id() for c in conditions)
+        known = self.tree.regions.get(key)
+        if known is not None:
+            return known[0]
+        answer = self._check_region(conditions)
+        self.tree.regions[key] = (answer, conditions)  # the conditions keep their AST ids alive
+        return answer
+
+    def _check_region(self, conditions) -> bool:
         for witness in reversed(self.witnesses):
             if all(z3.is_true(witness.eval(c, model_completion=True)) for c in conditions):
                 return True
