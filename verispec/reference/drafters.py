@@ -366,18 +366,25 @@ def opt_tree_structure(q_of: Callable[[Node], np.ndarray], node_budget: int, thr
     largest-W nodes (ties: shallower first, so it is a subtree). Zero-probability children are
     never drafted.
 
+    Exact draft probabilities (Fractions, or the prover's symbolic reals) are compared exactly:
+    W is an exact product and every ranking is by exact comparisons (float64 products could tie or
+    swap where the exact values do not), so `verispec prove` can run the construction symbolically.
+    Float input is ranked in float64, as before.
+
     Returns:
         {node: [child tokens]} ordered by W descending (ties by token id).
     """
     n = node_budget
-    weights: dict[Node, float] = {}
+    weights: dict[Node, object] = {}
     layer: list[Node] = [()]
-    parent_w = {(): 1.0}
-    expected = 0.0
+    parent_w = {(): 1}
+    expected = 0
     for _depth in range(max_depth):
         candidates = []
         for u in layer:
-            q = np.asarray(q_of(u), dtype=np.float64)  # [V]
+            q = np.asarray(q_of(u))  # [V]
+            if q.dtype != object:  # float input: rank in float64 (exact input keeps its numbers)
+                q = q.astype(np.float64)
             top = sorted((t for t in range(len(q)) if q[t] > 0), key=lambda t: (-q[t], t))[:n]
             candidates += [(parent_w[u] * q[t], u + (t,)) for t in top]
         candidates.sort(key=lambda c: (-c[0], c[1]))
