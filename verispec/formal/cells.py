@@ -31,7 +31,7 @@ class Algebra:
         from sympy import QQ
         from sympy.polys.fields import field
 
-        xs = [x for free in variables.groups.values() for x in free]
+        xs = [x for free in variables.groups.values() for x in free] + list(getattr(variables, "extra", ()))
         names = [str(x) for x in xs]
         self.field, *gens = field(",".join(f"x{i}" for i in range(len(names))) or "x0", QQ)
         self.QQ = QQ

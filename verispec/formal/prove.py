@@ -55,6 +55,7 @@ class _Variables:
     def __init__(self):
         self.constraints: list = []
         self.groups: dict = {}  # (model name, prefix) -> [free z3 variables]
+        self.extra: list = []  # reals a rule's hook defines by constraints (SpecTr's rho)
         self.explorer: Explorer | None = None
 
     def add(self, key, free):
@@ -264,6 +265,7 @@ def _zero_if_none(term):
 
 def _explore(program, variables, deadline):
     explorer = Explorer(variables.constraints, deadline)
+    explorer.extra = variables.extra  # shared: the algebra of the queries needs them
     variables.explorer = explorer
     try:
         return explorer.run(program)

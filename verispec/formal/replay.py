@@ -104,6 +104,9 @@ class Replay:
         self.node = explorer.tree.root
         self.explorer = explorer
         self.solver = explorer.solver
+        if witness is not None and not all(z3.is_true(witness.eval(c, model_completion=True))
+                                           for c in explorer.defined):
+            witness = None  # found before a defined variable (SpecTr's rho) existed
         self.witness = witness  # a z3 model of the current path condition, when one is known
         self.memo: dict[int, bool] = {}  # AST id -> answer on this path
         self.kept: list = []
@@ -256,11 +259,25 @@ class Explorer:
         self.check_timeout_s = check_timeout_s
         self.pending: list = []
         self.tree = Tree()
+        # Reals a rule's hook defines by constraints (SpecTr's rho, `verispec.formal.rho`): the
+        # hook's registry {key: ...} names one symbol per quantity for every replay; `extra` lists
+        # them (the exact algebra of `verispec.formal.cells` needs them as generators).
+        self.symbols: dict = {}
+        self.extra: list = []
+        self.defined: list = []  # their constraints (a witness found before them may violate them)
 
     def add_base(self, constraints) -> None:
         """Constraints of a distribution first read in the middle of a run (kept for every later run)."""
         self.base.extend(constraints)
         self.solver.add(*constraints)
+
+    def add_variable(self, variable, constraints) -> None:
+        """A real defined by `constraints` that hold for every pair (kept for every later run)."""
+        self.extra.append(variable)
+        self.defined.extend(constraints)
+        self.add_base(constraints)
+        if _ACTIVE:  # the current witness knew nothing of the new variable
+            _ACTIVE[-1].witness = None
 
     def tick(self) -> None:
         if time.monotonic() > self.deadline:

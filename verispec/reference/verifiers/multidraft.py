@@ -14,6 +14,7 @@ token Y ~ p is emitted. Sources:
 from __future__ import annotations
 
 import functools
+from numbers import Rational
 
 import numpy as np
 
@@ -57,7 +58,14 @@ def spectr_rho(p, q, num_drafts: int) -> float:
     Bisection on f(rho) = 1 - (1 - beta)^K - rho beta (f(1) >= 0 >= f(K)); returns the upper end,
     where f <= 0, which is what losslessness needs: the residual stays non-negative. Memoised on
     the bytes of (p, q), since the enumerator replays the same node many times.
+
+    Symbolic p or q (`verispec prove`): rho is a solver variable constrained by its defining
+    equation (`verispec.formal.rho.spectr_rho`), never the bisection.
     """
+    if _symbolic(p) or _symbolic(q):
+        from ...formal.rho import spectr_rho as symbolic_rho
+
+        return symbolic_rho(p, q, num_drafts)
     p, q = as_float(p), as_float(q)
     return _spectr_rho(p.tobytes(), q.tobytes(), int(num_drafts))
 
@@ -88,7 +96,8 @@ def _spectr_rho(p_bytes: bytes, q_bytes: bytes, num_drafts: int, iterations: int
 def spectr_step(p, q, drafts, rand) -> int:
     """K-SEQ: accept x_k with probability min(1, p(x_k) / (rho q(x_k))) in order; else
     Y ~ norm(max(p - min(p/rho, q) (1 - (1 - beta)^K) / beta, 0))."""
-    p, q = as_float(p), as_float(q)
+    if not (_symbolic(p) or _symbolic(q)):
+        p, q = as_float(p), as_float(q)  # rho is a float64 root: the step is float64 for numbers
     K = len(drafts)
     rho = spectr_rho(p, q, K)
     for x in drafts:
@@ -99,6 +108,12 @@ def spectr_step(p, q, drafts, rand) -> int:
     if beta <= 0:
         return rand.categorical(p)
     return rand.categorical(residual(p, accepted * (1 - (1 - beta) ** K) / beta))
+
+
+def _symbolic(probs) -> bool:
+    """True for an object array holding a non-rational entry (verispec.formal's symbolic reals)."""
+    probs = np.asarray(probs)
+    return probs.dtype == object and not all(isinstance(x, Rational) for x in probs.flat)
 
 
 def top_down(step, ordered: bool = True):
