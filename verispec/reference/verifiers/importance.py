@@ -331,8 +331,43 @@ def optimal_selection(p, q, k: int):
         (select, q_I): select[S] = probabilities [len(S)] of choosing each token of the sorted set S
         of distinct drafts (exact Fractions for exact p, q); q_I [V] the exact law of the choice.
         Memoised; treat as read-only.
+
+    With V = 2 and exact p, q the LP is solved in closed form (`two_token_selection`), exactly: no
+    float64, so `verispec prove` can run the rule on symbolic probabilities.
     """
+    if len(p) == 2 and is_exact(p) and is_exact(q):
+        return two_token_selection(p, q, int(k))
     return _optimal_selection(_key(p), _key(q), int(k), is_exact(p) and is_exact(q))
+
+
+def two_token_selection(p, q, k: int):
+    """The optimal selection law for k i.i.d. drafts at V = 2, in closed form (exact in, exact out).
+
+    Only the set S = {0, 1} has a choice: pick 0 with probability a. Its mass is
+    Q(S) = 1 - q(0)^k - q(1)^k and q_I(0) = q(0)^k + Q(S) a, so the objective
+    min(p(0), q_I(0)) + min(p(1), 1 - q_I(0)) = 1 - |q_I(0) - p(0)| is maximised by the unique
+    a = clip((p(0) - q(0)^k) / Q(S), 0, 1) when Q(S) > 0 (the LP's optimum, not a tolerance of it);
+    when Q(S) = 0 the set is never drafted and a = 1/2 is immaterial. Not memoised: every
+    comparison is made afresh (symbolic probabilities must ask the prover on every run).
+
+    Args:
+        p, q: exact distributions [V = 2] (dtype=object). k: drafts, int >= 1.
+
+    Returns:
+        (select, q_I) as `optimal_selection`: select[(0,)] = [1], select[(1,)] = [1],
+        select[(0, 1)] = [a, 1 - a]; q_I [2].
+    """
+    single = [q[0] ** k, q[1] ** k]  # Q({0}), Q({1})
+    both = 1 - single[0] - single[1]  # Q({0, 1})
+    a = Fraction(1, 2)
+    if k > 1 and both > 0:
+        a = min(max((p[0] - single[0]) / both, 0), 1)
+    select = {(0,): np.array([1], dtype=object), (1,): np.array([1], dtype=object),
+              (0, 1): np.array([a, 1 - a], dtype=object)}
+    q_sel = q * 0  # [2]
+    q_sel[0] = single[0] + both * a if k > 1 else q[0]
+    q_sel[1] = single[1] + both * (1 - a) if k > 1 else q[1]
+    return select, q_sel
 
 
 @functools.lru_cache(maxsize=4096)
