@@ -15,6 +15,9 @@ Each is one real mistake, small and honest:
   of the selected token (the selection skews it).
 - `spechub_stale_hub_target`: SpecHub (arXiv 2411.05289) whose second hub test reads p(a) instead of
   the residual p2(a) left by the first, so the hub token is over-accepted.
+- `spectr_unscaled_residual`: SpecTr's K-SEQ (arXiv 2310.15141) whose residual after K rejections
+  is norm(max(p - min(q, p / rho), 0)), the one-draft residual, without the factor
+  (1 - (1 - beta)^K) / beta that accounts for K chances to accept; rho itself is right.
 - `block_point_mass_scalar_q`: block verification of point-mass (q = 1) drafts whose residual mass
   is computed against a scalar q = 1 for every token: only the whole phrase or nothing is
   accepted. It is lossy and accepts far less than token verification (the vLLM PR #40819
@@ -22,6 +25,8 @@ Each is one real mistake, small and honest:
 """
 
 from __future__ import annotations
+
+from numbers import Rational
 
 import numpy as np
 
@@ -32,6 +37,7 @@ from ..reference.probability import accept_probability, align, residual
 from ..reference.verifiers.block import path_distributions, stop_probability
 from ..reference.verifiers.hsd import hsd_rule
 from ..reference.verifiers.importance import optimal_selection
+from ..reference.verifiers.multidraft import spectr_rho, top_down
 from ..reference.verifiers.spechub import hub_pairs, hub_proposals
 
 
@@ -229,6 +235,32 @@ def block_point_mass_scalar_q(draft_length: int) -> Method:
                   {"draft_length": L}, model_state_only=True)
 
 
+# --------------------------------------------------------------------------------------------------
+# SpecTr's residual without the K-draft scale
+
+def _spectr_unscaled_step(p, q, drafts, rand):
+    symbolic = p.dtype == object and not all(isinstance(x, Rational) for x in p)
+    if not symbolic:
+        p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)  # as spectr_step
+    rho = spectr_rho(p, q, len(drafts))
+    for x in drafts:
+        if rand.bernoulli(min(1, p[x] / (rho * q[x]))):
+            return x
+    # BUG: K-SEQ's residual is p - min(q, p/rho) (1 - (1 - beta)^K) / beta; this is the 1-draft one.
+    return rand.categorical(residual(p, q.clip(max=p / rho)))
+
+
+def spectr_unscaled_residual(draft_length: int, num_paths: int = 2) -> Method:
+    """SpecTr K-SEQ (Sun et al. 2023, arXiv 2310.15141, Algorithm 3) on K i.i.d. paths whose
+    correction token after K rejections is drawn from norm(max(p - min(q, p / rho), 0)) instead of
+    norm(max(p - min(q, p / rho) (1 - (1 - beta)^K) / beta, 0)): the single-draft residual, which
+    ignores that each of the K drafts had a chance. Lossy for K >= 2: at p = (1/2, 1/2), q = (1, 0),
+    K = 2 (rho = 1 / (2 - sqrt 2)) the first token comes out with probability 1 - sqrt(2)/4 ~ 0.646
+    instead of 1/2. Computes in float64 for numbers, like `spectr`; symbolically (rho a solver
+    variable) under `verispec prove`."""
+    return _multi("spectr_unscaled_residual", top_down(_spectr_unscaled_step), draft_length, num_paths)
+
+
 #: {name: factory(draft_length) -> Method} of the bugs above.
 BUGS = {
     "traversal_leaf_order": traversal_leaf_order,
@@ -236,6 +268,7 @@ BUGS = {
     "is_verified_against_q": is_verified_against_q,
     "spechub_stale_hub_target": spechub_stale_hub_target,
     "block_point_mass_scalar_q": block_point_mass_scalar_q,
+    "spectr_unscaled_residual": spectr_unscaled_residual,
 }
 
 #: The smallest draft length at which each bug can show (the others show at L = 1).
