@@ -1,0 +1,130 @@
+"""`prove` on rules that used to leave exact arithmetic: the importance-sampling selection law at
+V = 2 (an exact closed form of its LP) and OPT-Tree's structure (ranked by exact comparisons).
+
+Cheap sizes only (each proof or refutation well under a second of symbolic work).
+"""
+
+import random
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from verispec.formal import prove
+from verispec.reference import drafters, exact
+from verispec.reference.methods import Method
+from verispec.reference.verifiers import importance
+from verispec.testing import planted
+from verispec.theory.closed_forms import optimal_multidraft_acceptance
+
+#: Generous: a verdict must not depend on how busy the machine is.
+TIMEOUT = 600
+
+
+def _confirmed(result, method):
+    """The counterexample is confirmed by the exact engine and its printed models reproduce it."""
+    assert result.verdict == "counterexample", result.summary()
+    cx = result.counterexample
+    assert cx.confirmed and cx.found_by == "smt" and cx.tv_iteration > 0
+    assert cx.method_probability != cx.target_probability
+    namespace = {}
+    exec(cx.code.replace("assert_lossless(method", "# "), namespace)  # the models exactly as printed
+    law = exact.output_distribution(namespace["target"], namespace["draft"], method, result.context,
+                                    result.num_tokens)
+    target_law = exact.target_distribution(namespace["target"], result.context, result.num_tokens)
+    assert exact.total_variation(law, target_law) == cx.tv_loop > 0
+    return cx
+
+
+# -- importance sampling: the selection LP in closed form at V = 2 ----------------------------------
+
+
+def _rational(rng, den=12):
+    a = Fraction(rng.randint(0, den), den)
+    return np.array([a, 1 - a], dtype=object)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_two_token_selection_reaches_alpha_star_exactly_and_matches_the_lp(k):
+    rng = random.Random(k)
+    for _ in range(40):
+        p, q = _rational(rng), _rational(rng)
+        select, q_sel = importance.two_token_selection(p, q, k)
+        assert sum(q_sel) == 1 and all(x >= 0 for x in q_sel)
+        assert all(0 <= x <= 1 for x in select[(0, 1)]) and sum(select[(0, 1)]) == 1
+        # the acceptance of single-draft SD against q_I is the one-step optimum alpha*, exactly
+        assert sum(min(p[i], q_sel[i]) for i in range(2)) == optimal_multidraft_acceptance(p, q, k)
+        # and q_I is the float64 LP's (HiGHS) up to its rounding
+        _, lp_law = importance._optimal_selection(importance._key(p), importance._key(q), k, True)
+        assert max(abs(q_sel[i] - lp_law[i]) for i in range(2)) < Fraction(1, 10 ** 9)
+
+
+def test_is_verified_against_q_is_refuted_by_a_sat_query_with_a_confirmed_counterexample():
+    bug = planted.BUGS["is_verified_against_q"](1)
+    result = prove(bug, 2, 1, 2, timeout=TIMEOUT, point_trials=0)  # no point search: the solver finds it
+    assert result.branch_points > 0
+    _confirmed(result, bug)
+
+
+def test_optimal_is_is_proved_at_v2():
+    result = prove("optimal_is", 2, 1, 2, timeout=TIMEOUT)
+    assert result.verdict == "proved", result.summary()
+    assert result.branch_points > 0 and len(result.queries) == 4
+    assert all(q.result == "unsat" for q in result.queries)
+
+
+def test_optimal_is_at_v3_still_names_its_float_lp():
+    result = prove("optimal_is", 3, 1, 2, timeout=TIMEOUT, point_trials=0)
+    assert result.verdict == "unknown" and "cannot be run symbolically" in result.reason
+
+
+# -- OPT-Tree: the structure ranked by exact comparisons --------------------------------------------
+
+
+def _random_q_of(rng, V, den):
+    table = {}
+
+    def q_of(node):
+        if node not in table:
+            cuts = sorted(rng.randint(0, den) for _ in range(V - 1))
+            bounds = [0] + cuts + [den]
+            table[node] = np.array([Fraction(bounds[i + 1] - bounds[i], den) for i in range(V)], dtype=object)
+        return table[node]
+
+    return q_of
+
+
+def test_opt_tree_structure_on_rationals_is_the_float64_structure():
+    """Exact ranking changes nothing on rational draft models (ties broken by the same keys)."""
+    rng = random.Random(7)
+    for _ in range(200):
+        V, n, depth = rng.choice([2, 3, 4]), rng.randint(1, 6), rng.randint(1, 4)
+        q_of = _random_q_of(rng, V, rng.choice([2, 3, 4, 6, 12]))
+        exact_tree = drafters.opt_tree_structure(q_of, n, 0.0, depth)
+        float_tree = drafters.opt_tree_structure(lambda u: q_of(u).astype(np.float64), n, 0.0, depth)
+        assert exact_tree == float_tree
+
+
+def test_opt_tree_is_proved_at_v2_l1():
+    result = prove("opt_tree", 2, 1, 2, timeout=TIMEOUT)
+    assert result.verdict == "proved", result.summary()
+    assert result.branch_points > 0 and len(result.queries) == 4
+    assert all(q.result == "unsat" for q in result.queries)
+
+
+def _second_child_swapped(target, draft_model, context, draft, rand):
+    """Sample-and-follow whose root emits the top-W child when the target samples the second one."""
+    tree = drafters.opt_tree_structure(lambda u: draft_model.probs(context + u), 2, 0.0, 1)
+    kids = tree.get((), [])
+    y = rand.categorical(target.probs(context))
+    if len(kids) == 2 and y == kids[1]:  # BUG: the ranking decides which token's mass moves
+        y = kids[0]
+    if y not in draft.counts(()):
+        return (y,)
+    return (y, rand.categorical(target.probs(context + (y,))))
+
+
+def test_a_bug_that_reads_the_opt_tree_ranking_is_refuted():
+    bug = Method("opt_tree_second_child_swapped", drafters.opt_tree(2, 0.0, 1), _second_child_swapped,
+                 {"node_budget": 2, "max_depth": 1}, model_state_only=True)
+    _confirmed(prove(bug, 2, 1, 2, timeout=TIMEOUT, point_trials=0), bug)
