@@ -100,16 +100,13 @@ def test_narrow_bugs_pass_the_default_sweep(name):
 
 #: (V, L) at which each planted bug is refuted, where the default (V=2, its MIN_DRAFT_LENGTH) is not enough.
 BUG_SIZES = {"topk_draft_raw_q": (3, 1), "spechub_stale_hub_target": (3, 1), "topk3_draft_raw_q": (4, 1)}
-#: Planted bugs prove cannot refute, and why.
-NOT_YET = {"is_verified_against_q": "its rule computes in float64 (cannot be run symbolically, and the "
-                                    "point search's exact engine needs Fractions throughout)"}
 #: Refuted by the point search: their symbolic exploration (L = 2 with K = 3; V = 4 for a top-3 draft)
 #: does not finish in minutes.
 POINT_SEARCH_ONLY = {"traversal_leaf_order", "topk3_draft_raw_q"}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(set(planted.LOSSY) - set(NOT_YET)))
+@pytest.mark.parametrize("name", sorted(planted.LOSSY))
 def test_every_planted_bug_is_refuted(name):
     V, L = BUG_SIZES.get(name, (2, planted.MIN_DRAFT_LENGTH.get(name, 1)))
     bug = planted.BUGS[name](L)
