@@ -12,8 +12,9 @@ the constraints every path satisfies:
 
     f(1) <= 0 and rho = 1,   or   f(1) > 0, 1 <= rho <= K and f(rho) = 0,
 
-with f(rho) = 0 written without division: rho^K (1 - B) = (rho - B)^K, B = rho beta(rho) =
-sum_x min(rho q(x), p(x)) (an If per token). Why these pick exactly the reference's rho (the real
+written without division and in low degree: f(1) > 0 exactly when 0 < beta(1) < 1, and then
+f(rho) = 0 exactly when sum_{j<K} rho^j (rho - B)^(K-1-j) = rho^K, B = rho beta(rho) =
+sum_x min(rho q(x), p(x)) (an If per token; see `defining_constraints`). Why these pick exactly the reference's rho (the real
 root it approximates): f(1) >= 0 always ((1 - beta)^K <= 1 - beta) and f(K) <= 0 (Bernoulli's
 inequality), f is continuous and non-increasing (beta is non-increasing, rho beta is
 non-decreasing), and strictly decreasing on [1, K] when beta(1) > 0 and K >= 2 — so a root in
@@ -51,11 +52,13 @@ def defining_constraints(p, q, K: int, rho) -> list:
     Returns: a list of z3 boolean terms (their conjunction defines rho uniquely, see the module).
     """
     beta_one = z3.Sum([_min(qx, px) for px, qx in zip(p, q)])  # beta(1) = sum min(p, q)
-    f_one = 1 - (1 - beta_one) ** K - beta_one
     scaled = z3.Sum([_min(rho * qx, px) for px, qx in zip(p, q)])  # B = rho beta(rho)
-    root = rho ** K * (1 - scaled) == (rho - scaled) ** K  # rho^K f(rho) = 0
-    return [rho >= 1, rho <= K,
-            z3.Or(z3.And(f_one <= 0, rho == 1), z3.And(f_one > 0, root))]
+    # f(1) = (1 - beta(1)) (1 - (1 - beta(1))^(K-1)) > 0  <=>  0 < beta(1) < 1 (K >= 2): linear.
+    # rho^K f(rho) = rho^K - (rho - B)^K - rho^K B = B (sum_j rho^j (rho - B)^(K-1-j) - rho^K), and
+    # B >= beta(1) > 0 in that case: the root is the zero of the second factor (degree K in rho).
+    root = z3.Sum([rho ** j * (rho - scaled) ** (K - 1 - j) for j in range(K)]) == rho ** K
+    interior = z3.And(beta_one > 0, beta_one < 1)
+    return [rho >= 1, rho <= K, z3.Or(z3.And(z3.Not(interior), rho == 1), z3.And(interior, root))]
 
 
 def spectr_rho(p, q, num_drafts: int):
