@@ -259,7 +259,9 @@ def _add_bench(sub) -> None:
                    help="runners, e.g. hf,token,block:L=5,gbv:K=3,L=4,opt_tree:n=50,ouroboros:K=1,W=0, or your "
                         "own reference Method as pkg.module:attr (target_only always runs; default "
                         "hf,token,block,gbv:K=3); dv=k on draft-model chains/paths (hybrid:dv=32768): the "
-                        "draft's LM head over the k lowest token ids + the prompt's + added tokens (FR-Spec)")
+                        "draft's LM head over the k lowest token ids + the prompt's + added tokens (FR-Spec); "
+                        "dq=8 on every runner with a draft model, hf included (hf:dq=8, block:dv=32768,dq=8): "
+                        "int8 draft weights (the target untouched)")
     p.add_argument("--temperatures", type=_temperatures, default=None, help="default 0,1 (batched: 0)")
     p.add_argument("--draft-length", type=_positive_int, default=4, help="L (default 4)")
     p.add_argument("--num-paths", type=_positive_int, default=3, help="K of multi-path methods (default 3)")

@@ -40,6 +40,11 @@ methods, the walks, adaptive, hybrid) take ``dv=k``, e.g. ``hybrid:dv=32768``: t
 over a token subset only (FR-Spec, arXiv 2502.14856; `verispec.empirical.draftvocab`), the k lowest
 ids with the prompt's ids and the tokenizer's added tokens; their records carry
 ``draft_vocab_size`` (k) and ``draft_vocab_tokens`` (|S| for that prompt).
+Every runner with a draft model (``DRAFT_QUANT_RUNNERS``, the peer ``hf`` included) takes ``dq=8``,
+e.g. ``hf:dq=8``, ``block:dv=32768,dq=8``: it runs with an int8-weight copy of the draft
+(`verispec.empirical.quantize`, built once per process before timing; the target is untouched, so
+the output law is too); records carry ``draft_quant_bits`` and the JSON's environment says what
+``dq=8`` means (``draft_quant``).
 Every runner but the HF peers decodes through the one engine (`verispec.empirical.engine`).
 
 Results: one record per (runner, temperature, prompt) in a JSON file written atomically after each
@@ -55,6 +60,7 @@ import os
 import platform
 import threading
 import time
+import weakref
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -71,7 +77,7 @@ DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
 #: another version are refused on resume rather than mixed.
 RECORD_SCHEMA = 2
 _PARAMS = {"L": "draft_length", "K": "num_paths", "n": "node_budget", "W": "window", "G": "guess_set",
-           "s": "truncation", "dv": "draft_vocab"}
+           "s": "truncation", "dv": "draft_vocab", "dq": "draft_quant"}
 #: Phrase-pool runners: K = pool candidates per lookup, W = Jacobi window slots (0: none).
 PHRASE_RUNNERS = ("ouroboros", "ouroboros_phrase", "lookahead")
 #: Their defaults, the decoders' own (`ouroboros_speculative`, `lookahead_speculative`).
@@ -87,6 +93,9 @@ OTHER_RUNNERS = ("target_only", "hf", "hf_prompt_lookup", "ouroboros", "ouroboro
 ADAPTIVE_RUNNERS = ("adaptive", "hybrid")
 #: Runners whose draft model may run over a token subset (``dv=k``, FR-Spec: `draftvocab`).
 DRAFT_VOCAB_RUNNERS = ADAPTIVE_RUNNERS + tuple(decode.METHODS) + tuple(methods.WALK_METHODS)
+#: Runners that run the draft model, so take ``dq=8`` (int8 draft weights: `verispec.empirical.quantize`),
+#: the peer ``hf`` among them (the same int8 draft as its assistant: the like-for-like comparison).
+DRAFT_QUANT_RUNNERS = ("hf",) + DRAFT_VOCAB_RUNNERS + tuple(TREE_RUNNERS) + ("ouroboros", "ouroboros_phrase")
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,7 @@ class RunnerSpec:
     guess_set: int = 0  # ouroboros_phrase: pool phrases the draft model checks per draft forward
     truncation: int = 0  # khisti, optimal_is: tokens of the s-truncated selection LP (0: full vocabulary)
     draft_vocab: int = 0  # FR-Spec: the draft's head over the k lowest ids + prompt + added tokens (0: all)
+    draft_quant: int = 0  # 8: the draft's Linear weights int8 (`quantize.quantize_draft`); 0: as loaded
 
 
 def runner_names() -> tuple:
@@ -117,7 +127,8 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
 
     Raises:
         ValueError: unknown runner or parameter, K > 1 for a chain method, W for a runner without
-            a Jacobi window, values < 1 (W < 0).
+            a Jacobi window, values < 1 (W < 0), dq other than 8 or on a runner without a draft
+            model (``DRAFT_QUANT_RUNNERS`` take ``dq=8``, ``hf:dq=8`` included).
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"methods: expected a runner name, got {text!r}")
@@ -130,7 +141,7 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     if name not in runner_names():
         raise ValueError(f"methods: unknown runner {name!r}; known: {', '.join(runner_names())}")
     values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50, "window": 0, "guess_set": 8,
-              "draft_vocab": 0}
+              "draft_vocab": 0, "draft_quant": 0}
     if name in PHRASE_RUNNERS:
         values.update(PHRASE_DEFAULTS)
     given = set()
@@ -138,14 +149,17 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
         key, _, value = (part.strip() for part in item.partition("="))
         if key not in _PARAMS or not value.isdigit() or int(value) < (0 if key == "W" else 1):
             raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
-                             "(use L=, K=, n=, G=, s=, dv= with an int >= 1 or W= with an int >= 0)")
+                             "(use L=, K=, n=, G=, s=, dv= with an int >= 1, dq=8 or W= with an int >= 0)")
         values[_PARAMS[key]] = int(value)
         given.add(key)
     if "dv" in given and name not in DRAFT_VOCAB_RUNNERS:
         raise ValueError(f"methods: dv (a draft vocabulary subset) is for {', '.join(DRAFT_VOCAB_RUNNERS)}; "
                          f"got {text!r}")
+    if "dq" in given and (name not in DRAFT_QUANT_RUNNERS or values["draft_quant"] != 8):
+        raise ValueError(f"methods: dq=8 (int8 draft weights) is the only width, for runners with a draft model "
+                         f"({', '.join(DRAFT_QUANT_RUNNERS)}); got {text!r}")
     if name in ("target_only", "hf", "hf_prompt_lookup"):
-        return RunnerSpec(name, name)
+        return RunnerSpec(f"{name}:dq=8" if "dq" in given else name, name, draft_quant=values["draft_quant"])
     label = name if not params else f"{name}:{params}"
     if "G" in given and name != "ouroboros_phrase":
         raise ValueError(f"methods: only ouroboros_phrase takes a guess set G; got {text!r}")
@@ -153,7 +167,7 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
         raise ValueError(f"methods: only khisti and optimal_is take an LP truncation s; got {text!r}")
     if name in PHRASE_RUNNERS:
         return RunnerSpec(label, name, values["draft_length"], values["num_paths"], 0, values["window"],
-                          values["guess_set"] if name == "ouroboros_phrase" else 0)
+                          values["guess_set"] if name == "ouroboros_phrase" else 0, draft_quant=values["draft_quant"])
     if "W" in given:
         raise ValueError(f"methods: {name} has no Jacobi window W; got {text!r}")
     if methods.WALK_METHODS.get(name) == "hub_pair":  # SpecHub: exactly two paths
@@ -167,7 +181,8 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     if name not in TREE_RUNNERS:
         values["node_budget"] = 0
     return RunnerSpec(label, name, values["draft_length"], values["num_paths"], values["node_budget"],
-                      truncation=values["truncation"] if "s" in given else 0, draft_vocab=values["draft_vocab"])
+                      truncation=values["truncation"] if "s" in given else 0, draft_vocab=values["draft_vocab"],
+                      draft_quant=values["draft_quant"])
 
 
 @dataclass
@@ -418,6 +433,24 @@ def _draft_vocab(spec: RunnerSpec, pair):
     return DraftVocab(size=spec.draft_vocab, ids=tuple(t for t in sorted(added) if t < pair.draft.vocab_size))
 
 
+#: The int8 copy of each draft model (`quantize.quantize_draft`), built once per process.
+_QUANTIZED_DRAFTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _runner_pair(spec: RunnerSpec, pair):
+    """The pair a runner decodes with: `pair` itself, or with ``dq=8`` a `ModelPair` whose draft
+    is the int8 copy of `pair.draft` (built on first use, seconds on a 0.5B: `_warm_up` builds it,
+    so it is never built inside a timed span)."""
+    if not spec.draft_quant:
+        return pair
+    from .quantize import quantize_draft
+    from .weights import ModelPair
+
+    if pair.draft not in _QUANTIZED_DRAFTS:
+        _QUANTIZED_DRAFTS[pair.draft] = quantize_draft(pair.draft, bits=spec.draft_quant)
+    return ModelPair(pair.target, _QUANTIZED_DRAFTS[pair.draft], getattr(pair, "tokenizer", None))
+
+
 def _record(spec, result, memory, clock: PhaseClock) -> dict:
     """One runner's measurements on one prompt. Verifying calls: the target calls after the one
     that reads the prompt (our prefill emits nothing; the peer's first call emits tokens, which
@@ -479,8 +512,8 @@ def _warm_up(pair, runners, config):
     phrase pools, so the measured pools start cold)."""
     prompt = torch.arange(1, 9).unsqueeze(0) % pair.target.vocab_size
     small = BenchConfig(**{**asdict(config), "max_new_tokens": 4})
-    for spec in runners:
-        _decode(spec, pair, prompt, small, 1.0 if spec.name != "target_only" else 0.0, 0, {})
+    for spec in runners:  # builds the int8 drafts of dq=8 runners (`_runner_pair`) before any timing
+        _decode(spec, _runner_pair(spec, pair), prompt, small, 1.0 if spec.name != "target_only" else 0.0, 0, {})
 
 
 def load_results(path, config, fresh) -> dict:
@@ -540,6 +573,11 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     results.pop("prefill", None)  # no timing is shared between records (each span has its own)
     pair, prompts = prepare(config, pair, prompts)
     results["environment"] = _environment(config, torch.get_num_threads(), dtype_reason)
+    if any(spec.draft_quant for spec in runners):
+        from .quantize import DESCRIPTION
+
+        results["environment"]["draft_quant"] = {"dq=8": DESCRIPTION,
+                                                 "quantized_engine": torch.backends.quantized.engine}
     results["fields"] = dict(FIELDS)
     results["last_run"] = {"prompts": [p["task_id"] for p in prompts], "methods": [r.label for r in runners],
                            "temperatures": [float(t) for t in config.temperatures]}
@@ -577,8 +615,10 @@ def _run_prompt(item, pair, runners, config, results, output, progress, pools):
     for spec, T in todo:
         if progress:
             progress(f"{task} {spec.label} T={float(T):g}")
-        with PeakMemory(config.device) as memory, PhaseClock((pair.target, pair.draft), config.device) as clock:
-            result = _decode(spec, pair, ids, config, float(T), config.seed, pools)
+        runner_pair = _runner_pair(spec, pair)  # dq=8: the int8 draft (built in `_warm_up`)
+        models = (runner_pair.target, runner_pair.draft)
+        with PeakMemory(config.device) as memory, PhaseClock(models, config.device) as clock:
+            result = _decode(spec, runner_pair, ids, config, float(T), config.seed, pools)
         key = f"{_runner_key(spec.label, T)}|{task}"
         results["records"][key] = _record(spec, result, memory, clock)
         results["records"][key]["prompt_tokens"] = int(ids.shape[1])
@@ -586,8 +626,11 @@ def _run_prompt(item, pair, runners, config, results, output, progress, pools):
             vocab = _draft_vocab(spec, pair)
             size = int(vocab.subset(pair.draft.vocab_size, ids).numel())
             results["records"][key].update(vocab.label(), draft_vocab_tokens=size)
+        if spec.draft_quant:
+            results["records"][key]["draft_quant_bits"] = spec.draft_quant
         if spec.name.startswith("hf"):
-            results["records"][key]["prefill_only_s"] = _prefill_only(pair, ids, spec.name == "hf", config.device)
+            results["records"][key]["prefill_only_s"] = _prefill_only(runner_pair, ids, spec.name == "hf",
+                                                                      config.device)
         if (spec.label, float(T)) in pools:  # saved with the record: a resumed run starts as warm
             results.setdefault("pools", {})[_runner_key(spec.label, T)] = pools[spec.label, float(T)].state()
         write_json_atomic(output, results)

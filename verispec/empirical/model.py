@@ -335,17 +335,23 @@ class CausalLM:
         Returns:
             a `CausalLM` view; `forward`/`chain`/`tree`/`prefill` return logits float32 [B, q, V].
 
+        An int8 head (`verispec.empirical.quantize`) gives an int8 head over S, its rows at the
+        same scale.
+
         Raises:
             TypeError: `subset` not integer ids, or a model without output embeddings.
             ValueError: `subset` empty, not 1-D, or an id outside [0, V).
         """
         from .draftvocab import check_subset
+        from .quantize import is_quantized_linear, subset_head
 
         ids = check_subset(subset, self.vocab_size, "subset")
         full = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
-        if not isinstance(full, torch.nn.Linear):
+        if not isinstance(full, torch.nn.Linear) and not is_quantized_linear(full):
             raise TypeError(f"model: a head subset needs a torch.nn.Linear output layer, got {type(full).__name__}")
         key = ids.numpy().tobytes()
+        if key not in self._subset_heads and is_quantized_linear(full):  # int8 draft (`quantize`): int8 rows
+            self._subset_heads = {key: (ids.to(self.device), subset_head(full, ids))}
         if key not in self._subset_heads:
             head = torch.nn.utils.skip_init(torch.nn.Linear, full.in_features, ids.numel(), bias=full.bias is not None,
                                             device=full.weight.device, dtype=full.weight.dtype)

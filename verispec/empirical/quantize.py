@@ -1,0 +1,125 @@
+"""Int8 draft weights: a cheaper draft forward that leaves every lossless rule's output law fixed.
+
+`quantize_draft(draft)` returns an int8-weight copy of a DRAFT model: every `torch.nn.Linear`
+(attention and MLP projections and the LM head) becomes a dynamically quantized linear layer
+(`torch.ao.nn.quantized.dynamic.Linear`): weights stored as int8 with one float scale per
+tensor, activations quantized to 8 bits per call from their observed range, int8 x int8 GEMM
+with int32 accumulation, output dequantized to float32 (Jacob et al. 2018, "Quantization and
+Training of Neural Networks for Efficient Integer-Arithmetic-Only Inference", arXiv 1712.05877,
+Sec. 2; dynamic activation ranges as in torch's `quantize_dynamic`). Everything else (token
+embedding, RMSNorms, rotary embedding, attention, the KV cache) runs in float32, the dtype the
+quantized layers take and return. The embedding stays a float `nn.Embedding` even when the
+model ties its LM head to it (Qwen2.5): only the head's copy is quantized.
+
+Why it is lossless: speculative decoding's verifiers read the draft distribution q that the
+drafted tokens were actually drawn from; the output law is the target's p whatever q is
+(Leviathan et al. 2023, arXiv 2211.17192, Thm. 1; the same for every rule verispec checks). An
+int8 draft is just another draft: it changes q, hence acceptance rates and speed, never the
+output law. The TARGET is never quantized here (that would change p, the law itself).
+
+Draft vocabularies compose (FR-Spec, `CausalLM.with_head_subset`): `subset_head` takes the rows S
+of the quantized head's int8 weight with the same scale, so the view's logits over S are the
+quantized full head's logits at S (no re-quantization).
+
+Uses `torch.ao.quantization.quantize_dynamic`, which torch 2.10+ marks deprecated in favour of
+torchao; its deprecation warnings are silenced around that one call only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import warnings
+
+import torch
+
+from .model import CausalLM
+
+__all__ = ["quantize_draft", "is_quantized_linear", "subset_head", "DESCRIPTION"]
+
+#: What ``dq=8`` means, for reports (the bench's JSON).
+DESCRIPTION = ("draft weights int8: every Linear of the draft (LM head included) replaced by "
+               "torch.ao dynamic int8 quantization (per-tensor weight scale, activations quantized "
+               "per call, int32 accumulation); the rest of the draft (embedding, norms, attention, "
+               "KV cache) in float32; the target untouched")
+
+# The deprecation notices torch 2.10+ prints for torch.ao's eager quantization API (matched by
+# message, so any other warning of that call still shows).
+_DEPRECATIONS = (r"torch\.ao\.quantization is deprecated", r".*quantized tensor creation functions")
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Inside: torch.ao's deprecation notices ignored, every other warning as before."""
+    with warnings.catch_warnings():
+        for message in _DEPRECATIONS:
+            warnings.filterwarnings("ignore", message=message)
+        yield
+
+
+def is_quantized_linear(module) -> bool:
+    """True for a dynamically quantized linear layer (`torch.ao.nn.quantized.dynamic.Linear`)."""
+    return isinstance(module, torch.ao.nn.quantized.dynamic.Linear)
+
+
+def quantize_draft(draft: CausalLM, bits: int = 8) -> CausalLM:
+    """An int8-weight copy of a draft model (the original is left as it is).
+
+    Args:
+        draft: a `CausalLM` on CPU (any float dtype), without a head subset (quantize the full
+            model, then take `with_head_subset` of the copy).
+        bits: 8 (the only width torch's dynamic quantization runs on CPU).
+
+    Returns:
+        a new `CausalLM` (dtype float32) around a deep copy of `draft.model` whose
+        `torch.nn.Linear` layers are int8 dynamic linears; `forward`/`chain`/`tree`/`prefill`
+        return logits float32 [B, q, V] as before, its KV caches are float32. The module is still
+        the same transformers `PreTrainedModel` class with its config, so
+        ``generate(assistant_model=...)`` takes it. Building it costs seconds on a 0.5B model:
+        build once and reuse.
+
+    Raises:
+        TypeError: `draft` is not a `CausalLM`.
+        ValueError: bits other than 8, a model off the CPU (torch's int8 dynamic kernels are
+            CPU kernels), a head-subset view, or a model already quantized.
+    """
+    if not isinstance(draft, CausalLM):
+        raise TypeError(f"draft: expected a CausalLM, got {type(draft).__name__}")
+    if isinstance(bits, bool) or bits != 8:
+        raise ValueError(f"bits: only 8 (int8 dynamic quantization) is supported, got {bits!r}")
+    if draft.device.type != "cpu":
+        raise ValueError(f"draft: int8 dynamic quantization runs on CPU only, the model is on {draft.device}")
+    if draft.head_subset is not None:
+        raise ValueError("draft: a head-subset view; quantize the full model, then call with_head_subset")
+    if any(is_quantized_linear(m) for m in draft.model.modules()):
+        raise ValueError("draft: already quantized")
+    model = copy.deepcopy(draft.model).float()  # quantize_dynamic takes float32 weights and activations
+    with _quiet():
+        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    return CausalLM(model, name=f"{draft.name} [int8 weights]")
+
+
+def subset_head(head, ids: torch.Tensor):
+    """The output layer over the rows `ids` of a quantized head: a dynamic int8 linear whose
+    weight is rows `ids` of `head`'s int8 weight, same scale and zero point (the logits at ids
+    are the full quantized head's), and whose bias is the same rows of its bias.
+
+    Args:
+        head: a `torch.ao.nn.quantized.dynamic.Linear` [V, H]. ids: int64 [|S|] row indices.
+
+    Returns:
+        a dynamic int8 linear [|S|, H].
+
+    Raises:
+        TypeError: `head` is not a dynamic quantized linear.
+    """
+    if not is_quantized_linear(head):
+        raise TypeError(f"head: expected a dynamic quantized linear, got {type(head).__name__}")
+    weight = head.weight()  # qint8 [V, H]
+    bias = head.bias()  # float32 [V] or None
+    index = ids.to(weight.device, torch.long)
+    with _quiet():
+        out = torch.ao.nn.quantized.dynamic.Linear(head.in_features, index.numel(), bias_=bias is not None,
+                                                   dtype=torch.qint8)
+        out.set_weight_bias(weight.index_select(0, index), None if bias is None else bias.index_select(0, index))
+    return out
