@@ -1,5 +1,6 @@
-"""`prove` on rules that used to leave exact arithmetic: the importance-sampling selection law at
-V = 2 (an exact closed form of its LP) and OPT-Tree's structure (ranked by exact comparisons).
+"""`prove` on rules that used to leave exact arithmetic: the importance-sampling selection laws at
+V = 2 (exact closed forms of their LPs: optimal_is, khisti) and OPT-Tree's structure (ranked by
+exact comparisons).
 
 Cheap sizes only (each proof or refutation well under a second of symbolic work).
 """
@@ -73,9 +74,35 @@ def test_optimal_is_is_proved_at_v2():
     assert all(q.result == "unsat" for q in result.queries)
 
 
-def test_optimal_is_at_v3_still_names_its_float_lp():
-    result = prove("optimal_is", 3, 1, 2, timeout=TIMEOUT, point_trials=0)
+@pytest.mark.parametrize("name", ["optimal_is", "khisti"])
+def test_is_rules_at_v3_still_name_their_float_lp(name):
+    result = prove(name, 3, 1, 2, timeout=TIMEOUT, point_trials=0)
     assert result.verdict == "unknown" and "cannot be run symbolically" in result.reason
+
+
+def test_two_token_pair_selection_is_an_optimum_of_khistis_lp():
+    rng = random.Random(5)
+    for _ in range(60):
+        p, q1, q2 = _rational(rng), _rational(rng), _rational(rng)
+        keep, q_sel = importance.two_token_pair_selection(p, q1, q2)
+        assert sum(q_sel) == 1 and all(0 <= keep[i][j] <= 1 for i in range(2) for j in range(2))
+        # q_I is the exact law of the kept draft
+        law = [sum(q1[i] * q2[j] * (keep[i][j] if t == i else 1 - keep[i][j] if t == j else 0)
+                   for i in range(2) for j in range(2)) for t in range(2)]
+        assert law == list(q_sel)
+        # its acceptance equals the float64 LP's optimum (HiGHS may pick another optimal vertex)
+        _, lp_law = importance._pair_selection(importance._key(p), importance._key(q1), importance._key(q2), True)
+        accept = sum(min(p[i], q_sel[i]) for i in range(2))
+        assert abs(accept - sum(min(p[i], lp_law[i]) for i in range(2))) < Fraction(1, 10 ** 9)
+        # with two i.i.d. drafts (q1 = q2 = q) it is the one-step optimum alpha*, exactly
+        _, iid_law = importance.two_token_pair_selection(p, q1, q1)
+        assert sum(min(p[i], iid_law[i]) for i in range(2)) == optimal_multidraft_acceptance(p, q1, 2)
+
+
+def test_khisti_is_proved_at_v2():
+    result = prove("khisti", 2, 1, 2, timeout=TIMEOUT)
+    assert result.verdict == "proved", result.summary()
+    assert result.branch_points > 0 and all(q.result == "unsat" for q in result.queries)
 
 
 # -- OPT-Tree: the structure ranked by exact comparisons --------------------------------------------

@@ -135,9 +135,44 @@ def pair_selection(p, q1, q2):
     Returns:
         (keep, q_I): keep[x1][x2] = probability of keeping x_1 (exact Fractions when p, q1, q2 are
         exact); q_I [V] the exact law of the selected token. Memoised; treat as read-only.
+
+    With V = 2 and exact p, q1, q2 the LP is solved in closed form (`two_token_pair_selection`),
+    exactly: no float64, so `verispec prove` can run the rule on symbolic probabilities.
     """
     exact = is_exact(p) and is_exact(q1) and is_exact(q2)
+    if exact and len(p) == 2:
+        return two_token_pair_selection(p, q1, q2)
     return _pair_selection(_key(p), _key(q1), _key(q2), exact)
+
+
+def two_token_pair_selection(p, q1, q2):
+    """Khisti et al.'s two-draft selection at V = 2 in closed form (exact in, exact out).
+
+    q_I(0) = q_1(0) q_2(0) + q_1(0) q_2(1) w[0, 1] + q_1(1) q_2(0) (1 - w[1, 0]) ranges over
+    [lo, lo + m] (lo = q_1(0) q_2(0), m = q_1(0) q_2(1) + q_1(1) q_2(0)), and the objective
+    min(p(0), q_I(0)) + min(p(1), 1 - q_I(0)) = 1 - |q_I(0) - p(0)| is maximised exactly by
+    q_I(0) = clip(p(0), lo, lo + m). That optimum is reached by many w; this one keeps token 0 with
+    the same probability f = (q_I(0) - lo) / m whichever draft it is (w[0, 1] = f, w[1, 0] = 1 - f;
+    f = 1/2 when m = 0, the pair is then never drafted). The float64 LP (HiGHS) may return another
+    optimal vertex: same acceptance, another selection. Not memoised (symbolic probabilities must
+    ask the prover on every run).
+
+    Args:
+        p, q1, q2: exact distributions [V = 2] (dtype=object).
+
+    Returns:
+        (keep, q_I) as `pair_selection`.
+    """
+    lo = q1[0] * q2[0]
+    m = q1[0] * q2[1] + q1[1] * q2[0]
+    f = Fraction(1, 2)
+    if m > 0:
+        f = min(max((p[0] - lo) / m, 0), 1)
+    keep = [[1, f], [1 - f, 1]]
+    q_sel = q1 * 0  # [2]
+    q_sel[0] = lo + m * f
+    q_sel[1] = q1[1] * q2[1] + m * (1 - f)
+    return keep, q_sel
 
 
 @functools.lru_cache(maxsize=4096)
