@@ -42,7 +42,9 @@ selection law is checked numerically against alpha* (closed form) and the transp
 Exactness: the LP is solved in float64 (scipy HiGHS). Its selection probabilities are then turned
 into exact Fractions (rounded to 1e-12, each selection law summing to exactly 1) when p and q are
 exact, and q_I is computed from them exactly, so the rule is exactly lossless; only its
-optimality is up to the LP tolerance (~1e-9).
+optimality is up to the LP tolerance (~1e-9). At V = 2 with exact input both LPs are solved in
+closed form instead (`two_token_selection`, `two_token_pair_selection`): exactly optimal, and free
+of float64, so `verispec prove` runs both rules on symbolic probabilities at V = 2.
 """
 
 from __future__ import annotations
