@@ -15,8 +15,8 @@ the constraints every path satisfies:
 written without division and in low degree: f(1) > 0 exactly when 0 < beta(1) < 1, and then
 f(rho) = 0 exactly when sum_{j<K} rho^j (rho - B)^(K-1-j) = rho^K, B = rho beta(rho) =
 sum_x min(rho q(x), p(x)) (an If per token; see `defining_constraints`). Why these pick exactly
-the reference's rho (the real root it approximates): f(1) >= 0 always ((1 - beta)^K <= 1 - beta) and f(K) <= 0 (Bernoulli's
-inequality), f is continuous and non-increasing (beta is non-increasing, rho beta is
+the reference's rho (the real root it approximates): f(1) >= 0 always ((1 - beta)^K <= 1 - beta)
+and f(K) <= 0 (Bernoulli's inequality), f is continuous and non-increasing (beta is non-increasing, rho beta is
 non-decreasing), and strictly decreasing on [1, K] when beta(1) > 0 and K >= 2 — so a root in
 [1, K] exists and is unique there; when beta(1) = 0 (disjoint supports) f vanishes everywhere and
 the reference returns 1, as the first case does. K = 1 gives rho = 1 (plain speculative sampling).
