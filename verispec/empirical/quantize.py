@@ -2,11 +2,16 @@
 
 `quantize_draft(draft)` returns an int8-weight copy of a DRAFT model: every `torch.nn.Linear`
 (attention and MLP projections and the LM head) becomes a dynamically quantized linear layer
-(`torch.ao.nn.quantized.dynamic.Linear`): weights stored as int8 with one float scale per
-tensor, activations quantized to 8 bits per call from their observed range, int8 x int8 GEMM
-with int32 accumulation, output dequantized to float32 (Jacob et al. 2018, "Quantization and
-Training of Neural Networks for Efficient Integer-Arithmetic-Only Inference", arXiv 1712.05877,
-Sec. 2; dynamic activation ranges as in torch's `quantize_dynamic`). Everything else (token
+(`torch.ao.nn.quantized.dynamic.Linear`): weights stored as int8 with one float scale per output
+row (per-channel), activations quantized to 8 bits per call from their observed range, int8 x
+int8 GEMM with int32 accumulation, output dequantized to float32 (Jacob et al. 2018,
+"Quantization and Training of Neural Networks for Efficient Integer-Arithmetic-Only Inference",
+arXiv 1712.05877, Sec. 2; dynamic activation ranges as in torch's `quantize_dynamic`).
+Per-channel rather than one scale per tensor: on Qwen2.5-Coder-0.5B (one HumanEval prompt, 200
+positions) the mean total variation between the int8 and the bf16 draft's next-token laws is
+0.15 per-channel against 0.23 per-tensor (top-1 agreement 85% vs 80%); a draft closer to its
+float self is accepted more, and a contended probe put the two one-token forwards' costs within a
+few percent of each other (speed: measured by `verispec bench`). Everything else (token
 embedding, RMSNorms, rotary embedding, attention, the KV cache) runs in float32, the dtype the
 quantized layers take and return. The embedding stays a float `nn.Embedding` even when the
 model ties its LM head to it (Qwen2.5): only the head's copy is quantized.
@@ -18,7 +23,7 @@ int8 draft is just another draft: it changes q, hence acceptance rates and speed
 output law. The TARGET is never quantized here (that would change p, the law itself).
 
 Draft vocabularies compose (FR-Spec, `CausalLM.with_head_subset`): `subset_head` takes the rows S
-of the quantized head's int8 weight with the same scale, so the view's logits over S are the
+of the quantized head's int8 weight with the same scales, so the view's logits over S are the
 quantized full head's logits at S (no re-quantization).
 
 Uses `torch.ao.quantization.quantize_dynamic`, which torch 2.10+ marks deprecated in favour of
@@ -39,7 +44,7 @@ __all__ = ["quantize_draft", "is_quantized_linear", "subset_head", "DESCRIPTION"
 
 #: What ``dq=8`` means, for reports (the bench's JSON).
 DESCRIPTION = ("draft weights int8: every Linear of the draft (LM head included) replaced by "
-               "torch.ao dynamic int8 quantization (per-tensor weight scale, activations quantized "
+               "torch.ao dynamic int8 quantization (per-channel weight scales, activations quantized "
                "per call, int32 accumulation); the rest of the draft (embedding, norms, attention, "
                "KV cache) in float32; the target untouched")
 
@@ -95,14 +100,16 @@ def quantize_draft(draft: CausalLM, bits: int = 8) -> CausalLM:
         raise ValueError("draft: already quantized")
     model = copy.deepcopy(draft.model).float()  # quantize_dynamic takes float32 weights and activations
     with _quiet():
-        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+        spec = {torch.nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}  # one scale per output row
+        model = torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
     return CausalLM(model, name=f"{draft.name} [int8 weights]")
 
 
 def subset_head(head, ids: torch.Tensor):
     """The output layer over the rows `ids` of a quantized head: a dynamic int8 linear whose
-    weight is rows `ids` of `head`'s int8 weight, same scale and zero point (the logits at ids
-    are the full quantized head's), and whose bias is the same rows of its bias.
+    weight is rows `ids` of `head`'s int8 weight with the same scales and zero points (per
+    tensor, or those rows' per-channel ones), so the logits at ids are the full quantized
+    head's, and whose bias is the same rows of its bias.
 
     Args:
         head: a `torch.ao.nn.quantized.dynamic.Linear` [V, H]. ids: int64 [|S|] row indices.
@@ -119,7 +126,15 @@ def subset_head(head, ids: torch.Tensor):
     bias = head.bias()  # float32 [V] or None
     index = ids.to(weight.device, torch.long)
     with _quiet():
+        if weight.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+            # index_select takes per-tensor quantized tensors only; the dequantized rows are exact
+            # multiples of their own scales, so re-quantizing them gives back the same int8 values
+            rows = torch.quantize_per_channel(
+                weight.dequantize().index_select(0, index), weight.q_per_channel_scales().index_select(0, index),
+                weight.q_per_channel_zero_points().index_select(0, index), 0, torch.qint8)  # [|S|, H]
+        else:
+            rows = weight.index_select(0, index)  # [|S|, H]
         out = torch.ao.nn.quantized.dynamic.Linear(head.in_features, index.numel(), bias_=bias is not None,
                                                    dtype=torch.qint8)
-        out.set_weight_bias(weight.index_select(0, index), None if bias is None else bias.index_select(0, index))
+        out.set_weight_bias(rows, None if bias is None else bias.index_select(0, index))
     return out
