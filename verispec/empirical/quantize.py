@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
+import weakref
 
 import torch
 
@@ -108,6 +109,24 @@ def quantize_draft(draft: CausalLM, bits: int = 8) -> CausalLM:
     return CausalLM(model, name=f"{draft.name} [int8 weights]")
 
 
+#: head -> its unpacked int8 weight, scales, zero points and bias (unpacking a 151k-row head and
+#: dequantizing it cost seconds: done once per head, not once per prompt's subset).
+_UNPACKED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _unpacked(head):
+    """(int8 [V, H], scales [V] or 0-dim, zero points [V] or 0-dim, bias [V] or None) of a
+    dynamic int8 linear, cached per head."""
+    if head not in _UNPACKED:
+        weight = head.weight()  # qint8 [V, H], unpacked from the GEMM layout once
+        if weight.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+            scales, zero_points = weight.q_per_channel_scales(), weight.q_per_channel_zero_points()  # [V], [V]
+        else:
+            scales, zero_points = torch.tensor(weight.q_scale()), torch.tensor(weight.q_zero_point())
+        _UNPACKED[head] = (weight.int_repr(), scales, zero_points, head.bias())
+    return _UNPACKED[head]
+
+
 def subset_head(head, ids: torch.Tensor):
     """The output layer over the rows `ids` of a quantized head: a dynamic int8 linear whose
     weight is rows `ids` of `head`'s int8 weight with the same scales and zero points (per
@@ -125,19 +144,16 @@ def subset_head(head, ids: torch.Tensor):
     """
     if not is_quantized_linear(head):
         raise TypeError(f"head: expected a dynamic quantized linear, got {type(head).__name__}")
-    weight = head.weight()  # qint8 [V, H]
-    bias = head.bias()  # float32 [V] or None
-    index = ids.to(weight.device, torch.long)
+    int_rows, scales, zero_points, bias = _unpacked(head)  # int8 [V, H], [V] / scalars, [V] or None
+    index = ids.to(int_rows.device, torch.long)
+    rows = int_rows.index_select(0, index)  # int8 [|S|, H]: the same int8 values, no re-rounding
+    if scales.dim():  # per-channel: each row keeps its own scale and zero point
+        weight = torch._make_per_channel_quantized_tensor(
+            rows, scales.index_select(0, index), zero_points.index_select(0, index), 0)  # qint8 [|S|, H]
+    else:
+        weight = torch._make_per_tensor_quantized_tensor(rows, float(scales), int(zero_points))  # qint8 [|S|, H]
     with _quiet():
-        if weight.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
-            # index_select takes per-tensor quantized tensors only; the dequantized rows are exact
-            # multiples of their own scales, so re-quantizing them gives back the same int8 values
-            rows = torch.quantize_per_channel(
-                weight.dequantize().index_select(0, index), weight.q_per_channel_scales().index_select(0, index),
-                weight.q_per_channel_zero_points().index_select(0, index), 0, torch.qint8)  # [|S|, H]
-        else:
-            rows = weight.index_select(0, index)  # [|S|, H]
         out = torch.ao.nn.quantized.dynamic.Linear(head.in_features, index.numel(), bias_=bias is not None,
                                                    dtype=torch.qint8)
-        out.set_weight_bias(rows, None if bias is None else bias.index_select(0, index))
+        out.set_weight_bias(weight, None if bias is None else bias.index_select(0, index))
     return out
