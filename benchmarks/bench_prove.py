@@ -127,7 +127,7 @@ def update_docs(data, root) -> None:
     base = [r for r in data["records"].values() if (r["vocab_size"], r["draft_length"]) in BASE_SIZES]
     extra = [r for r in data["records"].values() if (r["vocab_size"], r["draft_length"]) not in BASE_SIZES]
     paragraph = ("Measured with `python3 benchmarks/bench_prove.py --fresh` (then `--extra` for the larger sizes of "
-                 f"eight methods),\n{', '.join(f'{t:g}' for t in timeouts)} s limit per proof, on this "
+                 f"{len({r['method'] for r in extra})} methods),\n{', '.join(f'{t:g}' for t in timeouts)} s limit per proof, on this "
                  f"{os.cpu_count()}-core machine: the base sizes {_where(base)}"
                  + (f";\nthe larger sizes {_where(extra)}" if extra else "") + ".\n"
                  "A cell gives verdict, wall time, branch points / leaves of the "

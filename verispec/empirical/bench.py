@@ -120,6 +120,23 @@ def runner_names() -> tuple:
     return OTHER_RUNNERS + ADAPTIVE_RUNNERS + tuple(decode.METHODS) + tuple(TREE_RUNNERS) + tuple(methods.WALK_METHODS)
 
 
+def _read_params(params: str, text: str, values: dict) -> set:
+    """Write the ``KEY=int`` items of `params` into `values` (by `_PARAMS` name); the keys given.
+
+    Raises:
+        ValueError: an unknown key or a value that is not an int >= 1 (W: >= 0).
+    """
+    given = set()
+    for item in filter(None, params.split(",")):
+        key, _, value = (part.strip() for part in item.partition("="))
+        if key not in _PARAMS or not value.isdigit() or int(value) < (0 if key == "W" else 1):
+            raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
+                             "(use L=, K=, n=, G=, s=, dv= with an int >= 1, dq=8 or W= with an int >= 0)")
+        values[_PARAMS[key]] = int(value)
+        given.add(key)
+    return given
+
+
 def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     """``"name"`` or ``"name:L=4,K=3"`` (trees: ``"opt_tree:n=50"``; phrase runners:
     ``"ouroboros:K=1,W=0"``) -> RunnerSpec. Chain methods get K = 1; trees default to n = 50;
@@ -144,14 +161,7 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
               "draft_vocab": 0, "draft_quant": 0}
     if name in PHRASE_RUNNERS:
         values.update(PHRASE_DEFAULTS)
-    given = set()
-    for item in filter(None, params.split(",")):
-        key, _, value = (part.strip() for part in item.partition("="))
-        if key not in _PARAMS or not value.isdigit() or int(value) < (0 if key == "W" else 1):
-            raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
-                             "(use L=, K=, n=, G=, s=, dv= with an int >= 1, dq=8 or W= with an int >= 0)")
-        values[_PARAMS[key]] = int(value)
-        given.add(key)
+    given = _read_params(params, text, values)
     if "dv" in given and name not in DRAFT_VOCAB_RUNNERS:
         raise ValueError(f"methods: dv (a draft vocabulary subset) is for {', '.join(DRAFT_VOCAB_RUNNERS)}; "
                          f"got {text!r}")
