@@ -103,7 +103,7 @@ def replay(label: str, pair, prompt_ids, config, index: int, recorded: list[int]
     n = prompt_ids.shape[1]
     sequence = prompt_ids[0].tolist() + list(recorded)
     with TargetTap(pair.target, n + index - 1, sequence) as tap:
-        result = bench._decode(spec, pair, prompt_ids, config, 0.0, config.seed, {})
+        result = bench._decode(spec, bench._runner_pair(spec, pair), prompt_ids, config, 0.0, config.seed, {})  # dq=8: int8 draft
     tokens = result.tokens[0].tolist()
     out = {"tokens_match": tokens[:index + 1] == list(recorded[:index + 1]), "forwards_matching": len(tap.found)}
     if tap.found:
