@@ -20,13 +20,12 @@ import heapq
 import itertools
 import math
 from fractions import Fraction
-from numbers import Rational
 from typing import Callable, Sequence
 
 import numpy as np
 
 from .models import LanguageModel, _check_positive_int, check_prefix
-from .probability import argmax, one_hot
+from .probability import argmax, is_symbolic, one_hot
 
 Node = tuple  # tuple[int, ...], relative to the context
 
@@ -227,7 +226,7 @@ def draw_counts(q: np.ndarray, k: int, rand) -> dict[int, int]:
     left, mass = k, 1
     # The caches answer comparisons once; symbolic entries (verispec.formal) must ask them on every
     # run, so only float64 and Fraction vectors are cached.
-    cached = q.dtype != object or all(isinstance(x, Rational) for x in q)
+    cached = not is_symbolic(q)
     key = q.tobytes() if q.dtype != object else tuple(q)
     support = _support(key) if cached else _support.__wrapped__(key)
     pmf = _binomial_pmf if cached else _binomial_pmf.__wrapped__

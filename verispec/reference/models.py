@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from numbers import Rational
 from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 
-from .probability import argmax, as_probs, is_exact, one_hot, to_rational
+from .probability import argmax, as_probs, is_exact, is_symbolic, one_hot, to_rational
 
 
 def check_prefix(prefix, vocab_size: int, name: str = "prefix") -> tuple[int, ...]:
@@ -218,7 +217,7 @@ class Tempered(LanguageModel):
 
     def probs(self, prefix: Sequence[int]) -> np.ndarray:
         p = self.base.probs(prefix)
-        if p.dtype == object and not all(isinstance(x, Rational) for x in p):
+        if is_symbolic(p):
             # Symbolic base (verispec.formal): the argmax is a comparison the replay answers on
             # each run, so its result must not be cached.
             return self._compute(check_prefix(prefix, self.vocab_size))

@@ -22,6 +22,14 @@ def is_exact(probs: np.ndarray) -> bool:
     return probs.dtype == object
 
 
+def is_symbolic(probs) -> bool:
+    """True for a dtype=object array holding a non-rational entry: the symbolic reals of
+    `verispec.formal`, whose comparisons the prover's replay answers on every run (so results
+    computed from them must not be cached, and they never go through float64)."""
+    probs = np.asarray(probs)
+    return probs.dtype == object and not all(isinstance(x, Rational) for x in probs.flat)
+
+
 def as_probs(probs, name: str = "probs", vocab_size: int | None = None) -> np.ndarray:
     """Validate and return a probability vector.
 

@@ -26,14 +26,12 @@ Each is one real mistake, small and honest:
 
 from __future__ import annotations
 
-from numbers import Rational
-
 import numpy as np
 
 from ..reference import drafters
 from ..reference.methods import Method
 from ..reference.models import _check_positive_int
-from ..reference.probability import accept_probability, align, residual
+from ..reference.probability import accept_probability, align, as_float, is_symbolic, residual
 from ..reference.verifiers.block import path_distributions, stop_probability
 from ..reference.verifiers.hsd import hsd_rule
 from ..reference.verifiers.importance import optimal_selection
@@ -239,9 +237,8 @@ def block_point_mass_scalar_q(draft_length: int) -> Method:
 # SpecTr's residual without the K-draft scale
 
 def _spectr_unscaled_step(p, q, drafts, rand):
-    symbolic = p.dtype == object and not all(isinstance(x, Rational) for x in p)
-    if not symbolic:
-        p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)  # as spectr_step
+    if not (is_symbolic(p) or is_symbolic(q)):
+        p, q = as_float(p), as_float(q)  # as spectr_step: rho is a float64 root
     rho = spectr_rho(p, q, len(drafts))
     for x in drafts:
         if rand.bernoulli(min(1, p[x] / (rho * q[x]))):

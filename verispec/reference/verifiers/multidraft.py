@@ -14,11 +14,10 @@ token Y ~ p is emitted. Sources:
 from __future__ import annotations
 
 import functools
-from numbers import Rational
 
 import numpy as np
 
-from ..probability import accept_probability, align, as_float, residual
+from ..probability import accept_probability, align, as_float, is_symbolic, residual
 
 
 def nss_step(p, q, drafts, rand) -> int:
@@ -62,7 +61,7 @@ def spectr_rho(p, q, num_drafts: int) -> float:
     Symbolic p or q (`verispec prove`): rho is a solver variable constrained by its defining
     equation (`verispec.formal.rho.spectr_rho`), never the bisection.
     """
-    if _symbolic(p) or _symbolic(q):
+    if is_symbolic(p) or is_symbolic(q):
         from ...formal.rho import spectr_rho as symbolic_rho
 
         return symbolic_rho(p, q, num_drafts)
@@ -96,7 +95,7 @@ def _spectr_rho(p_bytes: bytes, q_bytes: bytes, num_drafts: int, iterations: int
 def spectr_step(p, q, drafts, rand) -> int:
     """K-SEQ: accept x_k with probability min(1, p(x_k) / (rho q(x_k))) in order; else
     Y ~ norm(max(p - min(p/rho, q) (1 - (1 - beta)^K) / beta, 0))."""
-    if not (_symbolic(p) or _symbolic(q)):
+    if not (is_symbolic(p) or is_symbolic(q)):
         p, q = as_float(p), as_float(q)  # rho is a float64 root: the step is float64 for numbers
     K = len(drafts)
     rho = spectr_rho(p, q, K)
@@ -108,12 +107,6 @@ def spectr_step(p, q, drafts, rand) -> int:
     if beta <= 0:
         return rand.categorical(p)
     return rand.categorical(residual(p, accepted * (1 - (1 - beta) ** K) / beta))
-
-
-def _symbolic(probs) -> bool:
-    """True for an object array holding a non-rational entry (verispec.formal's symbolic reals)."""
-    probs = np.asarray(probs)
-    return probs.dtype == object and not all(isinstance(x, Rational) for x in probs.flat)
 
 
 def top_down(step, ordered: bool = True):
