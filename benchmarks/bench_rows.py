@@ -3,8 +3,11 @@
 Speculative decoding pays off when verifying L + 1 tokens in one target forward costs about as
 much as one token. This measures that premise: the time of one GEMM with the target's MLP shape
 (1536 -> 8960, Qwen2.5-1.5B) for M = 1..32 rows, in bfloat16 and float32, as a ratio to M = 1 in
-the same run; with ``--model``, also one forward of the real target (bf16, KV cache of a
-HumanEval prompt) for 1..16 new tokens, in bfloat16 and float32. Prints a table and writes
+the same run; with ``--model``, also one forward of the real target (KV cache of a
+HumanEval prompt) for 1..16 new tokens, in bfloat16, float32 and with int8 weights (torch's
+dynamic int8 linears, float32 activations), the last for reference only: verispec never quantizes
+a target, because those layers make a row's logits depend on the other rows of its forward
+(`verispec.empirical.quantize.quantize_weights`). Prints a table and writes
 benchmarks/results/bench_rows.json (or --output), with the CPU's capability and what
 `--dtype auto` picks on it.
 
@@ -42,12 +45,17 @@ def gemm_rows(dtype, repeats=20):
     return {m: _time(lambda x=torch.randn(m, 1536, generator=g).to(dtype): x @ weight.T, repeats) for m in ROWS}
 
 
-def model_rows(dtype=torch.bfloat16, repeats=3):
-    """{q: seconds} of one target forward in `dtype` of q new tokens after a HumanEval prompt."""
+def model_rows(dtype=torch.bfloat16, repeats=3, int8=False):
+    """{q: seconds} of one target forward in `dtype` of q new tokens after a HumanEval prompt;
+    `int8`: of the target's int8-weight copy (`verispec.empirical.quantize.quantize_weights`,
+    float32 activations; timed for reference, not a dtype the bench offers)."""
     from verispec.empirical.prompts import humaneval_prompts
+    from verispec.empirical.quantize import quantize_weights
     from verispec.empirical.weights import load_model
 
     model, tokenizer = load_model(dtype=dtype, progress=False)
+    if int8:
+        model = quantize_weights(model, role="target")
     ids = tokenizer(humaneval_prompts(1)[0]["prompt"], return_tensors="pt").input_ids  # [1, n]
     _, cache = model.forward(ids)
     n = cache.get_seq_length()
@@ -62,7 +70,7 @@ def model_rows(dtype=torch.bfloat16, repeats=3):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="store_true", help="also time the real bf16 target (cached pair)")
+    parser.add_argument("--model", action="store_true", help="also time the real target (cached pair): bf16, float32, int8 weights")
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "results", "bench_rows.json"))
     args = parser.parse_args(argv)
@@ -78,8 +86,8 @@ def main(argv=None):
         t = gemm_rows(dtype)
         results["gemm"][str(dtype)] = {"seconds": t, "ratio_to_1_row": {m: t[m] / t[1] for m in ROWS}}
         print(f"{str(dtype)[6:]:10} " + " ".join(f"{t[m] / t[1]:<7.2f}" for m in ROWS) + f"   M=1: {t[1] * 1e3:.2f} ms")
-    for dtype in (torch.bfloat16, torch.float32) if args.model else ():
-        t, name = model_rows(dtype), str(dtype)[6:]
+    for dtype, int8 in ((torch.bfloat16, False), (torch.float32, False), (torch.float32, True)) if args.model else ():
+        t, name = model_rows(dtype, int8=int8), "int8" if int8 else str(dtype)[6:]
         results[f"target_forward_{name.replace('bfloat16', 'bf16')}"] = {
             "seconds": t, "ratio_to_1_row": {q: t[q] / t[1] for q in t}}
         print(f"target {name} forward, new tokens: " + ", ".join(f"{q}: {t[q]:.3f} s ({t[q] / t[1]:.2f}x)" for q in t))

@@ -44,7 +44,7 @@ import torch
 
 from .model import CausalLM
 
-__all__ = ["quantize_draft", "is_quantized_linear", "subset_head", "DESCRIPTION"]
+__all__ = ["quantize_draft", "quantize_weights", "is_quantized_linear", "subset_head", "DESCRIPTION"]
 
 #: What ``dq=8`` means, for reports (the bench's JSON).
 DESCRIPTION = ("draft weights int8: every Linear of the draft (LM head included) replaced by "
@@ -72,7 +72,7 @@ def is_quantized_linear(module) -> bool:
 
 
 def quantize_draft(draft: CausalLM, bits: int = 8) -> CausalLM:
-    """An int8-weight copy of a draft model (the original is left as it is).
+    """An int8-weight copy of a draft model (the original is left as it is): `quantize_weights`.
 
     Args:
         draft: a `CausalLM` on CPU (any float dtype), without a head subset (quantize the full
@@ -92,21 +92,34 @@ def quantize_draft(draft: CausalLM, bits: int = 8) -> CausalLM:
         ValueError: bits other than 8, a model off the CPU (torch's int8 dynamic kernels are
             CPU kernels), a head-subset view, or a model already quantized.
     """
-    if not isinstance(draft, CausalLM):
-        raise TypeError(f"draft: expected a CausalLM, got {type(draft).__name__}")
+    return quantize_weights(draft, bits, role="draft")
+
+
+def quantize_weights(model: CausalLM, bits: int = 8, role: str = "model") -> CausalLM:
+    """An int8-weight copy of any `CausalLM`, as `quantize_draft` describes (same arguments,
+    result and errors; `role` only names the argument in error messages).
+
+    Not for a TARGET: besides changing p, the copy's logits for a position depend on the other
+    rows of the same forward (one activation scale per call), so a verifying forward of L + 1
+    tokens and a one-token forward give that position different laws, and no verifier can be
+    lossless with respect to a law that depends on how tokens are grouped into forwards
+    (`benchmarks/bench_rows.py --model` still times it, for reference).
+    """
+    if not isinstance(model, CausalLM):
+        raise TypeError(f"{role}: expected a CausalLM, got {type(model).__name__}")
     if isinstance(bits, bool) or bits != 8:
         raise ValueError(f"bits: only 8 (int8 dynamic quantization) is supported, got {bits!r}")
-    if draft.device.type != "cpu":
-        raise ValueError(f"draft: int8 dynamic quantization runs on CPU only, the model is on {draft.device}")
-    if draft.head_subset is not None:
-        raise ValueError("draft: a head-subset view; quantize the full model, then call with_head_subset")
-    if any(is_quantized_linear(m) for m in draft.model.modules()):
-        raise ValueError("draft: already quantized")
-    model = copy.deepcopy(draft.model).float()  # quantize_dynamic takes float32 weights and activations
+    if model.device.type != "cpu":
+        raise ValueError(f"{role}: int8 dynamic quantization runs on CPU only, the model is on {model.device}")
+    if model.head_subset is not None:
+        raise ValueError(f"{role}: a head-subset view; quantize the full model, then call with_head_subset")
+    if any(is_quantized_linear(m) for m in model.model.modules()):
+        raise ValueError(f"{role}: already quantized")
+    module = copy.deepcopy(model.model).float()  # quantize_dynamic takes float32 weights and activations
     with _quiet():
         spec = {torch.nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}  # one scale per output row
-        model = torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
-    return CausalLM(model, name=f"{draft.name} [int8 weights]")
+        module = torch.ao.quantization.quantize_dynamic(module, spec, dtype=torch.qint8, inplace=True)
+    return CausalLM(module, name=f"{model.name} [int8 weights]")
 
 
 #: head -> its unpacked int8 weight, scales, zero points and bias (unpacking a 151k-row head and
