@@ -185,11 +185,26 @@ def test_bench_runners_are_greedy_exact(tmp_path):
 
     pair_ = types.SimpleNamespace(target=tiny(64, 0, head_scale=4.0), draft=tiny(64, 0, noise=0.1, head_scale=4.0),
                                   tokenizer=CharTokenizer(64))
-    cfg = bench.BenchConfig(prompts=2, max_new_tokens=12, methods=("adaptive", "hybrid:L=2"), temperatures=(0.0,),
-                            draft_length=3, dtype="float32")
+    cfg = bench.BenchConfig(prompts=2, max_new_tokens=12, methods=("adaptive", "hybrid:L=2", "adaptive:L=2,M=3"),
+                            temperatures=(0.0,), draft_length=3, dtype="float32")
     results = bench.run_bench(cfg, str(tmp_path / "a.json"), pair=pair_, prompts=BENCH_PROMPTS, plot=False)
     rows = {r["runner"]: r for r in results["summary"]}
-    assert rows["adaptive"]["greedy_match_rate"] == 1.0 and rows["hybrid:L=2"]["greedy_match_rate"] == 1.0
+    assert all(rows[name]["greedy_match_rate"] == 1.0 for name in ("adaptive", "hybrid:L=2", "adaptive:L=2,M=3"))
+    for label, ceiling in (("adaptive:L=2,M=3", 3), ("adaptive:L=2", 8)):  # M: the cap's ceiling (default 4 L)
+        spec = bench.parse_runner(label, 3, 1)
+        prompt = pair_.tokenizer(BENCH_PROMPTS[0]["prompt"]).input_ids  # [1, n]
+        caps = bench._decode(spec, pair_, prompt, cfg, 0.0, 0, {}).stats.logs["caps"]
+        assert max(int(c.max()) for c in caps) == ceiling, label  # the draft accepts all: the cap climbs to M
+
+
+def test_bench_adaptive_ceiling_is_checked():
+    from verispec.empirical import bench
+
+    assert bench.parse_runner("hybrid:L=8,M=20,dq=8", 4, 1).max_draft_length == 20
+    assert bench.parse_runner("adaptive", 4, 1).max_draft_length == 0  # the method's default, 4 L
+    for bad in ("block:M=8", "adaptive:L=8,M=4", "hf:M=8", "adaptive:M=0"):
+        with pytest.raises(ValueError, match="M|bad parameter"):
+            bench.parse_runner(bad, 4, 1)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ guesses per draft forward, default 8, and the pool refined from the target's ver
 ``ouroboros_phrase:L=4,K=3,G=8,W=4``) and
 ``prompt_lookup`` (n-gram drafts from the context, point-mass token verification), ``adaptive``
 (a draft-model chain stopped at low draft confidence, its length cap scheduled from the acceptance
-history; ``L`` = the initial cap) and ``hybrid`` (the lookup phrase when the context has one, the
+history; ``L`` = the initial cap, ``M`` = its ceiling, default 4 L: ``adaptive:L=8,M=20``) and ``hybrid`` (the lookup phrase when the context has one, the
 adaptive chain otherwise; `verispec.empirical.adaptive`), the tree walks ``khisti:K=2``,
 ``optimal_is:K=2`` and ``spechub`` (K = 2 only) of `verispec.empirical.rules.multistep` (the IS
 rules solve a selection LP over the full vocabulary: small vocabularies only; ``khisti:K=2,s=5``
@@ -77,7 +77,7 @@ DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
 #: another version are refused on resume rather than mixed.
 RECORD_SCHEMA = 2
 _PARAMS = {"L": "draft_length", "K": "num_paths", "n": "node_budget", "W": "window", "G": "guess_set",
-           "s": "truncation", "dv": "draft_vocab", "dq": "draft_quant"}
+           "s": "truncation", "dv": "draft_vocab", "dq": "draft_quant", "M": "max_draft_length"}
 #: Phrase-pool runners: K = pool candidates per lookup, W = Jacobi window slots (0: none).
 PHRASE_RUNNERS = ("ouroboros", "ouroboros_phrase", "lookahead")
 #: Their defaults, the decoders' own (`ouroboros_speculative`, `lookahead_speculative`).
@@ -89,7 +89,7 @@ USER_RUNNER = "method"
 #: Runners that are neither decode methods nor trees (the phrase runners among them take K and W).
 OTHER_RUNNERS = ("target_only", "hf", "hf_prompt_lookup", "ouroboros", "ouroboros_phrase", "lookahead",
                  "prompt_lookup")
-#: Cheaper-draft runners of `verispec.empirical.adaptive` (L = the initial length cap).
+#: Cheaper-draft runners of `verispec.empirical.adaptive` (L = the initial length cap, M = its ceiling).
 ADAPTIVE_RUNNERS = ("adaptive", "hybrid")
 #: Runners whose draft model may run over a token subset (``dv=k``, FR-Spec: `draftvocab`).
 DRAFT_VOCAB_RUNNERS = ADAPTIVE_RUNNERS + tuple(decode.METHODS) + tuple(methods.WALK_METHODS)
@@ -113,6 +113,7 @@ class RunnerSpec:
     truncation: int = 0  # khisti, optimal_is: tokens of the s-truncated selection LP (0: full vocabulary)
     draft_vocab: int = 0  # FR-Spec: the draft's head over the k lowest ids + prompt + added tokens (0: all)
     draft_quant: int = 0  # 8: the draft's Linear weights int8 (`quantize.quantize_draft`); 0: as loaded
+    max_draft_length: int = 0  # adaptive, hybrid: the length cap's ceiling M >= L (0: the method's default, 4 L)
 
 
 def runner_names() -> tuple:
@@ -131,7 +132,7 @@ def _read_params(params: str, text: str, values: dict) -> set:
         key, _, value = (part.strip() for part in item.partition("="))
         if key not in _PARAMS or not value.isdigit() or int(value) < (0 if key == "W" else 1):
             raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
-                             "(use L=, K=, n=, G=, s=, dv= with an int >= 1, dq=8 or W= with an int >= 0)")
+                             "(use L=, K=, n=, G=, s=, dv=, M= with an int >= 1, dq=8 or W= with an int >= 0)")
         values[_PARAMS[key]] = int(value)
         given.add(key)
     return given
@@ -168,6 +169,9 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     if "dq" in given and (name not in DRAFT_QUANT_RUNNERS or values["draft_quant"] != 8):
         raise ValueError(f"methods: dq=8 (int8 draft weights) is the only width, for runners with a draft model "
                          f"({', '.join(DRAFT_QUANT_RUNNERS)}); got {text!r}")
+    if "M" in given and (name not in ADAPTIVE_RUNNERS or values["max_draft_length"] < values["draft_length"]):
+        raise ValueError(f"methods: M (the length cap's ceiling, >= L) is for {', '.join(ADAPTIVE_RUNNERS)}; "
+                         f"got {text!r}")
     if name in ("target_only", "hf", "hf_prompt_lookup"):
         return RunnerSpec(f"{name}:dq=8" if "dq" in given else name, name, draft_quant=values["draft_quant"])
     label = name if not params else f"{name}:{params}"
@@ -192,7 +196,7 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
         values["node_budget"] = 0
     return RunnerSpec(label, name, values["draft_length"], values["num_paths"], values["node_budget"],
                       truncation=values["truncation"] if "s" in given else 0, draft_vocab=values["draft_vocab"],
-                      draft_quant=values["draft_quant"])
+                      draft_quant=values["draft_quant"], max_draft_length=values.get("max_draft_length", 0))
 
 
 @dataclass
@@ -418,7 +422,8 @@ def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed:
         return decode_engine(pair.target, None, prompt, method, N, T, uniforms=seed, storage="sequence")
     vocab = _draft_vocab(spec, pair)
     if spec.name in ADAPTIVE_RUNNERS:
-        method = methods.get(spec.name, draft_length=spec.draft_length, draft_vocab=vocab)
+        method = methods.get(spec.name, draft_length=spec.draft_length, draft_vocab=vocab,
+                             max_draft_length=spec.max_draft_length or None)
         return decode_engine(pair.target, pair.draft, prompt, method, N, T, uniforms=seed, storage="sequence")
     if spec.name in methods.WALK_METHODS:
         method = methods.get(spec.name, draft_length=spec.draft_length, num_paths=spec.num_paths, draft_vocab=vocab,
