@@ -521,7 +521,13 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"verispec {args.command}: {problem}", file=sys.stderr)
         return 2
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # the reader went away (`verispec prove ... | head`): stop quietly
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush raises no second error
+        return 1
 
 
 if __name__ == "__main__":

@@ -195,6 +195,11 @@ def test_bench_runners_are_greedy_exact(tmp_path):
         prompt = pair_.tokenizer(BENCH_PROMPTS[0]["prompt"]).input_ids  # [1, n]
         caps = bench._decode(spec, pair_, prompt, cfg, 0.0, 0, {}).stats.logs["caps"]
         assert max(int(c.max()) for c in caps) == ceiling, label  # the draft accepts all: the cap climbs to M
+    for label, longest in (("adaptive:L=3,M=3,c=100", 1), ("adaptive:L=3,M=3,c=0", 3)):  # c: the confidence stop, percent
+        spec = bench.parse_runner(label, 3, 1)
+        prompt = pair_.tokenizer(BENCH_PROMPTS[0]["prompt"]).input_ids  # [1, n]
+        chains = bench._decode(spec, pair_, prompt, cfg, 0.0, 0, {}).stats.logs["chain_lengths"]
+        assert max(int(c.max()) for c in chains) == longest, label  # c=100 stops after every token
 
 
 def test_bench_adaptive_ceiling_is_checked():
@@ -202,8 +207,9 @@ def test_bench_adaptive_ceiling_is_checked():
 
     assert bench.parse_runner("hybrid:L=8,M=20,dq=8", 4, 1).max_draft_length == 20
     assert bench.parse_runner("adaptive", 4, 1).max_draft_length == 0  # the method's default, 4 L
-    for bad in ("block:M=8", "adaptive:L=8,M=4", "hf:M=8", "adaptive:M=0"):
-        with pytest.raises(ValueError, match="M|bad parameter"):
+    assert bench.parse_runner("adaptive:L=20,M=20,c=15", 4, 1).confidence_percent == 15
+    for bad in ("block:M=8", "adaptive:L=8,M=4", "hf:M=8", "adaptive:M=0", "block:c=10", "adaptive:c=101"):
+        with pytest.raises(ValueError, match="M|c \\(|bad parameter"):
             bench.parse_runner(bad, 4, 1)
 
 

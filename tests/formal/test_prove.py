@@ -225,6 +225,32 @@ def test_cli_prove_exit_status_and_json(tmp_path, capsys, bug_module):
     assert cli.main(["prove", "token", "--vocab-size", "1"]) == 2
 
 
+def test_cli_prove_builds_a_factory_with_the_commands_sizes(capsys):
+    """A ``module:attr`` factory that needs draft_length gets --draft-length (and --num-paths)."""
+    assert cli.main(["prove", "verispec.testing.planted:residual_p", "--vocab-size", "2", "--draft-length", "1"]) == 1
+    assert "COUNTEREXAMPLE" in capsys.readouterr().out
+
+
+def test_cli_stops_quietly_when_the_reader_goes_away():
+    """`verispec prove ... | head`: a closed stdout ends the command with status 1, no traceback
+    (in a child process: the fix points the process's stdout at /dev/null)."""
+    import subprocess
+
+    script = textwrap.dedent("""
+        import argparse, sys
+        from verispec import cli
+        def closed(args):
+            raise BrokenPipeError(32, "Broken pipe")
+        parser = argparse.ArgumentParser()
+        parser.add_argument("command")
+        parser.set_defaults(func=closed)
+        cli.build_parser = lambda: parser
+        sys.exit(cli.main(["prove"]))
+    """)
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert child.returncode == 1 and "Traceback" not in child.stderr, child.stderr
+
+
 @pytest.mark.parametrize("context, V, L", [((0, 1, 0), 2, 1), ((0, 1, 0), 2, 2), ((0, 1, 0), 3, 1)])
 def test_prompt_lookup_is_proved_from_a_context_whose_ngram_makes_a_real_draft(context, V, L):
     from verispec.reference.drafters import lookup_phrase

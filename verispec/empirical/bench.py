@@ -28,7 +28,8 @@ guesses per draft forward, default 8, and the pool refined from the target's ver
 ``ouroboros_phrase:L=4,K=3,G=8,W=4``) and
 ``prompt_lookup`` (n-gram drafts from the context, point-mass token verification), ``adaptive``
 (a draft-model chain stopped at low draft confidence, its length cap scheduled from the acceptance
-history; ``L`` = the initial cap, ``M`` = its ceiling, default 4 L: ``adaptive:L=8,M=20``) and ``hybrid`` (the lookup phrase when the context has one, the
+history; ``L`` = the initial cap, ``M`` = its ceiling, default 4 L, ``c`` = the confidence stop in percent,
+default 40 as transformers: ``adaptive:L=8,M=20,c=20``) and ``hybrid`` (the lookup phrase when the context has one, the
 adaptive chain otherwise; `verispec.empirical.adaptive`), the tree walks ``khisti:K=2``,
 ``optimal_is:K=2`` and ``spechub`` (K = 2 only) of `verispec.empirical.rules.multistep` (the IS
 rules solve a selection LP over the full vocabulary: small vocabularies only; ``khisti:K=2,s=5``
@@ -77,7 +78,8 @@ DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
 #: another version are refused on resume rather than mixed.
 RECORD_SCHEMA = 2
 _PARAMS = {"L": "draft_length", "K": "num_paths", "n": "node_budget", "W": "window", "G": "guess_set",
-           "s": "truncation", "dv": "draft_vocab", "dq": "draft_quant", "M": "max_draft_length"}
+           "s": "truncation", "dv": "draft_vocab", "dq": "draft_quant", "M": "max_draft_length",
+           "c": "confidence_percent"}
 #: Phrase-pool runners: K = pool candidates per lookup, W = Jacobi window slots (0: none).
 PHRASE_RUNNERS = ("ouroboros", "ouroboros_phrase", "lookahead")
 #: Their defaults, the decoders' own (`ouroboros_speculative`, `lookahead_speculative`).
@@ -114,6 +116,7 @@ class RunnerSpec:
     draft_vocab: int = 0  # FR-Spec: the draft's head over the k lowest ids + prompt + added tokens (0: all)
     draft_quant: int = 0  # 8: the draft's Linear weights int8 (`quantize.quantize_draft`); 0: as loaded
     max_draft_length: int = 0  # adaptive, hybrid: the length cap's ceiling M >= L (0: the method's default, 4 L)
+    confidence_percent: int = 40  # adaptive, hybrid: stop a chain after a token of draft confidence < c / 100
 
 
 def runner_names() -> tuple:
@@ -130,12 +133,33 @@ def _read_params(params: str, text: str, values: dict) -> set:
     given = set()
     for item in filter(None, params.split(",")):
         key, _, value = (part.strip() for part in item.partition("="))
-        if key not in _PARAMS or not value.isdigit() or int(value) < (0 if key == "W" else 1):
+        if (key not in _PARAMS or not value.isdigit() or int(value) < (0 if key in ("W", "c") else 1)
+                or (key == "c" and int(value) > 100)):
             raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
-                             "(use L=, K=, n=, G=, s=, dv=, M= with an int >= 1, dq=8 or W= with an int >= 0)")
+                             "(use L=, K=, n=, G=, s=, dv=, M= with an int >= 1, dq=8, W= with an int >= 0 or c= in 0..100)")
         values[_PARAMS[key]] = int(value)
         given.add(key)
     return given
+
+
+#: Parameters only some runners take: key -> (those runners, what it is).
+_SCOPED = {"dv": (DRAFT_VOCAB_RUNNERS, "dv (a draft vocabulary subset) is for"),
+           "dq": (DRAFT_QUANT_RUNNERS, "dq=8 (int8 draft weights) is the only width, for runners with a draft model:"),
+           "M": (ADAPTIVE_RUNNERS, "M (the length cap's ceiling, >= L) is for"),
+           "c": (ADAPTIVE_RUNNERS, "c (the confidence stop, in percent) is for"),
+           "G": (("ouroboros_phrase",), "only ouroboros_phrase takes a guess set G:"),
+           "s": (("khisti", "optimal_is"), "only khisti and optimal_is take an LP truncation s:")}
+
+
+def _check_scopes(name: str, given: set, values: dict, text: str) -> None:
+    """Raise ValueError (naming ``methods``) for a parameter in `given` that runner `name` does not
+    take, a dq other than 8, or a ceiling M below L."""
+    out_of_range = {"dq": values["draft_quant"] != 8,
+                    "M": values.get("max_draft_length", 0) < values["draft_length"]}
+    for key in sorted(given & set(_SCOPED)):
+        runners, what = _SCOPED[key]
+        if name not in runners or out_of_range.get(key, False):
+            raise ValueError(f"methods: {what} {', '.join(runners)}; got {text!r}")
 
 
 def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
@@ -154,7 +178,7 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     if name not in runner_names() and params and "=" not in params:  # a user's Method: pkg.module:attr
         from ..reference.methods import load
 
-        load(text.strip(), "methods")  # a clear ValueError now, before any model is loaded
+        load(text.strip(), "methods", draft_length=draft_length, num_paths=num_paths)  # a clear error now
         return RunnerSpec(text.strip(), USER_RUNNER)
     if name not in runner_names():
         raise ValueError(f"methods: unknown runner {name!r}; known: {', '.join(runner_names())}")
@@ -163,22 +187,10 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     if name in PHRASE_RUNNERS:
         values.update(PHRASE_DEFAULTS)
     given = _read_params(params, text, values)
-    if "dv" in given and name not in DRAFT_VOCAB_RUNNERS:
-        raise ValueError(f"methods: dv (a draft vocabulary subset) is for {', '.join(DRAFT_VOCAB_RUNNERS)}; "
-                         f"got {text!r}")
-    if "dq" in given and (name not in DRAFT_QUANT_RUNNERS or values["draft_quant"] != 8):
-        raise ValueError(f"methods: dq=8 (int8 draft weights) is the only width, for runners with a draft model "
-                         f"({', '.join(DRAFT_QUANT_RUNNERS)}); got {text!r}")
-    if "M" in given and (name not in ADAPTIVE_RUNNERS or values["max_draft_length"] < values["draft_length"]):
-        raise ValueError(f"methods: M (the length cap's ceiling, >= L) is for {', '.join(ADAPTIVE_RUNNERS)}; "
-                         f"got {text!r}")
+    _check_scopes(name, given, values, text)
     if name in ("target_only", "hf", "hf_prompt_lookup"):
         return RunnerSpec(f"{name}:dq=8" if "dq" in given else name, name, draft_quant=values["draft_quant"])
     label = name if not params else f"{name}:{params}"
-    if "G" in given and name != "ouroboros_phrase":
-        raise ValueError(f"methods: only ouroboros_phrase takes a guess set G; got {text!r}")
-    if "s" in given and name not in ("khisti", "optimal_is"):
-        raise ValueError(f"methods: only khisti and optimal_is take an LP truncation s; got {text!r}")
     if name in PHRASE_RUNNERS:
         return RunnerSpec(label, name, values["draft_length"], values["num_paths"], 0, values["window"],
                           values["guess_set"] if name == "ouroboros_phrase" else 0, draft_quant=values["draft_quant"])
@@ -196,7 +208,8 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
         values["node_budget"] = 0
     return RunnerSpec(label, name, values["draft_length"], values["num_paths"], values["node_budget"],
                       truncation=values["truncation"] if "s" in given else 0, draft_vocab=values["draft_vocab"],
-                      draft_quant=values["draft_quant"], max_draft_length=values.get("max_draft_length", 0))
+                      draft_quant=values["draft_quant"], max_draft_length=values.get("max_draft_length", 0),
+                      confidence_percent=values.get("confidence_percent", 40))
 
 
 @dataclass
@@ -415,15 +428,16 @@ def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed:
     if spec.name == USER_RUNNER:  # the user's reference Method through the adapter
         from ..reference.methods import load
 
-        return decode_engine(pair.target, pair.draft, prompt, load(spec.label, "methods"), N, T, uniforms=seed,
-                             storage="sequence")
+        method = load(spec.label, "methods", draft_length=config.draft_length, num_paths=config.num_paths)
+        return decode_engine(pair.target, pair.draft, prompt, method, N, T, uniforms=seed, storage="sequence")
     if spec.name == "prompt_lookup":
         method = methods.get("prompt_lookup", draft_length=spec.draft_length, max_ngram=3)
         return decode_engine(pair.target, None, prompt, method, N, T, uniforms=seed, storage="sequence")
     vocab = _draft_vocab(spec, pair)
     if spec.name in ADAPTIVE_RUNNERS:
         method = methods.get(spec.name, draft_length=spec.draft_length, draft_vocab=vocab,
-                             max_draft_length=spec.max_draft_length or None)
+                             max_draft_length=spec.max_draft_length or None,
+                             threshold=spec.confidence_percent / 100)
         return decode_engine(pair.target, pair.draft, prompt, method, N, T, uniforms=seed, storage="sequence")
     if spec.name in methods.WALK_METHODS:
         method = methods.get(spec.name, draft_length=spec.draft_length, num_paths=spec.num_paths, draft_vocab=vocab,

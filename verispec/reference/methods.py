@@ -252,12 +252,14 @@ def get(name: str, **params) -> Method:
     return factory(**params)
 
 
-def load(spec: str, argument: str = "method") -> Method:
+def load(spec: str, argument: str = "method", **params) -> Method:
     """The user's Method named by ``"pkg.module:attr"`` (the command-line form of a Method object).
 
     ``attr`` may be a dotted path inside the module (``"mod:Rules.mine"``). It must be a `Method`,
-    or a callable taking no arguments that returns one (a factory with all-default parameters).
-    The module is imported with the current directory on ``sys.path``, as ``python -m`` does.
+    or a factory returning one: it is called with those of `params` its signature names (the
+    commands pass ``draft_length`` and ``num_paths`` from --draft-length / --num-paths), its other
+    parameters left at their defaults. The module is imported with the current directory on
+    ``sys.path``, as ``python -m`` does.
 
     Raises:
         ValueError: `spec` has no ``module:attr`` form, the module cannot be imported, the attribute
@@ -283,20 +285,35 @@ def load(spec: str, argument: str = "method") -> Method:
                              f"has no attribute {part!r}")
         obj = getattr(obj, part)
     if callable(obj) and not isinstance(obj, Method):
-        try:
-            obj = obj()
-        except TypeError as err:
-            raise ValueError(f"{argument}: {spec!r} is a callable that cannot be called with no "
-                             f"arguments ({err}); point at a Method or an all-default factory") from err
+        obj = _build(obj, spec, argument, params)
     if not isinstance(obj, Method):
         raise ValueError(f"{argument}: {spec!r} is a {type(obj).__name__}, not a "
                          "verispec.reference.methods.Method")
     return obj
 
 
+def _build(factory, spec: str, argument: str, params: dict):
+    """`factory` called with the `params` its signature names (all of them when it takes
+    ``**kwargs``; none when it has no inspectable signature)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        signature = {}
+    open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.values())
+    given = {name: value for name, value in params.items() if open_ended or name in signature}
+    try:
+        return factory(**given)
+    except TypeError as err:
+        shown = ", ".join(f"{name}={value!r}" for name, value in given.items()) or "no arguments"
+        raise ValueError(f"{argument}: {spec!r} is a callable that cannot be called with {shown} ({err}); "
+                         "point at a Method or a factory whose other parameters have defaults") from err
+
+
 def resolve(spec, argument: str = "method", **params) -> Method:
     """A Method from a Method object, a built-in name (built with `params`, as `get_compatible`),
-    or ``"pkg.module:attr"`` (see `load`; `params` are then ignored).
+    or ``"pkg.module:attr"`` (see `load`: a factory gets the `params` its signature names).
 
     Raises:
         ValueError / TypeError: as `get_compatible` and `load`, naming `argument`.
@@ -304,7 +321,7 @@ def resolve(spec, argument: str = "method", **params) -> Method:
     if isinstance(spec, Method):
         return spec
     if isinstance(spec, str) and ":" in spec:
-        return load(spec, argument)
+        return load(spec, argument, **params)
     if not isinstance(spec, str):
         raise TypeError(f"{argument}: expected a Method, a method name or 'pkg.module:attr', "
                         f"got {type(spec).__name__}")
