@@ -190,16 +190,14 @@ def test_bench_runners_are_greedy_exact(tmp_path):
     results = bench.run_bench(cfg, str(tmp_path / "a.json"), pair=pair_, prompts=BENCH_PROMPTS, plot=False)
     rows = {r["runner"]: r for r in results["summary"]}
     assert all(rows[name]["greedy_match_rate"] == 1.0 for name in ("adaptive", "hybrid:L=2", "adaptive:L=2,M=3"))
-    for label, ceiling in (("adaptive:L=2,M=3", 3), ("adaptive:L=2", 8)):  # M: the cap's ceiling (default 4 L)
-        spec = bench.parse_runner(label, 3, 1)
-        prompt = pair_.tokenizer(BENCH_PROMPTS[0]["prompt"]).input_ids  # [1, n]
-        caps = bench._decode(spec, pair_, prompt, cfg, 0.0, 0, {}).stats.logs["caps"]
-        assert max(int(c.max()) for c in caps) == ceiling, label  # the draft accepts all: the cap climbs to M
-    for label, longest in (("adaptive:L=3,M=3,c=100", 1), ("adaptive:L=3,M=3,c=0", 3)):  # c: the confidence stop, percent
-        spec = bench.parse_runner(label, 3, 1)
-        prompt = pair_.tokenizer(BENCH_PROMPTS[0]["prompt"]).input_ids  # [1, n]
-        chains = bench._decode(spec, pair_, prompt, cfg, 0.0, 0, {}).stats.logs["chain_lengths"]
-        assert max(int(c.max()) for c in chains) == longest, label  # c=100 stops after every token
+    prompt = pair_.tokenizer(BENCH_PROMPTS[0]["prompt"]).input_ids  # [1, n]
+    # M: the cap's ceiling (default 4 L; the draft accepts all, so the cap climbs to it); c: the
+    # confidence stop in percent (c=100 stops after every token, c=0 never)
+    for label, log, longest in (("adaptive:L=2,M=3", "caps", 3), ("adaptive:L=2", "caps", 8),
+                                ("adaptive:L=3,M=3,c=100", "chain_lengths", 1),
+                                ("adaptive:L=3,M=3,c=0", "chain_lengths", 3)):
+        logs = bench._decode(bench.parse_runner(label, 3, 1), pair_, prompt, cfg, 0.0, 0, {}).stats.logs[log]
+        assert max(int(value.max()) for value in logs) == longest, label
 
 
 def test_bench_adaptive_ceiling_is_checked():
@@ -207,6 +205,13 @@ def test_bench_adaptive_ceiling_is_checked():
 
     assert bench.parse_runner("hybrid:L=8,M=20,dq=8", 4, 1).max_draft_length == 20
     assert bench.parse_runner("adaptive", 4, 1).max_draft_length == 0  # the method's default, 4 L
+    import inspect
+
+    from verispec.empirical import adaptive
+
+    for factory in (adaptive.adaptive_method, adaptive.hybrid_method):  # the bench's default c stays the methods'
+        default = inspect.signature(factory).parameters["threshold"].default
+        assert bench.parse_runner("adaptive", 4, 1).confidence_percent == round(100 * default)
     assert bench.parse_runner("adaptive:L=20,M=20,c=15", 4, 1).confidence_percent == 15
     for bad in ("block:M=8", "adaptive:L=8,M=4", "hf:M=8", "adaptive:M=0", "block:c=10", "adaptive:c=101"):
         with pytest.raises(ValueError, match="M|c \\(|bad parameter"):
