@@ -155,7 +155,7 @@ def _check_scopes(name: str, given: set, values: dict, text: str) -> None:
     """Raise ValueError (naming ``methods``) for a parameter in `given` that runner `name` does not
     take, a dq other than 8, or a ceiling M below L."""
     out_of_range = {"dq": values["draft_quant"] != 8,
-                    "M": values.get("max_draft_length", 0) < values["draft_length"]}
+                    "M": values["max_draft_length"] < values["draft_length"]}
     for key in sorted(given & set(_SCOPED)):
         runners, what = _SCOPED[key]
         if name not in runners or out_of_range.get(key, False):
@@ -183,7 +183,8 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     if name not in runner_names():
         raise ValueError(f"methods: unknown runner {name!r}; known: {', '.join(runner_names())}")
     values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50, "window": 0, "guess_set": 8,
-              "draft_vocab": 0, "draft_quant": 0}
+              "draft_vocab": 0, "draft_quant": 0, "max_draft_length": RunnerSpec.max_draft_length,
+              "confidence_percent": RunnerSpec.confidence_percent}
     if name in PHRASE_RUNNERS:
         values.update(PHRASE_DEFAULTS)
     given = _read_params(params, text, values)
@@ -208,8 +209,8 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
         values["node_budget"] = 0
     return RunnerSpec(label, name, values["draft_length"], values["num_paths"], values["node_budget"],
                       truncation=values["truncation"] if "s" in given else 0, draft_vocab=values["draft_vocab"],
-                      draft_quant=values["draft_quant"], max_draft_length=values.get("max_draft_length", 0),
-                      confidence_percent=values.get("confidence_percent", 40))
+                      draft_quant=values["draft_quant"], max_draft_length=values["max_draft_length"],
+                      confidence_percent=values["confidence_percent"])
 
 
 @dataclass
