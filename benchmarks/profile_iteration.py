@@ -142,6 +142,8 @@ def split_iterations(events) -> list[dict]:
 def _summary(iterations: list[dict]) -> dict:
     """Means per iteration of every part, their fractions of one target forward, the verifier's
     overhead fraction ((post_target + verifier) / target_forward) and the non-forward fraction."""
+    if not iterations:
+        raise ValueError("--tokens: too few to leave an iteration after the one that reads the prompt")
     mean = {part: sum(it[part] for it in iterations) / len(iterations) for part in PARTS}
     forward = mean["target_forward"]
     return {"iterations": len(iterations), "seconds_per_iteration": mean,
@@ -174,7 +176,8 @@ def profile(target, draft, prompts, method, max_new_tokens: int, temperature: fl
                                    temperature, uniforms=seed, storage="sequence")
             timeline.mark("end")
             first = next(i for i, (name, _) in enumerate(timeline.events) if name == "draft_start")
-            iterations += split_iterations(timeline.events[first:])
+            # the first iteration's target forward reads the prompt too (`engine.decode`): not a typical one
+            iterations += split_iterations(timeline.events[first:])[1:]
             tokens.append(result.tokens[0].tolist())
             taus.append(result.stats.accepted_lengths)
     finally:
@@ -398,6 +401,7 @@ def main(argv=None) -> dict:
             before = json.load(handle)
     code = _use_code(args.code)
     from verispec._io import write_json_atomic
+    from verispec.empirical import engine
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -406,7 +410,7 @@ def main(argv=None) -> dict:
                                          f"profile_iteration_{args.device.split(':')[0]}.json")
     load_before, results, todo = os.getloadavg(), {}, _methods(args)
     for name, method in todo:
-        profile(target, draft, prompts[0], method, 4, args.temperature)  # warm-up
+        engine.decode(target, draft, prompts[0], method, 4, args.temperature, uniforms=0, storage="sequence")  # warm-up
         runs = [profile(target, draft, prompts, method, args.tokens, args.temperature) for _ in range(args.repeats)]
         results[name] = {"params": method.params, "runs": runs, "median": _median_summary(runs),
                          "tokens": runs[0]["tokens"]}

@@ -192,8 +192,9 @@ def test_bench_runners_are_greedy_exact(tmp_path):
     assert all(rows[name]["greedy_match_rate"] == 1.0 for name in ("adaptive", "hybrid:L=2", "adaptive:L=2,M=3"))
     prompt = pair_.tokenizer(BENCH_PROMPTS[0]["prompt"]).input_ids  # [1, n]
     # M: the cap's ceiling (default 4 L; the draft accepts all, so the cap climbs to it); c: the
-    # confidence stop in percent (c=100 stops after every token, c=0 never)
+    # confidence stop in percent (c=100 stops after every token, c=0 never); sched=constant keeps the cap at L
     for label, log, longest in (("adaptive:L=2,M=3", "caps", 3), ("adaptive:L=2", "caps", 8),
+                                ("adaptive:L=2,M=8,sched=constant", "caps", 2),
                                 ("adaptive:L=3,M=3,c=100", "chain_lengths", 1),
                                 ("adaptive:L=3,M=3,c=0", "chain_lengths", 3)):
         logs = bench._decode(bench.parse_runner(label, 3, 1), pair_, prompt, cfg, 0.0, 0, {}).stats.logs[log]
@@ -213,8 +214,11 @@ def test_bench_adaptive_ceiling_is_checked():
         default = inspect.signature(factory).parameters["threshold"].default
         assert bench.parse_runner("adaptive", 4, 1).confidence_percent == round(100 * default)
     assert bench.parse_runner("adaptive:L=20,M=20,c=15", 4, 1).confidence_percent == 15
-    for bad in ("block:M=8", "adaptive:L=8,M=4", "hf:M=8", "adaptive:M=0", "block:c=10", "adaptive:c=101"):
-        with pytest.raises(ValueError, match="M|c \\(|bad parameter"):
+    assert bench.parse_runner("adaptive:L=20,sched=constant", 4, 1).schedule == "constant"
+    assert bench.parse_runner("hybrid", 4, 1).schedule == "heuristic"
+    for bad in ("block:M=8", "adaptive:L=8,M=4", "hf:M=8", "adaptive:M=0", "block:c=10", "adaptive:c=101",
+                "block:sched=constant", "adaptive:sched=fast"):
+        with pytest.raises(ValueError, match="M|c \\(|sched|bad parameter"):
             bench.parse_runner(bad, 4, 1)
 
 

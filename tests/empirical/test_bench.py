@@ -93,8 +93,9 @@ def test_bench_records_summary_table_and_plot(tiny_pair, tmp_path):
             assert row["greedy_match_rate"] == 1.0 and row["divergences"] == []
     block = rows[("block", 0.0)]
     recs = [stored["records"][f"block|T=0|{p['task_id']}"] for p in PROMPTS]
-    assert block["block_efficiency"] == pytest.approx(  # kept tokens per call after the prefill
-        sum(r["new_tokens"] for r in recs) / sum(r["target_forwards"] - 1 for r in recs))
+    assert block["block_efficiency"] == pytest.approx(  # kept tokens per call after the prompt's call
+        sum(r["new_tokens"] - r["prompt_call_tokens"] for r in recs) / sum(r["target_forwards"] - 1 for r in recs))
+    assert all(1 <= r["prompt_call_tokens"] <= 4 for r in recs)  # L = 3: the first iteration read the prompt
     assert all(r["verify_calls"] == r["accepted_count"] == r["target_forwards"] - 1 for r in recs)
     assert block["target_forwards"] == pytest.approx(sum(r["target_forwards"] for r in recs) / 2)
     assert results["plot"] and os.path.getsize(results["plot"]) > 0

@@ -59,8 +59,9 @@ def _sleepy_decode(monkeypatch, pair, reads=None, reads_of=0):
 
 
 def test_each_span_is_split_where_the_runner_has_read_the_prompt(tiny_pair, tmp_path, monkeypatch):
-    """The peer's first target call (prompt + first candidates) and our prefills fall in the
-    prefill phase of their own span; a later forward's time falls in the decode phase."""
+    """The first target call (prompt + first candidates, the peer's and ours) and the draft's
+    prefill fall in the prefill phase of their own span; a later forward's time falls in the
+    decode phase, and so do only the tokens emitted after the first call."""
     reads, n = [], len(PROMPTS[0]["prompt"])
     _sleepy_decode(monkeypatch, tiny_pair, reads, n)
     cfg = config(methods=("hf", "block", "prompt_lookup"), temperatures=(0.0,), max_new_tokens=12)
@@ -70,13 +71,17 @@ def test_each_span_is_split_where_the_runner_has_read_the_prompt(tiny_pair, tmp_
         assert record["decode_s"] >= SLOW_STEP, key
         assert record["decode_s"] <= record["wall_s"] - SLOW_PREFILL, key  # not in the decode phase
         assert record["wall_s"] == pytest.approx(record["prefill_s"] + record["decode_s"])
-    # every runner read the prompt itself (no memoised prefill): ours n - 1 tokens, the peer n + candidates
+    # every runner read the prompt itself (no memoised prefill), with its first draft: target-only
+    # the n tokens (its draft is the root alone), the others n + candidates
     assert {label for label, _ in reads} == {"target_only", "hf", "block", "prompt_lookup"}
-    assert all(size == n - 1 for label, size in reads if label != "hf")
-    assert all(size > n for label, size in reads if label == "hf")
+    assert all(size == n for label, size in reads if label == "target_only")
+    assert all(size > n for label, size in reads if label in ("hf", "block"))
+    assert all(size >= n for label, size in reads if label == "prompt_lookup")  # n when nothing matched
     assert "prefill" not in results  # no prefill timing shared between records
     hf = results["records"]["hf|T=0|t/0"]
-    assert hf["decode_tokens"] == 12 - hf["call_tokens"][0]  # the first call's tokens are not decode-phase
+    assert hf["prompt_call_tokens"] == hf["call_tokens"][0]
+    for key, record in results["records"].items():  # the first call's tokens are not decode-phase
+        assert record["decode_tokens"] == 12 - record["prompt_call_tokens"] and record["prompt_call_tokens"] >= 1
     row = {r["runner"]: r for r in results["summary"]}["hf"]
     assert row["tokens_per_s"] == pytest.approx(hf["decode_tokens"] / hf["decode_s"])
     assert row["speedup_end_to_end"] == pytest.approx(
@@ -84,8 +89,9 @@ def test_each_span_is_split_where_the_runner_has_read_the_prompt(tiny_pair, tmp_
     # every token counted: the peer's own prefill timed by a separate prefill-only forward (derived)
     assert hf["prefill_only_s"] > 0
     assert row["tokens_per_s_all"] == pytest.approx(12 / (hf["wall_s"] - hf["prefill_only_s"]))
-    block = {r["runner"]: r for r in results["summary"]}["block"]
-    assert block["tokens_per_s_all"] == pytest.approx(block["tokens_per_s"])
+    block, record = {r["runner"]: r for r in results["summary"]}["block"], results["records"]["block|T=0|t/0"]
+    assert record["prefill_only_s"] > 0  # our first call verified a draft too: the same derivation
+    assert block["tokens_per_s_all"] == pytest.approx(12 / (record["wall_s"] - record["prefill_only_s"]))
     assert results["fields"]["speedup_all"].startswith("derived: ")
 
 
@@ -151,7 +157,7 @@ def test_block_efficiency_has_one_denominator(tiny_pair, tmp_path):
     records = results["records"]
     for row in results["summary"]:
         recs = [records[f"{row['runner']}|T=0|{p['task_id']}"] for p in PROMPTS]
-        first = [r["call_tokens"][0] if row["runner"].startswith("hf") else 0 for r in recs]
+        first = [r["call_tokens"][0] if row["runner"].startswith("hf") else r["prompt_call_tokens"] for r in recs]
         expected = sum(16 - f for f in first) / sum(r["target_forwards"] - 1 for r in recs)
         assert row["block_efficiency"] == pytest.approx(expected), row["runner"]
     assert {r["runner"]: r for r in results["summary"]}["target_only"]["block_efficiency"] == 1.0

@@ -11,6 +11,10 @@ Qwen2 models (fp32, CPU, no download).
 - A user's Method from a user module (tests/empirical/user_methods.py) decodes through the engine
   and through `verispec bench --methods tests.empirical.user_methods:mine`; at T = 0 its output is
   target-only greedy.
+- The target reads the prompt with the first draft tree (one forward fewer than a separate
+  prefill): same tokens from the same uniforms on every storage; a first forward that misses a
+  prompt token, or a tree detached from its prompt (planted), is caught. `logits_to_keep` returns
+  the last columns' logits of the same forward.
 - Bad input: a verifier that reads p off the tree, malformed draft trees, a non-path verdict,
   `module:attr` that does not resolve.
 """
@@ -116,6 +120,67 @@ def test_commit_must_keep_a_root_path(pair):
 # Greedy: every method, every storage, prompts of different lengths in one batch
 # ----------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("storage", ["padded", "packed"])
+def test_append_keeps_the_logits_of_the_last_columns(pair, storage):
+    """logits_to_keep = k: the last k columns' logits of the same forward (the prefill's output
+    layer skipped), on the model and on a KV storage, for a chain and a tree below a prompt."""
+    target = pair[0]
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2]])
+    full, _ = target.forward(ids)
+    last, _ = target.forward(ids, logits_to_keep=3)
+    assert last.shape == (1, 3, 16) and torch.allclose(last, full[:, -3:], atol=1e-6)
+    assert torch.allclose(target.prefill(ids, logits_to_keep=1)[0], full[:, -1:], atol=1e-6)
+    tokens = torch.tensor([[3, 1, 4, 1, 5, 9, 2], [2, 7, 1, 0, 5, 9, 2]])  # row 1: a 3-token prompt, padding
+    parents = torch.tensor([[-1, 0, 1, 2, 3, 4, 4], [-1, 0, 1, 2, 2, 4, 4]])  # then a root and two children
+    real = torch.tensor([[True] * 7, [True, True, True, False, True, True, True]])
+    parents[1, 4] = 2  # row 1's root hangs below its last prompt token
+    logits = []
+    for keep in (0, 3):
+        kv = kv_module.new_kv(storage, target, 2)
+        logits.append(kv.append(tokens, parents, real, logits_to_keep=keep))
+    assert logits[1].shape == (2, 3, 16) and torch.allclose(logits[1], logits[0][:, -3:], atol=1e-6)
+
+
+@pytest.mark.parametrize("storage", ["sequence", "padded", "vanilla", "packed"])
+@pytest.mark.parametrize("name,params,T", [("block", dict(draft_length=3), 0.0), ("block", dict(draft_length=3), 1.0),
+                                           ("gbv", dict(draft_length=3, num_paths=2), 1.0),
+                                           ("opt_tree", dict(node_budget=5, max_depth=3), 0.7),
+                                           ("prompt_lookup", dict(draft_length=3, max_ngram=2), 0.0)])
+def test_verify_in_prefill_saves_one_target_forward_and_changes_no_token(pair, storage, name, params, T):
+    """Reading the prompt with the first tree (the default) against a separate prefill forward:
+    the same tokens from the same uniforms, one target forward fewer, and the first iteration's
+    tokens are the prompt call's."""
+    target, draft = pair
+    prompts = PROMPTS[:1] if storage == "sequence" else PROMPTS
+    runs = [engine.decode(target, draft, prompts, methods.get(name, **params), 14, T, uniforms=3, storage=storage,
+                          verify_in_prefill=fused) for fused in (True, False)]
+    (fused, split) = (run.stats for run in runs)
+    assert torch.equal(runs[0].tokens, runs[1].tokens)
+    assert fused.target_forwards == split.target_forwards - 1 == fused.iterations
+    B = len(prompts)
+    assert torch.equal(fused.prompt_call_tokens, fused.accepted_lengths[:B] + 1)
+    assert torch.equal(split.prompt_call_tokens, torch.zeros(B, dtype=torch.long))
+
+
+def _drops_the_last_unread_token(tokens, lengths):
+    """Bug: an off-by-one that leaves the prompt's last unread token out of the first forward."""
+    n = int(lengths.max()) - 1
+    return tokens[:, :n], torch.arange(n) < (lengths - 2).unsqueeze(1)
+
+
+def test_planted_prompt_reading_bugs_are_caught(pair, greedy, monkeypatch):
+    """A first tree that misses a prompt token is not target greedy; one hung at the cache's
+    start instead of below its prompt is not a root path, which the target's KV refuses."""
+    target, draft = pair
+    method = methods.get("block", draft_length=3)
+    monkeypatch.setattr(engine, "_unread_prompt", _drops_the_last_unread_token)
+    assert not torch.equal(engine.decode(target, draft, PROMPTS, method, 14, uniforms=3).tokens, greedy)
+    monkeypatch.undo()
+    monkeypatch.setattr(engine, "_below_prompt", lambda parents, n, lengths: torch.where(parents >= 0, parents + n, -1))
+    with pytest.raises(ValueError, match="keep: must mark a root path"):
+        engine.decode(target, draft, PROMPTS, method, 14, uniforms=3)
+
+
 @pytest.mark.parametrize("storage", ["padded", "vanilla", "packed"])
 @pytest.mark.parametrize("name,params", BUILTINS + STATIC_TREES, ids=[n for n, _ in BUILTINS + STATIC_TREES])
 def test_greedy_mixed_lengths_equals_target_only(pair, greedy, name, params, storage):
@@ -123,7 +188,7 @@ def test_greedy_mixed_lengths_equals_target_only(pair, greedy, name, params, sto
     result = engine.decode(target, draft, PROMPTS, methods.get(name, **params), 14, uniforms=3, storage=storage)
     assert torch.equal(result.tokens, greedy)
     stats = result.stats
-    assert stats.target_forwards == stats.iterations + 1  # one prefill, one tree forward per iteration
+    assert stats.target_forwards == stats.iterations  # one tree forward per iteration, the first reads the prompt
     assert stats.accepted_lengths.numel() > stats.iterations  # rows were batched
     if storage == "packed":
         assert stats.padded_kv_slots == 0

@@ -56,10 +56,10 @@ def test_param_parsing_and_before_after(script):
 def test_smoke_run_on_tiny_models(script, tmp_path):
     before = tmp_path / "before.json"
     old = {"median": {"verifier_overhead_fraction": 0.5, "non_forward_fraction": 0.9,
-                      "fraction_of_target_forward": {"draft_overhead": 0.2}}, "tokens": [[0] * 6]}
+                      "fraction_of_target_forward": {"draft_overhead": 0.2}}, "tokens": [[0] * 12]}
     before.write_text(json.dumps({"commit": "old", "methods": {"block": old}}))
     out = str(tmp_path / "after.json")
-    result = script.main(["--tiny", "--tokens", "6", "--repeats", "2", "--method", "block", "--method",
+    result = script.main(["--tiny", "--tokens", "12", "--repeats", "2", "--method", "block", "--method",
                           "prompt_lookup", "--param", "block:draft_length=3", "--ops", "3", "--output", out,
                           "--before", str(before), "--label", "smoke"])
     stored = json.load(open(out))

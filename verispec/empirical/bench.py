@@ -4,10 +4,10 @@ transformers' assisted generation, in one process (docs/real_models.md, "What th
 For every prompt and temperature, every runner decodes exactly `max_new_tokens` tokens from the
 prompt, timed as one span (`PhaseClock`): its end-to-end time is that span, prefill included,
 and the span is split where the runner has read the prompt, at the end of the first forward of
-each model (forward hooks): our runners' prefills of the prompt, the peer's first target call
-(transformers' assisted generation reads the prompt together with its first candidates). The
-decode phase, the part speculative decoding speeds up, is the rest of the span; its tokens/s
-counts the tokens emitted in it. Every runner computes its own prefill: no time or cache is
+each model (forward hooks): the draft's prefill, then the first target call, which reads the
+prompt together with the first draft and verifies it (ours, `engine.decode`'s default, as
+transformers' assisted generation does). The decode phase, the part speculative decoding speeds
+up, is the rest of the span; its tokens/s counts the tokens emitted in it. Every runner computes its own prefill: no time or cache is
 carried between runners, prompts or processes.
 
 Block efficiency is the same ratio for every runner: tokens emitted by the target calls after the
@@ -29,7 +29,8 @@ guesses per draft forward, default 8, and the pool refined from the target's ver
 ``prompt_lookup`` (n-gram drafts from the context, point-mass token verification), ``adaptive``
 (a draft-model chain stopped at low draft confidence, its length cap scheduled from the acceptance
 history; ``L`` = the initial cap, ``M`` = its ceiling, default 4 L, ``c`` = the confidence stop in percent,
-default 40 as transformers: ``adaptive:L=8,M=20,c=20``) and ``hybrid`` (the lookup phrase when the context has one, the
+default 40 as transformers, ``sched=constant`` keeps the cap at L (transformers' default schedule), default
+``sched=heuristic`` (+2 after a full acceptance, -1 otherwise): ``adaptive:L=8,M=20,c=20``) and ``hybrid`` (the lookup phrase when the context has one, the
 adaptive chain otherwise; `verispec.empirical.adaptive`), the tree walks ``khisti:K=2``,
 ``optimal_is:K=2`` and ``spechub`` (K = 2 only) of `verispec.empirical.rules.multistep` (the IS
 rules solve a selection LP over the full vocabulary: small vocabularies only; ``khisti:K=2,s=5``
@@ -117,6 +118,7 @@ class RunnerSpec:
     draft_quant: int = 0  # 8: the draft's Linear weights int8 (`quantize.quantize_draft`); 0: as loaded
     max_draft_length: int = 0  # adaptive, hybrid: the length cap's ceiling M >= L (0: the method's default, 4 L)
     confidence_percent: int = 40  # adaptive, hybrid: stop a chain after a token of draft confidence < c / 100
+    schedule: str = "heuristic"  # adaptive, hybrid: the cap's schedule (`adaptive.SCHEDULES`; constant: stays L)
 
 
 def runner_names() -> tuple:
@@ -125,19 +127,27 @@ def runner_names() -> tuple:
 
 
 def _read_params(params: str, text: str, values: dict) -> set:
-    """Write the ``KEY=int`` items of `params` into `values` (by `_PARAMS` name); the keys given.
+    """Write the ``KEY=int`` items of `params` into `values` (by `_PARAMS` name), and
+    ``sched=heuristic|constant``; the keys given.
 
     Raises:
-        ValueError: an unknown key or a value that is not an int >= 1 (W: >= 0).
+        ValueError: an unknown key or a value that is not an int >= 1 (W: >= 0), or an unknown
+            schedule.
     """
+    from .adaptive import SCHEDULES
+
     given = set()
     for item in filter(None, params.split(",")):
         key, _, value = (part.strip() for part in item.partition("="))
-        if (key not in _PARAMS or not value.isdigit() or int(value) < (0 if key in ("W", "c") else 1)
+        if key == "sched" and value in SCHEDULES:
+            values["schedule"] = value
+        elif (key not in _PARAMS or not value.isdigit() or int(value) < (0 if key in ("W", "c") else 1)
                 or (key == "c" and int(value) > 100)):
             raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
-                             "(use L=, K=, n=, G=, s=, dv=, M= with an int >= 1, dq=8, W= with an int >= 0 or c= in 0..100)")
-        values[_PARAMS[key]] = int(value)
+                             "(use L=, K=, n=, G=, s=, dv=, M= with an int >= 1, dq=8, W= with an int >= 0, c= in 0..100 "
+                             f"or sched= one of {', '.join(SCHEDULES)})")
+        else:
+            values[_PARAMS[key]] = int(value)
         given.add(key)
     return given
 
@@ -147,6 +157,7 @@ _SCOPED = {"dv": (DRAFT_VOCAB_RUNNERS, "dv (a draft vocabulary subset) is for"),
            "dq": (DRAFT_QUANT_RUNNERS, "dq=8 (int8 draft weights) is the only width, for runners with a draft model:"),
            "M": (ADAPTIVE_RUNNERS, "M (the length cap's ceiling, >= L) is for"),
            "c": (ADAPTIVE_RUNNERS, "c (the confidence stop, in percent) is for"),
+           "sched": (ADAPTIVE_RUNNERS, "sched (the length cap's schedule) is for"),
            "G": (("ouroboros_phrase",), "only ouroboros_phrase takes a guess set G:"),
            "s": (("khisti", "optimal_is"), "only khisti and optimal_is take an LP truncation s:")}
 
@@ -184,7 +195,7 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
         raise ValueError(f"methods: unknown runner {name!r}; known: {', '.join(runner_names())}")
     values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50, "window": 0, "guess_set": 8,
               "draft_vocab": 0, "draft_quant": 0, "max_draft_length": RunnerSpec.max_draft_length,
-              "confidence_percent": RunnerSpec.confidence_percent}
+              "confidence_percent": RunnerSpec.confidence_percent, "schedule": RunnerSpec.schedule}
     if name in PHRASE_RUNNERS:
         values.update(PHRASE_DEFAULTS)
     given = _read_params(params, text, values)
@@ -210,7 +221,7 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     return RunnerSpec(label, name, values["draft_length"], values["num_paths"], values["node_budget"],
                       truncation=values["truncation"] if "s" in given else 0, draft_vocab=values["draft_vocab"],
                       draft_quant=values["draft_quant"], max_draft_length=values["max_draft_length"],
-                      confidence_percent=values["confidence_percent"])
+                      confidence_percent=values["confidence_percent"], schedule=values["schedule"])
 
 
 @dataclass
@@ -438,7 +449,7 @@ def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed:
     if spec.name in ADAPTIVE_RUNNERS:
         method = methods.get(spec.name, draft_length=spec.draft_length, draft_vocab=vocab,
                              max_draft_length=spec.max_draft_length or None,
-                             threshold=spec.confidence_percent / 100)
+                             threshold=spec.confidence_percent / 100, schedule=spec.schedule)
         return decode_engine(pair.target, pair.draft, prompt, method, N, T, uniforms=seed, storage="sequence")
     if spec.name in methods.WALK_METHODS:
         method = methods.get(spec.name, draft_length=spec.draft_length, num_paths=spec.num_paths, draft_vocab=vocab,
@@ -483,16 +494,19 @@ def _runner_pair(spec: RunnerSpec, pair):
 
 def _record(spec, result, memory, clock: PhaseClock) -> dict:
     """One runner's measurements on one prompt. Verifying calls: the target calls after the one
-    that reads the prompt (our prefill emits nothing; the peer's first call emits tokens, which
-    then fall in its prefill phase)."""
+    that reads the prompt. That call emits tokens (the peer's first call; our first iteration,
+    `engine.decode(verify_in_prefill=True)`), which then fall in the prefill phase; a separate
+    prefill forward emits none."""
     stats = result.stats
     tokens = result.tokens[0].tolist()
-    taus = stats.accepted_lengths.long()  # one per verifying call (the peer: one per call)
+    taus = stats.accepted_lengths.long()  # one per target call after a prefill (the peer: one per call)
     first = 0
     if spec.name.startswith("hf"):
         first, taus = int(stats.logs["call_tokens"][0]), taus[1:]
+    elif int(stats.prompt_call_tokens.sum()):  # our first iteration read the prompt
+        first, taus = int(stats.prompt_call_tokens[0]), taus[1:]
     record = {"tokens": tokens, "new_tokens": len(tokens), "wall_s": clock.total_s, "prefill_s": clock.prefill_s,
-              "decode_s": clock.decode_s, "decode_tokens": len(tokens) - first,
+              "decode_s": clock.decode_s, "decode_tokens": len(tokens) - first, "prompt_call_tokens": first,
               "target_forwards": stats.target_forwards, "draft_forwards": stats.draft_forwards,
               "verify_calls": stats.target_forwards - 1, "verify_tokens": len(tokens) - first,
               "iterations": stats.iterations, "accepted_sum": float(taus.double().sum()),
@@ -515,8 +529,8 @@ def _record(spec, result, memory, clock: PhaseClock) -> dict:
 
 def _prefill_only(pair, ids, with_draft: bool, device) -> float:
     """Seconds of a prefill-only forward of the prompt `ids` [1, n] by the target (and the
-    draft), fresh caches, as the peer's generate runs them: the peer's own prefill cost, for the
-    derived `tokens_per_s_all` of its record."""
+    draft), fresh caches: the prefill cost of a runner whose prompt-reading call also verified a
+    draft (the peer; ours), for the derived `tokens_per_s_all` of its record."""
     cuda = str(device).startswith("cuda")
     with torch.inference_mode():
         if cuda:
@@ -530,8 +544,8 @@ def _prefill_only(pair, ids, with_draft: bool, device) -> float:
 
 
 def _all_tokens_rate(records, common):
-    """new tokens / seconds after the prompt's prefill, all tokens counted: measured decode phase
-    for our runners (their prefill emits nothing); wall_s - prefill_only_s for the peer."""
+    """new tokens / seconds after the prompt's prefill, all tokens counted: wall_s - prefill_only_s
+    where the prompt's call emitted tokens, else the measured decode phase (a prefill emits none)."""
     seconds = sum(r["wall_s"] - r["prefill_only_s"] if "prefill_only_s" in r else r["decode_s"]
                   for r in (records[t] for t in common))
     return sum(records[t]["new_tokens"] for t in common) / seconds if seconds > 0 else None
@@ -658,8 +672,8 @@ def _run_prompt(item, pair, runners, config, results, output, progress, pools):
             results["records"][key].update(vocab.label(), draft_vocab_tokens=size)
         if spec.draft_quant:
             results["records"][key]["draft_quant_bits"] = spec.draft_quant
-        if spec.name.startswith("hf"):
-            results["records"][key]["prefill_only_s"] = _prefill_only(runner_pair, ids, spec.name == "hf",
+        if results["records"][key]["prompt_call_tokens"]:  # its prompt's call emitted tokens: time its prefill alone
+            results["records"][key]["prefill_only_s"] = _prefill_only(runner_pair, ids, result.stats.draft_forwards > 0,
                                                                       config.device)
         if (spec.label, float(T)) in pools:  # saved with the record: a resumed run starts as warm
             results.setdefault("pools", {})[_runner_key(spec.label, T)] = pools[spec.label, float(T)].state()
@@ -796,17 +810,18 @@ FIELDS = {
     "prefill_s": "measured: seconds from the runner's start to the end of the first forward of each model "
                  "(the forwards that read the prompt), mean per prompt",
     "tokens_per_s": "measured: tokens emitted in the decode phase / its seconds (the span after prefill_s; "
-                    "the peer's first target call and the tokens it emits fall in prefill_s; null when no "
+                    "the first target call, which reads the prompt and verifies the first draft, and the tokens "
+                    "it emits fall in prefill_s; null when no "
                     "token is left for the decode phase)",
     "tokens_per_s_end_to_end": "measured: tokens / seconds of the whole span, prefill included",
     "speedup": "derived: tokens_per_s / target_only tokens_per_s (same run, same prompts)",
     "speedup_end_to_end": "derived: tokens_per_s_end_to_end / target_only tokens_per_s_end_to_end",
-    "tokens_per_s_all": "derived: tokens / seconds after the prompt's prefill, every token counted: for the "
-                        "peer (hf, hf_prompt_lookup) wall_s - prefill_only_s, prefill_only_s = a prefill-only "
-                        "forward of the prompt by its target (and draft) timed after its run; for the others "
-                        "the measured decode phase (their prefill emits no token)",
+    "tokens_per_s_all": "derived: tokens / seconds after the prompt's prefill, every token counted: "
+                        "wall_s - prefill_only_s, prefill_only_s = a prefill-only forward of the prompt by the "
+                        "runner's target (and draft) timed after its run; the measured decode phase for a "
+                        "runner with a separate prefill forward (it emits no token)",
     "speedup_all": "derived: tokens_per_s_all / target_only tokens_per_s_all (tokens_per_s_all: all tokens over "
-                   "the seconds after the prefill; the peer's prefill timed by a separate prefill-only forward)",
+                   "the seconds after the prefill, timed by a separate prefill-only forward)",
     "block_efficiency": "measured: tokens emitted by the target calls after the one that reads the prompt, "
                         "per such call (the same ratio for every runner)",
     "mean_accepted": "measured: mean accepted draft tokens tau per verifying target call (the peer's from "

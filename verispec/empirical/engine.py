@@ -12,6 +12,11 @@ it on real causal LMs; one iteration, for every active row at once:
     target kv.commit(root + accepted path)  -> the target cache keeps exactly the emitted prefix
     drafter.accept(tree, verdict)           -> the draft cache keeps what it ran of the path
 
+The first iteration's target forward also reads the prompt (every token but the last, which is
+the first tree's root), as transformers' assisted generation does: the drafter drafts from the
+prompt first, so no target forward is spent on the prompt alone (`decode(verify_in_prefill=False)`
+runs a separate prefill instead).
+
 Rows that reach `max_new_tokens` leave the batch (every storage drops them). Storages
 (`verispec.empirical.kv`): "sequence" (B = 1), "padded" (compact), "vanilla" (padded, masked
 slots kept), "packed" (EMS-SD). Prompts of different lengths work with every storage and method.
@@ -43,8 +48,9 @@ class DecodeStats:
 
     Attributes:
         method: method name ("target_only" for plain decoding).
-        iterations: batched verification steps (target forwards after the prefill).
-        target_forwards, draft_forwards: forward passes (prefill included).
+        iterations: batched verification steps, one target forward each (with
+            `verify_in_prefill`, the first one also reads the prompt; else a prefill precedes).
+        target_forwards, draft_forwards: forward passes (prefills included).
         accepted_lengths: int64 [num_row_iterations]: tau of every (row, iteration).
         wall_time_s: seconds spent.
         top2_margins: float32 [B, N] (target-only only): top-1 minus top-2 logit at every step,
@@ -55,7 +61,10 @@ class DecodeStats:
         peak_kv_slots, peak_draft_kv_slots: the most slots a target / draft cache held.
         kv_trace: per iteration, (target cache slots after the commit, the active rows' true
             cached lengths); equal when nothing padded is kept.
-        prefill_time_s: seconds of the prompt prefills (part of wall_time_s).
+        prefill_time_s: seconds until every model has read the prompt (part of wall_time_s): the
+            prefills, and with `verify_in_prefill` the whole first iteration.
+        prompt_call_tokens: int64 [B]: tokens each row emitted in the target forward that read
+            its prompt (tau + 1 of the first iteration with `verify_in_prefill`; else 0).
         draft_rows: token rows fed to the draft model while drafting.
         logs: the drafter's per-(row, iteration) logs (e.g. trees' predicted E[A]).
     """
@@ -76,6 +85,7 @@ class DecodeStats:
     prefill_time_s: float = 0.0
     draft_rows: int = 0
     logs: dict = field(default_factory=dict)
+    prompt_call_tokens: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
 
     @property
     def mean_accepted(self) -> float:
@@ -164,10 +174,28 @@ def _prompts(prompts, model: CausalLM):
     return tokens, torch.full((tokens.shape[0],), tokens.shape[1], dtype=torch.long, device=tokens.device)
 
 
-def _tree_forward(kv, tree: DraftTree):
+def _below_prompt(parents: torch.Tensor, n: int, lengths: torch.Tensor) -> torch.Tensor:
+    """Tree parents [B, W] renumbered after n prompt columns: each root hangs below its row's
+    last unread prompt token (column lengths[b] - 1; -1 when the row has none)."""
+    return torch.where(parents >= 0, parents + n, (lengths - 1).unsqueeze(1))
+
+
+def _unread_prompt(tokens: torch.Tensor, lengths: torch.Tensor):
+    """What the target reads with the first tree: (tokens [B, n], real [B, n]), every prompt token
+    but the last (the first root), right-padded; n = max(lengths) - 1 >= 1."""
+    n = int(lengths.max()) - 1
+    return tokens[:, :n], torch.arange(n, device=tokens.device) < (lengths - 1).unsqueeze(1)
+
+
+def _tree_forward(kv, tree: DraftTree, unread=None):
     """ONE target forward over the real nodes of every row's tree, packed to the left (parents
     precede children, so the order is kept) -> (logits [B, N, V] in node layout (rows of padding
-    nodes are zero, never read), order [B, W]: the node of each fed column)."""
+    nodes are zero, never read), order [B, W]: the node of each fed column).
+
+    unread: None, or (tokens [B, n], real [B, n]): prompt tokens the target has not read yet (all
+    but the last, which is the tree's root), right-padded. They go first in the same forward, as
+    a chain the tree hangs below, and only the tree's columns get logits (the prompt's own rows
+    are not needed): the target reads the prompt and verifies the first draft at once."""
     real = tree.real
     B, N = real.shape
     W = int(real.sum(1).max())
@@ -176,7 +204,16 @@ def _tree_forward(kv, tree: DraftTree):
     where.scatter_(1, order, torch.arange(W, device=real.device).expand(B, W))
     parents = tree.parents.gather(1, order)  # [B, W], node ids
     parents = torch.where(parents >= 0, where.gather(1, parents.clamp(min=0)), -1)
-    logits = kv.append(tree.tokens.gather(1, order), parents, real.gather(1, order))  # [B, W, V]
+    tokens, fed = tree.tokens.gather(1, order), real.gather(1, order)  # [B, W]
+    if unread is None:
+        logits = kv.append(tokens, parents, fed)  # [B, W, V]
+    else:
+        prompt, on = unread  # [B, n]
+        n = prompt.shape[1]
+        chain = (torch.arange(n, device=real.device) - 1).expand(B, n)
+        parents = _below_prompt(parents, n, on.sum(1))
+        logits = kv.append(torch.cat([prompt, tokens], 1), torch.cat([chain, parents], 1),
+                           torch.cat([on, fed], 1), logits_to_keep=W)  # [B, W, V]
     if bool(real[:, :W].all()):  # the real nodes already lead every row: order is the identity
         if W == N:
             return logits, order
@@ -205,15 +242,20 @@ def _check_verdict(verdict, tree: DraftTree, name: str) -> None:
 class _Run:
     """The state of one `decode` call: rows, target KV, drafter, counters."""
 
-    def __init__(self, target, draft, method, tokens, lengths, N, T, source, storage):
+    def __init__(self, target, draft, method, tokens, lengths, N, T, source, storage, verify_in_prefill):
         self.target, self.method, self.N, self.T, self.source = target, method, N, T, source
         B = tokens.shape[0]
         start = time.perf_counter()
         self.kv = new_kv(storage, target, B)
-        self.kv.prefill(tokens, lengths - 1)  # every prompt token but the last: the first root
+        self.unread = None  # prompt tokens the target reads with the first tree: (tokens, real) [B, n]
+        if verify_in_prefill and int(lengths.max()) > 1:
+            self.unread = _unread_prompt(tokens, lengths)
+        else:
+            self.kv.prefill(tokens, lengths - 1)
         self.drafter = method.drafter()
         self.drafter.start(draft, tokens, lengths, T, source, storage)
         self.prefill_s = time.perf_counter() - start
+        self.prompt_call_tokens = torch.zeros(B, dtype=torch.long)  # emitted by the forward reading the prompt
         self.rows = Rows(tokens, lengths, N, room=64)
         self.out = torch.zeros(B, N, dtype=torch.long)
         self.accepted, self.trace = [], []
@@ -221,11 +263,12 @@ class _Run:
     def step(self) -> bool:
         """One iteration for every active row; False once every row is done."""
         rows, verifier = self.rows, self.method.verifier
+        unread, start = self.unread, time.perf_counter()
         tree = self.drafter.draft(rows)
         if not isinstance(tree, DraftTree):
             raise TypeError(f"drafter of {self.method.name!r} returned {type(tree).__name__}, not a DraftTree")
         tree.check(self.target.vocab_size, rows.row_id.numel(), getattr(verifier, "needs_q", True))
-        logits, order = _tree_forward(self.kv, tree)
+        logits, order = _tree_forward(self.kv, tree, unread)
         if self.method.observe is not None:
             self.method.observe(logits, tree, rows)
         self.drafter.observe(logits, tree, rows)
@@ -235,9 +278,13 @@ class _Run:
         keep[:, 0] = True
         keep.scatter_(1, verdict.nodes.clamp(min=0), verdict.nodes >= 0)
         keep[:, 0] = True
-        self.kv.commit(keep.gather(1, order) & tree.real.gather(1, order))
+        keep = keep.gather(1, order) & tree.real.gather(1, order)
+        self.kv.commit(keep if unread is None else torch.cat([unread[1], keep], 1))
         self.drafter.accept(tree, verdict)
         rows.emit(tree, verdict)
+        if unread is not None:  # this iteration read the prompt: its time and tokens are the prefill's
+            self.unread, self.prefill_s = None, self.prefill_s + time.perf_counter() - start
+            self.prompt_call_tokens = verdict.num_accepted.cpu() + 1
         self.accepted.append(verdict.num_accepted.cpu())
         self.trace.append((self.kv.slots(), int((rows.ctx_len - 1).sum())))
         done = rows.ctx_len - rows.prompt_len >= self.N  # [B]
@@ -253,7 +300,8 @@ class _Run:
 
 
 def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_tokens: int,
-           temperature: float = 0.0, uniforms=None, storage: str = "padded") -> DecodeResult:
+           temperature: float = 0.0, uniforms=None, storage: str = "padded",
+           verify_in_prefill: bool = True) -> DecodeResult:
     """Speculative decoding of B prompts with one method: drafter -> one target tree forward ->
     verifier -> KV keep, until every row has `max_new_tokens` tokens (no EOS stop).
 
@@ -266,6 +314,11 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
         max_new_tokens: N >= 1. temperature: T >= 0 (0: greedy; every lossless method then
             reproduces target-only greedy decoding). uniforms: `UniformSource`, an int seed, or
             None (stream sources need B = 1). storage: one of `kv.STORAGES`.
+        verify_in_prefill: True (default): the drafter drafts from the prompt first, and ONE
+            target forward reads the prompt and verifies that draft (as transformers' assisted
+            generation does), one target forward fewer than False: a prefill forward of the
+            prompt, then the first iteration. Same output law; with shared uniforms, the same
+            tokens up to floating-point ties.
 
     Returns:
         `DecodeResult`: tokens int64 [B, N] on CPU; `DecodeStats`.
@@ -289,7 +342,9 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
     if storage == "sequence" and tokens.shape[0] != 1:
         raise ValueError(f"storage: 'sequence' holds one row, got a batch of {tokens.shape[0]}")
     start, counts = time.perf_counter(), (target.forward_count, draft.forward_count if draft is not None else 0)
-    run = _Run(target, draft, method, tokens, lengths, N, T, source, storage)
+    if not isinstance(verify_in_prefill, bool):
+        raise TypeError(f"verify_in_prefill: expected a bool, got {type(verify_in_prefill).__name__}")
+    run = _Run(target, draft, method, tokens, lengths, N, T, source, storage, verify_in_prefill)
     while run.step():
         pass
     return DecodeResult(run.out, _stats(run, method, storage, draft, counts, start))
@@ -304,7 +359,8 @@ def _stats(run: _Run, method: TorchMethod, storage: str, draft, counts, start) -
         accepted_lengths=torch.cat(run.accepted), wall_time_s=time.perf_counter() - start, storage=storage,
         padded_kv_slots=run.kv.padded_slots + (draft_kv.padded_slots if draft_kv is not None else 0),
         peak_kv_slots=run.kv.peak_slots, peak_draft_kv_slots=draft_kv.peak_slots if draft_kv is not None else 0,
-        kv_trace=run.trace, prefill_time_s=run.prefill_s, draft_rows=drafter.draft_rows, logs=drafter.logs())
+        kv_trace=run.trace, prefill_time_s=run.prefill_s, draft_rows=drafter.draft_rows, logs=drafter.logs(),
+        prompt_call_tokens=run.prompt_call_tokens)
 
 
 def _as_method(method) -> TorchMethod:

@@ -123,7 +123,7 @@ class KVState:
         tokens = tokens[:, :n]
         parents = (torch.arange(n, device=tokens.device) - 1).expand_as(tokens)  # a chain
         real = torch.arange(n, device=tokens.device) < lengths.unsqueeze(1)  # [B, n]
-        self.append(tokens, parents, real)
+        self.append(tokens, parents, real, logits_to_keep=1)  # a prefill reads no logits
         self.commit(real)
 
 
@@ -140,20 +140,23 @@ class PaddedKV(KVState):
         n = int(lengths.max()) if lengths.numel() else 0
         if n and bool((lengths == n).all()):  # equal rows: `CausalLM.prefill` (benches reuse it)
             tokens = tokens[:, :n]
-            _, self.cache = self.model.prefill(tokens)
+            _, self.cache = self.model.prefill(tokens, logits_to_keep=1)
             self.valid = torch.ones(tokens.shape, dtype=torch.bool, device=self.model.device)
             self.pos = lengths.to(self.pos)
             return
         super().prefill(tokens, lengths)
 
-    def append(self, tokens: torch.Tensor, parents: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    def append(self, tokens: torch.Tensor, parents: torch.Tensor, real: torch.Tensor,
+               logits_to_keep: int = 0) -> torch.Tensor:
         """ONE forward of n new nodes per row: tokens / parents (forest numbering, -1: attached to
         the committed prefix) / real: [B, n]. Returns logits float32 [B, n, V] (rows of padding
-        nodes are meaningless)."""
+        nodes are meaningless), or [B, k, V] of the last k columns with logits_to_keep = k >= 1
+        (the output layer runs on those only)."""
         ancestry, depth = self._grow(parents, real)  # [B, n, m + n], [B, n]
         mask = _model.additive_mask(_visible(self.valid, ancestry), self.model.dtype).unsqueeze(1)
         position = self.pos.unsqueeze(1) + depth  # [B, n]
-        logits, self.cache = self.model.forward(tokens, self.cache, position_ids=position, attention_mask=mask)
+        logits, self.cache = self.model.forward(tokens, self.cache, position_ids=position, attention_mask=mask,
+                                                logits_to_keep=logits_to_keep)
         self.padded_slots += int((~real).sum())  # written, holding no token of the row
         self.peak_slots = max(self.peak_slots, cache_length(self.cache) * tokens.shape[0])
         return logits
@@ -233,7 +236,7 @@ class PackedKV(KVState):
         n = int(lengths.max()) if lengths.numel() else 0
         if n and tokens.shape[0] == 1 and bool((lengths == n).all()):  # `CausalLM.prefill`, reusable
             tokens = tokens[:, :n]
-            _, self.cache = self.model.prefill(tokens)
+            _, self.cache = self.model.prefill(tokens, logits_to_keep=1)
             self.owner = torch.zeros(n, dtype=torch.long, device=self.model.device)
             self.base, self.pos = n, lengths.to(self.pos)
             return
@@ -254,8 +257,10 @@ class PackedKV(KVState):
         allowed = torch.cat([committed, later[:, :-1]], dim=1)  # [Q, S + Q]
         return _model.additive_mask(allowed, self.model.dtype)[None, None]
 
-    def append(self, tokens: torch.Tensor, parents: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-        """As `PaddedKV.append`; only the real nodes are fed, packed into one sequence."""
+    def append(self, tokens: torch.Tensor, parents: torch.Tensor, real: torch.Tensor,
+               logits_to_keep: int = 0) -> torch.Tensor:
+        """As `PaddedKV.append`; only the real nodes are fed, packed into one sequence (the output
+        layer runs on all of them, as a row's last k columns are not the packed sequence's last)."""
         B, n = tokens.shape
         ancestry, depth = self._grow(parents, real)  # [B, n, m + n], [B, n]
         rows, cols = real.nonzero(as_tuple=True)  # row-major: each row's nodes in order
@@ -264,7 +269,8 @@ class PackedKV(KVState):
         new_slot[rows, cols] = S + torch.arange(Q, device=tokens.device)
         self.slot = torch.cat([self.slot, new_slot], dim=1)
         self.parent = torch.cat([self.parent, parents], dim=1)
-        logits = torch.zeros(B, n, self.model.vocab_size, device=self.model.device)  # [B, n, V]
+        first = n - logits_to_keep if 0 < logits_to_keep < n else 0  # the first column returned
+        logits = torch.zeros(B, n - first, self.model.vocab_size, device=self.model.device)  # [B, n - first, V]
         if Q == 0:
             return logits
         position = _packed_positions(self.pos, rows, depth[rows, cols]).unsqueeze(0)  # [1, Q]
@@ -278,7 +284,8 @@ class PackedKV(KVState):
         else:
             mask = self._attention_mask(ancestry, rows, cols)
             packed, self.cache = self.model.forward(fed, self.cache, position_ids=position, attention_mask=mask)
-        logits[rows, cols] = packed[0]
+        kept = cols >= first
+        logits[rows[kept], cols[kept] - first] = packed[0, kept]
         self.owner = torch.cat([self.owner, rows])
         # Slots the cache counted as written (a plain cache: the width fed) minus the real nodes.
         written = self.cache.slots_written - written if hasattr(self.cache, "slots_written") else fed.shape[1]
