@@ -36,7 +36,7 @@ from .lookup import prompt_lookup_batch
 __all__ = ["AdaptiveChainDrafter", "HybridDrafter", "SCHEDULES", "adaptive_method", "hybrid_method"]
 
 #: Length-cap schedules: transformers' "heuristic" (+2 when every drafted token was accepted,
-#: else -1) and "constant" (the cap stays at draft_length).
+#: else -1) and "constant" (the cap stays at draft_length; transformers 5.x's default, with 20).
 SCHEDULES = ("heuristic", "constant")
 
 

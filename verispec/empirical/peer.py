@@ -2,8 +2,9 @@
 
 `hf_assisted(...)` runs ``model.generate(assistant_model=draft)`` (Leviathan-style token-level
 speculative decoding, batch size 1; arXiv 2211.17192) with the assistant's own defaults for the
-number of draft tokens (transformers' heuristic schedule and confidence threshold), so the
-comparison is against what a user gets out of the box. Everything that would change the output
+number of draft tokens (transformers 5.x: up to 20 per call under a constant schedule, the chain
+stopped after a token of draft confidence below 0.4), so the comparison is against what a user
+gets out of the box. Everything that would change the output
 law is switched off: no top-k / top-p / repetition penalty, no EOS stop (exactly
 `max_new_tokens` tokens, like every verispec method).
 
