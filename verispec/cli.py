@@ -413,7 +413,8 @@ def _run_bench(args) -> int:
         f"{env['dtype']} on {env['device_name']} ({env['torch_threads']} threads), "
         f"L={config.draft_length} K={config.num_paths}")))
     console.print("tok/s: tokens emitted in the decode phase per second; each runner is timed as one span, split "
-                  "at the end of the forwards that read the prompt (hf: its first target call); e2e: the whole "
+                  "at the end of the forwards that read the prompt (the target's reads it with the first draft); "
+                  "e2e: the whole "
                   f"span. dtype {env['dtype']} ({env['dtype_reason']}), CPU capability {env['cpu_capability']}")
     console.print(f"results: {output}" + (f", plot: {results['plot']}" if results.get("plot") else ""))
     return 0
