@@ -113,6 +113,20 @@ def test_draft_cache_stays_in_sync(pair):
     assert tau[:-1][model].tolist() == logs["chain_lengths"][:-1][model].tolist()
 
 
+def test_chains_stop_at_the_tokens_still_needed(pair):
+    """7 tokens with an identical draft and a cap of 20: one chain of 6 (+ the bonus token), 6
+    draft forwards after the prefill, not 20: drafting past max_new_tokens is cut (hybrid too)."""
+    twin = copy.deepcopy(pair[0])
+    greedy = decode.target_only(pair[0], PROMPTS[0], 7).tokens
+    for name in ("adaptive", "hybrid"):
+        method = methods.get(name, draft_length=20, threshold=0.0, schedule="constant")
+        result = engine.decode(pair[0], twin, PROMPTS[:1], method, 7, storage="sequence")
+        assert torch.equal(result.tokens, greedy), name
+        if name == "adaptive" or not bool(result.stats.logs["lookup"][0]):
+            assert result.stats.logs["chain_lengths"].tolist() == [6], name
+            assert result.stats.draft_forwards == 1 + 6 and result.stats.target_forwards == 1, name
+
+
 def _check_sync(monkeypatch, pair, storage):
     """Before every draft: the draft cache's committed tokens + its pending tokens are exactly
     the row's context (count), and the pending tokens are the context's last ones."""

@@ -8,7 +8,7 @@ lossless at every temperature:
   confidence falls below `threshold` (transformers' ``assistant_confidence_threshold``), with a
   per-row length cap that follows the acceptance history (transformers' "heuristic" schedule:
   +2 after an iteration that accepted every drafted token, -1 otherwise, within
-  [1, max_draft_length]). The stop is decided AFTER the token is drawn and keeps it: whether to
+  [1, max_draft_length]; a chain is also cut to the tokens its row still needs). The stop is decided AFTER the token is drawn and keeps it: whether to
   draft one more token is then a function of the drafted prefix, which token verification
   allows (a chain's length may be any stopping time of its own tokens). Dropping the
   low-confidence token instead would condition its law on q(x) >= threshold while the verifier
@@ -130,8 +130,18 @@ class AdaptiveChainDrafter(PathsDrafter):
             tree.paths = torch.cat([tree.paths, tree.paths.new_full((paths.shape[0], 1, paths.shape[2] - l), -1)], 2)
         return tree
 
+    @staticmethod
+    def _in_budget(caps: torch.Tensor, rows) -> torch.Tensor:
+        """caps [B] cut to the tokens each row still needs, less the correction/bonus token the
+        verification adds (at least 1, which costs no forward beyond the pending tokens' one):
+        tokens past max_new_tokens would be thrown away after costing draft forwards and target
+        rows. The cut is fixed before the iteration's draws, so the law is kept (module docstring);
+        transformers' assistant cuts its drafts the same way."""
+        remaining = getattr(rows, "remaining", None)  # [B]; the engine's `Rows` has it
+        return caps if remaining is None else torch.minimum(caps, (remaining - 1).clamp(min=1))
+
     def draft(self, rows) -> DraftTree:
-        paths, lengths, q = self._chain(self.cap)
+        paths, lengths, q = self._chain(self._in_budget(self.cap, rows))
         self._drafted = lengths
         self._lengths.append(lengths.cpu())
         self._caps.append(self.cap.cpu())
@@ -207,7 +217,7 @@ class HybridDrafter(AdaptiveChainDrafter):
         self._lookup = lookup
         self._lookups.append(lookup.cpu())
         if self._ran:
-            paths, lengths, q = self._chain(torch.where(lookup, 0, self.cap))
+            paths, lengths, q = self._chain(torch.where(lookup, 0, self._in_budget(self.cap, rows)))
         else:
             paths, lengths, q = self._empty(found)
         paths, lengths, q = self._with_phrases(paths, lengths, q, phrases, found, lookup)

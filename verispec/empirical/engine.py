@@ -133,11 +133,16 @@ class Rows:
 
     def __init__(self, tokens: torch.Tensor, lengths: torch.Tensor, N: int, room: int):
         B, device = tokens.shape[0], tokens.device  # tokens [B, n] right-padded, lengths [B]
-        self.prompt_len = lengths
+        self.prompt_len, self.N = lengths, N
         self.ctx = torch.cat([tokens, tokens.new_zeros(B, N + room + 1)], dim=1)  # [B, W]
         self.ctx_len = lengths.clone()  # [B]
         self.row_id = torch.arange(B, device=device)  # original index of each active row
         self.last = self.ctx[self.row_id, self.ctx_len - 1]  # [B]
+
+    @property
+    def remaining(self) -> torch.Tensor:
+        """int64 [B]: tokens each active row has still to emit (>= 1)."""
+        return self.N - (self.ctx_len - self.prompt_len)
 
     def emit(self, tree: DraftTree, verdict) -> None:
         """Append each row's accepted tokens and its correction/bonus token to its context."""
