@@ -351,6 +351,8 @@ def test_bad_arguments(pair):
         methods.get("nope")
     with pytest.raises(TypeError, match="num_paths"):
         methods.get("opt_tree", num_paths=2)
+    with pytest.raises(TypeError, match="verify_in_prefill"):
+        engine.decode(pair[0], pair[1], PROMPTS, methods.get("block"), 4, verify_in_prefill="yes")
 
 
 # ----------------------------------------------------------------------------------------------
