@@ -8,8 +8,8 @@ lossless at every temperature:
   confidence falls below `threshold` (transformers' ``assistant_confidence_threshold``), with a
   per-row length cap that follows the acceptance history (transformers' "heuristic" schedule:
   +2 after an iteration that accepted every drafted token, -1 otherwise, within
-  [1, max_draft_length]; a chain is also cut to the tokens its row still needs). The stop is decided AFTER the token is drawn and keeps it: whether to
-  draft one more token is then a function of the drafted prefix, which token verification
+  [1, max_draft_length]; a chain is also cut to the tokens its row still needs). The stop is
+  decided AFTER the token is drawn and keeps it: whether to draft one more token is then a function of the drafted prefix, which token verification
   allows (a chain's length may be any stopping time of its own tokens). Dropping the
   low-confidence token instead would condition its law on q(x) >= threshold while the verifier
   divides by the unconditioned q: biased (`verispec.reference.adaptive` plants exactly that).

@@ -7,8 +7,8 @@ and the span is split where the runner has read the prompt, at the end of the fi
 each model (forward hooks): the draft's prefill, then the first target call, which reads the
 prompt together with the first draft and verifies it (ours, `engine.decode`'s default, as
 transformers' assisted generation does). The decode phase, the part speculative decoding speeds
-up, is the rest of the span; its tokens/s counts the tokens emitted in it. Every runner computes its own prefill: no time or cache is
-carried between runners, prompts or processes.
+up, is the rest of the span; its tokens/s counts the tokens emitted in it. Every runner computes
+its own prefill: no time or cache is carried between runners, prompts or processes.
 
 Block efficiency is the same ratio for every runner: tokens emitted by the target calls after the
 one that reads the prompt, per such call. The peer's accepted length of every call is counted from
@@ -28,9 +28,10 @@ guesses per draft forward, default 8, and the pool refined from the target's ver
 ``ouroboros_phrase:L=4,K=3,G=8,W=4``) and
 ``prompt_lookup`` (n-gram drafts from the context, point-mass token verification), ``adaptive``
 (a draft-model chain stopped at low draft confidence, its length cap scheduled from the acceptance
-history; ``L`` = the initial cap, ``M`` = its ceiling, default 4 L, ``c`` = the confidence stop in percent,
-default 40 as transformers, ``sched=constant`` keeps the cap at L (transformers' default schedule), default
-``sched=heuristic`` (+2 after a full acceptance, -1 otherwise): ``adaptive:L=8,M=20,c=20``) and ``hybrid`` (the lookup phrase when the context has one, the
+history; ``L`` = the initial cap, ``M`` = its ceiling, default 4 L, ``c`` = the confidence stop in
+percent, default 40 as transformers, ``sched=constant`` keeps the cap at L (transformers' default
+schedule), default ``sched=heuristic`` (+2 after a full acceptance, -1 otherwise):
+``adaptive:L=8,M=20,c=20``) and ``hybrid`` (the lookup phrase when the context has one, the
 adaptive chain otherwise; `verispec.empirical.adaptive`), the tree walks ``khisti:K=2``,
 ``optimal_is:K=2`` and ``spechub`` (K = 2 only) of `verispec.empirical.rules.multistep` (the IS
 rules solve a selection LP over the full vocabulary: small vocabularies only; ``khisti:K=2,s=5``
@@ -144,8 +145,8 @@ def _read_params(params: str, text: str, values: dict) -> set:
         elif (key not in _PARAMS or not value.isdigit() or int(value) < (0 if key in ("W", "c") else 1)
                 or (key == "c" and int(value) > 100)):
             raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
-                             "(use L=, K=, n=, G=, s=, dv=, M= with an int >= 1, dq=8, W= with an int >= 0, c= in 0..100 "
-                             f"or sched= one of {', '.join(SCHEDULES)})")
+                             "(use L=, K=, n=, G=, s=, dv=, M= with an int >= 1, dq=8, W= with an int >= 0, "
+                             f"c= in 0..100 or sched= one of {', '.join(SCHEDULES)})")
         else:
             values[_PARAMS[key]] = int(value)
         given.add(key)
