@@ -31,6 +31,18 @@ def test_adaptive_chain_is_lossless_on_the_default_sweep():
     assert_lossless(ref.adaptive_method(3, 0.4))
 
 
+@pytest.mark.parametrize("L", [1, 2, 3, 4])
+def test_block_verified_adaptive_chain_is_lossless_for_every_cap(L):
+    """Block verification on a chain whose length is a stopping time of its tokens: checked
+    exactly (the proof of BV is for fixed lengths)."""
+    assert_lossless(ref.adaptive_method(L, 0.4, verifier="block"), **QUICK)
+
+
+def test_block_verified_adaptive_and_hybrid_on_the_default_sweep():
+    assert_lossless(ref.adaptive_method(3, 0.4, verifier="block"))
+    assert_lossless(ref.hybrid_method(2, 0.4, lookup_length=3, max_ngram=2, verifier="block"), context=(0, 1, 0))
+
+
 def test_hybrid_is_lossless_on_the_default_sweep():
     # a context whose suffix recurs: the first iteration drafts a lookup phrase, later ones either
     assert_lossless(ref.hybrid_method(2, 0.4, lookup_length=3, max_ngram=2), context=(0, 1, 0))
@@ -45,17 +57,35 @@ def test_the_confidence_stop_really_stops():
     assert {len(path) for path in paths} == {1, 2, 3}
 
 
-def test_planted_drop_of_the_low_confidence_token_is_caught():
+@pytest.mark.parametrize("verifier", ["token", "block"])
+def test_planted_drop_of_the_low_confidence_token_is_caught(verifier):
     with pytest.raises(AssertionError, match="NOT lossless"):
-        assert_lossless(ref.drop_low_confidence(2, 0.4), **QUICK)
+        assert_lossless(ref.drop_low_confidence(2, 0.4, verifier), **QUICK)
 
 
-def test_planted_stop_on_the_targets_probability_is_caught():
+@pytest.mark.parametrize("verifier", ["token", "block"])
+def test_planted_stop_on_the_targets_probability_is_caught(verifier):
     target = models.iid([F(1, 2), F(1, 4), F(1, 4)], rational=True)
     draft = models.iid([F(1, 4), F(1, 4), F(1, 2)], rational=True)
-    assert_lossless(ref.adaptive_method(2, 0.3), target=target, draft=draft)  # the honest stop passes
+    assert_lossless(ref.adaptive_method(2, 0.3, verifier=verifier), target=target, draft=draft)  # the honest stop
     with pytest.raises(AssertionError, match="NOT lossless"):
-        assert_lossless(ref.stop_on_target(target, 2, 0.3), target=target, draft=draft)
+        assert_lossless(ref.stop_on_target(target, 2, 0.3, verifier), target=target, draft=draft)
+
+
+def test_block_verification_emits_more_than_token_verification_of_the_same_chain():
+    """The reason to offer it: E[tau] of one iteration, exact (Fractions), block >= token on
+    instance of the sweep's models at V = 3, T = 1, and > on some (Sun et al. 2024, arXiv
+    2403.10444, prove the domination for fixed-length chains; here it is checked)."""
+    from verispec.reference import exact
+    from verispec.testing import sweep
+
+    gains = []
+    for instance in sweep(vocab_sizes=(3,), families=("iid", "markov"), temperatures=(1,)):
+        laws = [exact.expected_accepted_length(instance.target, instance.draft,
+                                               ref.adaptive_method(3, 0.4, verifier=v)) for v in ("token", "block")]
+        assert laws[1] >= laws[0], instance
+        gains.append(laws[1] - laws[0])
+    assert max(gains) > 0
 
 
 def test_reference_rejects_bad_parameters():
@@ -63,6 +93,11 @@ def test_reference_rejects_bad_parameters():
         ref.adaptive_chain(2, 1.5)
     with pytest.raises((TypeError, ValueError), match="draft_length"):
         ref.hybrid(0)
+    for bad in ("tree", None, 1):
+        with pytest.raises(ValueError, match="verifier"):
+            ref.adaptive_method(2, verifier=bad)
+        with pytest.raises(ValueError, match="verifier"):
+            ref.hybrid_method(2, verifier=bad)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -87,7 +122,8 @@ def pair():
 
 @pytest.mark.parametrize("storage", ["padded", "packed"])
 @pytest.mark.parametrize("name, params", [("adaptive", {"draft_length": 3}), ("adaptive", {"threshold": 0.0}),
-                                          ("hybrid", {"draft_length": 3, "lookup_length": 6})])
+                                          ("hybrid", {"draft_length": 3, "lookup_length": 6}),
+                                          ("adaptive", {"draft_length": 3, "verifier": "block"})])
 def test_greedy_output_is_target_only_greedy(pair, storage, name, params):
     target, draft = pair
     reference = decode.target_only(target, PROMPTS, 24)
@@ -189,6 +225,8 @@ def test_bad_parameters_are_refused():
         methods.get("adaptive", draft_length=4, max_draft_length=2)
     with pytest.raises(TypeError, match="num_paths"):
         methods.get("hybrid", num_paths=2)
+    with pytest.raises(ValueError, match="verifier"):
+        methods.get("adaptive", verifier="gbv")
 
 
 def test_bench_runners_are_greedy_exact(tmp_path):
@@ -199,11 +237,12 @@ def test_bench_runners_are_greedy_exact(tmp_path):
 
     pair_ = types.SimpleNamespace(target=tiny(64, 0, head_scale=4.0), draft=tiny(64, 0, noise=0.1, head_scale=4.0),
                                   tokenizer=CharTokenizer(64))
-    cfg = bench.BenchConfig(prompts=2, max_new_tokens=12, methods=("adaptive", "hybrid:L=2", "adaptive:L=2,M=3"),
-                            temperatures=(0.0,), draft_length=3, dtype="float32")
+    runners = ("adaptive", "hybrid:L=2", "adaptive:L=2,M=3", "hybrid:L=2,v=block")
+    cfg = bench.BenchConfig(prompts=2, max_new_tokens=12, methods=runners, temperatures=(0.0,), draft_length=3,
+                            dtype="float32")
     results = bench.run_bench(cfg, str(tmp_path / "a.json"), pair=pair_, prompts=BENCH_PROMPTS, plot=False)
     rows = {r["runner"]: r for r in results["summary"]}
-    assert all(rows[name]["greedy_match_rate"] == 1.0 for name in ("adaptive", "hybrid:L=2", "adaptive:L=2,M=3"))
+    assert all(rows[name]["greedy_match_rate"] == 1.0 for name in runners)
     prompt = pair_.tokenizer(BENCH_PROMPTS[0]["prompt"]).input_ids  # [1, n]
     # M: the cap's ceiling (default 4 L; the draft accepts all, so the cap climbs to it); c: the
     # confidence stop in percent (c=100 stops after every token, c=0 never); sched=constant keeps the cap at L
@@ -230,9 +269,11 @@ def test_bench_adaptive_ceiling_is_checked():
     assert bench.parse_runner("adaptive:L=20,M=20,c=15", 4, 1).confidence_percent == 15
     assert bench.parse_runner("adaptive:L=20,sched=constant", 4, 1).schedule == "constant"
     assert bench.parse_runner("hybrid", 4, 1).schedule == "heuristic"
+    assert bench.parse_runner("adaptive:L=20,v=block", 4, 1).verifier == "block"
+    assert bench.parse_runner("hybrid:L=20", 4, 1).verifier == "token"
     for bad in ("block:M=8", "adaptive:L=8,M=4", "hf:M=8", "adaptive:M=0", "block:c=10", "adaptive:c=101",
-                "block:sched=constant", "adaptive:sched=fast"):
-        with pytest.raises(ValueError, match="M|c \\(|sched|bad parameter"):
+                "block:sched=constant", "adaptive:sched=fast", "block:v=block", "adaptive:v=gbv"):
+        with pytest.raises(ValueError, match="M|c \\(|sched|v \\(|bad parameter"):
             bench.parse_runner(bad, 4, 1)
 
 
@@ -240,13 +281,15 @@ def test_bench_adaptive_ceiling_is_checked():
 # The engine drafters' law of tau equals the reference twins' exact law
 # ----------------------------------------------------------------------------------------------
 
-def _exact_case(name):
-    """(torch params, reference Method) at L = 2, threshold 0.8, a constant cap (one iteration is
-    then the reference method), for the context-sensitive models of test_accepted_length_exact."""
-    common = {"draft_length": 2, "threshold": 0.8, "schedule": "constant"}
+def _exact_case(name, verifier="token", draft_length=2, threshold=0.8):
+    """(torch params, reference Method) at L = 2, threshold 0.8 unless given, a constant cap (one
+    iteration is then the reference method), for the context-sensitive models of
+    test_accepted_length_exact."""
+    common = {"draft_length": draft_length, "threshold": threshold, "schedule": "constant", "verifier": verifier}
     if name == "adaptive":
-        return common, ref.adaptive_method(2, 0.8)
-    return {**common, "lookup_length": 2, "max_ngram": 2}, ref.hybrid_method(2, 0.8, lookup_length=2, max_ngram=2)
+        return common, ref.adaptive_method(draft_length, threshold, verifier=verifier)
+    return ({**common, "lookup_length": 2, "max_ngram": 2},
+            ref.hybrid_method(draft_length, threshold, lookup_length=2, max_ngram=2, verifier=verifier))
 
 
 @pytest.fixture(scope="module")
@@ -256,17 +299,34 @@ def exact_models():
     return context_tiny(20), context_tiny(20, noise=0.3)
 
 
+def _check_tau_law(exact_models, name, verifier, rows=4000, draft_length=2, threshold=0.8):
+    from .test_accepted_length_exact import check_means, decode_taus, exact_tau_laws
+
+    target, draft = exact_models
+    params, method = _exact_case(name, verifier, draft_length, threshold)
+    # 2 L + 2 new tokens: the second chain is never cut to the tokens still needed (the reference's
+    # iteration has the whole cap L), and every row runs two iterations.
+    taus = decode_taus(target, draft, name, params, rows, "padded", (1, 3), 7, depth=2 * draft_length)
+    return check_means(taus, exact_tau_laws(target, draft, method, (1, 3)), bound=draft_length)
+
+
 @pytest.mark.parametrize("name", ["adaptive", "hybrid"])
 def test_engine_tau_matches_the_reference_exact_law(exact_models, name):
     """tau_1, tau_2 of 4000 rows vs the exact laws of the reference twin (Bernstein, alpha 1e-6,
     as test_accepted_length_exact). At this threshold the stop moves E[tau_2] by 0.12 from the
     plain token chain's, above the test's 0.077 power shift (the planted test below)."""
-    from .test_accepted_length_exact import check_means, decode_taus, exact_tau_laws
+    _check_tau_law(exact_models, name, "token")
 
-    target, draft = exact_models
-    params, method = _exact_case(name)
-    taus = decode_taus(target, draft, name, params, 4000, "padded", (1, 3), 7)
-    check_means(taus, exact_tau_laws(target, draft, method, (1, 3)))
+
+#: Block verification on the adaptive chain: L = 3 and threshold 0.3, where the exact E[tau_1],
+#: E[tau_2] under block verification exceed token verification's by 0.031 and 0.053 on these
+#: models (at L = 2, threshold 0.8 the stop ends almost every chain after one token and the two
+#: rules differ by < 0.02); 32000 rows put the power shift (delta_min, printed on failure) below that.
+BLOCK_CASE = dict(rows=32000, draft_length=3, threshold=0.3)
+
+
+def test_engine_block_verified_tau_matches_the_reference_exact_law(exact_models):
+    _check_tau_law(exact_models, "adaptive", "block", **BLOCK_CASE)
 
 
 def test_planted_ignored_confidence_is_caught(exact_models, monkeypatch):
@@ -275,3 +335,14 @@ def test_planted_ignored_confidence_is_caught(exact_models, monkeypatch):
                         lambda self, logits, tokens: torch.ones(tokens.shape, dtype=torch.float64))
     with pytest.raises(AssertionError):
         test_engine_tau_matches_the_reference_exact_law(exact_models, "adaptive")
+
+
+def test_planted_token_rule_under_the_block_name_is_caught(exact_models, monkeypatch):
+    """Planted: the engine's chain verifier ignores `verifier` and always runs token
+    verification; the block law's E[tau] differs enough for the Bernstein test to see it."""
+    from verispec.empirical.rules import nodes
+
+    inner = nodes.PathRule.__init__
+    monkeypatch.setattr(nodes.PathRule, "__init__", lambda self, name: inner(self, "token"))
+    with pytest.raises(AssertionError, match="tau_"):
+        _check_tau_law(exact_models, "adaptive", "block", **BLOCK_CASE)

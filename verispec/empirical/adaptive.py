@@ -1,16 +1,19 @@
 """Cheaper drafts on the engine: adaptive chains and hybrid (n-gram or draft model) chains.
 
 Two levers against the cost of drafting (one draft forward per drafted token), both verified by
-token-level speculative sampling (Leviathan et al. 2023, arXiv 2211.17192, Algorithm 1), both
-lossless at every temperature:
+token-level speculative sampling (Leviathan et al. 2023, arXiv 2211.17192, Algorithm 1) or, with
+``verifier="block"``, by block verification (Sun et al. 2024, arXiv 2403.10444, Algorithm 2: at
+least as many tokens per target call in expectation from the same chain, no forward more), at
+every temperature:
 
 - `AdaptiveChainDrafter`: a chain from the draft model that stops after a token whose draft
   confidence falls below `threshold` (transformers' ``assistant_confidence_threshold``), with a
   per-row length cap that follows the acceptance history (transformers' "heuristic" schedule:
   +2 after an iteration that accepted every drafted token, -1 otherwise, within
   [1, max_draft_length]; a chain is also cut to the tokens its row still needs). The stop is
-  decided AFTER the token is drawn and keeps it: whether to draft one more token is then a function of the drafted prefix, which token verification
-  allows (a chain's length may be any stopping time of its own tokens). Dropping the
+  decided AFTER the token is drawn and keeps it: whether to draft one more token is then a
+  function of the drafted prefix, which token verification allows (a chain's length may be any
+  stopping time of its own tokens). Dropping the
   low-confidence token instead would condition its law on q(x) >= threshold while the verifier
   divides by the unconditioned q: biased (`verispec.reference.adaptive` plants exactly that).
   The cap is fixed before an iteration's draws, so every iteration is the reference
@@ -23,7 +26,9 @@ lossless at every temperature:
   forward, the next time it drafts ("pending" tokens, any number per row).
 
 Reference twins (exact laws checked by `verispec.testing.assert_lossless`):
-`verispec.reference.adaptive.adaptive_chain` / `hybrid`.
+`verispec.reference.adaptive.adaptive_chain` / `hybrid`. Token verification of these chains is
+lossless for any stopping time; block verification is proved for fixed-length chains and its law
+on these ones is checked exactly, not proved (`verispec.reference.adaptive`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import torch
 from .drafters import DraftTree, PathsDrafter, draw, next_token_law, probabilities
 from .lookup import prompt_lookup_batch
 
-__all__ = ["AdaptiveChainDrafter", "HybridDrafter", "SCHEDULES", "adaptive_method", "hybrid_method"]
+__all__ = ["AdaptiveChainDrafter", "HybridDrafter", "SCHEDULES", "VERIFIERS", "adaptive_method", "hybrid_method"]
 
 #: Length-cap schedules: transformers' "heuristic" (+2 when every drafted token was accepted,
 #: else -1) and "constant" (the cap stays at draft_length; transformers 5.x's default, with 20).
@@ -275,7 +280,11 @@ class HybridDrafter(AdaptiveChainDrafter):
         return out
 
 
-def _check(draft_length, max_draft_length, threshold, schedule):
+#: The chain verifiers the methods take (`verispec.reference.adaptive.VERIFIERS`).
+VERIFIERS = ("token", "block")
+
+
+def _check(draft_length, max_draft_length, threshold, schedule, verifier="token"):
     from .checks import _check_positive
 
     L = _check_positive(draft_length, "draft_length")
@@ -286,15 +295,18 @@ def _check(draft_length, max_draft_length, threshold, schedule):
         raise ValueError(f"threshold: expected a number in [0, 1], got {threshold!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if verifier not in VERIFIERS:
+        raise ValueError(f"verifier: expected one of {', '.join(VERIFIERS)}, got {verifier!r}")
     return L, top
 
 
 def adaptive_method(draft_length: int = 4, max_draft_length: int | None = None, threshold: float = 0.4,
-                    schedule: str = "heuristic", draft_temperature: float | None = None):
-    """`AdaptiveChainDrafter` + token verification as a `TorchMethod` ("adaptive").
+                    schedule: str = "heuristic", draft_temperature: float | None = None, verifier: str = "token"):
+    """`AdaptiveChainDrafter` + token or block verification as a `TorchMethod` ("adaptive").
 
     Args: draft_length: the initial cap L0 >= 1; max_draft_length: the cap's ceiling (default
-    4 L0); threshold in [0, 1] (default 0.4, transformers' default); schedule: `SCHEDULES`.
+    4 L0); threshold in [0, 1] (default 0.4, transformers' default); schedule: `SCHEDULES`;
+    verifier: `VERIFIERS` (default "token").
 
     Raises:
         ValueError: a parameter out of range.
@@ -302,16 +314,16 @@ def adaptive_method(draft_length: int = 4, max_draft_length: int | None = None, 
     from .engine import TorchMethod
     from .rules.nodes import PathRule
 
-    L, top = _check(draft_length, max_draft_length, threshold, schedule)
+    L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
     return TorchMethod("adaptive", lambda: AdaptiveChainDrafter(L, top, threshold, schedule, draft_temperature),
-                       PathRule("token"), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
-                                           "schedule": schedule})
+                       PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
+                                            "schedule": schedule, "verifier": verifier})
 
 
 def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, threshold: float = 0.4,
                   schedule: str = "heuristic", lookup_length: int = 10, max_ngram: int = 3,
-                  draft_temperature: float | None = None):
-    """`HybridDrafter` + token verification as a `TorchMethod` ("hybrid"); arguments as
+                  draft_temperature: float | None = None, verifier: str = "token"):
+    """`HybridDrafter` + token or block verification as a `TorchMethod` ("hybrid"); arguments as
     `adaptive_method`, plus lookup_length (tokens of a lookup phrase, default 10 as transformers'
     prompt lookup) and max_ngram (default 3).
 
@@ -322,8 +334,9 @@ def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, th
     from .engine import TorchMethod
     from .rules.nodes import PathRule
 
-    L, top = _check(draft_length, max_draft_length, threshold, schedule)
+    L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
     n, k = _check_positive(lookup_length, "lookup_length"), _check_positive(max_ngram, "max_ngram")
     return TorchMethod("hybrid", lambda: HybridDrafter(L, top, threshold, schedule, n, k, draft_temperature),
-                       PathRule("token"), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
-                                           "schedule": schedule, "lookup_length": n, "max_ngram": k})
+                       PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
+                                            "schedule": schedule, "lookup_length": n, "max_ngram": k,
+                                            "verifier": verifier})

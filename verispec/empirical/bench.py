@@ -30,8 +30,9 @@ guesses per draft forward, default 8, and the pool refined from the target's ver
 (a draft-model chain stopped at low draft confidence, its length cap scheduled from the acceptance
 history; ``L`` = the initial cap, ``M`` = its ceiling, default 4 L, ``c`` = the confidence stop in
 percent, default 40 as transformers, ``sched=constant`` keeps the cap at L (transformers' default
-schedule), default ``sched=heuristic`` (+2 after a full acceptance, -1 otherwise):
-``adaptive:L=8,M=20,c=20``) and ``hybrid`` (the lookup phrase when the context has one, the
+schedule), default ``sched=heuristic`` (+2 after a full acceptance, -1 otherwise), ``v=block``
+verifies the chain by block verification instead of token verification:
+``adaptive:L=8,M=20,c=20,v=block``) and ``hybrid`` (the lookup phrase when the context has one, the
 adaptive chain otherwise; `verispec.empirical.adaptive`), the tree walks ``khisti:K=2``,
 ``optimal_is:K=2`` and ``spechub`` (K = 2 only) of `verispec.empirical.rules.multistep` (the IS
 rules solve a selection LP over the full vocabulary: small vocabularies only; ``khisti:K=2,s=5``
@@ -120,6 +121,7 @@ class RunnerSpec:
     max_draft_length: int = 0  # adaptive, hybrid: the length cap's ceiling M >= L (0: the method's default, 4 L)
     confidence_percent: int = 40  # adaptive, hybrid: stop a chain after a token of draft confidence < c / 100
     schedule: str = "heuristic"  # adaptive, hybrid: the cap's schedule (`adaptive.SCHEDULES`; constant: stays L)
+    verifier: str = "token"  # adaptive, hybrid: the chain's verifier (`adaptive.VERIFIERS`: token or block)
 
 
 def runner_names() -> tuple:
@@ -128,25 +130,28 @@ def runner_names() -> tuple:
 
 
 def _read_params(params: str, text: str, values: dict) -> set:
-    """Write the ``KEY=int`` items of `params` into `values` (by `_PARAMS` name), and
-    ``sched=heuristic|constant``; the keys given.
+    """Write the ``KEY=int`` items of `params` into `values` (by `_PARAMS` name),
+    ``sched=heuristic|constant`` and ``v=token|block``; the keys given.
 
     Raises:
         ValueError: an unknown key or a value that is not an int >= 1 (W: >= 0), or an unknown
-            schedule.
+            schedule or verifier.
     """
-    from .adaptive import SCHEDULES
+    from .adaptive import SCHEDULES, VERIFIERS
 
     given = set()
     for item in filter(None, params.split(",")):
         key, _, value = (part.strip() for part in item.partition("="))
         if key == "sched" and value in SCHEDULES:
             values["schedule"] = value
+        elif key == "v" and value in VERIFIERS:
+            values["verifier"] = value
         elif (key not in _PARAMS or not value.isdigit() or int(value) < (0 if key in ("W", "c") else 1)
                 or (key == "c" and int(value) > 100)):
             raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
                              "(use L=, K=, n=, G=, s=, dv=, M= with an int >= 1, dq=8, W= with an int >= 0, "
-                             f"c= in 0..100 or sched= one of {', '.join(SCHEDULES)})")
+                             f"c= in 0..100, sched= one of {', '.join(SCHEDULES)} or v= one of "
+                             f"{', '.join(VERIFIERS)})")
         else:
             values[_PARAMS[key]] = int(value)
         given.add(key)
@@ -159,6 +164,7 @@ _SCOPED = {"dv": (DRAFT_VOCAB_RUNNERS, "dv (a draft vocabulary subset) is for"),
            "M": (ADAPTIVE_RUNNERS, "M (the length cap's ceiling, >= L) is for"),
            "c": (ADAPTIVE_RUNNERS, "c (the confidence stop, in percent) is for"),
            "sched": (ADAPTIVE_RUNNERS, "sched (the length cap's schedule) is for"),
+           "v": (ADAPTIVE_RUNNERS, "v (the chain's verifier, token or block) is for"),
            "G": (("ouroboros_phrase",), "only ouroboros_phrase takes a guess set G:"),
            "s": (("khisti", "optimal_is"), "only khisti and optimal_is take an LP truncation s:")}
 
@@ -196,7 +202,8 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
         raise ValueError(f"methods: unknown runner {name!r}; known: {', '.join(runner_names())}")
     values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50, "window": 0, "guess_set": 8,
               "draft_vocab": 0, "draft_quant": 0, "max_draft_length": RunnerSpec.max_draft_length,
-              "confidence_percent": RunnerSpec.confidence_percent, "schedule": RunnerSpec.schedule}
+              "confidence_percent": RunnerSpec.confidence_percent, "schedule": RunnerSpec.schedule,
+              "verifier": RunnerSpec.verifier}
     if name in PHRASE_RUNNERS:
         values.update(PHRASE_DEFAULTS)
     given = _read_params(params, text, values)
@@ -222,7 +229,8 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     return RunnerSpec(label, name, values["draft_length"], values["num_paths"], values["node_budget"],
                       truncation=values["truncation"] if "s" in given else 0, draft_vocab=values["draft_vocab"],
                       draft_quant=values["draft_quant"], max_draft_length=values["max_draft_length"],
-                      confidence_percent=values["confidence_percent"], schedule=values["schedule"])
+                      confidence_percent=values["confidence_percent"], schedule=values["schedule"],
+                      verifier=values["verifier"])
 
 
 @dataclass
@@ -450,7 +458,8 @@ def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed:
     if spec.name in ADAPTIVE_RUNNERS:
         method = methods.get(spec.name, draft_length=spec.draft_length, draft_vocab=vocab,
                              max_draft_length=spec.max_draft_length or None,
-                             threshold=spec.confidence_percent / 100, schedule=spec.schedule)
+                             threshold=spec.confidence_percent / 100, schedule=spec.schedule,
+                             verifier=spec.verifier)
         return decode_engine(pair.target, pair.draft, prompt, method, N, T, uniforms=seed, storage="sequence")
     if spec.name in methods.WALK_METHODS:
         method = methods.get(spec.name, draft_length=spec.draft_length, num_paths=spec.num_paths, draft_vocab=vocab,

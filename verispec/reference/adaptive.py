@@ -10,6 +10,14 @@
 - `hybrid(L, threshold, lookup_length, max_ngram)`: the prompt-lookup phrase of the context
   (point masses, `drafters.lookup_phrase`) when there is one, `adaptive_chain` otherwise.
 
+Both methods verify with token verification by default, or with block verification (Sun et al.
+2024, arXiv 2403.10444, Algorithm 2; ``verifier="block"``), which emits at least as many tokens
+per target call in expectation from the same chain and costs no forward more. Block
+verification is proved for chains of a fixed length; on these chains, whose length is a stopping
+time of their own tokens, it runs at the chain's actual length (h = w at its last token), and its
+exact law is CHECKED on the default sweep of `verispec.testing.assert_lossless` for every cap
+(tests/test_adaptive.py and tests/empirical/test_adaptive.py), not proved here.
+
 The empirical drafters also schedule the cap L from the acceptance history (+2 after a fully
 accepted cap, else -1, as transformers does). The cap of an iteration is fixed before its draws,
 so each iteration is `adaptive_chain(cap, threshold)` for some cap: checking every cap in range
@@ -26,10 +34,14 @@ from __future__ import annotations
 from .drafters import Draft, Drafter, _phrase_draft, _require_model, draw_counts, lookup_phrase
 from .methods import Method
 from .models import _check_positive_int
-from .verifiers import token_verify
+from .verifiers import block_verify, token_verify
 
 __all__ = ["adaptive_chain", "hybrid", "adaptive_method", "hybrid_method", "drop_low_confidence",
-           "stop_on_target"]
+           "stop_on_target", "VERIFIERS"]
+
+#: The chain verifiers these methods take: token verification (Leviathan et al. 2023, arXiv
+#: 2211.17192, Algorithm 1) and block verification (Sun et al. 2024, arXiv 2403.10444, Algorithm 2).
+VERIFIERS = {"token": token_verify, "block": block_verify}
 
 
 def _check_threshold(threshold) -> float:
@@ -85,24 +97,43 @@ def hybrid(draft_length: int, threshold: float = 0.4, lookup_length: int | None 
     return Drafter("hybrid", build, draft_length=max(L, lookup), threshold=threshold, max_ngram=n)
 
 
-def adaptive_method(draft_length: int, threshold: float = 0.4) -> Method:
-    """`adaptive_chain` + token verification."""
-    return Method("adaptive", adaptive_chain(draft_length, threshold), token_verify,
-                  {"draft_length": draft_length, "threshold": threshold}, model_state_only=True)
+def _check_verifier(verifier) -> str:
+    if not isinstance(verifier, str) or verifier not in VERIFIERS:
+        raise ValueError(f"verifier: expected one of {', '.join(VERIFIERS)}, got {verifier!r}")
+    return verifier
+
+
+def adaptive_method(draft_length: int, threshold: float = 0.4, verifier: str = "token") -> Method:
+    """`adaptive_chain` + token (default) or block verification (`VERIFIERS`).
+
+    Raises:
+        TypeError / ValueError: as `adaptive_chain`; a verifier not in `VERIFIERS`.
+    """
+    rule = _check_verifier(verifier)
+    params = {"draft_length": draft_length, "threshold": threshold}
+    return Method("adaptive", adaptive_chain(draft_length, threshold), VERIFIERS[rule],
+                  params if rule == "token" else {**params, "verifier": rule}, model_state_only=True)
 
 
 def hybrid_method(draft_length: int, threshold: float = 0.4, lookup_length: int | None = None,
-                  max_ngram: int = 3) -> Method:
-    """`hybrid` + token verification (the lookup depends on the tokens, not only the models)."""
+                  max_ngram: int = 3, verifier: str = "token") -> Method:
+    """`hybrid` + token (default) or block verification (the lookup depends on the tokens, not
+    only the models).
+
+    Raises:
+        TypeError / ValueError: as `hybrid`; a verifier not in `VERIFIERS`.
+    """
+    rule = _check_verifier(verifier)
     drafter = hybrid(draft_length, threshold, lookup_length, max_ngram)
-    return Method("hybrid", drafter, token_verify, {"draft_length": drafter.draft_length, "threshold": threshold})
+    params = {"draft_length": drafter.draft_length, "threshold": threshold}
+    return Method("hybrid", drafter, VERIFIERS[rule], params if rule == "token" else {**params, "verifier": rule})
 
 
 # -- planted bugs ---------------------------------------------------------------------------------
 
-def _discarding_chain(name: str, draft_length: int, keep) -> Method:
+def _discarding_chain(name: str, draft_length: int, keep, verifier: str = "token") -> Method:
     """A chain that draws each token from q and ends (discarding it) where `keep(prefix, t)` is
-    False, with token verification; the planted bugs below differ only in `keep`."""
+    False, with token (or block) verification; the planted bugs below differ only in `keep`."""
     L = _check_positive_int(draft_length, "draft_length")
 
     def build(draft_model, context, rand):
@@ -116,18 +147,19 @@ def _discarding_chain(name: str, draft_length: int, keep) -> Method:
 
         return Draft(1, expand, rand)
 
-    return Method(name, Drafter(name, build, draft_length=L), token_verify, {"draft_length": L})
+    return Method(name, Drafter(name, build, draft_length=L), VERIFIERS[_check_verifier(verifier)],
+                  {"draft_length": L, "verifier": verifier})
 
 
-def drop_low_confidence(draft_length: int, threshold: float) -> Method:
+def drop_low_confidence(draft_length: int, threshold: float, verifier: str = "token") -> Method:
     """PLANTED BUG: ends the chain before a token of draft probability < threshold (the token is
     drawn, then discarded), so the drafted tokens are q conditioned on q >= threshold."""
-    return _discarding_chain("drop_low_confidence", draft_length, lambda prefix, q, t: q[t] >= threshold)
+    return _discarding_chain("drop_low_confidence", draft_length, lambda prefix, q, t: q[t] >= threshold, verifier)
 
 
-def stop_on_target(target, draft_length: int, threshold: float) -> Method:
+def stop_on_target(target, draft_length: int, threshold: float, verifier: str = "token") -> Method:
     """PLANTED BUG: peeks at the target: a drawn token whose target probability is below
     `threshold` is discarded and the chain ends there."""
     # target.probs(prefix): what a drafter must not read
     return _discarding_chain("stop_on_target", draft_length,
-                             lambda prefix, q, t: target.probs(prefix)[t] >= threshold)
+                             lambda prefix, q, t: target.probs(prefix)[t] >= threshold, verifier)

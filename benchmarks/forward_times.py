@@ -1,0 +1,115 @@
+"""Where a decode's time goes, forward by forward: the peer and verispec runners side by side.
+
+`verispec bench` reports forward counts and tokens/s per runner. When two runners make about the
+same number of forwards but differ in speed, this tells whether one of them pays more per
+forward (slower kernels, masks, cache copies) or simply made more forwards or wider ones: it runs
+each runner on one HumanEval prompt, exactly as the bench does (`verispec.empirical.bench`'s
+`_decode`, the same models, int8 draft for ``dq=8``), with forward hooks on the target and draft
+modules that time every forward and record its rows (tokens fed). Per runner and repeat:
+
+    wall_s, target forwards [(rows, s)], draft forwards (count, s, mean s of a 1-row forward,
+    count by rows), other_s = wall - target - draft (drafting, verification, bookkeeping)
+
+Timings mean something only on a quiet machine (run nothing else; the JSON records the load
+average before and after).
+
+    python3 benchmarks/forward_times.py [--prompt 0] [--temperature 0] [--repeats 2] [--threads 2]
+        [--dtype auto] [--max-new-tokens 128] [--runner hf:dq=8 --runner adaptive:L=20,dq=8,sched=constant]
+        [--output benchmarks/results/forward_times_cpu.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from verispec._io import write_json_atomic  # noqa: E402
+from verispec.empirical import bench  # noqa: E402
+
+DEFAULT_RUNNERS = ("hf:dq=8", "adaptive:L=20,dq=8,sched=constant")
+
+
+class ForwardTimer:
+    """Forward pre/post hooks on one module: [(rows fed, seconds)] per forward."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.calls, self._start, self._rows = [], 0.0, 0
+        self._handles = [module.register_forward_pre_hook(self._pre, with_kwargs=True),
+                         module.register_forward_hook(self._post)]
+
+    def _pre(self, module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self._rows = int(ids.shape[1])
+        self._start = time.perf_counter()
+
+    def _post(self, module, args, output):
+        self.calls.append((self._rows, time.perf_counter() - self._start))
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+
+def time_runner(spec, pair, prompt, config, temperature: float) -> dict:
+    """One decode of `prompt` [1, n] by `spec` with both models' forwards timed."""
+    runner_pair = bench._runner_pair(spec, pair)
+    timers = [ForwardTimer(runner_pair.target.model), ForwardTimer(runner_pair.draft.model)]
+    try:
+        start = time.perf_counter()
+        result = bench._decode(spec, runner_pair, prompt, config, temperature, config.seed, {})
+        wall = time.perf_counter() - start
+    finally:
+        for timer in timers:
+            timer.remove()
+    target, draft = timers[0].calls, timers[1].calls
+    one_row = [s for rows, s in draft if rows == 1]
+    target_s, draft_s = sum(s for _, s in target), sum(s for _, s in draft)
+    return {"wall_s": wall, "new_tokens": int(result.tokens.shape[1]),
+            "target_forwards": [[rows, round(s, 4)] for rows, s in target], "target_s": target_s,
+            "draft_forwards": len(draft), "draft_s": draft_s,
+            "draft_one_row_mean_s": sum(one_row) / len(one_row) if one_row else None,
+            "draft_rows": dict(sorted(collections.Counter(rows for rows, _ in draft).items())),
+            "other_s": wall - target_s - draft_s}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompt", type=int, default=0, help="HumanEval index")
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--runner", action="append", help=f"a bench runner (default: {', '.join(DEFAULT_RUNNERS)})")
+    parser.add_argument("--output",
+                        default=os.path.join(os.path.dirname(__file__), "results", "forward_times_cpu.json"))
+    args = parser.parse_args(argv)
+    config = bench.BenchConfig(prompts=args.prompt + 1, max_new_tokens=args.max_new_tokens, dtype=args.dtype,
+                               threads=args.threads)
+    config, reason = config.resolve()
+    pair, prompts = bench.prepare(config)
+    prompt = pair.tokenizer(prompts[args.prompt]["prompt"], return_tensors="pt").input_ids  # [1, n]
+    specs = [bench.parse_runner(text, config.draft_length, config.num_paths) for text in args.runner or DEFAULT_RUNNERS]
+    bench._warm_up(pair, specs, config)
+    out = {"environment": bench._environment(config, args.threads, reason), "load_before": os.getloadavg(),
+           "prompt": prompts[args.prompt]["task_id"], "temperature": args.temperature, "runs": []}
+    for repeat in range(args.repeats):
+        for spec in specs:  # interleaved, so drift on the host hits every runner alike
+            run = {"runner": spec.label, "repeat": repeat, **time_runner(spec, pair, prompt, config, args.temperature)}
+            out["runs"].append(run)
+            print(f"{spec.label:40s} wall {run['wall_s']:6.2f} s  target {len(run['target_forwards']):3d} fw "
+                  f"{run['target_s']:6.2f} s  draft {run['draft_forwards']:3d} fw {run['draft_s']:6.2f} s "
+                  f"(1 row: {1000 * (run['draft_one_row_mean_s'] or 0):.1f} ms)  other {run['other_s']:.2f} s")
+    out["load_after"] = os.getloadavg()
+    write_json_atomic(args.output, out)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
