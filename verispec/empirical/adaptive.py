@@ -3,8 +3,8 @@
 Two levers against the cost of drafting (one draft forward per drafted token), both verified by
 token-level speculative sampling (Leviathan et al. 2023, arXiv 2211.17192, Algorithm 1) or, with
 ``verifier="block"``, by block verification (Sun et al. 2024, arXiv 2403.10444, Algorithm 2: at
-least as many tokens per target call in expectation from the same chain, no forward more), at
-every temperature:
+least as many tokens per target call in expectation from the same chain, no forward more);
+lossless at every temperature (block verification: checked, not proved, see below):
 
 - `AdaptiveChainDrafter`: a chain from the draft model that stops after a token whose draft
   confidence falls below `threshold` (transformers' ``assistant_confidence_threshold``), with a

@@ -16,7 +16,7 @@ per target call in expectation from the same chain and costs no forward more. Bl
 verification is proved for chains of a fixed length; on these chains, whose length is a stopping
 time of their own tokens, it runs at the chain's actual length (h = w at its last token), and its
 exact law is CHECKED on the default sweep of `verispec.testing.assert_lossless` for every cap
-(tests/test_adaptive.py and tests/empirical/test_adaptive.py), not proved here.
+(tests/empirical/test_adaptive.py), not proved here.
 
 The empirical drafters also schedule the cap L from the acceptance history (+2 after a fully
 accepted cap, else -1, as transformers does). The cap of an iteration is fixed before its draws,
