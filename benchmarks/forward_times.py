@@ -26,48 +26,26 @@ import os
 import sys
 import time
 
-import torch
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from verispec._io import write_json_atomic  # noqa: E402
 from verispec.empirical import bench  # noqa: E402
+from verispec.empirical.peer import _Counter  # noqa: E402
 
 DEFAULT_RUNNERS = ("hf:dq=8", "adaptive:L=20,dq=8,sched=constant")
-
-
-class ForwardTimer:
-    """Forward pre/post hooks on one module: [(rows fed, seconds)] per forward."""
-
-    def __init__(self, module: torch.nn.Module):
-        self.calls, self._start, self._rows = [], 0.0, 0
-        self._handles = [module.register_forward_pre_hook(self._pre, with_kwargs=True),
-                         module.register_forward_hook(self._post)]
-
-    def _pre(self, module, args, kwargs):
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        self._rows = int(ids.shape[1])
-        self._start = time.perf_counter()
-
-    def _post(self, module, args, output):
-        self.calls.append((self._rows, time.perf_counter() - self._start))
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
 
 
 def time_runner(spec, pair, prompt, config, temperature: float) -> dict:
     """One decode of `prompt` [1, n] by `spec` with both models' forwards timed."""
     runner_pair = bench._runner_pair(spec, pair)
-    timers = [ForwardTimer(runner_pair.target.model), ForwardTimer(runner_pair.draft.model)]
+    counters = [_Counter(runner_pair.target.model), _Counter(runner_pair.draft.model)]  # the peer's own hooks
     try:
         start = time.perf_counter()
         result = bench._decode(spec, runner_pair, prompt, config, temperature, config.seed, {})
         wall = time.perf_counter() - start
     finally:
-        for timer in timers:
-            timer.remove()
-    target, draft = timers[0].calls, timers[1].calls
+        for counter in counters:
+            counter.remove()
+    target, draft = (list(zip(c.fed, c.seconds)) for c in counters)  # [(rows fed, seconds)] per forward
     one_row = [s for rows, s in draft if rows == 1]
     target_s, draft_s = sum(s for _, s in target), sum(s for _, s in draft)
     return {"wall_s": wall, "new_tokens": int(result.tokens.shape[1]),

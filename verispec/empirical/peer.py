@@ -40,17 +40,20 @@ def hf_generation_config(max_new_tokens: int, temperature: float):
 
 class _Counter:
     """Counts calls of a module's forward (a forward hook) and records where each call starts
-    (its first position id, or the cache length when none is passed) and how many tokens it
-    feeds (a forward pre-hook); removable."""
+    (its first position id, or the cache length when none is passed), how many tokens it feeds
+    (a forward pre-hook) and its wall seconds (perf_counter between the two hooks; on CUDA
+    without a synchronise, so host-side time only); removable."""
 
     def __init__(self, module: torch.nn.Module):
         self.count = 0
-        self.starts, self.fed = [], []
+        self.starts, self.fed, self.seconds = [], [], []
+        self._began = 0.0
         self._handles = [module.register_forward_hook(self._hook),
                          module.register_forward_pre_hook(self._pre_hook, with_kwargs=True)]
 
     def _hook(self, module, args, output):
         self.count += 1
+        self.seconds.append(time.perf_counter() - self._began)
 
     def _pre_hook(self, module, args, kwargs):
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -61,6 +64,7 @@ class _Counter:
             start = int(cache.get_seq_length()) if cache is not None else 0
         self.starts.append(start)
         self.fed.append(int(ids.shape[-1]) if ids is not None else 0)
+        self._began = time.perf_counter()
 
     def remove(self) -> None:
         for handle in self._handles:
