@@ -9,7 +9,9 @@ dynamic int8 linears, float32 activations), the last for reference only: verispe
 a target, because those layers make a row's logits depend on the other rows of its forward
 (`verispec.empirical.quantize.quantize_weights`). Prints a table and writes
 benchmarks/results/bench_rows.json (or --output), with the CPU's capability and what
-`--dtype auto` picks on it.
+`--dtype auto` picks on it. Every GEMM and float forward is timed in both linear layouts of
+`verispec.empirical.linear_layout` (``xw``: torch's ``X @ W^T``; ``wx``: ``(W @ X^T)^T`` for 2..32
+rows, the bench's ``lin=wx``).
 
     python3 benchmarks/bench_rows.py [--model] [--threads 2] [--output PATH]
 """
@@ -38,17 +40,22 @@ def _time(fn, repeats):
     return (time.perf_counter() - start) / repeats
 
 
-def gemm_rows(dtype, repeats=20):
-    """{M: seconds} for x [M, 1536] @ W.T, W [8960, 1536]."""
+def gemm_rows(dtype, repeats=20, layout="xw"):
+    """{M: seconds} for x [M, 1536] @ W.T, W [8960, 1536] (``wx``: as (W @ x.T).T)."""
+    from verispec.empirical.linear_layout import weight_major_linear
+
     g = torch.Generator().manual_seed(0)
     weight = torch.randn(8960, 1536, generator=g).to(dtype)
-    return {m: _time(lambda x=torch.randn(m, 1536, generator=g).to(dtype): x @ weight.T, repeats) for m in ROWS}
+    product = (lambda x: x @ weight.T) if layout == "xw" else (lambda x: weight_major_linear(x, weight, None))
+    return {m: _time(lambda x=torch.randn(m, 1536, generator=g).to(dtype): product(x), repeats) for m in ROWS}
 
 
-def model_rows(dtype=torch.bfloat16, repeats=3, int8=False):
-    """{q: seconds} of one target forward in `dtype` of q new tokens after a HumanEval prompt;
-    `int8`: of the target's int8-weight copy (`verispec.empirical.quantize.quantize_weights`,
-    float32 activations; timed for reference, not a dtype the bench offers)."""
+def model_rows(dtype=torch.bfloat16, repeats=3, int8=False, layout="xw"):
+    """{q: seconds} of one target forward in `dtype` of q new tokens after a HumanEval prompt, its
+    linear layers in `layout`; `int8`: of the target's int8-weight copy
+    (`verispec.empirical.quantize.quantize_weights`, float32 activations; timed for reference, not
+    a dtype the bench offers)."""
+    from verispec.empirical.linear_layout import linear_layout
     from verispec.empirical.prompts import humaneval_prompts
     from verispec.empirical.quantize import quantize_weights
     from verispec.empirical.weights import load_model
@@ -64,7 +71,8 @@ def model_rows(dtype=torch.bfloat16, repeats=3, int8=False):
         def step(q=q):
             model.forward(ids[:, -q:], cache)
             cache.crop(n - cache.get_seq_length())  # back to the prompt (negative count, transformers 5)
-        out[q] = _time(step, repeats)
+        with linear_layout(model.model, layout):
+            out[q] = _time(step, repeats)
     return out
 
 
@@ -82,12 +90,15 @@ def main(argv=None):
     results = {"machine": platform.machine(), **host_info("cpu"), "auto_dtype": auto, "auto_dtype_reason": reason,
                "torch": torch.__version__, "threads": torch.get_num_threads(), "gemm": {}}
     print(f"{'dtype':10} " + " ".join(f"M={m:<5}" for m in ROWS) + "   (time / time at M=1)")
-    for dtype in (torch.bfloat16, torch.float32):
-        t = gemm_rows(dtype)
-        results["gemm"][str(dtype)] = {"seconds": t, "ratio_to_1_row": {m: t[m] / t[1] for m in ROWS}}
-        print(f"{str(dtype)[6:]:10} " + " ".join(f"{t[m] / t[1]:<7.2f}" for m in ROWS) + f"   M=1: {t[1] * 1e3:.2f} ms")
-    for dtype, int8 in ((torch.bfloat16, False), (torch.float32, False), (torch.float32, True)) if args.model else ():
-        t, name = model_rows(dtype, int8=int8), "int8" if int8 else str(dtype)[6:]
+    for dtype, layout in ((torch.bfloat16, "xw"), (torch.float32, "xw"), (torch.bfloat16, "wx"), (torch.float32, "wx")):
+        t, name = gemm_rows(dtype, layout=layout), str(dtype) + ("" if layout == "xw" else " lin=wx")
+        results["gemm"][name] = {"seconds": t, "ratio_to_1_row": {m: t[m] / t[1] for m in ROWS}}
+        print(f"{name[6:]:10} " + " ".join(f"{t[m] / t[1]:<7.2f}" for m in ROWS) + f"   M=1: {t[1] * 1e3:.2f} ms")
+    runs = ((torch.bfloat16, False, "xw"), (torch.float32, False, "xw"), (torch.float32, True, "xw"),
+            (torch.bfloat16, False, "wx"), (torch.float32, False, "wx"))
+    for dtype, int8, layout in runs if args.model else ():
+        t, name = model_rows(dtype, int8=int8, layout=layout), "int8" if int8 else str(dtype)[6:]
+        name += "" if layout == "xw" else "_lin_wx"
         results[f"target_forward_{name.replace('bfloat16', 'bf16')}"] = {
             "seconds": t, "ratio_to_1_row": {q: t[q] / t[1] for q in t}}
         print(f"target {name} forward, new tokens: " + ", ".join(f"{q}: {t[q]:.3f} s ({t[q] / t[1]:.2f}x)" for q in t))

@@ -49,6 +49,11 @@ e.g. ``hf:dq=8``, ``block:dv=32768,dq=8``: it runs with an int8-weight copy of t
 (`verispec.empirical.quantize`, built once per process before timing; the target is untouched, so
 the output law is too); records carry ``draft_quant_bits`` and the JSON's environment says what
 ``dq=8`` means (``draft_quant``).
+Every runner, the peers included, takes ``lin=wx``, e.g. ``hf:dq=8,lin=wx``: its target's linear
+layers run as ``(W @ X^T)^T`` for 2..32 rows on CPU (`verispec.empirical.linear_layout`; cheaper
+than torch's ``X @ W^T`` for a verification forward's few rows on some CPUs, the same sums up to
+float rounding); default ``lin=xw``, torch's own. Giving it to the peer too splits a speedup into
+what the layout gives and what the drafting gives.
 Every runner but the HF peers decodes through the one engine (`verispec.empirical.engine`).
 
 Results: one record per (runner, temperature, prompt) in a JSON file written atomically after each
@@ -122,6 +127,7 @@ class RunnerSpec:
     confidence_percent: int = 40  # adaptive, hybrid: stop a chain after a token of draft confidence < c / 100
     schedule: str = "heuristic"  # adaptive, hybrid: the cap's schedule (`adaptive.SCHEDULES`; constant: stays L)
     verifier: str = "token"  # adaptive, hybrid: the chain's verifier (`adaptive.VERIFIERS`: token or block)
+    linear_layout: str = "xw"  # the target's GEMM layout for few rows (`linear_layout.LAYOUTS`; any runner)
 
 
 def runner_names() -> tuple:
@@ -131,13 +137,14 @@ def runner_names() -> tuple:
 
 def _read_params(params: str, text: str, values: dict) -> set:
     """Write the ``KEY=int`` items of `params` into `values` (by `_PARAMS` name),
-    ``sched=heuristic|constant`` and ``v=token|block``; the keys given.
+    ``sched=heuristic|constant``, ``v=token|block`` and ``lin=xw|wx``; the keys given.
 
     Raises:
         ValueError: an unknown key or a value that is not an int >= 1 (W: >= 0), or an unknown
-            schedule or verifier.
+            schedule, verifier or linear layout.
     """
     from .adaptive import SCHEDULES, VERIFIERS
+    from .linear_layout import LAYOUTS
 
     given = set()
     for item in filter(None, params.split(",")):
@@ -146,12 +153,14 @@ def _read_params(params: str, text: str, values: dict) -> set:
             values["schedule"] = value
         elif key == "v" and value in VERIFIERS:
             values["verifier"] = value
+        elif key == "lin" and value in LAYOUTS:
+            values["linear_layout"] = value
         elif (key not in _PARAMS or not value.isdigit() or int(value) < (0 if key in ("W", "c") else 1)
                 or (key == "c" and int(value) > 100)):
             raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
                              "(use L=, K=, n=, G=, s=, dv=, M= with an int >= 1, dq=8, W= with an int >= 0, "
-                             f"c= in 0..100, sched= one of {', '.join(SCHEDULES)} or v= one of "
-                             f"{', '.join(VERIFIERS)})")
+                             f"c= in 0..100, sched= one of {', '.join(SCHEDULES)}, v= one of "
+                             f"{', '.join(VERIFIERS)} or lin= one of {', '.join(LAYOUTS)})")
         else:
             values[_PARAMS[key]] = int(value)
         given.add(key)
@@ -203,17 +212,22 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50, "window": 0, "guess_set": 8,
               "draft_vocab": 0, "draft_quant": 0, "max_draft_length": RunnerSpec.max_draft_length,
               "confidence_percent": RunnerSpec.confidence_percent, "schedule": RunnerSpec.schedule,
-              "verifier": RunnerSpec.verifier}
+              "verifier": RunnerSpec.verifier, "linear_layout": RunnerSpec.linear_layout}
     if name in PHRASE_RUNNERS:
         values.update(PHRASE_DEFAULTS)
     given = _read_params(params, text, values)
     _check_scopes(name, given, values, text)
+    layout = values["linear_layout"]
     if name in ("target_only", "hf", "hf_prompt_lookup"):
-        return RunnerSpec(f"{name}:dq=8" if "dq" in given else name, name, draft_quant=values["draft_quant"])
+        kept = ",".join(f"{key}={value}" for key, value in (("dq", values["draft_quant"]), ("lin", layout))
+                        if key in given)
+        return RunnerSpec(f"{name}:{kept}" if kept else name, name, draft_quant=values["draft_quant"],
+                          linear_layout=layout)
     label = name if not params else f"{name}:{params}"
     if name in PHRASE_RUNNERS:
         return RunnerSpec(label, name, values["draft_length"], values["num_paths"], 0, values["window"],
-                          values["guess_set"] if name == "ouroboros_phrase" else 0, draft_quant=values["draft_quant"])
+                          values["guess_set"] if name == "ouroboros_phrase" else 0, draft_quant=values["draft_quant"],
+                          linear_layout=layout)
     if "W" in given:
         raise ValueError(f"methods: {name} has no Jacobi window W; got {text!r}")
     if methods.WALK_METHODS.get(name) == "hub_pair":  # SpecHub: exactly two paths
@@ -230,7 +244,7 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
                       truncation=values["truncation"] if "s" in given else 0, draft_vocab=values["draft_vocab"],
                       draft_quant=values["draft_quant"], max_draft_length=values["max_draft_length"],
                       confidence_percent=values["confidence_percent"], schedule=values["schedule"],
-                      verifier=values["verifier"])
+                      verifier=values["verifier"], linear_layout=layout)
 
 
 @dataclass
@@ -416,7 +430,18 @@ def _environment(config: BenchConfig, threads: int, dtype_reason: str = "") -> d
 # ----------------------------------------------------------------------------------------------
 
 def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed: int, pools: dict):
-    """Run one runner on prompt [1, n]. `pools` keeps phrase pools warm across prompts."""
+    """Run one runner on prompt [1, n], its target's linear layers in the runner's layout (``lin=``,
+    `linear_layout`). `pools` keeps phrase pools warm across prompts."""
+    if spec.linear_layout == "xw":  # torch's own
+        return _decode_runner(spec, pair, prompt, config, T, seed, pools)
+    from .linear_layout import linear_layout
+
+    with linear_layout(pair.target.model, spec.linear_layout):
+        return _decode_runner(spec, pair, prompt, config, T, seed, pools)
+
+
+def _decode_runner(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed: int, pools: dict):
+    """`_decode` in the layout already set."""
     N = config.max_new_tokens
     if spec.name == "target_only":
         return decode.target_only(pair.target, prompt, N, T, uniforms=seed)
@@ -521,6 +546,8 @@ def _record(spec, result, memory, clock: PhaseClock) -> dict:
               "verify_calls": stats.target_forwards - 1, "verify_tokens": len(tokens) - first,
               "iterations": stats.iterations, "accepted_sum": float(taus.double().sum()),
               "accepted_count": int(taus.numel()), "peak_memory_mb": memory.peak_mb}
+    if spec.linear_layout != "xw":
+        record["linear_layout"] = spec.linear_layout
     if spec.name.startswith("hf"):
         record["call_tokens"] = list(stats.logs["call_tokens"])
     if stats.top2_margins is not None:
@@ -632,6 +659,10 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
 
         results["environment"]["draft_quant"] = {"dq=8": DESCRIPTION,
                                                  "quantized_engine": torch.backends.quantized.engine}
+    if any(spec.linear_layout != "xw" for spec in runners):
+        from .linear_layout import DESCRIPTION as LAYOUT
+
+        results["environment"]["linear_layout"] = {"lin=wx": LAYOUT}
     results["fields"] = dict(FIELDS)
     results["last_run"] = {"prompts": [p["task_id"] for p in prompts], "methods": [r.label for r in runners],
                            "temperatures": [float(t) for t in config.temperatures]}

@@ -1,0 +1,102 @@
+"""The GEMM layout of a model's linear layers for a verification forward's few rows (CPU).
+
+A speculative decoder pays one target forward per iteration for 2-20 token rows (the draft and a
+bonus row), and its speed rests on that forward costing about as much as one row. torch computes
+`torch.nn.Linear` as ``X @ W^T`` (``xw``: X [rows, in], W [out, in]); on the 2-core AVX2 host of
+`benchmarks/results/bench_rows_layout_cpu_avx2.json` a float32 forward of the Qwen2.5-1.5B target
+for 4 new tokens took 1.26 s as ``xw`` and 0.66 s laid out as ``(W @ X^T)^T`` (``wx``), for 16
+new tokens 1.57 s and 0.84 s (0.44 s for one token). The two layouts compute the same sums in
+another order, so logits differ by float rounding only, as they already do between forwards of
+different row counts; the target's law is not changed. In bfloat16 on that host (emulated) ``wx``
+is slower than torch's own: the layout is a per-host, per-dtype choice, measured by
+`benchmarks/bench_rows.py`, not a default.
+
+``with linear_layout(target.model, "wx"):`` runs every plain `torch.nn.Linear` inside the module
+(subclasses and int8 dynamic linears keep their own forward) as ``wx`` for inputs of 2..max_rows
+rows on CPU, and as torch's own otherwise (one row is a matrix-vector product either way; a
+prompt's prefill has more rows than ``max_rows``; ``wx`` was measured up to 32 rows). The layout is per module and per call site:
+the bench gives it to one runner's target by its ``lin=wx`` parameter, the peer included
+(``hf:dq=8,lin=wx``), so a speedup can be split into what the layout gives and what the drafting
+gives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+__all__ = ["LAYOUTS", "DESCRIPTION", "linear_layout", "weight_major_linear"]
+
+#: ``xw``: torch's own ``X @ W^T``; ``wx``: ``(W @ X^T)^T`` for 2..max_rows rows.
+LAYOUTS = ("xw", "wx")
+#: What ``lin=wx`` means, for the bench JSON's environment.
+DESCRIPTION = ("the target's plain torch.nn.Linear layers computed as (W @ X^T)^T for inputs of 2..32 rows on CPU, "
+               "torch's X @ W^T otherwise; the same sums up to float rounding")
+
+
+def weight_major_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` computed as ``(bias[:, None] + weight @ x^T)^T``.
+
+    Args:
+        x: [..., in] activations, any float dtype.
+        weight: [out, in], the dtype of `x`.
+        bias: [out] or None.
+
+    Returns:
+        [..., out], equal to ``F.linear`` up to float rounding (another summation order).
+    """
+    rows = x.reshape(-1, x.shape[-1])  # [rows, in]
+    if bias is None:
+        out = weight @ rows.t()  # [out, rows]
+    else:
+        out = torch.addmm(bias.unsqueeze(1), weight, rows.t())  # [out, rows]
+    return out.t().reshape(*x.shape[:-1], weight.shape[0])  # [..., out]
+
+
+class _WeightMajorLinear(torch.nn.Linear):
+    """A `torch.nn.Linear` whose forward takes the ``wx`` layout for 2.._layout_max_rows rows on
+    CPU (`linear_layout` swaps a layer's class in and back; the weights are untouched)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // max(x.shape[-1], 1)
+        if x.device.type == "cpu" and 2 <= rows <= self._layout_max_rows:
+            return weight_major_linear(x, self.weight, self.bias)
+        return super().forward(x)
+
+
+@contextlib.contextmanager
+def linear_layout(module: torch.nn.Module, layout: str = "wx", max_rows: int = 32):
+    """Inside the block, the plain `torch.nn.Linear` layers of `module` run in `layout`.
+
+    Args:
+        module: a torch module (e.g. ``target.model`` of a `CausalLM`).
+        layout: ``"wx"`` (``(W @ X^T)^T`` for 2..max_rows rows on CPU) or ``"xw"`` (torch's own:
+            the block changes nothing).
+        max_rows: the largest row count (batch x new tokens) run as ``wx``; 32, the most rows at
+            which it was measured (a target forward of 12-32 new tokens was 1.2-2.0x cheaper as
+            ``wx`` on the AVX2 host).
+
+    Raises:
+        TypeError: `module` is not a `torch.nn.Module`.
+        ValueError: `layout` not in `LAYOUTS`, or `max_rows` not an int >= 2.
+
+    The layers' classes are restored when the block exits, on an exception too. Not thread-safe:
+    another thread calling the same module inside the block gets the layout too.
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 2:
+        raise ValueError(f"max_rows: expected an int >= 2, got {max_rows!r}")
+    layers = [m for m in module.modules() if type(m) is torch.nn.Linear] if layout == "wx" else []
+    try:
+        for layer in layers:
+            layer._layout_max_rows = max_rows
+            layer.__class__ = _WeightMajorLinear
+        yield module
+    finally:
+        for layer in layers:
+            layer.__class__ = torch.nn.Linear
+            layer.__dict__.pop("_layout_max_rows", None)
