@@ -11,6 +11,7 @@
 Modules: engine (the loop), drafters / trees / ouroboros (drafters), kv (KV storages: sequence,
 padded, packed), rules (every verification), adapter (reference Methods), attention (per-row
 attention of the packed layout), draftvocab (the draft's LM head over a token subset, FR-Spec),
+linear_layout (a target's linear layers as (W @ X^T)^T for a verification forward's few rows on CPU),
 bench / bench_batched (`verispec bench`).
 
 Needs the optional extras `torch` (and `transformers` for `model` / `decode`); importing this
