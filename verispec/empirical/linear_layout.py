@@ -14,7 +14,7 @@ is slower than torch's own: the layout is a per-host, per-dtype choice, measured
 ``with linear_layout(target.model, "wx"):`` runs every plain `torch.nn.Linear` inside the module
 (subclasses and int8 dynamic linears keep their own forward) as ``wx`` for inputs of 2..max_rows
 rows on CPU, and as torch's own otherwise (one row is a matrix-vector product either way; a
-prompt's prefill has more rows than ``max_rows``; ``wx`` was measured up to 32 rows). The layout is per module and per call site:
+prompt's prefill has more rows than ``max_rows``). The layout is per module and per call site:
 the bench gives it to one runner's target by its ``lin=wx`` parameter, the peer included
 (``hf:dq=8,lin=wx``), so a speedup can be split into what the layout gives and what the drafting
 gives.
@@ -73,9 +73,9 @@ def linear_layout(module: torch.nn.Module, layout: str = "wx", max_rows: int = 3
         module: a torch module (e.g. ``target.model`` of a `CausalLM`).
         layout: ``"wx"`` (``(W @ X^T)^T`` for 2..max_rows rows on CPU) or ``"xw"`` (torch's own:
             the block changes nothing).
-        max_rows: the largest row count (batch x new tokens) run as ``wx``; 32, the most rows at
-            which it was measured (a target forward of 12-32 new tokens was 1.2-2.0x cheaper as
-            ``wx`` on the AVX2 host).
+        max_rows: the largest row count (batch x new tokens) run as ``wx``; default 32, the
+            most rows `benchmarks/bench_rows.py` times (the target's MLP GEMM at 32 rows: 3.83x
+            one row as ``wx`` against 5.90x as ``xw``, float32, AVX2 host).
 
     Raises:
         TypeError: `module` is not a `torch.nn.Module`.
