@@ -7,8 +7,6 @@ Speed is not asserted here: `benchmarks/bench_rows.py` measures both layouts.
 
 from __future__ import annotations
 
-import types
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,7 +15,7 @@ pytest.importorskip("transformers")
 from verispec.empirical import bench, decode, engine, linear_layout as layout_module, methods  # noqa: E402
 from verispec.empirical.linear_layout import linear_layout, weight_major_linear  # noqa: E402
 
-from .test_bench import PROMPTS, CharTokenizer  # noqa: E402
+from .test_bench import PROMPTS, tiny_pair  # noqa: E402,F401 (tiny_pair: the bench tests' fixture)
 from .test_decode_tiny import tiny  # noqa: E402
 
 
@@ -121,10 +119,9 @@ def test_engine_under_wx_is_greedy_exact():
     assert torch.equal(out.tokens, reference)
 
 
-def test_bench_lin_wx_runners_are_greedy_exact_and_labelled(tmp_path, monkeypatch):
+def test_bench_lin_wx_runners_are_greedy_exact_and_labelled(tiny_pair, tmp_path, monkeypatch):
     calls = _counting(monkeypatch)
-    pair = types.SimpleNamespace(target=tiny(64, 0, head_scale=4.0), draft=tiny(64, 0, noise=0.1, head_scale=4.0),
-                                 tokenizer=CharTokenizer(64))
+    pair = tiny_pair
     runners = ("hf:dq=8,lin=wx", "hf:lin=wx", "adaptive:L=3,lin=wx", "block:lin=wx")
     cfg = bench.BenchConfig(prompts=2, max_new_tokens=10, methods=runners, temperatures=(0.0,), draft_length=3,
                             dtype="float32")
