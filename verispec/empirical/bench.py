@@ -432,11 +432,9 @@ def _environment(config: BenchConfig, threads: int, dtype_reason: str = "") -> d
 def _decode(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float, seed: int, pools: dict):
     """Run one runner on prompt [1, n], its target's linear layers in the runner's layout (``lin=``,
     `linear_layout`). `pools` keeps phrase pools warm across prompts."""
-    if spec.linear_layout == "xw":  # torch's own
-        return _decode_runner(spec, pair, prompt, config, T, seed, pools)
     from .linear_layout import linear_layout
 
-    with linear_layout(pair.target.model, spec.linear_layout):
+    with linear_layout(pair.target.model, spec.linear_layout):  # "xw": changes nothing
         return _decode_runner(spec, pair, prompt, config, T, seed, pools)
 
 

@@ -26,13 +26,15 @@ import contextlib
 
 import torch
 
-__all__ = ["LAYOUTS", "DESCRIPTION", "linear_layout", "weight_major_linear"]
+__all__ = ["LAYOUTS", "MAX_ROWS", "DESCRIPTION", "linear_layout", "weight_major_linear"]
 
 #: ``xw``: torch's own ``X @ W^T``; ``wx``: ``(W @ X^T)^T`` for 2..max_rows rows.
 LAYOUTS = ("xw", "wx")
+#: `linear_layout`'s default max_rows: the most rows `benchmarks/bench_rows.py` times.
+MAX_ROWS = 32
 #: What ``lin=wx`` means, for the bench JSON's environment.
-DESCRIPTION = ("the target's plain torch.nn.Linear layers computed as (W @ X^T)^T for inputs of 2..32 rows on CPU, "
-               "torch's X @ W^T otherwise; the same sums up to float rounding")
+DESCRIPTION = (f"the target's plain torch.nn.Linear layers computed as (W @ X^T)^T for inputs of 2..{MAX_ROWS} rows "
+               "on CPU, torch's X @ W^T otherwise; the same sums up to float rounding")
 
 
 def weight_major_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -66,7 +68,7 @@ class _WeightMajorLinear(torch.nn.Linear):
 
 
 @contextlib.contextmanager
-def linear_layout(module: torch.nn.Module, layout: str = "wx", max_rows: int = 32):
+def linear_layout(module: torch.nn.Module, layout: str = "wx", max_rows: int = MAX_ROWS):
     """Inside the block, the plain `torch.nn.Linear` layers of `module` run in `layout`.
 
     Args:
