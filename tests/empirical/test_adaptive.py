@@ -299,15 +299,17 @@ def exact_models():
     return context_tiny(20), context_tiny(20, noise=0.3)
 
 
-def _check_tau_law(exact_models, name, verifier, rows=4000, draft_length=2, threshold=0.8):
+def _check_tau_law(exact_models, name, verifier, rows=4000, draft_length=2, threshold=0.8, guess_length=0,
+                   prompt=(1, 3)):
     from .test_accepted_length_exact import check_means, decode_taus, exact_tau_laws
 
     target, draft = exact_models
     params, method = _exact_case(name, verifier, draft_length, threshold)
+    params["guess_length"] = guess_length  # the engine's guesses leave the chain's law as the reference's
     # 2 L + 2 new tokens: the second chain is never cut to the tokens still needed (the reference's
     # iteration has the whole cap L), and every row runs two iterations.
-    taus = decode_taus(target, draft, name, params, rows, "padded", (1, 3), 7, depth=2 * draft_length)
-    return check_means(taus, exact_tau_laws(target, draft, method, (1, 3)), bound=draft_length)
+    taus = decode_taus(target, draft, name, params, rows, "padded", prompt, 7, depth=2 * draft_length)
+    return check_means(taus, exact_tau_laws(target, draft, method, prompt), bound=draft_length)
 
 
 @pytest.mark.parametrize("name", ["adaptive", "hybrid"])

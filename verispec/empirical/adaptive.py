@@ -20,6 +20,23 @@ lossless at every temperature (block verification: checked, not proved, see belo
   `adaptive_chain(cap, threshold)` for some cap.
   Confidence: q of the drawn token at the draft temperature; at draft temperature 0 (greedy
   drafts, q one-hot) the softmax of the draft logits at temperature 1, as transformers does.
+- Guesses (``guess_length`` k > 0, both drafters; bench ``g=k``): each draft forward also holds
+  up to k prompt-lookup tokens (the tokens after the latest earlier occurrence of the suffix
+  n-gram, n = 3 then 2, of the context plus the chain so far; Saxena 2023) hung as a chain below
+  the token it feeds, in the draft's tree attention. A guess column's logits are the draft's
+  next-token logits after that guess: when the token drawn from the previous column (with the
+  uniform of its depth) equals the guess, the next token is drawn from the guess column's q in
+  the same forward, and so on until a draw differs from its guess. Tokens are always drawn from
+  q, never taken from the guess, so the chain is the function of the uniforms that the
+  one-token-per-forward chain is (same tokens and q rows, up to the float rounding of a wider
+  forward): the draft-side phrase check of Ouroboros (Zhao et al. 2024, arXiv 2402.13720) made
+  exact under sampling. With an int8 draft (`quantize.quantize_draft`) the activation scale of a
+  forward spans all its rows, so q also depends on the guesses beside it; the guesses are a
+  function of the drafted prefix, so q is still the law each token was drawn from given its
+  prefix, which is all the verifiers read. Unmatched guess nodes are never committed to the
+  draft cache. 1-gram matches are not used (`GUESS_MIN_NGRAM`): over the ten committed
+  target-only T = 0 outputs, a 1-gram lookup's 8-token guess matched 0.66 following tokens on
+  average, a 2-gram's 1.50 and a 3-gram's 4.15, and each guess costs a draft row.
 - `HybridDrafter`: per row and iteration, the prompt-lookup phrase (Saxena 2023) when the context
   has an n-gram match (a point-mass chain, q one-hot: no draft forward), the adaptive chain of the
   draft model otherwise. Tokens emitted while the draft model was idle are fed to it, all in one
@@ -40,9 +57,59 @@ from .lookup import prompt_lookup_batch
 
 __all__ = ["AdaptiveChainDrafter", "HybridDrafter", "SCHEDULES", "VERIFIERS", "adaptive_method", "hybrid_method"]
 
+#: Guesses come from suffix n-grams of at least this length: a 1-gram match is a weak guess (module
+#: docstring), and every guessed token costs a row of the draft's forward.
+GUESS_MIN_NGRAM = 2
+
 #: Length-cap schedules: transformers' "heuristic" (+2 when every drafted token was accepted,
 #: else -1) and "constant" (the cap stays at draft_length; transformers 5.x's default, with 20).
 SCHEDULES = ("heuristic", "constant")
+
+
+class _Chain:
+    """One iteration's chains while they are drafted: paths [B, 1, L], lengths [B] (the cap, cut
+    by the confidence stop), depth [B] (tokens drawn), parent [B] (forest id of the node the next
+    fed token hangs below), fed [B, 1 + L] (`ModelDrafter`), the q row of every drawn token and
+    one round of uniforms per depth (row b's depth-d token reads round d, however many forwards
+    it took to get there: the uniforms a plain one-token-per-forward chain would read)."""
+
+    def __init__(self, caps: torch.Tensor, L: int):
+        B, device = caps.shape[0], caps.device
+        self.paths = torch.zeros(B, 1, L, dtype=torch.long, device=device)
+        self.lengths = caps.clone()
+        self.depth = torch.zeros(B, dtype=torch.long, device=device)
+        self.parent = torch.zeros(B, dtype=torch.long, device=device)
+        self.fed = torch.full((B, 1 + L), -1, dtype=torch.long, device=device)
+        self.q_rows, self.rounds = [], []  # [B, V] per depth; [B] uniforms per depth
+
+    def uniforms(self, source, going: torch.Tensor) -> torch.Tensor:
+        """[B] uniforms: row b's at its depth (rows not going read any)."""
+        B, device = self.depth.shape[0], self.depth.device
+        while len(self.rounds) <= int(self.depth[going].max()):
+            self.rounds.append(source.take(B, 1, device)[:, 0])
+        return torch.stack(self.rounds, dim=1).gather(1, self.depth.clamp(max=len(self.rounds) - 1).unsqueeze(1))[:, 0]
+
+    def record(self, going: torch.Tensor, token: torch.Tensor, q: torch.Tensor) -> None:
+        """Write the going rows' tokens [B] and their q [B, V] at their depths."""
+        L = self.paths.shape[2]
+        at = self.depth.clamp(max=L - 1).unsqueeze(1)  # [B, 1]
+        self.paths[:, 0].scatter_(1, at, torch.where(going, token, self.paths[:, 0].gather(1, at)[:, 0]).unsqueeze(1))
+        for d in self.depth[going].unique().tolist():
+            rows = going & (self.depth == d)
+            if d == len(self.q_rows):
+                self.q_rows.append(q if bool(rows.all()) else torch.where(rows.unsqueeze(1), q, 0.0))
+            else:
+                self.q_rows[d] = torch.where(rows.unsqueeze(1), q, self.q_rows[d])
+
+    def set_fed(self, rows: torch.Tensor, node) -> None:
+        """fed[b, depth[b]] = node for the rows given: the node holding row b's last drawn token."""
+        at = self.depth.clamp(max=self.fed.shape[1] - 1).unsqueeze(1)  # [B, 1]
+        node = torch.as_tensor(node, device=self.fed.device).expand_as(self.depth)
+        self.fed.scatter_(1, at, torch.where(rows, node, self.fed.gather(1, at)[:, 0]).unsqueeze(1))
+
+    def q_table(self) -> torch.Tensor:
+        """[B, 1 + l, V]: the drawn tokens' q rows, then zeros (the deepest node drew no child)."""
+        return torch.stack(self.q_rows + [torch.zeros_like(self.q_rows[0])], dim=1)
 
 
 class AdaptiveChainDrafter(PathsDrafter):
@@ -52,14 +119,18 @@ class AdaptiveChainDrafter(PathsDrafter):
         draft_length: the initial cap L0 >= 1. max_draft_length: the cap's ceiling (>= L0).
         threshold: stop after a drafted token of confidence < threshold (0: never stop).
         schedule: one of `SCHEDULES`. draft_temperature: as `PathsDrafter` (default: T).
+        guess_length: prompt-lookup tokens per draft forward (0: none; module docstring).
+        max_ngram: the longest suffix n-gram the guesses look up.
 
     Logs: "chain_lengths" (tokens drafted per row and iteration), "caps" (the cap in force).
     """
 
     def __init__(self, draft_length: int, max_draft_length: int, threshold: float = 0.4,
-                 schedule: str = "heuristic", draft_temperature: float | None = None):
+                 schedule: str = "heuristic", draft_temperature: float | None = None, guess_length: int = 0,
+                 max_ngram: int = 3):
         super().__init__(draft_length, 1, True, draft_temperature)
         self.max_length, self.threshold, self.schedule = max_draft_length, threshold, schedule
+        self.guess_length, self.max_ngram = guess_length, max_ngram
         self._lengths, self._caps = [], []
 
     def start(self, draft, tokens, lengths, temperature, source, storage="padded") -> None:
@@ -77,53 +148,89 @@ class AdaptiveChainDrafter(PathsDrafter):
         probs = probabilities(logits, Td if Td > 0 else 1.0)  # [B, V]
         return probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
-    def _feed_pending(self, temperature: float):
-        """ONE draft forward of every row's pending tokens (a chain of 1..P per row) -> (the law
-        at the root (`next_token_law`: q [B, V], greedy ids or None), the root's forest id [B],
-        the root's logits [B, V])."""
-        B, P = self.pending.shape
-        device = self.pending.device
-        parents = (torch.arange(P, device=device) - 1).expand(B, P)
-        real = torch.arange(P, device=device) < self.pending_count.unsqueeze(1)  # [B, P]
-        logits = self.kv.append(self.pending, parents, real)  # [B, P, V]
+    def _forward(self, prefix, parents, real, anchor, guess, glen):
+        """ONE draft forward of prefix columns (tokens / parents in forest numbering / real: [B, P])
+        then each row's guesses (guess [B, k], the first glen [B] real) hung as a chain below the
+        prefix column `anchor` [B] -> (logits [B, P + k, V], m: the forest id of column 0)."""
+        B, P = prefix.shape
+        k, device = guess.shape[1], prefix.device
+        m = self.kv.uncommitted
+        j = torch.arange(k, device=device)
+        guess_parents = torch.where(j == 0, m + anchor.unsqueeze(1), m + P + j - 1)  # [B, k]
+        tokens = torch.cat([prefix, guess], dim=1)  # [B, P + k]
+        real = torch.cat([real, j < glen.unsqueeze(1)], dim=1)  # [B, P + k]
+        logits = self.kv.append(tokens, torch.cat([parents, guess_parents], dim=1), real)  # [B, P + k, V]
         self.draft_rows += int(real.sum())
-        root = self.pending_count - 1
-        last = logits[torch.arange(B, device=device), root]  # [B, V]
-        return next_token_law(last, temperature), root, last
+        return logits, m
 
-    def _chain(self, caps: torch.Tensor):
+    def _guesses(self, rows, chain: "_Chain"):
+        """Prompt-lookup guesses of each row's next tokens from its context plus its chain so far
+        -> (guess [B, k], glen [B]); glen is cut to the tokens whose q the row still needs."""
+        k = self.guess_length
+        B, device = chain.depth.shape[0], chain.depth.device
+        useful = (chain.lengths - chain.depth - 1).clamp(min=0)  # [B]
+        if k == 0 or rows is None or not bool((useful > 0).any()):
+            return torch.zeros(B, 0, dtype=torch.long, device=device), torch.zeros_like(useful)
+        L = chain.paths.shape[2]
+        ctx = torch.cat([rows.ctx, rows.ctx.new_zeros(B, L)], dim=1)  # [B, S + L]
+        i = torch.arange(L, device=device)
+        at = (rows.ctx_len.unsqueeze(1) + i).clamp(max=ctx.shape[1] - 1)  # [B, L]
+        ctx.scatter_(1, at, torch.where(i < chain.depth.unsqueeze(1), chain.paths[:, 0], ctx.gather(1, at)))
+        guess, found = prompt_lookup_batch(ctx, rows.ctx_len + chain.depth, self.max_ngram, k,
+                                           min(GUESS_MIN_NGRAM, self.max_ngram))  # [B, k], [B]
+        glen = torch.minimum(found, useful)
+        return guess[:, :int(glen.max())], glen  # no column that no row fills: it would cost a row
+
+    def _draws(self, logits, m, P, anchor, guess, glen, chain: "_Chain", going) -> None:
+        """Draw each going row's next tokens from this forward: from column `anchor`'s q, then,
+        while the drawn token equals the row's next guess, from that guess column's q (its
+        logits saw exactly the chain drawn so far). Rows stop at the first mismatch; their next
+        forward feeds the last drawn token below the column it was drawn from."""
+        Td, B, V = self._temperature(), logits.shape[0], logits.shape[-1]
+        col = anchor.clone()  # [B]
+        for j in range(guess.shape[1] + 1):
+            if not bool(going.any()):
+                break
+            step = logits.gather(1, col.view(B, 1, 1).expand(B, 1, V)).squeeze(1)  # [B, V]
+            q, greedy = next_token_law(step, Td)  # [B, V], [B] or None
+            token = draw(q, chain.uniforms(self.source, going), greedy)  # [B]
+            chain.record(going, token, q)
+            low = going & (self._confidence(step, token) < self.threshold) & (chain.lengths > chain.depth + 1)
+            chain.lengths = torch.where(low, chain.depth + 1, chain.lengths)
+            chain.depth = chain.depth + going.long()
+            more = going & (j < glen) & (chain.lengths > chain.depth)
+            more &= token == (guess[:, j] if j < guess.shape[1] else -1)
+            chain.set_fed(more, m + P + j)  # the guess column holds the token just drawn
+            chain.parent = torch.where(going & ~more, m + col, chain.parent)
+            col = torch.where(more, P + j, col)
+            going = more
+
+    def _chain(self, caps: torch.Tensor, rows=None):
         """Draft-model chains of at most caps[b] tokens (0: none; the pending tokens are still
         fed), each stopped after a low-confidence token -> (paths [B, 1, L], lengths [B], q
         [B, 1 + l, V]); L = max cap, l = max(lengths) (q has no rows for depths no row reached).
-        One draft forward per depth while a row still drafts."""
-        Td = self._temperature()
-        (q_root, greedy), root, logits = self._feed_pending(Td)  # [B, V], [B] or None, [B], [B, V]
-        B, V, device = q_root.shape[0], q_root.shape[-1], q_root.device
-        L = max(int(caps.max()), 1)
-        paths = torch.zeros(B, 1, L, dtype=torch.long, device=device)
-        q_rows = [q_root]  # q of nodes 0, 1, ...: [B, V] each
-        self.fed = torch.full((B, 1 + L), -1, dtype=torch.long, device=device)
-        token = draw(q_root, self.source.take(B, 1, device)[:, 0], greedy)  # [B]
-        paths[:, 0, 0] = token
-        lengths = torch.where((caps > 1) & (self._confidence(logits, token) < self.threshold), 1, caps)
-        parent = root
-        for d in range(1, L):
-            active = lengths > d  # rows that draft a depth-(d + 1) token: feed node d
+        One draft forward per depth while a row still drafts, fewer where the draft's tokens
+        match the prompt-lookup guesses (guess_length > 0) that ride in the same forwards."""
+        B, P, device = self.pending.shape[0], self.pending.shape[1], self.pending.device
+        chain = _Chain(caps, max(int(caps.max()), 1))
+        guess, glen = self._guesses(rows, chain)
+        parents = (torch.arange(P, device=device) - 1).expand(B, P)
+        real = torch.arange(P, device=device) < self.pending_count.unsqueeze(1)  # [B, P]
+        root = self.pending_count - 1
+        logits, m = self._forward(self.pending, parents, real, root, guess, glen)
+        self._draws(logits, m, P, root, guess, glen, chain, torch.ones_like(real[:, 0]))
+        while True:
+            active = chain.lengths > chain.depth  # rows that draft another token: feed their last one
             if not bool(active.any()):
                 break
-            m = self.kv.uncommitted
-            step = self.kv.append(paths[:, :, d - 1], parent.unsqueeze(1), active.unsqueeze(1))[:, 0]  # [B, V]
-            self.draft_rows += int(active.sum())
-            self.fed[:, d] = torch.where(active, m, -1)
-            q_d, greedy = next_token_law(step, Td)  # [B, V], [B] or None
-            q_rows.append(q_d if bool(active.all()) else torch.where(active.unsqueeze(1), q_d, 0.0))
-            token = draw(q_d, self.source.take(B, 1, device)[:, 0], greedy)
-            paths[:, 0, d] = token
-            low = active & (self._confidence(step, token) < self.threshold) & (lengths > d + 1)
-            lengths = torch.where(low, d + 1, lengths)
-            parent = torch.full_like(parent, m)
-        q_rows.append(torch.zeros_like(q_root))  # the deepest node drew no child
-        return paths, lengths, torch.stack(q_rows, dim=1)
+            guess, glen = self._guesses(rows, chain)
+            last = chain.paths[:, 0].gather(1, (chain.depth - 1).clamp(min=0).unsqueeze(1))  # [B, 1]
+            chain.set_fed(active, self.kv.uncommitted)
+            logits, m = self._forward(last, chain.parent.unsqueeze(1), active.unsqueeze(1),
+                                      torch.zeros_like(root), guess, glen)
+            self._draws(logits, m, 1, torch.zeros_like(root), guess, glen, chain, active)
+        self.fed = chain.fed
+        return chain.paths, chain.lengths, chain.q_table()
 
     def _chain_tree(self, last, paths, lengths, q) -> DraftTree:
         """The tree of chains paths [B, 1, L] (lengths [B]) whose nodes have q [B, 1 + l, V]:
@@ -146,7 +253,7 @@ class AdaptiveChainDrafter(PathsDrafter):
         return caps if remaining is None else torch.minimum(caps, (remaining - 1).clamp(min=1))
 
     def draft(self, rows) -> DraftTree:
-        paths, lengths, q = self._chain(self._in_budget(self.cap, rows))
+        paths, lengths, q = self._chain(self._in_budget(self.cap, rows), rows)
         self._drafted = lengths
         self._lengths.append(lengths.cpu())
         self._caps.append(self.cap.cpu())
@@ -210,9 +317,10 @@ class HybridDrafter(AdaptiveChainDrafter):
 
     def __init__(self, draft_length: int, max_draft_length: int, threshold: float = 0.4,
                  schedule: str = "heuristic", lookup_length: int = 10, max_ngram: int = 3,
-                 draft_temperature: float | None = None):
-        super().__init__(draft_length, max_draft_length, threshold, schedule, draft_temperature)
-        self.lookup_length, self.max_ngram = lookup_length, max_ngram
+                 draft_temperature: float | None = None, guess_length: int = 0):
+        super().__init__(draft_length, max_draft_length, threshold, schedule, draft_temperature, guess_length,
+                         max_ngram)
+        self.lookup_length = lookup_length
         self._lookups = []
 
     def draft(self, rows) -> DraftTree:
@@ -222,7 +330,7 @@ class HybridDrafter(AdaptiveChainDrafter):
         self._lookup = lookup
         self._lookups.append(lookup.cpu())
         if self._ran:
-            paths, lengths, q = self._chain(torch.where(lookup, 0, self._in_budget(self.cap, rows)))
+            paths, lengths, q = self._chain(torch.where(lookup, 0, self._in_budget(self.cap, rows)), rows)
         else:
             paths, lengths, q = self._empty(found)
         paths, lengths, q = self._with_phrases(paths, lengths, q, phrases, found, lookup)
@@ -300,35 +408,45 @@ def _check(draft_length, max_draft_length, threshold, schedule, verifier="token"
     return L, top
 
 
+def _check_guess(guess_length):
+    from .checks import _check_positive
+
+    return 0 if guess_length == 0 and not isinstance(guess_length, bool) else _check_positive(guess_length,
+                                                                                               "guess_length")
+
+
 def adaptive_method(draft_length: int = 4, max_draft_length: int | None = None, threshold: float = 0.4,
-                    schedule: str = "heuristic", draft_temperature: float | None = None, verifier: str = "token"):
+                    schedule: str = "heuristic", draft_temperature: float | None = None, verifier: str = "token",
+                    guess_length: int = 0):
     """`AdaptiveChainDrafter` + token or block verification as a `TorchMethod` ("adaptive").
 
     Args: draft_length: the initial cap L0 >= 1; max_draft_length: the cap's ceiling (default
     4 L0); threshold in [0, 1] (default 0.4, transformers' default); schedule: `SCHEDULES`;
-    verifier: `VERIFIERS` (default "token").
+    verifier: `VERIFIERS` (default "token"); guess_length: prompt-lookup tokens the draft model
+    checks in each of its forwards (0, the default: none; `AdaptiveChainDrafter`).
 
     Raises:
-        ValueError: a parameter out of range.
+        ValueError: a parameter out of range. TypeError: a guess_length that is not an int.
     """
     from .engine import TorchMethod
     from .rules.nodes import PathRule
 
     L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
-    return TorchMethod("adaptive", lambda: AdaptiveChainDrafter(L, top, threshold, schedule, draft_temperature),
+    g = _check_guess(guess_length)
+    return TorchMethod("adaptive", lambda: AdaptiveChainDrafter(L, top, threshold, schedule, draft_temperature, g),
                        PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
-                                            "schedule": schedule, "verifier": verifier})
+                                            "schedule": schedule, "verifier": verifier, "guess_length": g})
 
 
 def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, threshold: float = 0.4,
                   schedule: str = "heuristic", lookup_length: int = 10, max_ngram: int = 3,
-                  draft_temperature: float | None = None, verifier: str = "token"):
+                  draft_temperature: float | None = None, verifier: str = "token", guess_length: int = 0):
     """`HybridDrafter` + token or block verification as a `TorchMethod` ("hybrid"); arguments as
     `adaptive_method`, plus lookup_length (tokens of a lookup phrase, default 10 as transformers'
-    prompt lookup) and max_ngram (default 3).
+    prompt lookup) and max_ngram (default 3; also the guesses' n-gram).
 
     Raises:
-        ValueError: a parameter out of range.
+        ValueError: a parameter out of range. TypeError: a guess_length that is not an int.
     """
     from .checks import _check_positive
     from .engine import TorchMethod
@@ -336,7 +454,8 @@ def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, th
 
     L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
     n, k = _check_positive(lookup_length, "lookup_length"), _check_positive(max_ngram, "max_ngram")
-    return TorchMethod("hybrid", lambda: HybridDrafter(L, top, threshold, schedule, n, k, draft_temperature),
+    g = _check_guess(guess_length)
+    return TorchMethod("hybrid", lambda: HybridDrafter(L, top, threshold, schedule, n, k, draft_temperature, g),
                        PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
                                             "schedule": schedule, "lookup_length": n, "max_ngram": k,
-                                            "verifier": verifier})
+                                            "verifier": verifier, "guess_length": g})

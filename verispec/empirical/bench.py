@@ -31,8 +31,10 @@ guesses per draft forward, default 8, and the pool refined from the target's ver
 history; ``L`` = the initial cap, ``M`` = its ceiling, default 4 L, ``c`` = the confidence stop in
 percent, default 40 as transformers, ``sched=constant`` keeps the cap at L (transformers' default
 schedule), default ``sched=heuristic`` (+2 after a full acceptance, -1 otherwise), ``v=block``
-verifies the chain by block verification instead of token verification:
-``adaptive:L=8,M=20,c=20,v=block``) and ``hybrid`` (the lookup phrase when the context has one, the
+verifies the chain by block verification instead of token verification, ``g=k`` lets every
+draft forward check k prompt-lookup guesses of the chain's next tokens (the same chain in fewer
+draft forwards where the draft repeats the context):
+``adaptive:L=8,M=20,c=20,v=block``, ``adaptive:L=20,M=20,g=4``) and ``hybrid`` (the lookup phrase when the context has one, the
 adaptive chain otherwise; `verispec.empirical.adaptive`), the tree walks ``khisti:K=2``,
 ``optimal_is:K=2`` and ``spechub`` (K = 2 only) of `verispec.empirical.rules.multistep` (the IS
 rules solve a selection LP over the full vocabulary: small vocabularies only; ``khisti:K=2,s=5``
@@ -87,7 +89,7 @@ DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
 RECORD_SCHEMA = 2
 _PARAMS = {"L": "draft_length", "K": "num_paths", "n": "node_budget", "W": "window", "G": "guess_set",
            "s": "truncation", "dv": "draft_vocab", "dq": "draft_quant", "M": "max_draft_length",
-           "c": "confidence_percent"}
+           "c": "confidence_percent", "g": "guess_length"}
 #: Phrase-pool runners: K = pool candidates per lookup, W = Jacobi window slots (0: none).
 PHRASE_RUNNERS = ("ouroboros", "ouroboros_phrase", "lookahead")
 #: Their defaults, the decoders' own (`ouroboros_speculative`, `lookahead_speculative`).
@@ -127,6 +129,7 @@ class RunnerSpec:
     confidence_percent: int = 40  # adaptive, hybrid: stop a chain after a token of draft confidence < c / 100
     schedule: str = "heuristic"  # adaptive, hybrid: the cap's schedule (`adaptive.SCHEDULES`; constant: stays L)
     verifier: str = "token"  # adaptive, hybrid: the chain's verifier (`adaptive.VERIFIERS`: token or block)
+    guess_length: int = 0  # adaptive, hybrid: prompt-lookup guesses the draft model checks per forward (0: none)
     linear_layout: str = "xw"  # the target's GEMM layout for few rows (`linear_layout.LAYOUTS`; any runner)
 
 
@@ -158,7 +161,7 @@ def _read_params(params: str, text: str, values: dict) -> set:
         elif (key not in _PARAMS or not value.isdigit() or int(value) < (0 if key in ("W", "c") else 1)
                 or (key == "c" and int(value) > 100)):
             raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
-                             "(use L=, K=, n=, G=, s=, dv=, M= with an int >= 1, dq=8, W= with an int >= 0, "
+                             "(use L=, K=, n=, G=, g=, s=, dv=, M= with an int >= 1, dq=8, W= with an int >= 0, "
                              f"c= in 0..100, sched= one of {', '.join(SCHEDULES)}, v= one of "
                              f"{', '.join(VERIFIERS)} or lin= one of {', '.join(LAYOUTS)})")
         else:
@@ -174,6 +177,7 @@ _SCOPED = {"dv": (DRAFT_VOCAB_RUNNERS, "dv (a draft vocabulary subset) is for"),
            "c": (ADAPTIVE_RUNNERS, "c (the confidence stop, in percent) is for"),
            "sched": (ADAPTIVE_RUNNERS, "sched (the length cap's schedule) is for"),
            "v": (ADAPTIVE_RUNNERS, "v (the chain's verifier, token or block) is for"),
+           "g": (ADAPTIVE_RUNNERS, "g (prompt-lookup guesses per draft forward) is for"),
            "G": (("ouroboros_phrase",), "only ouroboros_phrase takes a guess set G:"),
            "s": (("khisti", "optimal_is"), "only khisti and optimal_is take an LP truncation s:")}
 
@@ -210,7 +214,7 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
     if name not in runner_names():
         raise ValueError(f"methods: unknown runner {name!r}; known: {', '.join(runner_names())}")
     values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50, "window": 0, "guess_set": 8,
-              "draft_vocab": 0, "draft_quant": 0, "max_draft_length": RunnerSpec.max_draft_length,
+              "draft_vocab": 0, "draft_quant": 0, "guess_length": 0, "max_draft_length": RunnerSpec.max_draft_length,
               "confidence_percent": RunnerSpec.confidence_percent, "schedule": RunnerSpec.schedule,
               "verifier": RunnerSpec.verifier, "linear_layout": RunnerSpec.linear_layout}
     if name in PHRASE_RUNNERS:
@@ -244,7 +248,7 @@ def parse_runner(text: str, draft_length: int, num_paths: int) -> RunnerSpec:
                       truncation=values["truncation"] if "s" in given else 0, draft_vocab=values["draft_vocab"],
                       draft_quant=values["draft_quant"], max_draft_length=values["max_draft_length"],
                       confidence_percent=values["confidence_percent"], schedule=values["schedule"],
-                      verifier=values["verifier"], linear_layout=layout)
+                      verifier=values["verifier"], guess_length=values["guess_length"], linear_layout=layout)
 
 
 @dataclass
@@ -482,7 +486,7 @@ def _decode_runner(spec: RunnerSpec, pair, prompt, config: BenchConfig, T: float
         method = methods.get(spec.name, draft_length=spec.draft_length, draft_vocab=vocab,
                              max_draft_length=spec.max_draft_length or None,
                              threshold=spec.confidence_percent / 100, schedule=spec.schedule,
-                             verifier=spec.verifier)
+                             verifier=spec.verifier, guess_length=spec.guess_length)
         return decode_engine(pair.target, pair.draft, prompt, method, N, T, uniforms=seed, storage="sequence")
     if spec.name in methods.WALK_METHODS:
         method = methods.get(spec.name, draft_length=spec.draft_length, num_paths=spec.num_paths, draft_vocab=vocab,

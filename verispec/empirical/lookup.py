@@ -73,21 +73,22 @@ def prompt_lookup_draft(context_ids: torch.Tensor, max_ngram: int, draft_length:
 
 
 def prompt_lookup_batch(contexts: torch.Tensor, context_lengths: torch.Tensor, max_ngram: int,
-                        draft_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+                        draft_length: int, min_ngram: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Prompt-lookup drafts for a batch of contexts of different lengths.
 
     Args:
         contexts: int [B, S], row b's context is contexts[b, :context_lengths[b]] (right padding).
         context_lengths: int [B] in [0, S].
         max_ngram, draft_length: as `prompt_lookup_draft`.
+        min_ngram: the shortest suffix n-gram tried (1 <= min_ngram; above max_ngram: no draft).
 
     Returns:
         (drafts int64 [B, L] (0 after each row's draft), lengths int64 [B] in [0, L]), on the
         contexts' device.
 
     Raises:
-        TypeError / ValueError: as `prompt_lookup_draft`; context_lengths of the wrong shape or
-        outside [0, S].
+        TypeError / ValueError: as `prompt_lookup_draft` (min_ngram too); context_lengths of the
+        wrong shape or outside [0, S].
     """
     _check_ids(contexts, "contexts", 2)
     _check_ids(context_lengths, "context_lengths", 1)
@@ -98,9 +99,10 @@ def prompt_lookup_batch(contexts: torch.Tensor, context_lengths: torch.Tensor, m
     if context_lengths.shape[0] != B or bool(((context_lengths < 0) | (context_lengths > S)).any()):
         raise ValueError(f"context_lengths: expected {B} lengths in [0, {S}]")
     N = _check_int(max_ngram, "max_ngram", 1)
+    n_min = _check_int(min_ngram, "min_ngram", 1)
     ctx, length = contexts.long(), context_lengths.long().to(contexts.device)  # [B, S], [B]
     start = torch.full((B,), -1, dtype=torch.long, device=ctx.device)  # first drafted index; -1: none
-    for n in range(min(N, S - 1), 0, -1):  # longest n first: rows matched at a longer n keep it
+    for n in range(min(N, S - 1), n_min - 1, -1):  # longest n first: rows matched at a longer n keep it
         windows = ctx.unfold(1, n, 1)  # [B, S-n+1, n], window s = ctx[:, s:s+n]
         at = (length - n).clamp(min=0).unsqueeze(1) + torch.arange(n, device=ctx.device)  # [B, n]
         suffix = ctx.gather(1, at)  # [B, n]
