@@ -66,6 +66,12 @@ GUESS_MIN_NGRAM = 2
 SCHEDULES = ("heuristic", "constant")
 
 
+def _matches(token: torch.Tensor, guess: torch.Tensor, j: int) -> torch.Tensor:
+    """bool [B]: the drawn tokens [B] equal guess j of guess [B, k] (False past the last guess),
+    i.e. the guess column's logits saw exactly the drafted prefix."""
+    return token == guess[:, j] if j < guess.shape[1] else torch.zeros_like(token, dtype=torch.bool)
+
+
 class _Chain:
     """One iteration's chains while they are drafted: paths [B, 1, L], lengths [B] (the cap, cut
     by the confidence stop), depth [B] (tokens drawn), parent [B] (forest id of the node the next
@@ -199,7 +205,7 @@ class AdaptiveChainDrafter(PathsDrafter):
             chain.lengths = torch.where(low, chain.depth + 1, chain.lengths)
             chain.depth = chain.depth + going.long()
             more = going & (j < glen) & (chain.lengths > chain.depth)
-            more &= token == (guess[:, j] if j < guess.shape[1] else -1)
+            more &= _matches(token, guess, j)
             chain.set_fed(more, m + P + j)  # the guess column holds the token just drawn
             chain.parent = torch.where(going & ~more, m + col, chain.parent)
             col = torch.where(more, P + j, col)
@@ -408,11 +414,12 @@ def _check(draft_length, max_draft_length, threshold, schedule, verifier="token"
     return L, top
 
 
-def _check_guess(guess_length):
-    from .checks import _check_positive
-
-    return 0 if guess_length == 0 and not isinstance(guess_length, bool) else _check_positive(guess_length,
-                                                                                               "guess_length")
+def _check_guess(guess_length) -> int:
+    if isinstance(guess_length, bool) or not isinstance(guess_length, int):
+        raise TypeError(f"guess_length: expected an int, got {type(guess_length).__name__}")
+    if guess_length < 0:
+        raise ValueError(f"guess_length: must be >= 0, got {guess_length}")
+    return guess_length
 
 
 def adaptive_method(draft_length: int = 4, max_draft_length: int | None = None, threshold: float = 0.4,
