@@ -33,8 +33,8 @@ percent, default 40 as transformers, ``sched=constant`` keeps the cap at L (tran
 schedule), default ``sched=heuristic`` (+2 after a full acceptance, -1 otherwise), ``v=block``
 verifies the chain by block verification instead of token verification, ``g=k`` lets every
 draft forward check k prompt-lookup guesses of the chain's next tokens (the same chain in fewer
-draft forwards where the draft repeats the context):
-``adaptive:L=8,M=20,c=20,v=block``, ``adaptive:L=20,M=20,g=4``) and ``hybrid`` (the lookup phrase when the context has one, the
+draft forwards where the draft repeats the context): ``adaptive:L=8,M=20,c=20,v=block``,
+``adaptive:L=20,M=20,g=4``) and ``hybrid`` (the lookup phrase when the context has one, the
 adaptive chain otherwise; `verispec.empirical.adaptive`), the tree walks ``khisti:K=2``,
 ``optimal_is:K=2`` and ``spechub`` (K = 2 only) of `verispec.empirical.rules.multistep` (the IS
 rules solve a selection LP over the full vocabulary: small vocabularies only; ``khisti:K=2,s=5``
