@@ -53,7 +53,7 @@ from __future__ import annotations
 import torch
 
 from .drafters import DraftTree, PathsDrafter, draw, next_token_law, probabilities
-from .lookup import prompt_lookup_batch
+from .lookup import _check_int, prompt_lookup_batch
 
 __all__ = ["AdaptiveChainDrafter", "HybridDrafter", "SCHEDULES", "VERIFIERS", "adaptive_method", "hybrid_method"]
 
@@ -414,14 +414,6 @@ def _check(draft_length, max_draft_length, threshold, schedule, verifier="token"
     return L, top
 
 
-def _check_guess(guess_length) -> int:
-    if isinstance(guess_length, bool) or not isinstance(guess_length, int):
-        raise TypeError(f"guess_length: expected an int, got {type(guess_length).__name__}")
-    if guess_length < 0:
-        raise ValueError(f"guess_length: must be >= 0, got {guess_length}")
-    return guess_length
-
-
 def adaptive_method(draft_length: int = 4, max_draft_length: int | None = None, threshold: float = 0.4,
                     schedule: str = "heuristic", draft_temperature: float | None = None, verifier: str = "token",
                     guess_length: int = 0):
@@ -439,7 +431,7 @@ def adaptive_method(draft_length: int = 4, max_draft_length: int | None = None, 
     from .rules.nodes import PathRule
 
     L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
-    g = _check_guess(guess_length)
+    g = _check_int(guess_length, "guess_length", 0)
     return TorchMethod("adaptive", lambda: AdaptiveChainDrafter(L, top, threshold, schedule, draft_temperature, g),
                        PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
                                             "schedule": schedule, "verifier": verifier, "guess_length": g})
@@ -461,7 +453,7 @@ def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, th
 
     L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
     n, k = _check_positive(lookup_length, "lookup_length"), _check_positive(max_ngram, "max_ngram")
-    g = _check_guess(guess_length)
+    g = _check_int(guess_length, "guess_length", 0)
     return TorchMethod("hybrid", lambda: HybridDrafter(L, top, threshold, schedule, n, k, draft_temperature, g),
                        PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
                                             "schedule": schedule, "lookup_length": n, "max_ngram": k,
