@@ -334,7 +334,7 @@ def test_engine_block_verified_tau_matches_the_reference_exact_law(exact_models)
 def test_planted_ignored_confidence_is_caught(exact_models, monkeypatch):
     """Planted: the engine drafter never stops (confidence read as 1)."""
     monkeypatch.setattr(adaptive.AdaptiveChainDrafter, "_confidence",
-                        lambda self, logits, tokens: torch.ones(tokens.shape, dtype=torch.float64))
+                        lambda self, logits, tokens, q: torch.ones(tokens.shape, dtype=torch.float64))
     with pytest.raises(AssertionError):
         test_engine_tau_matches_the_reference_exact_law(exact_models, "adaptive")
 

@@ -148,10 +148,11 @@ class AdaptiveChainDrafter(PathsDrafter):
     def _temperature(self) -> float:
         return self.temperature if self.draft_temperature is None else self.draft_temperature
 
-    def _confidence(self, logits, tokens) -> torch.Tensor:
-        """The draft's probability of its drawn tokens: logits [B, V], tokens [B] -> [B]."""
-        Td = self._temperature()
-        probs = probabilities(logits, Td if Td > 0 else 1.0)  # [B, V]
+    def _confidence(self, logits, tokens, q) -> torch.Tensor:
+        """The draft's probability of its drawn tokens [B]: their law q [B, V] (the softmax at the
+        draft temperature, already computed) at draft temperature > 0, the softmax of the logits
+        [B, V] at temperature 1 at draft temperature 0 (q one-hot; as transformers does)."""
+        probs = q if self._temperature() > 0 else probabilities(logits, 1.0)  # [B, V]
         return probs.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
     def _forward(self, prefix, parents, real, anchor, guess, glen):
@@ -201,7 +202,7 @@ class AdaptiveChainDrafter(PathsDrafter):
             q, greedy = next_token_law(step, Td)  # [B, V], [B] or None
             token = draw(q, chain.uniforms(self.source, going), greedy)  # [B]
             chain.record(going, token, q)
-            low = going & (self._confidence(step, token) < self.threshold) & (chain.lengths > chain.depth + 1)
+            low = going & (self._confidence(step, token, q) < self.threshold) & (chain.lengths > chain.depth + 1)
             chain.lengths = torch.where(low, chain.depth + 1, chain.lengths)
             chain.depth = chain.depth + going.long()
             more = going & (j < glen) & (chain.lengths > chain.depth)
