@@ -72,3 +72,17 @@ def test_bad_input():
         prompt_lookup_batch(torch.zeros(2, 3, dtype=torch.long), torch.tensor([1]), 2, 2)
     with pytest.raises(ValueError, match="contexts"):
         prompt_lookup_batch(torch.zeros(3, dtype=torch.long), torch.tensor([1]), 2, 2)
+
+
+def test_min_ngram_skips_shorter_matches():
+    """[1, 2, 3, 9, 5, 3]: the suffix 1-gram 3 recurs (phrase [9, 5, 3]), no longer suffix does; with
+    min_ngram = 2 that row drafts nothing, while [4, 5, 6, 4, 5] (2-gram [4, 5] recurs) keeps its phrase."""
+    contexts = torch.tensor([[1, 2, 3, 9, 5, 3], [4, 5, 6, 4, 5, 0]])
+    lengths = torch.tensor([6, 5])
+    drafts, found = prompt_lookup_batch(contexts, lengths, 3, 3)
+    assert found.tolist() == [3, 3] and drafts.tolist() == [[9, 5, 3], [6, 4, 5]]
+    drafts, found = prompt_lookup_batch(contexts, lengths, 3, 3, min_ngram=2)
+    assert found.tolist() == [0, 3] and drafts[1].tolist() == [6, 4, 5]
+    for bad, error in ((0, ValueError), (1.0, TypeError)):
+        with pytest.raises(error, match="min_ngram"):
+            prompt_lookup_batch(contexts, lengths, 3, 3, min_ngram=bad)
