@@ -54,8 +54,10 @@ the output law is too); records carry ``draft_quant_bits`` and the JSON's enviro
 Every runner, the peers included, takes ``lin=wx``, e.g. ``hf:dq=8,lin=wx``: its target's linear
 layers run as ``(W @ X^T)^T`` for 2..32 rows on CPU (`verispec.empirical.linear_layout`; cheaper
 than torch's ``X @ W^T`` for a verification forward's few rows on some CPUs, the same sums up to
-float rounding); default ``lin=xw``, torch's own. Giving it to the peer too splits a speedup into
-what the layout gives and what the drafting gives.
+float rounding); ``lin=wxpad`` is ``wx`` with the rows zero-padded to the next power of two (the
+GEMM kernel of some CPUs is much cheaper at 16 or 32 rows than at 15 or 31); default ``lin=xw``,
+torch's own. Giving it to the peer too splits a speedup into what the layout gives and what the
+drafting gives.
 Every runner but the HF peers decodes through the one engine (`verispec.empirical.engine`).
 
 Results: one record per (runner, temperature, prompt) in a JSON file written atomically after each
@@ -662,9 +664,10 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
         results["environment"]["draft_quant"] = {"dq=8": DESCRIPTION,
                                                  "quantized_engine": torch.backends.quantized.engine}
     if any(spec.linear_layout != "xw" for spec in runners):
-        from .linear_layout import DESCRIPTION as LAYOUT
+        from .linear_layout import DESCRIPTIONS
 
-        results["environment"]["linear_layout"] = {"lin=wx": LAYOUT}
+        results["environment"]["linear_layout"] = {f"lin={spec.linear_layout}": DESCRIPTIONS[spec.linear_layout]
+                                                   for spec in runners if spec.linear_layout != "xw"}
     results["fields"] = dict(FIELDS)
     results["last_run"] = {"prompts": [p["task_id"] for p in prompts], "methods": [r.label for r in runners],
                            "temperatures": [float(t) for t in config.temperatures]}

@@ -11,6 +11,14 @@ different row counts; the target's law is not changed. In bfloat16 on that host 
 is slower than torch's own: the layout is a per-host, per-dtype choice, measured by
 `benchmarks/bench_rows.py`, not a default.
 
+``wxpad`` is ``wx`` with X's rows zero-padded to the next power of two (then the output's padding
+columns dropped): the same host's GEMM kernel is much cheaper at some column counts than at their
+neighbours (target MLP shape, float32, 2 threads: 15 rows 12.6 ms, 16 rows 6.1 ms; a whole target
+forward for 15 new tokens 1.51 s, for 16 0.79 s), as CUDA engines pad a step's token count to
+their graph-capture sizes. A padding row is a zero input column, so every real row's output is the
+same sum as without it (float rounding of another kernel aside); nothing else in the forward (the
+attention, the norms, the KV cache) sees the padding.
+
 ``with linear_layout(target.model, "wx"):`` runs every plain `torch.nn.Linear` inside the module
 (subclasses and int8 dynamic linears keep their own forward) as ``wx`` for inputs of 2..max_rows
 rows on CPU, and as torch's own otherwise (one row is a matrix-vector product either way; a
@@ -26,44 +34,59 @@ import contextlib
 
 import torch
 
-__all__ = ["LAYOUTS", "MAX_ROWS", "DESCRIPTION", "linear_layout", "weight_major_linear"]
+__all__ = ["LAYOUTS", "MAX_ROWS", "DESCRIPTIONS", "linear_layout", "padded_rows", "weight_major_linear"]
 
-#: ``xw``: torch's own ``X @ W^T``; ``wx``: ``(W @ X^T)^T`` for 2..max_rows rows.
-LAYOUTS = ("xw", "wx")
+#: ``xw``: torch's own ``X @ W^T``; ``wx``: ``(W @ X^T)^T`` for 2..max_rows rows; ``wxpad``: ``wx``
+#: with the rows zero-padded to the next power of two.
+LAYOUTS = ("xw", "wx", "wxpad")
 #: `linear_layout`'s default max_rows: the most rows `benchmarks/bench_rows.py` times.
 MAX_ROWS = 32
-#: What ``lin=wx`` means, for the bench JSON's environment.
-DESCRIPTION = (f"the target's plain torch.nn.Linear layers computed as (W @ X^T)^T for inputs of 2..{MAX_ROWS} rows "
-               "on CPU, torch's X @ W^T otherwise; the same sums up to float rounding")
+#: What ``lin=wx`` / ``lin=wxpad`` mean, for the bench JSON's environment.
+DESCRIPTIONS = {
+    "wx": (f"the target's plain torch.nn.Linear layers computed as (W @ X^T)^T for inputs of 2..{MAX_ROWS} rows "
+           "on CPU, torch's X @ W^T otherwise; the same sums up to float rounding"),
+    "wxpad": (f"as wx, X's 2..{MAX_ROWS} rows zero-padded to the next power of two and the padding columns of "
+              "the output dropped; the same sums up to float rounding")}
 
 
-def weight_major_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def padded_rows(rows: int) -> int:
+    """The row count ``wxpad`` computes for `rows` >= 1 real rows: the next power of two."""
+    return 1 << (rows - 1).bit_length()
+
+
+def weight_major_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                        pad: bool = False) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` computed as ``(bias[:, None] + weight @ x^T)^T``.
 
     Args:
         x: [..., in] activations, any float dtype.
         weight: [out, in], the dtype of `x`.
         bias: [out] or None.
+        pad: compute on x's rows zero-padded to `padded_rows` of their count (``wxpad``).
 
     Returns:
         [..., out], equal to ``F.linear`` up to float rounding (another summation order).
     """
-    rows = x.reshape(-1, x.shape[-1])  # [rows, in]
+    rows = x.reshape(-1, x.shape[-1])  # [r, in]
+    r = rows.shape[0]
+    if pad and padded_rows(r) > r:
+        rows = torch.cat([rows, rows.new_zeros(padded_rows(r) - r, rows.shape[1])])  # [r', in]
     if bias is None:
-        out = weight @ rows.t()  # [out, rows]
+        out = weight @ rows.t()  # [out, r']
     else:
-        out = torch.addmm(bias.unsqueeze(1), weight, rows.t())  # [out, rows]
-    return out.t().reshape(*x.shape[:-1], weight.shape[0])  # [..., out]
+        out = torch.addmm(bias.unsqueeze(1), weight, rows.t())  # [out, r']
+    return out[:, :r].t().reshape(*x.shape[:-1], weight.shape[0])  # [..., out]
 
 
 class _WeightMajorLinear(torch.nn.Linear):
-    """A `torch.nn.Linear` whose forward takes the ``wx`` layout for 2.._layout_max_rows rows on
-    CPU (`linear_layout` swaps a layer's class in and back; the weights are untouched)."""
+    """A `torch.nn.Linear` whose forward takes the ``wx`` layout (rows padded when _layout_pad) for
+    2.._layout_max_rows rows on CPU (`linear_layout` swaps a layer's class in and back; the weights
+    are untouched)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // max(x.shape[-1], 1)
         if x.device.type == "cpu" and 2 <= rows <= self._layout_max_rows:
-            return weight_major_linear(x, self.weight, self.bias)
+            return weight_major_linear(x, self.weight, self.bias, self._layout_pad)
         return super().forward(x)
 
 
@@ -73,8 +96,9 @@ def linear_layout(module: torch.nn.Module, layout: str = "wx", max_rows: int = M
 
     Args:
         module: a torch module (e.g. ``target.model`` of a `CausalLM`).
-        layout: ``"wx"`` (``(W @ X^T)^T`` for 2..max_rows rows on CPU) or ``"xw"`` (torch's own:
-            the block changes nothing).
+        layout: ``"wx"`` (``(W @ X^T)^T`` for 2..max_rows rows on CPU), ``"wxpad"`` (``wx`` on
+            the rows zero-padded to the next power of two) or ``"xw"`` (torch's own: the block
+            changes nothing).
         max_rows: the largest row count (batch x new tokens) run as ``wx``; default 32, the
             most rows `benchmarks/bench_rows.py` times (the target's MLP GEMM at 32 rows: 3.83x
             one row as ``wx`` against 5.90x as ``xw``, float32, AVX2 host).
@@ -92,13 +116,14 @@ def linear_layout(module: torch.nn.Module, layout: str = "wx", max_rows: int = M
         raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {layout!r}")
     if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 2:
         raise ValueError(f"max_rows: expected an int >= 2, got {max_rows!r}")
-    layers = [m for m in module.modules() if type(m) is torch.nn.Linear] if layout == "wx" else []
+    layers = [m for m in module.modules() if type(m) is torch.nn.Linear] if layout != "xw" else []
     try:
         for layer in layers:
-            layer._layout_max_rows = max_rows
+            layer._layout_max_rows, layer._layout_pad = max_rows, layout == "wxpad"
             layer.__class__ = _WeightMajorLinear
         yield module
     finally:
         for layer in layers:
             layer.__class__ = torch.nn.Linear
             layer.__dict__.pop("_layout_max_rows", None)
+            layer.__dict__.pop("_layout_pad", None)
