@@ -4,14 +4,17 @@ Speculative decoding pays off when verifying L + 1 tokens in one target forward 
 much as one token. This measures that premise: the time of one GEMM with the target's MLP shape
 (1536 -> 8960, Qwen2.5-1.5B) for M = 1..32 rows, in bfloat16 and float32, as a ratio to M = 1 in
 the same run; with ``--model``, also one forward of the real target (KV cache of a
-HumanEval prompt) for 1..16 new tokens, in bfloat16, float32 and with int8 weights (torch's
+HumanEval prompt) for 1..21 new tokens, in bfloat16, float32 and with int8 weights (torch's
 dynamic int8 linears, float32 activations), the last for reference only: verispec never quantizes
 a target, because those layers make a row's logits depend on the other rows of its forward
 (`verispec.empirical.quantize.quantize_weights`). Prints a table and writes
 benchmarks/results/bench_rows.json (or --output), with the CPU's capability and what
 `--dtype auto` picks on it. Every GEMM and float forward is timed in both linear layouts of
 `verispec.empirical.linear_layout` (``xw``: torch's ``X @ W^T``; ``wx``: ``(W @ X^T)^T`` for 2..32
-rows, the bench's ``lin=wx``).
+rows, the bench's ``lin=wx``), the float32 ones also as ``wxpad`` (``wx`` on the rows zero-padded
+to the next power of two, ``lin=wxpad``). The row counts include non-powers of two (3, 5, 12, 15,
+17, ...): the GEMM kernel's cost is not monotone in the rows on every CPU, and a verification
+forward's row count is whatever the draft's length makes it.
 
     python3 benchmarks/bench_rows.py [--model] [--threads 2] [--output PATH]
 """
@@ -29,7 +32,9 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from verispec._io import write_json_atomic  # noqa: E402
 
-ROWS = (1, 2, 4, 8, 16, 32)
+ROWS = (1, 2, 3, 4, 5, 8, 12, 15, 16, 17, 24, 31, 32)
+#: New tokens of the target forwards timed (a draft of L tokens is verified by L + 1 rows).
+MODEL_ROWS = (1, 2, 3, 4, 8, 12, 15, 16, 17, 21)
 
 
 def _time(fn, repeats):
@@ -41,12 +46,14 @@ def _time(fn, repeats):
 
 
 def gemm_rows(dtype, repeats=20, layout="xw"):
-    """{M: seconds} for x [M, 1536] @ W.T, W [8960, 1536] (``wx``: as (W @ x.T).T)."""
+    """{M: seconds} for x [M, 1536] @ W.T, W [8960, 1536] (``wx``: as (W @ x.T).T; ``wxpad``: on x's
+    rows zero-padded to the next power of two)."""
     from verispec.empirical.linear_layout import weight_major_linear
 
     g = torch.Generator().manual_seed(0)
     weight = torch.randn(8960, 1536, generator=g).to(dtype)
-    product = (lambda x: x @ weight.T) if layout == "xw" else (lambda x: weight_major_linear(x, weight, None))
+    product = (lambda x: x @ weight.T) if layout == "xw" else (
+        lambda x: weight_major_linear(x, weight, None, pad=layout == "wxpad"))
     return {m: _time(lambda x=torch.randn(m, 1536, generator=g).to(dtype): product(x), repeats) for m in ROWS}
 
 
@@ -67,7 +74,7 @@ def model_rows(dtype=torch.bfloat16, repeats=3, int8=False, layout="xw"):
     _, cache = model.forward(ids)
     n = cache.get_seq_length()
     out = {}
-    for q in (1, 2, 4, 8, 16):
+    for q in MODEL_ROWS:
         def step(q=q):
             model.forward(ids[:, -q:], cache)
             cache.crop(n - cache.get_seq_length())  # back to the prompt (negative count, transformers 5)
@@ -89,16 +96,18 @@ def main(argv=None):
     auto, reason = choose_dtype("cpu")
     results = {"machine": platform.machine(), **host_info("cpu"), "auto_dtype": auto, "auto_dtype_reason": reason,
                "torch": torch.__version__, "threads": torch.get_num_threads(), "gemm": {}}
-    print(f"{'dtype':10} " + " ".join(f"M={m:<5}" for m in ROWS) + "   (time / time at M=1)")
-    for dtype, layout in ((torch.bfloat16, "xw"), (torch.float32, "xw"), (torch.bfloat16, "wx"), (torch.float32, "wx")):
-        t, name = gemm_rows(dtype, layout=layout), str(dtype) + ("" if layout == "xw" else " lin=wx")
+    print(f"{'dtype':17} " + " ".join(f"M={m:<5}" for m in ROWS) + "   (time / time at M=1)")
+    gemms = ((torch.bfloat16, "xw"), (torch.float32, "xw"), (torch.bfloat16, "wx"), (torch.float32, "wx"),
+             (torch.float32, "wxpad"))
+    for dtype, layout in gemms:
+        t, name = gemm_rows(dtype, layout=layout), str(dtype) + ("" if layout == "xw" else f" lin={layout}")
         results["gemm"][name] = {"seconds": t, "ratio_to_1_row": {m: t[m] / t[1] for m in ROWS}}
-        print(f"{name[6:]:10} " + " ".join(f"{t[m] / t[1]:<7.2f}" for m in ROWS) + f"   M=1: {t[1] * 1e3:.2f} ms")
+        print(f"{name[6:]:17} " + " ".join(f"{t[m] / t[1]:<7.2f}" for m in ROWS) + f"   M=1: {t[1] * 1e3:.2f} ms")
     runs = ((torch.bfloat16, False, "xw"), (torch.float32, False, "xw"), (torch.float32, True, "xw"),
-            (torch.bfloat16, False, "wx"), (torch.float32, False, "wx"))
+            (torch.bfloat16, False, "wx"), (torch.float32, False, "wx"), (torch.float32, False, "wxpad"))
     for dtype, int8, layout in runs if args.model else ():
         t, name = model_rows(dtype, int8=int8, layout=layout), "int8" if int8 else str(dtype)[6:]
-        name += "" if layout == "xw" else "_lin_wx"
+        name += "" if layout == "xw" else f"_lin_{layout}"
         results[f"target_forward_{name.replace('bfloat16', 'bf16')}"] = {
             "seconds": t, "ratio_to_1_row": {q: t[q] / t[1] for q in t}}
         print(f"target {name} forward, new tokens: " + ", ".join(f"{q}: {t[q]:.3f} s ({t[q] / t[1]:.2f}x)" for q in t))
