@@ -13,9 +13,10 @@ is slower than torch's own: the layout is a per-host, per-dtype choice, measured
 
 ``wxpad`` is ``wx`` with X's rows zero-padded to the next power of two (then the output's padding
 columns dropped): the same host's GEMM kernel is much cheaper at some column counts than at their
-neighbours (target MLP shape, float32, 2 threads: 15 rows 12.6 ms, 16 rows 6.1 ms; a whole target
-forward for 15 new tokens 1.51 s, for 16 0.79 s), as CUDA engines pad a step's token count to
-their graph-capture sizes. A padding row is a zero input column, so every real row's output is the
+neighbours (`benchmarks/results/bench_rows_wxpad_cpu_avx2.json`, float32, 2 threads: the target's
+MLP product 12.1 ms for 15 rows, 5.6 ms for 16; a target forward of 15 new tokens 1.43 s, of 16
+0.68 s, of 15 padded to 16 0.69 s), as CUDA engines pad a step's token count to their
+graph-capture sizes. A padding row is a zero input column, so every real row's output is the
 same sum as without it (float rounding of another kernel aside); nothing else in the forward (the
 attention, the norms, the KV cache) sees the padding.
 
