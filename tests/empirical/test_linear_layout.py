@@ -34,6 +34,9 @@ def test_weight_major_linear_is_torchs_linear(shape, bias, pad):
 
 def test_padded_rows_is_the_next_power_of_two():
     assert [padded_rows(r) for r in (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 32)] == [1, 2, 4, 4, 8, 8, 16, 16, 16, 32, 32]
+    for bad in (0, -3, 2.0, True):
+        with pytest.raises(ValueError, match="rows"):
+            padded_rows(bad)
 
 
 class _GemmColumns(torch.Tensor):

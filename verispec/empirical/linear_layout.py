@@ -51,7 +51,13 @@ DESCRIPTIONS = {
 
 
 def padded_rows(rows: int) -> int:
-    """The row count ``wxpad`` computes for `rows` >= 1 real rows: the next power of two."""
+    """The row count ``wxpad`` computes for `rows` >= 1 real rows: the next power of two.
+
+    Raises:
+        ValueError: `rows` is not an int >= 1.
+    """
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise ValueError(f"rows: expected an int >= 1, got {rows!r}")
     return 1 << (rows - 1).bit_length()
 
 
