@@ -248,6 +248,9 @@ def _add_bench(sub) -> None:
     p.add_argument("--draft", default=draft, help=f"built-in name, local path or HF id (default {draft})")
     p.add_argument("--prompts", type=_positive_int, default=None,
                    help="first N HumanEval prompts (default 10; with --batch-size the largest B)")
+    p.add_argument("--first-prompt", type=_nonnegative_int, default=0,
+                   help="skip the first K HumanEval prompts (e.g. --first-prompt 10 --prompts 10: HumanEval/10-19, "
+                        "prompts a setting was not tuned on; not with --batch-size)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=None,
                    help="tokens per prompt (default 128; with --batch-size 64)")
     p.add_argument("--batch-size", type=_int_list, default=None, metavar="B,B,...",
@@ -388,8 +391,12 @@ def _run_bench(args) -> int:
                   threads=args.threads or 0, seed=args.seed, device_map=args.device_map)
     console = Console(width=max(Console().width, 120))
     if args.batch_size:
+        if args.first_prompt:
+            print("verispec bench: --first-prompt is not taken with --batch-size", file=sys.stderr)
+            return 2
         return _run_batched_bench(args, common, console)
-    config = bench.BenchConfig(prompts=args.prompts or 10, max_new_tokens=args.max_new_tokens or 128,
+    config = bench.BenchConfig(prompts=args.prompts or 10, first_prompt=args.first_prompt,
+                               max_new_tokens=args.max_new_tokens or 128,
                                methods=args.methods or bench.DEFAULT_METHODS,
                                temperatures=args.temperatures or (0.0, 1.0), draft_length=args.draft_length,
                                num_paths=args.num_paths, **common)

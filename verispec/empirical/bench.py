@@ -262,6 +262,7 @@ class BenchConfig:
     prompts: int = 10
     max_new_tokens: int = 128
     methods: tuple = DEFAULT_METHODS
+    first_prompt: int = 0  # HumanEval prompts skipped before the `prompts` run (held-out prompts)
     temperatures: tuple = (0.0, 1.0)
     draft_length: int = 4
     num_paths: int = 3
@@ -277,7 +278,7 @@ class BenchConfig:
         records are keyed by them, so a rerun with more of either only adds records. "auto" is
         resolved first (`resolve`), so a file records the dtype its records ran in."""
         out = asdict(self)
-        for name in ("threads", "prompts", "methods", "temperatures", "device_map"):
+        for name in ("threads", "prompts", "first_prompt", "methods", "temperatures", "device_map"):
             out.pop(name)
         out["record_schema"] = RECORD_SCHEMA
         return out
@@ -619,9 +620,13 @@ def load_results(path, config, fresh) -> dict:
     return results
 
 
-def prepare(config, pair=None, prompts=None):
-    """Set torch threads and return (pair, prompts): `config`'s models and first `config.prompts`
-    HumanEval prompts where not given."""
+def prepare(config, pair=None, prompts=None, first: int = 0):
+    """Set torch threads and return (pair, prompts): `config`'s models and `config.prompts`
+    HumanEval prompts after the first `first` where not given.
+
+    Raises:
+        ValueError: `first` is not an int with first + config.prompts <= 164 (HumanEval's size).
+    """
     if config.threads:
         torch.set_num_threads(config.threads)
     if pair is None:
@@ -630,9 +635,12 @@ def prepare(config, pair=None, prompts=None):
         pair = load_pair(config.target, config.draft, dtype=getattr(torch, config.dtype), device=config.device,
                          device_map=config.device_map)
     if prompts is None:
-        from .prompts import humaneval_prompts
+        from .prompts import HUMANEVAL_SIZE, humaneval_prompts
 
-        prompts = humaneval_prompts(config.prompts)
+        if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first <= HUMANEVAL_SIZE - config.prompts:
+            raise ValueError(f"first_prompt: expected an int in 0..{HUMANEVAL_SIZE - config.prompts} "
+                             f"({config.prompts} prompts of {HUMANEVAL_SIZE}), got {first!r}")
+        prompts = humaneval_prompts(first + config.prompts)[first:]
     return pair, prompts
 
 
@@ -656,7 +664,7 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     output = output or default_output(config.device)
     results = load_results(output, config, fresh)
     results.pop("prefill", None)  # no timing is shared between records (each span has its own)
-    pair, prompts = prepare(config, pair, prompts)
+    pair, prompts = prepare(config, pair, prompts, config.first_prompt)
     results["environment"] = _environment(config, torch.get_num_threads(), dtype_reason)
     if any(spec.draft_quant for spec in runners):
         from .quantize import DESCRIPTION
