@@ -290,7 +290,7 @@ def test_first_prompt_skips_prompts_and_is_not_part_of_the_identity(tiny_pair):
     assert config.identity() == bench.BenchConfig(prompts=3).identity()  # records are keyed by task id
     for bad in (-1, 162, 1.0, True):
         with pytest.raises(ValueError, match="first_prompt"):
-            bench.prepare(config, tiny_pair, None, bad)
+            bench.prepare(config, None, None, bad)  # refused before any model is loaded
 
 
 def test_cli_runner_list_keeps_parameters_together():

@@ -627,6 +627,12 @@ def prepare(config, pair=None, prompts=None, first: int = 0):
     Raises:
         ValueError: `first` is not an int with first + config.prompts <= 164 (HumanEval's size).
     """
+    from .prompts import HUMANEVAL_SIZE, humaneval_prompts
+
+    if prompts is None and (isinstance(first, bool) or not isinstance(first, int)
+                            or not 0 <= first <= HUMANEVAL_SIZE - config.prompts):  # checked before the models load
+        raise ValueError(f"first_prompt: expected an int in 0..{HUMANEVAL_SIZE - config.prompts} "
+                         f"({config.prompts} prompts of {HUMANEVAL_SIZE}), got {first!r}")
     if config.threads:
         torch.set_num_threads(config.threads)
     if pair is None:
@@ -635,11 +641,6 @@ def prepare(config, pair=None, prompts=None, first: int = 0):
         pair = load_pair(config.target, config.draft, dtype=getattr(torch, config.dtype), device=config.device,
                          device_map=config.device_map)
     if prompts is None:
-        from .prompts import HUMANEVAL_SIZE, humaneval_prompts
-
-        if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first <= HUMANEVAL_SIZE - config.prompts:
-            raise ValueError(f"first_prompt: expected an int in 0..{HUMANEVAL_SIZE - config.prompts} "
-                             f"({config.prompts} prompts of {HUMANEVAL_SIZE}), got {first!r}")
         prompts = humaneval_prompts(first + config.prompts)[first:]
     return pair, prompts
 
