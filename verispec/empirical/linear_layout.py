@@ -76,8 +76,9 @@ def weight_major_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     """
     rows = x.reshape(-1, x.shape[-1])  # [r, in]
     r = rows.shape[0]
-    if pad and padded_rows(r) > r:
-        rows = torch.cat([rows, rows.new_zeros(padded_rows(r) - r, rows.shape[1])])  # [r', in]
+    extra = padded_rows(r) - r if pad else 0
+    if extra:
+        rows = torch.cat([rows, rows.new_zeros(extra, rows.shape[1])])  # [r', in]
     if bias is None:
         out = weight @ rows.t()  # [out, r']
     else:
