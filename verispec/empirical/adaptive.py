@@ -400,10 +400,10 @@ VERIFIERS = ("token", "block")
 
 
 def _check(draft_length, max_draft_length, threshold, schedule, verifier="token"):
-    from .checks import _check_positive
+    from .validation import check_positive
 
-    L = _check_positive(draft_length, "draft_length")
-    top = 4 * L if max_draft_length is None else _check_positive(max_draft_length, "max_draft_length")
+    L = check_positive(draft_length, "draft_length")
+    top = 4 * L if max_draft_length is None else check_positive(max_draft_length, "max_draft_length")
     if top < L:
         raise ValueError(f"max_draft_length: must be >= draft_length ({L}), got {top}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
@@ -448,12 +448,12 @@ def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, th
     Raises:
         ValueError: a parameter out of range. TypeError: a guess_length that is not an int.
     """
-    from .checks import _check_positive
+    from .validation import check_positive
     from .engine import TorchMethod
     from .rules.nodes import PathRule
 
     L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
-    n, k = _check_positive(lookup_length, "lookup_length"), _check_positive(max_ngram, "max_ngram")
+    n, k = check_positive(lookup_length, "lookup_length"), check_positive(max_ngram, "max_ngram")
     g = _check_int(guess_length, "guess_length", 0)
     return TorchMethod("hybrid", lambda: HybridDrafter(L, top, threshold, schedule, n, k, draft_temperature, g),
                        PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,

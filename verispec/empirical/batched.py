@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .checks import _check_pair, _check_positive, _check_temperature
+from .validation import check_pair, check_positive, check_temperature
 from .drafters import PromptLookupDrafter, RootOnly
 from .engine import DecodeResult, DecodeStats, TorchMethod, decode
 from .methods import paths_method
@@ -168,11 +168,11 @@ def batched_speculative(target: CausalLM, draft: CausalLM | None, prompts: list[
     _check_list(prompts)
     _check_choice(drafter, "drafter", DRAFTERS)
     if drafter == "model":
-        _check_pair(target, draft)
+        check_pair(target, draft)
     _check_choice(method, "method", tuple(CHAIN_RULES))
     _check_choice(implementation, "implementation", IMPLEMENTATIONS)
-    L, n = _check_positive(draft_length, "draft_length"), _check_positive(max_ngram, "max_ngram")
-    _check_temperature(temperature, "temperature")
+    L, n = check_positive(draft_length, "draft_length"), check_positive(max_ngram, "max_ngram")
+    check_temperature(temperature, "temperature")
     if drafter == "model":
         torch_method = paths_method(method, L, 1)
     else:

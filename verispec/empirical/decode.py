@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from .checks import _check_pair, _check_positive, _check_prompt, _check_temperature  # noqa: F401 (re-exported)
+from .validation import check_pair, check_positive, check_prompt, check_temperature  # noqa: F401 (re-exported)
 from .drafters import probabilities
 from .drafters import RootOnly
 from .engine import DecodeResult, DecodeStats, TorchMethod, decode
@@ -69,8 +69,8 @@ def target_only(target: CausalLM, prompt_ids, max_new_tokens: int, temperature: 
     """
     if not isinstance(target, CausalLM):
         raise TypeError(f"target: expected a CausalLM, got {type(target).__name__}")
-    N = _check_positive(max_new_tokens, "max_new_tokens")
-    B = len(prompt_ids) if isinstance(prompt_ids, (list, tuple)) else _check_prompt(prompt_ids, target).shape[0]
+    N = check_positive(max_new_tokens, "max_new_tokens")
+    B = len(prompt_ids) if isinstance(prompt_ids, (list, tuple)) else check_prompt(prompt_ids, target).shape[0]
     top2 = _TopTwo(B, N)
     method = TorchMethod("target_only", RootOnly, SampleAndFollow(), observe=top2)
     result = decode(target, None, prompt_ids, method, N, temperature, uniforms, storage)
@@ -102,9 +102,9 @@ def speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_tokens: i
         TypeError / ValueError: unknown method, L or K < 1, K > 1 for a chain method, vocabulary
         mismatch, bad prompt or temperature, a stream source with B > 1.
     """
-    _check_pair(target, draft)
+    check_pair(target, draft)
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method: unknown method {method!r}; known: {', '.join(METHODS)}")
-    Td = None if draft_temperature is None else _check_temperature(draft_temperature, "draft_temperature")
+    Td = None if draft_temperature is None else check_temperature(draft_temperature, "draft_temperature")
     torch_method = paths_method(method, draft_length, num_paths, Td)
     return decode(target, draft, prompt_ids, torch_method, max_new_tokens, temperature, uniforms, storage)

@@ -34,7 +34,7 @@ from typing import Callable
 
 import torch
 
-from .checks import _check_pair, _check_positive, _check_prompt, _check_prompts, _check_source, _check_temperature
+from .validation import check_pair, check_positive, check_prompt, check_prompts, check_source, check_temperature
 from .drafters import Drafter, DraftTree, probabilities
 from .kv import STORAGES, new_kv
 from .model import CausalLM
@@ -174,8 +174,8 @@ def _prompts(prompts, model: CausalLM):
     """(tokens int64 [B, n] right-padded, lengths [B]) from a list of 1-D tensors (lengths may
     differ) or an int tensor [B, n] / [n] (rows of equal length)."""
     if isinstance(prompts, (list, tuple)):
-        return _check_prompts(prompts, model)
-    tokens = _check_prompt(prompts, model)
+        return check_prompts(prompts, model)
+    tokens = check_prompt(prompts, model)
     return tokens, torch.full((tokens.shape[0],), tokens.shape[1], dtype=torch.long, device=tokens.device)
 
 
@@ -337,13 +337,13 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
     if not isinstance(target, CausalLM):
         raise TypeError(f"target: expected a CausalLM, got {type(target).__name__}")
     if draft is not None or getattr(method.drafter(), "needs_model", False):
-        _check_pair(target, draft)
+        check_pair(target, draft)
     if storage not in STORAGES:
         raise ValueError(f"storage: expected one of {', '.join(STORAGES)}, got {storage!r}")
-    N = _check_positive(max_new_tokens, "max_new_tokens")
-    T = _check_temperature(temperature, "temperature")
+    N = check_positive(max_new_tokens, "max_new_tokens")
+    T = check_temperature(temperature, "temperature")
     tokens, lengths = _prompts(prompts, target)
-    source = _check_source(uniforms, tokens.shape[0], target.device)
+    source = check_source(uniforms, tokens.shape[0], target.device)
     if storage == "sequence" and tokens.shape[0] != 1:
         raise ValueError(f"storage: 'sequence' holds one row, got a batch of {tokens.shape[0]}")
     start, counts = time.perf_counter(), (target.forward_count, draft.forward_count if draft is not None else 0)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import inspect
 
-from .checks import _check_positive
+from .validation import check_positive
 from .drafters import PathsDrafter, PromptLookupDrafter
 from .engine import TorchMethod
 from .rules.nodes import PathRule, SampleAndFollow
@@ -51,8 +51,8 @@ def paths_method(name: str, draft_length: int = 4, num_paths: int = 1,
     """
     if name not in PATH_METHODS:
         raise ValueError(f"method: unknown method {name!r}; known: {', '.join(names())}")
-    L = _check_positive(draft_length, "draft_length")
-    K = _check_positive(num_paths, "num_paths")
+    L = check_positive(draft_length, "draft_length")
+    K = check_positive(num_paths, "num_paths")
     if name in ("token", "block") and K != 1:
         raise ValueError(f"num_paths: method {name!r} drafts one path, got num_paths={K}")
     return TorchMethod(name, lambda: PathsDrafter(L, K, PATH_METHODS[name], draft_temperature), PathRule(name),
@@ -73,8 +73,8 @@ def tree_method(name: str, node_budget: int = 50, threshold: float = 0.0, max_de
 
 def prompt_lookup(draft_length: int = 4, max_ngram: int = 3) -> TorchMethod:
     """Prompt-lookup point-mass drafts with token verification (lossless at any T)."""
-    L = _check_positive(draft_length, "draft_length")
-    n = _check_positive(max_ngram, "max_ngram")
+    L = check_positive(draft_length, "draft_length")
+    n = check_positive(max_ngram, "max_ngram")
     return TorchMethod("prompt_lookup", lambda: PromptLookupDrafter(L, n), PathRule("token"),
                        {"draft_length": L, "max_ngram": n})
 
@@ -95,9 +95,9 @@ def walk_method(name: str, draft_length: int = 4, num_paths: int = 2,
 
     if name not in WALK_METHODS:
         raise ValueError(f"method: unknown method {name!r}; known: {', '.join(names())}")
-    L = _check_positive(draft_length, "draft_length")
-    K = _check_positive(num_paths, "num_paths")
-    s = None if truncation is None else _check_positive(truncation, "truncation")
+    L = check_positive(draft_length, "draft_length")
+    K = check_positive(num_paths, "num_paths")
+    s = None if truncation is None else check_positive(truncation, "truncation")
     walk = TopDownWalk(name, s)
     params = {"draft_length": L, "num_paths": K} if s is None else {"draft_length": L, "num_paths": K, "truncation": s}
     if WALK_METHODS[name] == "hub_pair":

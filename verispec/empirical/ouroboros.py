@@ -107,7 +107,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from .checks import _check_pair, _check_positive, _check_prompt, _check_temperature
+from .validation import check_pair, check_positive, check_prompt, check_temperature
 from .drafters import Drafter, DraftTree
 from .engine import DecodeResult, DecodeStats, TorchMethod, decode
 from .kv import SequenceKV
@@ -155,9 +155,9 @@ class PhrasePool:
     """
 
     def __init__(self, phrase_length: int = 4, max_phrases_per_key: int = 20, capacity: int = 65536):
-        self.phrase_length = _check_positive(phrase_length, "phrase_length")
-        self.max_phrases_per_key = _check_positive(max_phrases_per_key, "max_phrases_per_key")
-        self.capacity = _check_positive(capacity, "capacity")
+        self.phrase_length = check_positive(phrase_length, "phrase_length")
+        self.max_phrases_per_key = check_positive(max_phrases_per_key, "max_phrases_per_key")
+        self.capacity = check_positive(capacity, "capacity")
         self._table: OrderedDict[int, OrderedDict[tuple, None]] = OrderedDict()  # key -> phrases, oldest first
         self.lookups = 0
         self.hits = 0
@@ -459,7 +459,7 @@ def _check_pool(pool):
 
 
 def _single_prompt(prompt_ids, model: CausalLM) -> list[int]:
-    prompt = _check_prompt(prompt_ids, model)
+    prompt = check_prompt(prompt_ids, model)
     if prompt.shape[0] != 1:
         raise ValueError(f"prompt_ids: one prompt (batch 1) per call, got batch {prompt.shape[0]}")
     return prompt[0].tolist()
@@ -597,7 +597,7 @@ def ouroboros_phrase_speculative(target: CausalLM, draft: CausalLM, prompt_ids, 
     """
     prompt, N, L, K, W, pool = _checked_args(target, draft, prompt_ids, max_new_tokens, draft_length,
                                              num_candidates, window, temperature, pool)
-    G = _check_positive(guess_set, "guess_set")
+    G = check_positive(guess_set, "guess_set")
     for flag, name in ((output_ngrams, "output_ngrams"), (flat_window, "flat_window")):
         if not isinstance(flag, bool):
             raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
@@ -608,13 +608,13 @@ def ouroboros_phrase_speculative(target: CausalLM, draft: CausalLM, prompt_ids, 
 def _checked_args(target, draft, prompt_ids, max_new_tokens, draft_length, num_candidates, window,
                   temperature, pool):
     """The arguments both Ouroboros decoders share, checked: (prompt [1, n], N, L, K, W, pool)."""
-    _check_pair(target, draft)
+    check_pair(target, draft)
     prompt = torch.tensor([_single_prompt(prompt_ids, target)], device=target.device)  # [1, n]
-    N = _check_positive(max_new_tokens, "max_new_tokens")
-    L = _check_positive(draft_length, "draft_length")
-    K = _check_positive(num_candidates, "num_candidates")
+    N = check_positive(max_new_tokens, "max_new_tokens")
+    L = check_positive(draft_length, "draft_length")
+    K = check_positive(num_candidates, "num_candidates")
     W = _check_window(window, "window")
-    _check_temperature(temperature, "temperature")
+    check_temperature(temperature, "temperature")
     return prompt, N, L, K, W, _check_pool(pool)
 
 
@@ -725,10 +725,10 @@ def lookahead_speculative(target: CausalLM, prompt_ids, max_new_tokens: int, poo
     if not isinstance(target, CausalLM):
         raise TypeError(f"target: expected a CausalLM, got {type(target).__name__}")
     prompt = torch.tensor([_single_prompt(prompt_ids, target)], device=target.device)  # [1, n]
-    N = _check_positive(max_new_tokens, "max_new_tokens")
-    K = _check_positive(num_candidates, "num_candidates")
+    N = check_positive(max_new_tokens, "max_new_tokens")
+    K = check_positive(num_candidates, "num_candidates")
     W = _check_window(window, "window")
-    _check_temperature(temperature, "temperature")
+    check_temperature(temperature, "temperature")
     pool = _check_pool(pool)
     return _run("lookahead", target, None, prompt, N, lambda: LookaheadDrafter(pool, K, W, target.vocab_size),
                 temperature, uniforms)

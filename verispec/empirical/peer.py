@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from .decode import DecodeResult, DecodeStats, _check_positive, _check_prompt, _check_temperature
+from .decode import DecodeResult, DecodeStats, check_positive, check_prompt, check_temperature
 from .model import CausalLM
 
 __all__ = ["hf_assisted", "hf_generation_config", "call_tokens"]
@@ -127,11 +127,11 @@ def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_to
     if draft is not None and draft.model is target.model:
         raise ValueError("draft: the same module as the target; its calls could not be told apart "
                          "(pass a copy, e.g. copy.deepcopy(target))")
-    prompt = _check_prompt(prompt_ids, target)
+    prompt = check_prompt(prompt_ids, target)
     if prompt.shape[0] != 1:
         raise ValueError(f"prompt_ids: assisted generation takes batch size 1, got {prompt.shape[0]}")
-    N = _check_positive(max_new_tokens, "max_new_tokens")
-    T = _check_temperature(temperature, "temperature")
+    N = check_positive(max_new_tokens, "max_new_tokens")
+    T = check_temperature(temperature, "temperature")
     kwargs = {"assistant_model": draft.model} if draft is not None else {
         "prompt_lookup_num_tokens": prompt_lookup_num_tokens}
     counters = [_Counter(target.model)] + ([_Counter(draft.model)] if draft is not None else [])

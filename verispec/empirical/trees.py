@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..reference.drafters import check_threshold
-from .checks import _check_pair, _check_positive, _check_prompt, _check_temperature
+from .validation import check_pair, check_positive, check_prompt, check_temperature
 from .drafters import DraftTree, ModelDrafter, probabilities
 from .engine import DecodeResult, DecodeStats, TorchMethod, decode
 from .model import CausalLM
@@ -155,9 +155,9 @@ def static_shape(tree: str, node_budget: int, max_depth: int, branching: int = 2
     Raises:
         ValueError: unknown static tree. TypeError / ValueError: non-positive ints.
     """
-    n = _check_positive(node_budget, "node_budget")
-    depth = _check_positive(max_depth, "max_depth")
-    k = _check_positive(branching, "branching")
+    n = check_positive(node_budget, "node_budget")
+    depth = check_positive(max_depth, "max_depth")
+    k = check_positive(branching, "branching")
     if tree == "chain":
         return [(0,) * d for d in range(1, min(n, depth) + 1)]
     if tree == "kary":
@@ -252,7 +252,7 @@ class TreeDrafter(ModelDrafter):
         self.tree, self.n, self.delta, self.depth, shape = _check_tree_args(
             tree, node_budget, threshold, max_depth, branching)
         self.shape = shape
-        self.draft_temperature = None if draft_temperature is None else _check_temperature(
+        self.draft_temperature = None if draft_temperature is None else check_temperature(
             draft_temperature, "draft_temperature")
         self.prune, self.keep_q = prune, keep_q
         self.log = {"predicted_acceptance": [], "tree_sizes": [], "layers": []}
@@ -391,10 +391,10 @@ def _check_tree_args(tree, node_budget, threshold, max_depth, branching):
         raise TypeError(f"tree: expected a tree name string, got {type(tree).__name__}")
     if tree not in TREES:
         raise ValueError(f"tree: unknown tree {tree!r}; known: {', '.join(TREES)}")
-    n = _check_positive(node_budget, "node_budget")
+    n = check_positive(node_budget, "node_budget")
     delta = check_threshold(threshold)  # the reference's check: a number >= 0
-    depth = _check_positive(max_depth, "max_depth")
-    k = _check_positive(branching, "branching")
+    depth = check_positive(max_depth, "max_depth")
+    k = check_positive(branching, "branching")
     shape = None if tree == "opt_tree" else static_shape(tree, n, depth, k)
     return tree, n, delta, depth, shape
 
@@ -424,8 +424,8 @@ def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget:
     if not isinstance(draft, CausalLM):
         raise TypeError(f"draft: expected a CausalLM, got {type(draft).__name__}")
     drafter = TreeDrafter(tree, node_budget, threshold, max_depth, branching,
-                          _check_temperature(draft_temperature, "draft_temperature"), prune)
-    prefix = _check_prompt(prefix_ids, draft)
+                          check_temperature(draft_temperature, "draft_temperature"), prune)
+    prefix = check_prompt(prefix_ids, draft)
     lengths = torch.full((prefix.shape[0],), prefix.shape[1], dtype=torch.long, device=prefix.device)
     drafter.start(draft, prefix, lengths, drafter.draft_temperature, None)
     return drafter.grow()
@@ -466,10 +466,10 @@ def tree_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_toke
         mismatch, unknown tree, node_budget / max_depth / branching / max_new_tokens < 1,
         threshold < 0, negative temperature, bad prompt, a stream source with B > 1.
     """
-    _check_pair(target, draft)
+    check_pair(target, draft)
     _check_tree_args(tree, node_budget, threshold, max_depth, branching)
     if draft_temperature is not None:
-        _check_temperature(draft_temperature, "draft_temperature")
+        check_temperature(draft_temperature, "draft_temperature")
     method = TorchMethod(tree, lambda: TreeDrafter(tree, node_budget, threshold, max_depth, branching,
                                                    draft_temperature, prune), SampleAndFollow())
     result = decode(target, draft, prompt_ids, method, max_new_tokens, temperature, uniforms, storage)

@@ -35,7 +35,7 @@ import z3
 
 from ..reference import models
 from ..reference.methods import Method, resolve
-from ..reference.models import LanguageModel, _check_positive_int
+from ..reference.models import LanguageModel, check_positive_int
 from . import points
 from .cells import Algebra
 from .parallel import Helper, ValuesModel, helper_job, output_group
@@ -310,9 +310,9 @@ def _decide_output(tree, reference, output, variables, deadline):
 
 
 def _check_args(method, vocab_size, draft_length, num_paths, timeout):
-    V = _check_positive_int(vocab_size, "vocab_size", minimum=2)
-    L = _check_positive_int(draft_length, "draft_length")
-    K = _check_positive_int(num_paths, "num_paths")
+    V = check_positive_int(vocab_size, "vocab_size", minimum=2)
+    L = check_positive_int(draft_length, "draft_length")
+    K = check_positive_int(num_paths, "num_paths")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
     method = resolve(method, "method", draft_length=L, num_paths=K)

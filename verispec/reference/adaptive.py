@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from .drafters import Draft, Drafter, _phrase_draft, _require_model, draw_counts, lookup_phrase
 from .methods import Method
-from .models import _check_positive_int
+from .models import check_positive_int
 from .verifiers import block_verify, token_verify
 
 __all__ = ["adaptive_chain", "hybrid", "adaptive_method", "hybrid_method", "drop_low_confidence",
@@ -69,7 +69,7 @@ def adaptive_chain(draft_length: int, threshold: float = 0.4) -> Drafter:
     Raises:
         TypeError / ValueError: L not an int >= 1; threshold outside [0, 1].
     """
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
     tau = _check_threshold(threshold)
 
     def build(draft_model, context, rand):
@@ -83,9 +83,9 @@ def hybrid(draft_length: int, threshold: float = 0.4, lookup_length: int | None 
            max_ngram: int = 3) -> Drafter:
     """The context's prompt-lookup phrase (up to `lookup_length` tokens, default L) as point
     masses when it has one, else `adaptive_chain(L, threshold)`."""
-    L = _check_positive_int(draft_length, "draft_length")
-    n = _check_positive_int(max_ngram, "max_ngram")
-    lookup = L if lookup_length is None else _check_positive_int(lookup_length, "lookup_length")
+    L = check_positive_int(draft_length, "draft_length")
+    n = check_positive_int(max_ngram, "max_ngram")
+    lookup = L if lookup_length is None else check_positive_int(lookup_length, "lookup_length")
     chain = adaptive_chain(L, threshold)
 
     def build(draft_model, context, rand):
@@ -134,7 +134,7 @@ def hybrid_method(draft_length: int, threshold: float = 0.4, lookup_length: int 
 def _discarding_chain(name: str, draft_length: int, keep, verifier: str = "token") -> Method:
     """A chain that draws each token from q and ends (discarding it) where `keep(prefix, t)` is
     False, with token (or block) verification; the planted bugs below differ only in `keep`."""
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
 
     def build(draft_model, context, rand):
         def expand(node, k):

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .models import LanguageModel, _check_positive_int, check_prefix
+from .models import LanguageModel, check_positive_int, check_prefix
 from .probability import argmax, is_symbolic, one_hot
 
 Node = tuple  # tuple[int, ...], relative to the context
@@ -281,8 +281,8 @@ def iid_paths(draft_length: int, num_paths: int) -> Drafter:
     Raises:
         TypeError / ValueError: draft_length or num_paths not an int >= 1.
     """
-    L = _check_positive_int(draft_length, "draft_length")
-    K = _check_positive_int(num_paths, "num_paths")
+    L = check_positive_int(draft_length, "draft_length")
+    K = check_positive_int(num_paths, "num_paths")
 
     def build(draft_model, context, rand):
         draft_model = _require_model(draft_model, "iid_paths")
@@ -312,8 +312,8 @@ def paths_without_replacement(draft_length: int, num_paths: int) -> Drafter:
     every path continues as its own autoregressive chain. Fewer than K paths when q has fewer
     than K tokens of positive probability. Used by rrsw (Jeon et al. 2024, arXiv 2402.14160).
     """
-    L = _check_positive_int(draft_length, "draft_length")
-    K = _check_positive_int(num_paths, "num_paths")
+    L = check_positive_int(draft_length, "draft_length")
+    K = check_positive_int(num_paths, "num_paths")
 
     def build(draft_model, context, rand):
         draft_model = _require_model(draft_model, "paths_without_replacement")
@@ -474,9 +474,9 @@ def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = N
         threshold: delta >= 0, stop growing when E[A] gains <= delta from a new layer.
         max_depth: >= 1 (default: node_budget).
     """
-    n = _check_positive_int(node_budget, "node_budget")
+    n = check_positive_int(node_budget, "node_budget")
     check_threshold(threshold)
-    depth = n if max_depth is None else _check_positive_int(max_depth, "max_depth")
+    depth = n if max_depth is None else check_positive_int(max_depth, "max_depth")
 
     def build(draft_model, context, rand):
         draft_model = _require_model(draft_model, "opt_tree")
@@ -515,7 +515,7 @@ def point_mass(fn: Callable[[tuple], Sequence[int]], draft_length: int | None = 
     """
     if not callable(fn):
         raise TypeError(f"fn: expected a callable context -> phrase, got {type(fn).__name__}")
-    L = None if draft_length is None else _check_positive_int(draft_length, "draft_length")
+    L = None if draft_length is None else check_positive_int(draft_length, "draft_length")
 
     def build(draft_model, context, rand):
         V = vocab_size if vocab_size is not None else getattr(draft_model, "vocab_size", None)
@@ -533,7 +533,7 @@ def greedy(draft_length: int) -> Drafter:
     The right way to verify greedy drafts at T > 0: q is the point mass actually sampled from, not
     the soft draft distribution (the soft-q mistake is transformers issue #32867).
     """
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
 
     def build(draft_model, context, rand):
         draft_model = _require_model(draft_model, "greedy")
@@ -559,8 +559,8 @@ def lookup_phrase(sequence: Sequence[int], draft_length: int, max_ngram: int = 2
 
 def prompt_lookup(draft_length: int, max_ngram: int = 2) -> Drafter:
     """n-gram prompt-lookup drafts (point mass) from the context itself; no draft model needed."""
-    L = _check_positive_int(draft_length, "draft_length")
-    N = _check_positive_int(max_ngram, "max_ngram")
+    L = check_positive_int(draft_length, "draft_length")
+    N = check_positive_int(max_ngram, "max_ngram")
     drafter = point_mass(lambda context: lookup_phrase(context, L, N), draft_length=L)
     drafter.name = "prompt_lookup"
     drafter.params = {"draft_length": L, "max_ngram": N}

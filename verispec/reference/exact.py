@@ -14,7 +14,7 @@ from fractions import Fraction
 
 from .contract import ROUNDING_PROBABILITY, Draw, RuleContractError
 from .methods import Method
-from .models import LanguageModel, _check_positive_int, check_pair, check_prefix
+from .models import LanguageModel, check_positive_int, check_pair, check_prefix
 from .randomness import enumerate_law
 
 
@@ -128,7 +128,7 @@ def output_enumeration(target, draft, method, context=(), num_tokens: int = 1,
                        max_branches: int | None = None) -> OutputEnumeration:
     """`output_distribution` together with its cost (branches, iterations); see there."""
     context = _check_call(target, draft, method, context)
-    N = _check_positive_int(num_tokens, "num_tokens")
+    N = check_positive_int(num_tokens, "num_tokens")
     memo: dict = {}
     branches = 0
 
@@ -183,7 +183,7 @@ def target_distribution(target: LanguageModel, context=(), num_tokens: int = 1) 
     """The target's own joint law of the next N tokens: {N-token tuple: probability}."""
     check_pair(target, None)
     context = check_prefix(context, target.vocab_size, "context")
-    N = _check_positive_int(num_tokens, "num_tokens")
+    N = check_positive_int(num_tokens, "num_tokens")
     law: dict = {(): 1}
     for _ in range(N):
         law = {seq + (t,): prob * p_t

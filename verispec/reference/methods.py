@@ -20,7 +20,7 @@ from typing import Callable
 from . import drafters
 from .contract import RuleContractError, check_signature
 from .drafters import Draft
-from .models import LanguageModel, _check_positive_int, check_pair, check_prefix
+from .models import LanguageModel, check_positive_int, check_pair, check_prefix
 from .randomness import Randomness
 from .verifiers.importance import (khisti_truncated_verify, khisti_verify, optimal_is_truncated_verify,
                                    optimal_is_verify)
@@ -183,7 +183,7 @@ def _is_method(name, draft_length, num_paths, truncation, full_verify, truncated
     draft = drafters.iid_paths(draft_length, num_paths)
     if truncation is None:
         return Method(name, draft, full_verify, params, model_state_only=True)
-    s = _check_positive_int(truncation, "truncation")
+    s = check_positive_int(truncation, "truncation")
     return Method(name, draft, truncated_verify(s), {**params, "truncation": s}, model_state_only=True)
 
 
@@ -357,7 +357,7 @@ def generate(target: LanguageModel, draft: LanguageModel | None, method: Method,
     if not isinstance(method, Method):
         raise TypeError(f"method: expected a Method, got {type(method).__name__}")
     context = check_prefix(context, target.vocab_size, "context")
-    N = _check_positive_int(num_tokens, "num_tokens")
+    N = check_positive_int(num_tokens, "num_tokens")
     rand = rng if rng is not None else Sampler(None)
     out: tuple[int, ...] = ()
     while len(out) < N:

@@ -38,7 +38,7 @@ def check_prefix(prefix, vocab_size: int, name: str = "prefix") -> tuple[int, ..
     return tuple(out)
 
 
-def _check_positive_int(value, name: str, minimum: int = 1) -> int:
+def check_positive_int(value, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
     if value < minimum:
@@ -68,7 +68,7 @@ class LanguageModel:
     exact: bool = False
 
     def __init__(self, vocab_size: int):
-        self.vocab_size = _check_positive_int(vocab_size, "vocab_size")
+        self.vocab_size = check_positive_int(vocab_size, "vocab_size")
         self._cache: dict[tuple[int, ...], np.ndarray] = {}
 
     def probs(self, prefix: Sequence[int]) -> np.ndarray:
@@ -153,10 +153,10 @@ class RandomTree(LanguageModel):
 
     def __init__(self, vocab_size, seed, concentration=1.0, rational=False, denominator=64):
         super().__init__(vocab_size)
-        self.seed = _check_positive_int(seed, "seed", minimum=0)
+        self.seed = check_positive_int(seed, "seed", minimum=0)
         self.concentration = _check_concentration(concentration)
         self.rational = bool(rational)
-        self.denominator = _check_positive_int(denominator, "denominator")
+        self.denominator = check_positive_int(denominator, "denominator")
         self.exact = self.rational
 
     def _compute(self, prefix):
@@ -294,9 +294,9 @@ def markov(initial, transition, rational: bool = False, denominator: int = 64) -
 def random_markov(vocab_size: int, seed: int, concentration: float = 1.0, rational: bool = False,
                   denominator: int = 64) -> Markov:
     """A Markov model whose initial law and transition rows are seeded Dirichlet draws."""
-    vocab_size = _check_positive_int(vocab_size, "vocab_size")
+    vocab_size = check_positive_int(vocab_size, "vocab_size")
     _check_concentration(concentration)
-    rng = np.random.default_rng(_check_positive_int(seed, "seed", minimum=0))
+    rng = np.random.default_rng(check_positive_int(seed, "seed", minimum=0))
     rows = rng.dirichlet(np.full(vocab_size, float(concentration)), size=vocab_size + 1)  # [V + 1, V]
     rows = rows / rows.sum(axis=1, keepdims=True)
     return markov(rows[0], rows[1:], rational=rational, denominator=denominator)

@@ -39,7 +39,7 @@ from typing import Mapping, Sequence
 
 from .drafters import Draft, Drafter, _require_model
 from .methods import Method
-from .models import _check_positive_int
+from .models import check_positive_int
 from .probability import argmax, is_exact, one_hot, residual
 
 __all__ = ["phrase_chain", "ouroboros_phrases", "point_mass_tree_verify", "ouroboros_method",
@@ -120,9 +120,9 @@ def ouroboros_phrases(draft_length: int, pool, num_candidates: int = 3, guess_se
     Raises:
         TypeError / ValueError: a bad pool or a parameter that is not an int >= 1.
     """
-    L = _check_positive_int(draft_length, "draft_length")
-    K = _check_positive_int(num_candidates, "num_candidates")
-    G = _check_positive_int(guess_set, "guess_set")
+    L = check_positive_int(draft_length, "draft_length")
+    K = check_positive_int(num_candidates, "num_candidates")
+    G = check_positive_int(guess_set, "guess_set")
     phrases = _check_pool(pool)
     longest = max((len(p) for ps in phrases.values() for p in ps), default=0)
 

@@ -24,7 +24,7 @@ from ..reference import exact as _exact
 from ..reference import models
 from ..reference.contract import RuleContractError
 from ..reference.methods import Method
-from ..reference.models import _check_positive_int as _check_int
+from ..reference.models import check_positive_int as _check_int
 from ..reference.models import check_pair, check_prefix
 from ..reference.randomness import law_is_exact
 from .strategies import Instance, _check_vocab_sizes

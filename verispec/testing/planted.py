@@ -39,7 +39,7 @@ import numpy as np
 from ..reference import drafters, exact, methods
 from ..reference.drafters import Draft, Drafter, draw_counts
 from ..reference.methods import Method
-from ..reference.models import LanguageModel, Tempered, _check_positive_int
+from ..reference.models import LanguageModel, Tempered, check_positive_int
 from ..reference.probability import accept_probability, align, residual
 
 __all__ = ["BUGS", "LOSSY", "LOSSLESS_BUT_SLOWER", "MIN_DRAFT_LENGTH", "efficiency_gap", "top_k_proposal"]
@@ -47,7 +47,7 @@ __all__ = ["BUGS", "LOSSY", "LOSSLESS_BUT_SLOWER", "MIN_DRAFT_LENGTH", "efficien
 
 def _chain_method(name: str, verify: Callable, draft_length: int, drafter: Drafter | None = None,
                   **extra) -> Method:
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
     return Method(f"planted.{name}", drafter or drafters.chain(L), verify, {"draft_length": L, **extra},
                   model_state_only=True)
 
@@ -156,7 +156,7 @@ def top_k_proposal(q: np.ndarray, k: int) -> np.ndarray:
 
 
 def _top_k_chain(draft_length: int, top_k: int) -> Drafter:
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
 
     def build(draft_model, context, rand):
         if not isinstance(draft_model, LanguageModel):
@@ -239,7 +239,7 @@ def topk3_draft_raw_q(draft_length: int) -> Method:
 def _lower_half_chain(draft_length: int) -> Drafter:
     from ..reference.draftvocab import restrict
 
-    chain = drafters.chain(_check_positive_int(draft_length, "draft_length"))
+    chain = drafters.chain(check_positive_int(draft_length, "draft_length"))
 
     def build(draft_model, context, rand):
         if not isinstance(draft_model, LanguageModel):

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..reference import drafters
 from ..reference.methods import Method
-from ..reference.models import _check_positive_int
+from ..reference.models import check_positive_int
 from ..reference.probability import accept_probability, align, as_float, is_symbolic, residual
 from ..reference.verifiers.block import path_distributions, stop_probability
 from ..reference.verifiers.hsd import hsd_rule
@@ -40,8 +40,8 @@ from ..reference.verifiers.spechub import hub_pairs, hub_proposals
 
 
 def _multi(name, verify, draft_length, num_paths, drafter=drafters.iid_paths) -> Method:
-    L = _check_positive_int(draft_length, "draft_length")
-    K = _check_positive_int(num_paths, "num_paths")
+    L = check_positive_int(draft_length, "draft_length")
+    K = check_positive_int(num_paths, "num_paths")
     return Method(f"planted.{name}", drafter(L, K), verify, {"draft_length": L, "num_paths": K},
                   model_state_only=True)
 
@@ -112,7 +112,7 @@ def hsd_uncapped_last(draft_length: int) -> Method:
     """Block verification (arXiv 2403.10444) that accepts the whole chain with the UNCAPPED joint
     ratio min(1, P(X^L) / Q(X^L)) instead of w_L = P(X^L) / (Q(X^L) max(1, r_1..r_L)) — exactly
     the public HSD code (arXiv 2601.05724). Needs L >= 2."""
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
     return Method("planted.hsd_uncapped_last", drafters.chain(L), _hsd_verify, {"draft_length": L},
                   model_state_only=True)
 
@@ -193,7 +193,7 @@ def _spechub_stale(target, draft_model, context, draft, rand):
 def spechub_stale_hub_target(draft_length: int) -> Method:
     """SpecHub (arXiv 2411.05289) whose hub test for the pair (i, a) compares against p(a) instead
     of the residual left after the (a, i) pairs took their share of a: the hub is over-accepted."""
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
     return Method("planted.spechub_stale_hub_target", hub_pairs(L), _spechub_stale,
                   {"draft_length": L, "num_paths": 2}, model_state_only=True)
 
@@ -228,7 +228,7 @@ def block_point_mass_scalar_q(draft_length: int) -> Method:
     fallback q = 1.0 for every token (drafters without probabilities supply only q(X_i) = 1; vLLM
     PR #40819's gating and vllm-ascend #7603 describe this fallback). Then h_i = 0 below L: only
     the whole phrase (probability P(X^L)) or nothing is accepted. Needs L >= 2."""
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
     return Method("planted.block_point_mass_scalar_q", drafters.greedy(L), _block_scalar_q,
                   {"draft_length": L}, model_state_only=True)
 

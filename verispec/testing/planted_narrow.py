@@ -27,7 +27,7 @@ from fractions import Fraction
 
 from ..reference import drafters
 from ..reference.methods import Method
-from ..reference.models import _check_positive_int
+from ..reference.models import check_positive_int
 from ..reference.probability import accept_probability, align, residual
 
 __all__ = ["BUGS", "SWEEP_PASSES", "tie_half", "tiny_q_accept", "near_tie_accept", "point_mass_draft_trusted"]
@@ -54,7 +54,7 @@ def _token_rule(accept, correction):
 
 
 def _method(name, verify, draft_length):
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
     return Method(f"planted.{name}", drafters.chain(L), verify, {"draft_length": L}, model_state_only=True)
 
 

@@ -47,7 +47,7 @@ import numpy as np
 
 from ..reference import exact as _exact
 from ..reference.contract import RuleContractError
-from ..reference.models import _check_positive_int as _check_int
+from ..reference.models import check_positive_int as _check_int
 from ..reference.models import check_pair, check_prefix
 from . import gtest
 from .assertions import DEFAULT_FAMILIES, LosslessnessError, sweep

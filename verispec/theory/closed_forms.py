@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..reference import drafters, models
-from ..reference.models import LanguageModel, _check_positive_int, check_pair, check_prefix
+from ..reference.models import LanguageModel, check_positive_int, check_pair, check_prefix
 from ..reference.probability import accept_probability, align, as_probs, residual
 from ..reference.randomness import enumerate_law
 from ..reference.verifiers import spectr_rho
@@ -23,7 +23,7 @@ def _tree_sum(target, draft, context, draft_length, combine):
     if draft is None:
         raise TypeError("draft: the closed forms need a draft LanguageModel, got None")
     context = check_prefix(context, target.vocab_size, "context")
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
     total = 0
     frontier = [((), 1, 1)]  # (node, a(node), joint draft probability q(node))
     for _ in range(L):
@@ -72,7 +72,7 @@ def leviathan_block_efficiency(acceptance_rate, draft_length: int):
     Raises:
         ValueError: acceptance_rate outside [0, 1] or draft_length < 1.
     """
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
     a = acceptance_rate
     if not 0 <= a <= 1:
         raise ValueError(f"acceptance_rate: must lie in [0, 1], got {a!r}")
@@ -90,7 +90,7 @@ def leviathan_block_efficiency(acceptance_rate, draft_length: int):
 def _one_step_inputs(p, q, num_drafts):
     p = as_probs(p, "p")
     q = as_probs(q, "q", len(p))
-    K = _check_positive_int(num_drafts, "num_drafts")
+    K = check_positive_int(num_drafts, "num_drafts")
     p, q = align(p, q)
     return p, q, K
 
@@ -112,7 +112,7 @@ def draft_set_law(q, num_drafts: int, replacement: bool = True) -> dict:
     Raises:
         TypeError / ValueError: q not a distribution, K < 1.
     """
-    K = _check_positive_int(num_drafts, "num_drafts")
+    K = check_positive_int(num_drafts, "num_drafts")
     drafter = (drafters.iid_paths if replacement else drafters.paths_without_replacement)(1, K)
     draft_model = models.iid(as_probs(q, "q"))
     return enumerate_law(lambda rand: drafter(draft_model, (), rand).child_set(())).law

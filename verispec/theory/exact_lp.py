@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..reference.models import LanguageModel, _check_positive_int, check_pair, check_prefix
+from ..reference.models import LanguageModel, check_positive_int, check_pair, check_prefix
 
 __all__ = ["ExactCertificate", "certify_lp", "single_path_certificate", "multi_path_certificate"]
 
@@ -182,7 +182,7 @@ def _tree(target, draft, context, draft_length):
     if not isinstance(draft, LanguageModel):
         raise TypeError("draft: expected a LanguageModel, got NoneType")
     context = check_prefix(context, target.vocab_size, "context")
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
     V = target.vocab_size
     nodes, p_cond, q_joint, parent = [], [], [], []
     level, level_q, level_index = [()], [Fraction(1)], [None]
@@ -241,7 +241,7 @@ def multi_path_certificate(target, draft, context=(), draft_length: int = 1, num
         ValueError: a depth with more than `max_level_support` positive-probability nodes (the rows
             are every subset).
     """
-    K = _check_positive_int(num_paths, "num_paths")
+    K = check_positive_int(num_paths, "num_paths")
     nodes, p_cond, q_joint, parent = _tree(target, draft, context, draft_length)
     rows, b = _target_rows(p_cond, parent)
     depth = [len(u) for u in nodes]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 
 from ..reference import exact, methods, models
-from ..reference.models import _check_positive_int
+from ..reference.models import check_positive_int
 from ..reference.probability import as_probs
 from ..reference.randomness import enumerate_law
 
@@ -32,7 +32,7 @@ def one_step_acceptance(name: str, p, q, num_drafts: int = 2):
         ValueError / TypeError: unknown method, p or q not distributions, K < 1.
     """
     p, q = as_probs(p, "p"), as_probs(q, "q", None)
-    K = _check_positive_int(num_drafts, "num_drafts")
+    K = check_positive_int(num_drafts, "num_drafts")
     method = methods.get_compatible(name, draft_length=1, num_paths=K)
     law = exact.iteration_distribution(models.iid(p), models.iid(q), method)
     return sum(prob for tokens, prob in law.items() if len(tokens) == 2)
@@ -128,7 +128,7 @@ def draft_law_bound(target, draft_model, drafter, draft_length: int, context=(),
 
     from . import lp
 
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
     tree = lp._build_tree(target, draft_model, context, L)
     law = drafted_node_law(drafter, draft_model, context)
     rows, rhs = [lp._target_matching(tree)[0]], [lp._target_matching(tree)[1]]

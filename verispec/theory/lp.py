@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from ..reference.models import LanguageModel, _check_positive_int, check_pair, check_prefix
+from ..reference.models import LanguageModel, check_positive_int, check_pair, check_prefix
 from ..reference.probability import as_probs
 from .closed_forms import draft_set_law
 
@@ -108,7 +108,7 @@ def _build_tree(target: LanguageModel, draft: LanguageModel, context, draft_leng
     if draft is None:
         raise TypeError("draft: expected a LanguageModel, got NoneType")
     context = check_prefix(context, target.vocab_size, "context")
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
     V = target.vocab_size
     nodes, p_cond, q_joint, offsets = [], [], [], []
     parents, parent_q, offset = [()], np.ones(1), 0
@@ -300,7 +300,7 @@ def multi_path(target: LanguageModel, draft: LanguageModel, context=(), draft_le
             or method="exact" on a level with more than 16 positive-probability nodes.
         RuntimeError: no solver succeeded, or constraint generation did not converge.
     """
-    K = _check_positive_int(num_paths, "num_paths")
+    K = check_positive_int(num_paths, "num_paths")
     if method not in ("auto", "exact", "constraint_generation"):
         raise ValueError(f"method: expected 'auto', 'exact' or 'constraint_generation', got {method!r}")
     start = time.perf_counter()
@@ -492,7 +492,7 @@ def multidraft(p, q, num_drafts: int, replacement: bool = True, solver: str | No
     """
     p = np.asarray(as_probs(p, "p"), dtype=np.float64)
     q = np.asarray(as_probs(q, "q", len(p)), dtype=np.float64)
-    K = _check_positive_int(num_drafts, "num_drafts")
+    K = check_positive_int(num_drafts, "num_drafts")
     start = time.perf_counter()
     law = draft_set_law(q, K, replacement)
     sets = list(law)

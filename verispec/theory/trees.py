@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..reference.drafters import check_threshold, opt_tree_structure
-from ..reference.models import LanguageModel, _check_positive_int, check_pair, check_prefix
+from ..reference.models import LanguageModel, check_positive_int, check_pair, check_prefix
 
 
 def tree_nodes(tree) -> list[tuple[int, ...]]:
@@ -112,8 +112,8 @@ def optimal_tree(model: LanguageModel, context=(), node_budget: int = 1,
     if not isinstance(model, LanguageModel):
         raise TypeError(f"model: expected a LanguageModel, got {type(model).__name__}")
     context = check_prefix(context, model.vocab_size, "context")
-    n = _check_positive_int(node_budget, "node_budget")
-    depth_cap = n if max_depth is None else _check_positive_int(max_depth, "max_depth")
+    n = check_positive_int(node_budget, "node_budget")
+    depth_cap = n if max_depth is None else check_positive_int(max_depth, "max_depth")
     heap: list = []
 
     def push_children(u, w):
@@ -146,8 +146,8 @@ def opt_tree_layerwise(draft: LanguageModel, context=(), node_budget: int = 1, t
     if not isinstance(draft, LanguageModel):
         raise TypeError(f"draft: expected a LanguageModel, got {type(draft).__name__}")
     context = check_prefix(context, draft.vocab_size, "context")
-    n = _check_positive_int(node_budget, "node_budget")
-    depth = n if max_depth is None else _check_positive_int(max_depth, "max_depth")
+    n = check_positive_int(node_budget, "node_budget")
+    depth = n if max_depth is None else check_positive_int(max_depth, "max_depth")
     return opt_tree_structure(lambda u: draft.probs(context + u), n, check_threshold(threshold), depth)
 
 
@@ -186,8 +186,8 @@ def tree_report(target: LanguageModel, draft: LanguageModel, context=(), node_bu
         TypeError / ValueError: as `optimal_tree` / `opt_tree_layerwise`, or mismatched vocabularies.
     """
     check_pair(target, draft)
-    n = _check_positive_int(node_budget, "node_budget")
-    depth = n if max_depth is None else _check_positive_int(max_depth, "max_depth")
+    n = check_positive_int(node_budget, "node_budget")
+    depth = n if max_depth is None else check_positive_int(max_depth, "max_depth")
     layer = opt_tree_layerwise(draft, context, n, threshold, depth)
     best = optimal_tree(draft, context, n, depth)
     true_best = optimal_tree(target, context, n, depth)

@@ -302,9 +302,9 @@ def truncated_pair_selection(p, q1, q2, s: int) -> TruncatedSelection:
     Raises:
         TypeError / ValueError: s not an int >= 1.
     """
-    from ..models import _check_positive_int
+    from ..models import check_positive_int
 
-    return _memo(TruncatedSelection, (p, q1, q2), (_check_positive_int(s, "truncation"),))
+    return _memo(TruncatedSelection, (p, q1, q2), (check_positive_int(s, "truncation"),))
 
 
 def khisti_truncated_step(p, q, drafts, rand, s: int) -> int:
@@ -506,10 +506,10 @@ def truncated_set_selection(p, q, k: int, s: int) -> TruncatedSetSelection:
     Raises:
         TypeError / ValueError: k or s not an int >= 1.
     """
-    from ..models import _check_positive_int
+    from ..models import check_positive_int
 
-    return _memo(TruncatedSetSelection, (p, q), (_check_positive_int(k, "num_drafts"),
-                                                 _check_positive_int(s, "truncation")))
+    return _memo(TruncatedSetSelection, (p, q), (check_positive_int(k, "num_drafts"),
+                                                 check_positive_int(s, "truncation")))
 
 
 #: Vocabularies up to this size have their truncated selections memoised (the exact enumerator

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..drafters import Draft, Drafter, _require_model
-from ..models import _check_positive_int
+from ..models import check_positive_int
 from ..probability import accept_probability, align, argmax, residual
 
 
@@ -110,7 +110,7 @@ def hub_pairs(draft_length: int) -> Drafter:
     Raises:
         TypeError / ValueError: draft_length not an int >= 1; no draft LanguageModel.
     """
-    L = _check_positive_int(draft_length, "draft_length")
+    L = check_positive_int(draft_length, "draft_length")
 
     def build(draft_model, context, rand):
         draft_model = _require_model(draft_model, "hub_pairs")

@@ -7,10 +7,10 @@ import torch
 from .model import CausalLM
 from .uniforms import as_uniform_source
 
-__all__ = []
+__all__ = ["check_temperature", "check_positive", "check_pair", "check_prompt", "check_prompts", "check_source"]
 
 
-def _check_temperature(value, name):
+def check_temperature(value, name):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
     if not (value >= 0 and value != float("inf")):
@@ -18,7 +18,7 @@ def _check_temperature(value, name):
     return float(value)
 
 
-def _check_positive(value, name):
+def check_positive(value, name):
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
     if value < 1:
@@ -26,7 +26,7 @@ def _check_positive(value, name):
     return value
 
 
-def _check_pair(target, draft) -> None:
+def check_pair(target, draft) -> None:
     """TypeError / ValueError unless target and draft are `CausalLM`s on one vocabulary and device."""
     for name, model in (("target", target), ("draft", draft)):
         if not isinstance(model, CausalLM):
@@ -37,7 +37,7 @@ def _check_pair(target, draft) -> None:
         raise ValueError(f"draft: on {draft.device}, target on {target.device}")
 
 
-def _check_prompt(prompt_ids, model: CausalLM):
+def check_prompt(prompt_ids, model: CausalLM):
     if not isinstance(prompt_ids, torch.Tensor):
         prompt_ids = torch.as_tensor(prompt_ids, dtype=torch.long)
     if prompt_ids.dim() == 1:
@@ -51,7 +51,7 @@ def _check_prompt(prompt_ids, model: CausalLM):
     return prompt_ids.to(model.device, torch.long)
 
 
-def _check_prompts(prompts, model: CausalLM) -> tuple[torch.Tensor, torch.Tensor]:
+def check_prompts(prompts, model: CausalLM) -> tuple[torch.Tensor, torch.Tensor]:
     """A non-empty list of 1-D integer tensors with ids in [0, V) -> (tokens int64 [B, n], right-
     padded with 0, lengths int64 [B]) on the model's device. Vectorised: law tests pass ~10^5."""
     if not isinstance(prompts, (list, tuple)):
@@ -77,7 +77,7 @@ def _check_prompts(prompts, model: CausalLM) -> tuple[torch.Tensor, torch.Tensor
     return tokens.to(model.device), lengths.to(model.device)
 
 
-def _check_source(uniforms, batch: int, device):
+def check_source(uniforms, batch: int, device):
     source = as_uniform_source(uniforms, device)
     if source.is_stream and batch != 1:
         raise ValueError("uniforms: a stream source serves one row; use TorchUniforms for a batch")

@@ -1,0 +1,145 @@
+"""Same behaviour before and after a refactor: every bench method's emitted tokens, accepted
+lengths and forward counts, recorded on one model pair and compared between two checkouts.
+
+    python3 benchmarks/same_behaviour.py record --pair tiny --output OUT.json
+    python3 benchmarks/same_behaviour.py record --pair real --prompts 3 --max-new-tokens 64 --output OUT.json
+    python3 benchmarks/same_behaviour.py compare BEFORE.json AFTER.json
+
+`record` runs `verispec bench`'s own harness (`run_bench`, the public entry of the bench at any
+commit since the bench existed), so the same script runs in a worktree of the commit a change
+starts from and in the changed checkout. `compare` prints every (method, T, prompt) whose tokens,
+accepted-length sum and count, iteration count or target / draft forward counts differ, and exits
+1 if any does. Timings are recorded but not compared here (they need a quiet machine and
+alternated runs).
+
+The tiny pair is the test suite's: two 2-layer Qwen2 models with seeded random weights (vocab 64),
+float32 on CPU, tokens = bytes mod 64.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+
+#: The methods compared: every name `verispec bench --methods` takes (default parameters), plus
+#: the option keys that change the decode path (int8 draft, draft vocabulary, row layouts, guesses).
+METHODS = ("target_only", "hf", "hf_prompt_lookup", "ouroboros", "ouroboros_phrase", "lookahead", "prompt_lookup",
+           "adaptive", "hybrid", "token", "block", "gbv:K=2", "nss:K=2", "rrs:K=2", "rrsw:K=2", "spectr:K=2",
+           "traversal:K=2,L=2", "opt_tree:n=12", "kary:n=12", "eagle:n=12", "chain_tree:n=8", "khisti:K=2,L=2",
+           "optimal_is:K=2,L=2", "spechub:L=2", "adaptive:L=4,M=8,g=4", "hybrid:L=4,M=8,dv=32",
+           "block:dq=8", "block:lin=wxpad", "gbv:K=2,dv=32", "adaptive:L=3,M=6,c=50,dq=8,lin=wxpad")
+COMPARED = ("tokens", "accepted_sum", "accepted_count", "iterations", "target_forwards", "draft_forwards")
+
+
+def _bench():
+    for name in ("verispec.bench", "verispec.empirical.bench"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise SystemExit("no verispec bench module found")
+
+
+def _tiny_pair():
+    import types
+
+    import torch
+    import transformers
+
+    from verispec.empirical.model import CausalLM
+
+    def tiny(seed, noise):
+        config = transformers.Qwen2Config(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                          num_key_value_heads=2, intermediate_size=64, max_position_embeddings=256,
+                                          tie_word_embeddings=False)
+        model = CausalLM.from_config(config, seed=seed, dtype=torch.float32, attn_implementation="sdpa")
+        g = torch.Generator().manual_seed(seed + 1000)
+        with torch.no_grad():
+            for parameter in model.model.parameters():
+                if noise:
+                    parameter.add_(noise * parameter.std() * torch.randn(parameter.shape, generator=g))
+            model.model.get_output_embeddings().weight.mul_(4.0)
+        return model
+
+    class Bytes:
+        vocab_size = 64
+
+        def __call__(self, text, return_tensors="pt"):
+            ids = torch.tensor([[b % 64 for b in text.encode()]], dtype=torch.long)
+            return types.SimpleNamespace(input_ids=ids)
+
+    return types.SimpleNamespace(target=tiny(0, 0.0), draft=tiny(0, 0.1), tokenizer=Bytes())
+
+
+TINY_PROMPTS = [{"task_id": "t/0", "prompt": "def f(x):\n    return x + f(x - 1)"},
+                {"task_id": "t/1", "prompt": "abcabcabcab"}]
+
+
+def record(args) -> None:
+    bench = _bench()
+    config = bench.BenchConfig(prompts=args.prompts, max_new_tokens=args.max_new_tokens, methods=tuple(args.methods),
+                               temperatures=(0.0, 1.0), draft_length=3, num_paths=2,
+                               dtype="float32" if args.pair == "tiny" else "auto", threads=args.threads)
+    pair, prompts = (_tiny_pair(), TINY_PROMPTS[:args.prompts]) if args.pair == "tiny" else (None, None)
+    with tempfile.TemporaryDirectory() as tmp:
+        results = bench.run_bench(config, os.path.join(tmp, "run.json"), fresh=True, pair=pair, prompts=prompts,
+                                  plot=False)
+    keep = {key: {field: value[field] for field in COMPARED + ("decode_s", "wall_s")}
+            for key, value in results["records"].items()}
+    out = {"pair": args.pair, "methods": list(args.methods), "prompts": args.prompts,
+           "max_new_tokens": args.max_new_tokens, "records": keep}
+    with open(args.output, "w") as f:
+        json.dump(out, f, indent=1, sort_keys=True)
+    print(f"{len(keep)} records -> {args.output}")
+
+
+def differences(before: dict, after: dict) -> list[str]:
+    """Human-readable lines, one per record whose compared fields differ (or that one side lacks)."""
+    lines = []
+    for key in sorted(set(before["records"]) | set(after["records"])):
+        a, b = before["records"].get(key), after["records"].get(key)
+        if a is None or b is None:
+            lines.append(f"{key}: only {'after' if a is None else 'before'}")
+            continue
+        for field in COMPARED:
+            if a[field] != b[field]:
+                lines.append(f"{key}: {field} {a[field]!r} != {b[field]!r}")
+    return lines
+
+
+def compare(args) -> int:
+    with open(args.before) as f:
+        before = json.load(f)
+    with open(args.after) as f:
+        after = json.load(f)
+    lines = differences(before, after)
+    print("\n".join(lines) if lines else f"same behaviour: {len(before['records'])} records, fields {', '.join(COMPARED)}")
+    return 1 if lines else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record")
+    rec.add_argument("--pair", choices=("tiny", "real"), default="tiny")
+    rec.add_argument("--prompts", type=int, default=2)
+    rec.add_argument("--max-new-tokens", type=int, default=12)
+    rec.add_argument("--threads", type=int, default=1)
+    rec.add_argument("--methods", nargs="+", default=list(METHODS))
+    rec.add_argument("--output", required=True)
+    cmp = sub.add_parser("compare")
+    cmp.add_argument("before")
+    cmp.add_argument("after")
+    args = parser.parse_args(argv)
+    if args.command == "record":
+        record(args)
+        return 0
+    return compare(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Every bench method behaves as at the commit the house redesign started from (0561244).
+
+`data/same_behaviour_tiny.json` was written by `benchmarks/same_behaviour.py record --pair tiny`
+in a worktree of that commit: 30 methods (every bench method name, plus the int8-draft,
+draft-vocabulary, row-layout and guess options) x T = 0, 1 x 2 prompts x 12 tokens. This test
+records the same run with the current code and requires the same emitted tokens, accepted-length
+sums and counts, iterations, and target / draft forward counts for every record.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+HERE = os.path.dirname(__file__)
+SCRIPT = os.path.join(HERE, "..", "..", "benchmarks", "same_behaviour.py")
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("same_behaviour", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_bench_method_emits_what_it_emitted_before_the_redesign(tmp_path):
+    script = _script()
+    out = tmp_path / "after.json"
+    script.main(["record", "--pair", "tiny", "--output", str(out)])
+    with open(os.path.join(HERE, "data", "same_behaviour_tiny.json")) as f:
+        before = json.load(f)
+    with open(out) as f:
+        after = json.load(f)
+    assert len(before["records"]) == 120
+    assert script.differences(before, after) == []
+
+
+def test_the_comparison_reports_a_changed_token():
+    script = _script()
+    with open(os.path.join(HERE, "data", "same_behaviour_tiny.json")) as f:
+        before = json.load(f)
+    after = json.loads(json.dumps(before))
+    key = sorted(after["records"])[0]
+    after["records"][key]["tokens"][-1] += 1
+    after["records"][key]["draft_forwards"] += 1
+    lines = script.differences(before, after)
+    assert len(lines) == 2 and all(line.startswith(key) for line in lines)
