@@ -23,48 +23,39 @@ A researcher's own reference `Method` runs through `verispec.empirical.adapter.t
 
 from __future__ import annotations
 
-import inspect
-
+from ..reference import registry
 from .validation import check_positive
 from .drafters import PathsDrafter, PromptLookupDrafter
 from .engine import TorchMethod
 from .rules.nodes import PathRule, SampleAndFollow
 
-__all__ = ["PATH_METHODS", "TREE_METHODS", "WALK_METHODS", "get", "names"]
-
-#: Path methods -> True when their K paths are i.i.d. (False: without replacement).
-PATH_METHODS = {"token": True, "block": True, "gbv": True, "nss": True, "rrs": True, "rrsw": False,
-                "spectr": True, "traversal": True}
-#: Tree methods -> the tree kind of `verispec.empirical.trees`.
-TREE_METHODS = {"opt_tree": "opt_tree", "kary": "kary", "eagle": "eagle", "chain_tree": "chain"}
-#: Tree-walk methods (`rules.multistep`) -> their drafter: "iid" (K i.i.d. paths) or "hub_pair"
-#: (SpecHub's two paths, K = 2).
-WALK_METHODS = {"khisti": "iid", "optimal_is": "iid", "spechub": "hub_pair"}
+__all__ = ["get", "names", "paths_method", "tree_method", "walk_method", "prompt_lookup"]
 
 
-def paths_method(name: str, draft_length: int = 4, num_paths: int = 1,
-                 draft_temperature: float | None = None) -> TorchMethod:
-    """A path method (`PATH_METHODS`): K = num_paths draft paths of L = draft_length tokens.
+def paths_method(name: str, draft_length: int, num_paths: int,
+                 draft_temperature: float | None = None, iid: bool = True) -> TorchMethod:
+    """A path method: K = num_paths draft paths of L = draft_length tokens, i.i.d. (`iid`) or
+    without replacement (rrsw), verified by the rule `name` (`rules.nodes.PathRule`).
 
     Raises:
-        ValueError: unknown name, L or K < 1, K > 1 for a chain method (token, block).
+        ValueError: L or K < 1, K > 1 for a chain method (token, block).
     """
-    if name not in PATH_METHODS:
-        raise ValueError(f"method: unknown method {name!r}; known: {', '.join(names())}")
     L = check_positive(draft_length, "draft_length")
     K = check_positive(num_paths, "num_paths")
     if name in ("token", "block") and K != 1:
         raise ValueError(f"num_paths: method {name!r} drafts one path, got num_paths={K}")
-    return TorchMethod(name, lambda: PathsDrafter(L, K, PATH_METHODS[name], draft_temperature), PathRule(name),
+    return TorchMethod(name, lambda: PathsDrafter(L, K, iid, draft_temperature), PathRule(name),
                        {"draft_length": L, "num_paths": K})
 
 
-def tree_method(name: str, node_budget: int = 50, threshold: float = 0.0, max_depth: int = 10,
-                branching: int = 2, draft_temperature: float | None = None, prune: bool = True) -> TorchMethod:
-    """A draft-tree method (`TREE_METHODS`) with sample-and-follow (OPT-Tree, arXiv 2406.17276)."""
+def tree_method(name: str, node_budget: int, threshold: float, max_depth: int,
+                branching: int, draft_temperature: float | None = None, prune: bool = True,
+                kind: str | None = None) -> TorchMethod:
+    """A draft-tree method with sample-and-follow (OPT-Tree, arXiv 2406.17276): the tree `kind`
+    of `trees.TREES` (default: `name`) with node budget n = node_budget."""
     from .trees import TreeDrafter, _check_tree_args
 
-    kind = TREE_METHODS[name]
+    kind = name if kind is None else kind
     _check_tree_args(kind, node_budget, threshold, max_depth, branching)
     return TorchMethod(name, lambda: TreeDrafter(kind, node_budget, threshold, max_depth, branching,
                                                  draft_temperature, prune), SampleAndFollow(),
@@ -79,9 +70,9 @@ def prompt_lookup(draft_length: int = 4, max_ngram: int = 3) -> TorchMethod:
                        {"draft_length": L, "max_ngram": n})
 
 
-def walk_method(name: str, draft_length: int = 4, num_paths: int = 2,
+def walk_method(name: str, draft_length: int, num_paths: int,
                 draft_temperature: float | None = None, truncation: int | None = None) -> TorchMethod:
-    """A tree-walk method (`WALK_METHODS`): the reference's one-step rule applied top-down on K
+    """A multi-draft selection method (khisti, optimal_is, spechub): the reference's one-step rule applied top-down on K
     paths of L = draft_length tokens (`rules.multistep.TopDownWalk`). `truncation` = s (khisti,
     optimal_is): the selection LP over s tokens, for large vocabularies (the reference's
     `methods.khisti(L, K, truncation=s)`, `methods.optimal_is(L, K, truncation=s)`).
@@ -93,34 +84,25 @@ def walk_method(name: str, draft_length: int = 4, num_paths: int = 2,
     from .hubpairs import HubPairsDrafter
     from .rules.multistep import TopDownWalk
 
-    if name not in WALK_METHODS:
-        raise ValueError(f"method: unknown method {name!r}; known: {', '.join(names())}")
     L = check_positive(draft_length, "draft_length")
     K = check_positive(num_paths, "num_paths")
     s = None if truncation is None else check_positive(truncation, "truncation")
     walk = TopDownWalk(name, s)
     params = {"draft_length": L, "num_paths": K} if s is None else {"draft_length": L, "num_paths": K, "truncation": s}
-    if WALK_METHODS[name] == "hub_pair":
+    if name == "spechub":
         if K != 2:
             raise ValueError(f"num_paths: method {name!r} drafts exactly 2 paths (a hub pair), got num_paths={K}")
         return TorchMethod(name, lambda: HubPairsDrafter(L, draft_temperature), walk, params)
     return TorchMethod(name, lambda: PathsDrafter(L, K, True, draft_temperature), walk, params)
 
 
-def _adaptive_methods() -> dict:
-    from .adaptive import adaptive_method, hybrid_method
-
-    return {"adaptive": adaptive_method, "hybrid": hybrid_method}
-
-
 def names() -> list[str]:
-    """Every built-in torch method name."""
-    return (list(PATH_METHODS) + list(TREE_METHODS) + ["prompt_lookup"] + list(_adaptive_methods())
-            + list(WALK_METHODS))
+    """Every built-in torch method name (`verispec.reference.registry`)."""
+    return registry.names("torch")
 
 
 def get(name: str, draft_vocab=None, **params) -> TorchMethod:
-    """The built-in torch method `name` with `params`.
+    """The built-in torch method `name` with `params`, the registry's defaults for the rest.
 
     `draft_vocab` (every method with a draft model): the draft's logits over a token subset only
     (FR-Spec, arXiv 2502.14856): an int k (the k lowest ids and the prompts' ids), a
@@ -133,21 +115,6 @@ def get(name: str, draft_vocab=None, **params) -> TorchMethod:
         from .draftvocab import with_draft_vocab
 
         return with_draft_vocab(get(name, **params), draft_vocab)
-    if name in PATH_METHODS:
-        factory, fixed = paths_method, {"name": name}
-    elif name in TREE_METHODS:
-        factory, fixed = tree_method, {"name": name}
-    elif name in WALK_METHODS:
-        factory, fixed = walk_method, {"name": name}
-    elif name == "prompt_lookup":
-        factory, fixed = prompt_lookup, {}
-    elif name in _adaptive_methods():
-        factory, fixed = _adaptive_methods()[name], {}
-    else:
+    if registry.spec(name).torch is None:
         raise ValueError(f"method: unknown method {name!r}; known: {', '.join(names())}")
-    accepted = set(inspect.signature(factory).parameters) - set(fixed)
-    unknown = set(params) - accepted
-    if unknown:
-        raise TypeError(f"{', '.join(sorted(unknown))}: not a parameter of method {name!r} "
-                        f"(takes {', '.join(sorted(accepted))})")
-    return factory(**fixed, **params)
+    return registry.build(name, "torch", params)

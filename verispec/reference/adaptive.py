@@ -115,7 +115,7 @@ def adaptive_method(draft_length: int, threshold: float = 0.4, verifier: str = "
                   params if rule == "token" else {**params, "verifier": rule}, model_state_only=True)
 
 
-def hybrid_method(draft_length: int, threshold: float = 0.4, lookup_length: int | None = None,
+def hybrid_method(draft_length: int, threshold: float = 0.4, lookup_length: int | None = 10,
                   max_ngram: int = 3, verifier: str = "token") -> Method:
     """`hybrid` + token (default) or block verification (the lookup depends on the tokens, not
     only the models).

@@ -17,11 +17,12 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import drafters
+from . import drafters, registry
 from .contract import RuleContractError, check_signature
 from .drafters import Draft
 from .models import LanguageModel, check_positive_int, check_pair, check_prefix
 from .randomness import Randomness
+from .static_trees import static_shape
 from .verifiers.importance import (khisti_truncated_verify, khisti_verify, optimal_is_truncated_verify,
                                    optimal_is_verify)
 from .verifiers.spechub import hub_pairs, spechub_verify
@@ -193,10 +194,31 @@ def spechub(draft_length: int) -> Method:
                   {"draft_length": draft_length, "num_paths": 2}, model_state_only=True)
 
 
-def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = None) -> Method:
+def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = 10) -> Method:
     """OPT-Tree adaptive draft tree with sample-and-follow verification (arXiv 2406.17276)."""
     drafter = drafters.opt_tree(node_budget, threshold, max_depth)
     return Method("opt_tree", drafter, sample_and_follow, dict(drafter.params), model_state_only=True)
+
+
+def _static_tree(name: str, kind: str, node_budget: int, max_depth: int, branching: int) -> Method:
+    drafter = drafters.ranked_tree(static_shape(kind, node_budget, max_depth, branching))
+    return Method(name, drafter, sample_and_follow,
+                  {"node_budget": node_budget, "max_depth": max_depth, "branching": branching}, model_state_only=True)
+
+
+def kary(node_budget: int, max_depth: int = 10, branching: int = 2) -> Method:
+    """A static k-ary draft tree (k = branching, filled breadth first) with sample-and-follow."""
+    return _static_tree("kary", "kary", node_budget, max_depth, branching)
+
+
+def eagle(node_budget: int, max_depth: int = 10, branching: int = 2) -> Method:
+    """EAGLE's static rank-prior tree (arXiv 2401.15077) with sample-and-follow; branching unused."""
+    return _static_tree("eagle", "eagle", node_budget, max_depth, branching)
+
+
+def chain_tree(node_budget: int, max_depth: int = 10, branching: int = 2) -> Method:
+    """A chain of min(n, max_depth) argmax tokens as a draft tree with sample-and-follow."""
+    return _static_tree("chain_tree", "chain", node_budget, max_depth, branching)
 
 
 def point_mass(draft_length: int) -> Method:
@@ -205,51 +227,44 @@ def point_mass(draft_length: int) -> Method:
                   {"draft_length": draft_length}, model_state_only=True)
 
 
-def prompt_lookup(draft_length: int, max_ngram: int = 2) -> Method:
+def prompt_lookup(draft_length: int, max_ngram: int = 3) -> Method:
     """Prompt-lookup (n-gram) point-mass drafts with token verification; reads the whole prefix."""
     return Method("prompt_lookup", drafters.prompt_lookup(draft_length, max_ngram), token_verify,
                   {"draft_length": draft_length, "max_ngram": max_ngram})
 
 
-_REGISTRY: dict[str, Callable[..., Method]] = {
-    "token": token, "block": block, "gbv": gbv, "nss": nss, "rrs": rrs, "rrsw": rrsw,
-    "spectr": spectr, "traversal": traversal, "opt_tree": opt_tree, "point_mass": point_mass,
-    "prompt_lookup": prompt_lookup,
-    "khisti": khisti, "optimal_is": optimal_is, "spechub": spechub,
-}
-
-
 def names() -> list[str]:
-    """Names of the built-in methods, in the order of docs/algorithms.md."""
-    return list(_REGISTRY)
+    """Names of the built-in methods with a reference rule, in the order of docs/algorithms.md
+    (`verispec.reference.registry`)."""
+    return registry.names("reference")
 
 
 def parameters(name: str) -> list[str]:
-    """The parameter names method `name` accepts."""
-    return list(inspect.signature(_factory(name)).parameters)
+    """The parameter names method `name` accepts (its reference rule's, `registry.REGISTRY`).
+
+    Raises:
+        TypeError / ValueError: name not a string / not a method with a reference rule.
+    """
+    _reference_spec(name)
+    return list(registry.spec(name).defaults("reference"))
 
 
-def _factory(name: str):
-    if not isinstance(name, str):
-        raise TypeError(f"name: expected a method name string, got {type(name).__name__}")
-    if name not in _REGISTRY:
-        raise ValueError(f"name: unknown method {name!r}; known: {', '.join(_REGISTRY)}")
-    return _REGISTRY[name]
+def _reference_spec(name: str) -> registry.MethodSpec:
+    entry = registry.spec(name)
+    if entry.reference is None:
+        raise ValueError(f"name: unknown method {name!r}; known: {', '.join(names())}")
+    return entry
 
 
 def get(name: str, **params) -> Method:
-    """Build the built-in method `name` with `params`.
+    """Build the built-in method `name` with `params`, the registry's defaults for the rest.
 
     Raises:
         ValueError: unknown name, or a parameter out of range (named in the message).
         TypeError: a parameter the method does not take.
     """
-    factory = _factory(name)
-    unknown = set(params) - set(inspect.signature(factory).parameters)
-    if unknown:
-        raise TypeError(f"{', '.join(sorted(unknown))}: not a parameter of method {name!r} "
-                        f"(takes {', '.join(parameters(name))})")
-    return factory(**params)
+    _reference_spec(name)
+    return registry.build(name, "reference", params)
 
 
 def load(spec: str, argument: str = "method", **params) -> Method:

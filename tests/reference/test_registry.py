@@ -1,0 +1,74 @@
+"""The method registry: each method declared once, and every twin holds to the declaration."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from verispec.reference import methods, registry
+
+
+def _signature(factory) -> dict:
+    return {name: p.default for name, p in inspect.signature(factory).parameters.items()}
+
+
+def _holds(entry: registry.MethodSpec, backend: str) -> None:
+    factory = registry.resolve_factory(getattr(entry, backend))
+    signature = _signature(factory)
+    fixed = dict(entry.torch_fixed) if backend == "torch" else {}
+    declared = entry.defaults(backend)
+    assert set(signature) - set(fixed) == set(declared), (entry.name, backend)
+    for name, default in declared.items():
+        if signature[name] is not inspect.Parameter.empty:  # a factory default must be the registry's
+            assert signature[name] == default, (entry.name, backend, name)
+
+
+@pytest.mark.parametrize("name", registry.names("reference"))
+def test_every_reference_factory_takes_the_declared_parameters_and_defaults(name):
+    _holds(registry.spec(name), "reference")
+    assert methods.get(name).name == name  # the registry's defaults build it
+
+
+@pytest.mark.parametrize("name", registry.names("torch"))
+def test_every_torch_method_has_its_reference_twin_with_the_same_parameters(name):
+    pytest.importorskip("torch")
+    entry = registry.spec(name)
+    assert entry.reference is not None, f"{name}: a torch method without a reference twin"
+    _holds(entry, "torch")
+    reference = set(entry.defaults("reference"))
+    assert reference | set(entry.torch_only) == set(entry.defaults("torch"))
+    from verispec.empirical import methods as torch_methods
+
+    assert torch_methods.get(name).name == name
+
+
+def test_short_keys_name_one_parameter_each_and_the_drifted_defaults_agree():
+    for entry in registry.REGISTRY.values():
+        keys = [p.key for p in entry.params if p.key]
+        assert len(keys) == len(set(keys)), entry.name
+    assert registry.spec("prompt_lookup").defaults("reference")["max_ngram"] == 3
+    assert methods.get("prompt_lookup", draft_length=2).params["max_ngram"] == 3
+
+
+def test_registry_refuses_unknown_names_parameters_and_backends():
+    with pytest.raises(ValueError, match="name: unknown method 'nope'"):
+        methods.get("nope")
+    with pytest.raises(TypeError, match="name"):
+        registry.spec(3)
+    with pytest.raises(TypeError, match="num_paths: not a parameter of method 'block'"):
+        methods.get("block", draft_length=2, num_paths=2)
+    with pytest.raises(TypeError, match="draft_temperature: not a parameter of method 'token'"):
+        methods.get("token", draft_temperature=1.0)  # an engine option of the torch twin only
+    with pytest.raises(ValueError, match="backend"):
+        registry.names("jax")
+
+
+def test_importing_the_reference_and_its_registry_loads_no_torch_z3_or_cvxpy():
+    import subprocess
+    import sys
+
+    code = ("import sys, verispec.reference, verispec.reference.registry as r; r.names(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'z3', 'cvxpy', 'transformers')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,196 @@
+"""The method registry: every built-in method declared once.
+
+A method is a drafter paired with a verifier. Each entry here names it, says in one line what it
+is, declares its parameters (keyword, the one default, the bench's short key), whether it needs a
+draft model, and where its two implementations live: the numpy reference rule
+(`verispec.reference`) and its torch twin (`verispec.empirical`). Factories are named as
+``"module:attr"`` and imported on first use, so this table imports neither torch nor the rules.
+
+`verispec.reference.methods.get`, `verispec.empirical.methods.get`, `verispec check`, `prove` and
+`verispec bench` read this table; a test holds every twin to the declared names and defaults.
+Parameters listed in `MethodSpec.torch_only` are engine options of the torch twin (its draft
+temperature, a length schedule, guesses checked in the same forward) that change neither the rule
+nor its output law.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Param", "MethodSpec", "REGISTRY", "spec", "names", "resolve_factory"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One method parameter: its keyword, its default, the bench's short key (``L=4``) and a line
+    of doc."""
+
+    name: str
+    default: Any
+    key: str | None = None
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One registered method.
+
+    Attributes:
+        name: the method's name (the CLI's and the bench's).
+        doc: one line: drafter + verifier, and the source.
+        params: its parameters, in order.
+        needs_draft: True when drafting runs the draft model.
+        reference: ``"module:attr"`` of the numpy factory, or None (no reference twin).
+        torch: ``"module:attr"`` of the torch factory, or None (reference only).
+        torch_fixed: keyword arguments the torch factory always gets (e.g. the rule's name).
+        torch_only: parameter names only the torch twin takes (engine options, see module doc).
+    """
+
+    name: str
+    doc: str
+    params: tuple[Param, ...]
+    needs_draft: bool = True
+    reference: str | None = None
+    torch: str | None = None
+    torch_fixed: tuple[tuple[str, Any], ...] = ()
+    torch_only: tuple[str, ...] = ()
+
+    def defaults(self, backend: str) -> dict:
+        """{parameter: default} of the parameters `backend` ("reference" or "torch") takes."""
+        return {p.name: p.default for p in self.params if backend == "torch" or p.name not in self.torch_only}
+
+    @property
+    def keys(self) -> dict:
+        """{short key: parameter name} (the bench's ``name:L=4,K=3`` form)."""
+        return {p.key: p.name for p in self.params if p.key}
+
+
+L = Param("draft_length", 4, "L", "draft tokens per path (the draft length L)")
+K = Param("num_paths", 2, "K", "draft paths (num_paths K)")
+T_DRAFT = Param("draft_temperature", None, None, "temperature the drafts are drawn at (default: the target's)")
+S = Param("truncation", None, "s", "tokens of the truncated selection LP (None: the full vocabulary)")
+N_BUDGET = Param("node_budget", 50, "n", "draft tokens per tree (node budget)")
+THRESHOLD = Param("threshold", 0.0, None, "OPT-Tree stops adding layers when E[A] gains <= threshold")
+DEPTH = Param("max_depth", 10, None, "the deepest layer of a tree")
+NGRAM = Param("max_ngram", 3, None, "the longest context suffix n-gram looked up")
+CONFIDENCE = Param("threshold", 0.4, None, "stop the chain after a token of draft probability below it")
+VERIFIER = Param("verifier", "token", None, "the chain's verifier: token or block")
+CAP = Param("max_draft_length", None, "M", "the length cap's ceiling (None: 4 L)")
+SCHEDULE = Param("schedule", "heuristic", None, "the length cap's schedule: heuristic or constant")
+GUESSES = Param("guess_length", 0, "g", "prompt-lookup guesses the draft model checks per forward")
+
+_REF = "verispec.reference.methods"
+_TORCH = "verispec.empirical.methods"
+
+
+def _path(name: str, doc: str, multi: bool, iid: bool = True) -> MethodSpec:
+    params = (L, K, T_DRAFT) if multi else (L, T_DRAFT)
+    return MethodSpec(name, doc, params, reference=f"{_REF}:{name}", torch=f"{_TORCH}:paths_method",
+                      torch_fixed=(("name", name), ("iid", iid)) + (() if multi else (("num_paths", 1),)),
+                      torch_only=("draft_temperature",))
+
+
+def _walk(name: str, doc: str) -> MethodSpec:
+    return MethodSpec(name, doc, (L, K, T_DRAFT, S), reference=f"{_REF}:{name}", torch=f"{_TORCH}:walk_method",
+                      torch_fixed=(("name", name),), torch_only=("draft_temperature",))
+
+
+def _static_tree(name: str, doc: str, kind: str) -> MethodSpec:
+    params = (N_BUDGET, THRESHOLD, DEPTH, Param("branching", 2, None, "children per node of the k-ary tree"),
+              T_DRAFT, Param("prune", True, None, "skip draft rows no chosen node can descend from"))
+    return MethodSpec(name, doc, params, reference=f"{_REF}:{name}", torch=f"{_TORCH}:tree_method",
+                      torch_fixed=(("name", name), ("kind", kind)), torch_only=("threshold", "draft_temperature", "prune"))
+
+
+_ENTRIES = (
+    _path("token", "a chain + token-level rejection sampling (Leviathan et al., arXiv 2211.17192)", False),
+    _path("block", "a chain + block verification (Sun et al., arXiv 2403.10444, Algorithm 2)", False),
+    _path("gbv", "K i.i.d. paths + greedy block verification of the multi-path tree (arXiv 2403.10444)", True),
+    _path("nss", "K i.i.d. paths + naive sequential selection, one path after another", True),
+    _path("rrs", "K i.i.d. paths + recursive rejection sampling (SpecInfer, arXiv 2305.09781)", True),
+    _path("rrsw", "K paths without replacement + recursive rejection (Jeon et al., arXiv 2402.05109)", True, False),
+    _path("spectr", "K i.i.d. paths + SpecTr's k-sequential draft selection (arXiv 2310.15141)", True),
+    _path("traversal", "K i.i.d. paths + traversal verification, leaves up (Weng et al., arXiv 2505.12398)", True),
+    MethodSpec("opt_tree", "OPT-Tree's adaptive draft tree + sample-and-follow (Wang et al., arXiv 2406.17276)",
+               (N_BUDGET, THRESHOLD, DEPTH, Param("branching", 2, None, "unused by opt_tree"), T_DRAFT,
+                Param("prune", True, None, "skip draft rows no chosen node can descend from")),
+               reference=f"{_REF}:opt_tree", torch=f"{_TORCH}:tree_method", torch_fixed=(("name", "opt_tree"), ("kind", "opt_tree")),
+               torch_only=("branching", "draft_temperature", "prune")),
+    _static_tree("kary", "a static k-ary draft tree + sample-and-follow (a baseline for OPT-Tree)", "kary"),
+    _static_tree("eagle", "EAGLE's static rank-prior draft tree + sample-and-follow (arXiv 2401.15077)", "eagle"),
+    _static_tree("chain_tree", "a chain as a draft tree + sample-and-follow (a baseline for OPT-Tree)", "chain"),
+    MethodSpec("point_mass", "the draft model's greedy chain as point masses + token verification",
+               (L,), reference=f"{_REF}:point_mass"),
+    MethodSpec("prompt_lookup", "n-gram prompt-lookup point masses + token verification (Saxena 2023)",
+               (L, NGRAM), needs_draft=False, reference=f"{_REF}:prompt_lookup", torch=f"{_TORCH}:prompt_lookup"),
+    _walk("khisti", "K i.i.d. paths + importance-weighted selection, top down (Khisti et al., arXiv 2410.18234)"),
+    _walk("optimal_is", "K i.i.d. paths + the optimal one-step selection LP, top down (arXiv 2410.18234)"),
+    MethodSpec("spechub", "a hub pair of 2 paths + SpecHub's sparse transport (Sun et al., arXiv 2411.05289)",
+               (L, T_DRAFT), reference=f"{_REF}:spechub", torch=f"{_TORCH}:walk_method",
+               torch_fixed=(("name", "spechub"), ("num_paths", 2), ("truncation", None)), torch_only=("draft_temperature",)),
+    MethodSpec("adaptive", "a confidence-stopped chain + token or block verification (transformers' heuristic)",
+               (L, CAP, CONFIDENCE, SCHEDULE, T_DRAFT, VERIFIER, GUESSES),
+               reference="verispec.reference.adaptive:adaptive_method", torch="verispec.empirical.adaptive:adaptive_method",
+               torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length")),
+    MethodSpec("hybrid", "a prompt-lookup phrase when the context has one, else the adaptive chain",
+               (L, CAP, CONFIDENCE, SCHEDULE, Param("lookup_length", 10, None, "tokens of a lookup phrase"), NGRAM,
+                T_DRAFT, VERIFIER, GUESSES),
+               reference="verispec.reference.adaptive:hybrid_method", torch="verispec.empirical.adaptive:hybrid_method",
+               torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length")),
+)
+
+#: name -> MethodSpec, in the order of docs/algorithms.md.
+REGISTRY: dict[str, MethodSpec] = {entry.name: entry for entry in _ENTRIES}
+
+
+def names(backend: str | None = None) -> list[str]:
+    """Registered method names; with `backend` ("reference" or "torch"), those it implements.
+
+    Raises:
+        ValueError: an unknown backend.
+    """
+    if backend not in (None, "reference", "torch"):
+        raise ValueError(f"backend: expected 'reference', 'torch' or None, got {backend!r}")
+    return [name for name, entry in REGISTRY.items() if backend is None or getattr(entry, backend)]
+
+
+def spec(name: str) -> MethodSpec:
+    """The registered method `name`.
+
+    Raises:
+        TypeError: name is not a string. ValueError: an unknown name (the message lists them).
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name: expected a method name string, got {type(name).__name__}")
+    if name not in REGISTRY:
+        raise ValueError(f"name: unknown method {name!r}; known: {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def resolve_factory(path: str):
+    """The callable named by ``"module:attr"`` (imported now)."""
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def build(name: str, backend: str, params: dict):
+    """Method `name` built by `backend`'s factory with the registry's defaults under `params`.
+
+    Raises:
+        ValueError: unknown name, or `backend` has no twin of it. TypeError: a parameter the
+            method does not take on that backend (the message lists those it takes).
+    """
+    entry = spec(name)
+    path = getattr(entry, backend)
+    if path is None:
+        raise ValueError(f"name: method {name!r} has no {backend} implementation; "
+                         f"{backend} methods: {', '.join(names(backend))}")
+    accepted = entry.defaults(backend)
+    unknown = set(params) - set(accepted)
+    if unknown:
+        raise TypeError(f"{', '.join(sorted(unknown))}: not a parameter of method {name!r} "
+                        f"(takes {', '.join(accepted)})")
+    fixed = dict(entry.torch_fixed) if backend == "torch" else {}
+    return resolve_factory(path)(**fixed, **{**accepted, **params})
