@@ -101,10 +101,12 @@ class ProofResult:
 
     @property
     def proved(self) -> bool:
+        """True when the verdict is "proved"."""
         return self.verdict == "proved"
 
     @property
     def max_query_seconds(self) -> float:
+        """Seconds of the slowest query (0.0 without queries)."""
         return max((q.seconds for q in self.queries), default=0.0)
 
     def to_json(self) -> dict:
@@ -112,6 +114,7 @@ class ProofResult:
         return _jsonable(asdict(self))
 
     def summary(self) -> str:
+        """The verdict, the tree's size, the costs and (for a counterexample) its reproducing code."""
         head = (f"{self.method}: {self.verdict.upper()} at V={self.vocab_size}, L={self.draft_length}, "
                 f"K={self.num_paths}, N={self.num_tokens} tokens")
         if self.context:

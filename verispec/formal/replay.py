@@ -69,6 +69,7 @@ class Tree:
         self.algebra = None
 
     def nodes(self):
+        """Every node of the tree (depth first)."""
         stack = [self.root]
         while stack:
             node = stack.pop()
@@ -296,10 +297,12 @@ class Explorer:
             replay.witness = None
 
     def tick(self) -> None:
+        """ExplorationTimeout past the deadline."""
         if time.monotonic() > self.deadline:
             raise ExplorationTimeout
 
     def check_timeout_ms(self) -> int:
+        """Milliseconds one solver check may take: `check_timeout_s`, capped by the deadline (>= 1)."""
         left = min(self.deadline - time.monotonic(), self.check_timeout_s)
         return max(1, int(1000 * left))
 
