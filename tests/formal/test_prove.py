@@ -13,7 +13,7 @@ import pytest
 
 from verispec import cli
 from verispec.formal import prove
-from verispec.formal import search as search_module
+from verispec.formal import splitting
 from verispec.reference import exact, methods
 from verispec.testing import LosslessnessError, ProofError, assert_lossless, assert_proved, planted
 
@@ -298,7 +298,7 @@ def test_cli_context_and_contract_error_exit(capsys, tmp_path, monkeypatch):
 @pytest.mark.parametrize("name, V, L, K", [("token", 2, 1, 1), ("rrsw", 2, 1, 2),
                                            pytest.param("nss", 3, 1, 2, marks=pytest.mark.slow)])
 def test_split_down_to_cells_proves_what_the_whole_query_proves(monkeypatch, name, V, L, K):
-    monkeypatch.setattr(search_module, "SPLIT_AFTER", 0.001)  # split down to the cells at once
+    monkeypatch.setattr(splitting, "SPLIT_AFTER", 0.001)  # split down to the cells at once
     result = prove(name, V, L, K, timeout=TIMEOUT)
     assert result.verdict == "proved", result.summary()
     assert sum(q.solver_calls for q in result.queries) > len(result.queries)  # the cells were used
@@ -306,7 +306,7 @@ def test_split_down_to_cells_proves_what_the_whole_query_proves(monkeypatch, nam
 
 @pytest.mark.parametrize("name", ["residual_p", "tiny_q_accept"])
 def test_split_down_to_cells_finds_counterexamples(monkeypatch, name):
-    monkeypatch.setattr(search_module, "SPLIT_AFTER", 0.001)
+    monkeypatch.setattr(splitting, "SPLIT_AFTER", 0.001)
     bugs = {**planted.BUGS, **planted.NARROW}
     _refuted(_prove(bugs[name](1), 2, 1))
 
@@ -315,9 +315,9 @@ def test_rational_function_algebra_of_z3_terms():
     import z3
 
     from verispec.formal.cells import Algebra, _divisors
-    from verispec.formal.prove import SymbolicModel, _Variables
+    from verispec.formal._internal.problem import SymbolicModel, Variables
 
-    variables = _Variables()
+    variables = Variables()
     SymbolicModel("p", 3, variables)._compute(())
     x, y = variables.groups[("p", ())]
     algebra = Algebra(variables)

@@ -11,6 +11,10 @@ import argparse
 import platform
 import sys
 
+from .. import __version__
+from .._io import write_json_atomic
+from .prove import prove
+
 EXIT = {"proved": 0, "counterexample": 1, "unknown": 3}
 
 
@@ -48,10 +52,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """Run one proof from parsed arguments; print the verdict; return the exit status."""
-    from .. import __version__
-    from .._io import write_json_atomic
-    from .prove import prove
-
     temperature = int(args.target_temperature)
     try:
         extra = {} if args.point_trials is None else {"point_trials": args.point_trials}

@@ -24,6 +24,10 @@ from fractions import Fraction
 
 import z3
 
+from ._internal.counterexamples import rational
+from ._internal.problem import decide_output, explore_job
+from .symbolic import building
+
 __all__ = ["Helper", "ValuesModel", "helper_job", "output_group"]
 
 #: Seconds past the deadline this process waits for the helper's last answers.
@@ -37,14 +41,13 @@ class ValuesModel:
         self.values = values
 
     def eval(self, x, model_completion=True):
+        """The z3 value of the variable `x` (0 for a variable not sent), as z3's `Model.eval`."""
         return z3.RealVal(self.values.get(str(x), Fraction(0)))
 
 
 def model_values(model, variables) -> dict:
     """{variable name: Fraction} of a z3 model (algebraic values approximated)."""
-    from .prove import _rational
-
-    return {str(x): _rational(model.eval(x, model_completion=True))
+    return {str(x): rational(model.eval(x, model_completion=True))
             for free in variables.groups.values() for x in free}
 
 
@@ -125,11 +128,14 @@ class _no_main_module:
 
 def _main(job, counter, answers, seconds_left):
     """The helper: explore, then decide claimed outputs until none is left (or the deadline)."""
-    from .prove import _decide_output, _explore_job, clear_cache
+    with building():  # the z3 expressions built in this process, dropped at its end
+        _explore_and_decide(job, counter, answers, time.monotonic() + seconds_left)
 
-    deadline = time.monotonic() + seconds_left
+
+def _explore_and_decide(job, counter, answers, deadline):
+    """The helper's work (see `_main`)."""
     try:
-        tree, reference, variables, outputs = _explore_job(job, deadline)
+        tree, reference, variables, outputs = explore_job(job, deadline)
     except Exception:  # noqa: BLE001 - this process reports what its own exploration finds
         return
     vocab_size = job["V"]
@@ -142,7 +148,6 @@ def _main(job, counter, answers, seconds_left):
             break
         for index in indices:
             start = time.perf_counter()
-            status, model, calls, reason = _decide_output(tree, reference, outputs[index], variables, deadline)
+            status, model, calls, reason = decide_output(tree, reference, outputs[index], variables, deadline)
             values = model_values(model, variables) if model is not None else None
             answers.put((index, (status, values, calls, reason, time.perf_counter() - start)))
-    clear_cache()

@@ -3,8 +3,8 @@
 Counterexamples to lossy rules tend to sit at special points of the simplex: vertices (one-hot
 conditionals), edges (two tokens share the mass) and points with small denominators, where ties
 and zeros happen. Evaluating the exact engine (Fractions) at a few such pairs is much cheaper than
-exploring a large branch tree, and some sizes whose exploration does not finish in minutes (e.g.
-K = 3 paths of length 2) are refuted here in milliseconds.
+exploring a large branch tree, so sizes whose exploration is out of reach (e.g. K = 3 paths of
+length 2) can still be refuted here.
 
 A pair found here is a counterexample by the same standard as the solver's: the exact engine's law
 of the first N tokens differs from the target's. Finding none proves nothing; the proof follows.
@@ -16,6 +16,11 @@ import itertools
 import random
 import time
 from fractions import Fraction
+
+from ..reference import exact
+from ..reference.randomness import enumerate_law
+from ._internal.counterexamples import Counterexample, repro_code, table_model
+from ._internal.problem import method_program, wrap
 
 __all__ = ["structured_point", "search"]
 
@@ -45,6 +50,7 @@ def structured_point(V: int, rng: random.Random) -> list:
 
 
 def _prefixes(V: int, max_length: int):
+    """Every prefix of at most `max_length` tokens."""
     return [u for n in range(max_length + 1) for u in itertools.product(range(V), repeat=n)]
 
 
@@ -57,10 +63,6 @@ def search(method, V: int, depth: int, temperatures, trials: int, deadline: floa
     rule raises is skipped (the symbolic exploration reports crashes with their branch); a rule whose
     law is not exact (float64 inside) ends the search: its differences may be round-off.
     """
-    from ..reference import exact
-    from ..reference.randomness import enumerate_law
-    from .prove import Counterexample, _program, _repro_code, _table_model, _wrap
-
     N = depth + 1
     rng = random.Random(seed)
     for _ in range(trials):
@@ -68,10 +70,10 @@ def search(method, V: int, depth: int, temperatures, trials: int, deadline: floa
             return None
         p_table = {context + u: structured_point(V, rng) for u in _prefixes(V, depth)}
         q_table = {context + u: structured_point(V, rng) for u in _prefixes(V, depth - 1)}
-        target = _wrap(_table_model(p_table, V), temperatures[0])
-        draft = _wrap(_table_model(q_table, V), temperatures[1])
+        target = wrap(table_model(p_table, V), temperatures[0])
+        draft = wrap(table_model(q_table, V), temperatures[1])
         try:
-            law = enumerate_law(_program(method, target, draft, N, context)).law
+            law = enumerate_law(method_program(method, target, draft, N, context)).law
         except Exception:  # noqa: BLE001 - the rule's crash is reported by the symbolic run
             continue
         if not all(isinstance(x, (Fraction, int)) for x in law.values()):
@@ -86,6 +88,6 @@ def search(method, V: int, depth: int, temperatures, trials: int, deadline: floa
                               method_probability=Fraction(law.get(output, 0)),
                               target_probability=Fraction(ref.get(output, 0)),
                               tv_iteration=Fraction(tv), tv_loop=Fraction(exact.total_variation(loop, ref)),
-                              confirmed=True, code=_repro_code(p_table, q_table, V, temperatures, N, method, context),
+                              confirmed=True, code=repro_code(p_table, q_table, V, temperatures, N, method, context),
                               found_by="point search")
     return None

@@ -23,8 +23,9 @@ from fractions import Fraction
 
 import z3
 
-from .symbolic import (_ACTIVE, Sym, SymbolicError, SymbolicZeroDivision, _apply, negate, real, simplify,
-                       to_z3)
+from ..reference.uniform import LazyUniform
+from .symbolic import (Sym, SymbolicError, SymbolicZeroDivision, active_replay, build, negate, real, replaying,
+                       simplify, to_z3)
 
 
 class DeadPath(BaseException):
@@ -63,11 +64,12 @@ class Tree:
         self.runs = 0
         self.solver_checks = 0
         # Shared by the queries of all outputs: {frozenset of literal ids: (feasible, literals)}
-        # (`verispec.formal.search`) and the rational-function algebra of the law terms.
+        # (`verispec.formal.splitting`) and the rational-function algebra of the law terms.
         self.regions: dict = {}
         self.algebra = None
 
     def nodes(self):
+        """Every node of the tree (depth first)."""
         stack = [self.root]
         while stack:
             node = stack.pop()
@@ -144,8 +146,7 @@ class Replay:
     def _fresh_check(self, condition):
         """The question to a fresh solver: (result, model). Used once a defined variable exists
         (SpecTr's rho): an incremental solver (push/pop) cannot use z3's nlsat tactic, and with the
-        definition's If-terms it timed out (0.3 s) on checks a fresh solver answers in about 10 ms
-        (spectr at V=2, L=2: exploration 198 s -> 11 s, contended)."""
+        definition's If-terms it times out on checks a fresh solver answers quickly."""
         explorer = self.explorer
         explorer.tick()
         solver = z3.Solver()
@@ -222,9 +223,9 @@ class Replay:
         # Already implied by an answered comparison (q == 0 -> False, total > 0 -> True, ...)?
         zero = real(Fraction(0))
         for test, nonzero in (("eq", False), ("le", False), ("gt", True), ("ge", False), ("lt", True)):
-            if self.memo.get(simplify(_apply(test, divisor, zero)).get_id()) is nonzero:
+            if self.memo.get(simplify(build(test, divisor, zero)).get_id()) is nonzero:
                 return
-        if self.decide(_apply("eq", divisor, zero)):
+        if self.decide(build("eq", divisor, zero)):
             raise SymbolicZeroDivision(divisor, self.witness, self.trace)
 
     # -- chance -----------------------------------------------------------------------------
@@ -237,7 +238,7 @@ class Replay:
         choice = self._step("chance", weights, [(o, None) for o, _ in options])
         weight = by_outcome[choice]
         if isinstance(weight, Sym):
-            self._assume(_apply("gt", weight.expr, real(Fraction(0))))
+            self._assume(build("gt", weight.expr, real(Fraction(0))))
         return choice
 
     def bernoulli(self, p) -> bool:
@@ -261,8 +262,6 @@ class Replay:
 
     def uniform(self):
         """An exact U[0, 1), split lazily at the thresholds it is compared with."""
-        from ..reference.uniform import LazyUniform
-
         return LazyUniform(self)
 
 
@@ -293,14 +292,17 @@ class Explorer:
         self.extra.append(variable)
         self.defined.extend(constraints)
         self.add_base(constraints)
-        if _ACTIVE:  # the current witness knew nothing of the new variable
-            _ACTIVE[-1].witness = None
+        replay = active_replay()
+        if replay is not None:  # the current witness knew nothing of the new variable
+            replay.witness = None
 
     def tick(self) -> None:
+        """ExplorationTimeout past the deadline."""
         if time.monotonic() > self.deadline:
             raise ExplorationTimeout
 
     def check_timeout_ms(self) -> int:
+        """Milliseconds one solver check may take: `check_timeout_s`, capped by the deadline (>= 1)."""
         left = min(self.deadline - time.monotonic(), self.check_timeout_s)
         return max(1, int(1000 * left))
 
@@ -315,14 +317,12 @@ class Explorer:
             self.solver.push()
             self.solver.add(*self.base)
             replay = Replay(forced, witness, self)
-            _ACTIVE.append(replay)
-            try:
-                outcome = program(replay)
-                kind = "leaf"
-            except DeadPath:
-                outcome, kind = None, "dead"
-            finally:
-                _ACTIVE.pop()
+            with replaying(replay):
+                try:
+                    outcome = program(replay)
+                    kind = "leaf"
+                except DeadPath:
+                    outcome, kind = None, "dead"
             node = replay.node
             if len(replay.trace) < len(forced):
                 raise SymbolicError("the rule is not deterministic given its random choices "

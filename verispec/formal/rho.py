@@ -7,36 +7,22 @@ min(1, p(x_k) / (rho q(x_k))), where rho in [1, K] solves
     f(rho) = 1 - (1 - beta(rho))^K - rho beta(rho) = 0,    beta(rho) = sum_x min(q(x), p(x) / rho).
 
 The reference (`verispec.reference.verifiers.multidraft.spectr_rho`) finds rho by a float64
-bisection, which has no symbolic meaning. Here rho is a fresh z3 real, and what defines it joins
-the constraints every path satisfies:
+bisection, which has no symbolic meaning; for symbolic p, q it calls the hook `Sym.spectr_rho`,
+which names rho a fresh z3 real here (`rho_symbol`) defined by (`defining_constraints`)
 
-    f(1) <= 0 and rho = 1,   or   f(1) > 0, 1 <= rho <= K and f(rho) = 0,
+    f(1) <= 0 and rho = 1,   or   f(1) > 0, 1 <= rho <= K and f(rho) = 0.
 
-written without division and in low degree: f(1) > 0 exactly when 0 < beta(1) < 1, and then
-f(rho) = 0 exactly when sum_{j<K} rho^j (rho - B)^(K-1-j) = rho^K, B = rho beta(rho) =
-sum_x min(rho q(x), p(x)) (an If per token; see `defining_constraints`). Why these pick exactly
-the reference's rho (the real root it approximates): f(1) >= 0 always ((1 - beta)^K <= 1 - beta)
-and f(K) <= 0 (Bernoulli's inequality), f is continuous and non-increasing (beta is non-increasing, rho beta is
-non-decreasing), and strictly decreasing on [1, K] when beta(1) > 0 and K >= 2 — so a root in
-[1, K] exists and is unique there; when beta(1) = 0 (disjoint supports) f vanishes everywhere and
-the reference returns 1, as the first case does. K = 1 gives rho = 1 (plain speculative sampling).
-
-A comparison involving rho (``p(x) / (rho q(x)) < 1``, the clip of q at p / rho) is then a decision
-of the replay like any other: its feasibility is asked under the path condition, which holds these
-constraints. The variable is named by the (p, q, K) it stands for, within one exploration: every
-replay that reaches the same node reads the same symbol (rho is a function of the pair, so this is
-one quantity, not a value cached across paths), and the branch tree stays consistent.
+They pick exactly the real root the reference approximates: f(1) >= 0, f(K) <= 0, f is continuous
+and non-increasing, strictly decreasing on [1, K] when beta(1) > 0 and K >= 2, so the root there is
+unique; when beta(1) = 0 (disjoint supports) f vanishes everywhere and the reference returns 1, as
+the first case does. A comparison involving rho is then a decision of the replay like any other.
 """
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import z3
 
-from .symbolic import Sym, current_replay, to_z3
-
-__all__ = ["spectr_rho", "defining_constraints"]
+__all__ = ["rho_symbol", "defining_constraints"]
 
 
 def _min(a, b):
@@ -61,23 +47,21 @@ def defining_constraints(p, q, K: int, rho) -> list:
     return [rho >= 1, rho <= K, z3.Or(z3.And(z3.Not(interior), rho == 1), z3.And(interior, root))]
 
 
-def spectr_rho(p, q, num_drafts: int):
-    """rho for symbolic p, q ([V] numpy object arrays of `Sym`/numbers) inside a symbolic replay.
+def rho_symbol(explorer, p, q, K: int):
+    """The z3 real standing for SpecTr's rho of the pair (p, q) with K >= 2 drafts, in `explorer`.
 
-    Returns Fraction(1) when K = 1, else a `Sym` over a z3 real whose defining constraints
-    (`defining_constraints`) are added to the exploration's base constraints the first time this
-    (p, q, K) is met. Raises SymbolicError outside a replay.
+    Args:
+        explorer: the `verispec.formal.replay.Explorer` of the run (its `symbols` registry and
+            `add_variable`). p, q: [V] z3 real terms. K: drafts, >= 2.
+    Returns: a z3 real constant. The first time this (p, q, K) is met in the exploration, its
+    `defining_constraints` join the constraints every path satisfies; every later replay reads the
+    same symbol (rho is a function of the pair: one quantity, so the branch tree stays consistent).
     """
-    K = int(num_drafts)
-    if K == 1:
-        return Fraction(1)
-    explorer = current_replay().explorer
-    ps, qs = [to_z3(x) for x in p], [to_z3(x) for x in q]
-    key = ("spectr_rho", K, tuple(e.get_id() for e in ps), tuple(e.get_id() for e in qs))
+    key = ("spectr_rho", K, tuple(e.get_id() for e in p), tuple(e.get_id() for e in q))
     registry = explorer.symbols
     hit = registry.get(key)
     if hit is None:
         rho = z3.Real(f"spectr_rho!{len(registry)}")
-        explorer.add_variable(rho, defining_constraints(ps, qs, K, rho))
-        hit = registry[key] = (rho, ps, qs)  # the terms keep their AST ids theirs
-    return Sym(hit[0])
+        explorer.add_variable(rho, defining_constraints(p, q, K, rho))
+        hit = registry[key] = (rho, p, q)  # the terms keep their AST ids theirs
+    return hit[0]

@@ -10,17 +10,24 @@ all pairs. It is handed to the active replay (`current_replay`), which answers i
 path condition and forks the run only when both outcomes are feasible (`verispec.formal.replay`).
 ``float(sym)`` raises `SymbolicError`: a rule that leaves exact arithmetic cannot be run
 symbolically. Syms hash by identity, so caches keyed on them never mix two different values.
+
+State: the active replay and the active `Expressions` table live in context variables
+(`contextvars`, so each thread and each run sees its own), set by the ``with replaying(replay)``
+and ``with building()`` blocks; nothing here is a module-level container mutated at run time.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
+from contextvars import ContextVar
 from fractions import Fraction
 from numbers import Rational
 
 import numpy as np
 import z3
 
+from .rho import rho_symbol
 
 class SymbolicError(TypeError):
     """The rule did something that has no exact symbolic meaning (float(), a log, a non-integer
@@ -46,15 +53,34 @@ class SymbolicZeroDivision(ZeroDivisionError):
 
 _ZERO = Fraction(0)
 
-#: The replay that answers comparisons of symbolic values (set by `verispec.formal.replay`).
-_ACTIVE = []
+#: The replay answering comparisons of symbolic values now (`replaying`), or None.
+_REPLAY: ContextVar = ContextVar("verispec_formal_replay", default=None)
+
+#: The table of expressions built in this proof (`building`), or None (build without reuse).
+_EXPRESSIONS: ContextVar = ContextVar("verispec_formal_expressions", default=None)
 
 
 def current_replay():
     """The replay answering comparisons now; SymbolicError outside a symbolic run."""
-    if not _ACTIVE:
+    replay = _REPLAY.get()
+    if replay is None:
         raise SymbolicError("a symbolic value was compared outside a symbolic replay")
-    return _ACTIVE[-1]
+    return replay
+
+
+def active_replay():
+    """The replay answering comparisons now, or None outside a symbolic run."""
+    return _REPLAY.get()
+
+
+@contextmanager
+def replaying(replay):
+    """Make `replay` answer the comparisons of symbolic values inside the block (nests)."""
+    token = _REPLAY.set(replay)
+    try:
+        yield replay
+    finally:
+        _REPLAY.reset(token)
 
 
 def _constant(value):
@@ -112,7 +138,7 @@ class Sym:
         a, b = (o, self.expr) if reflected else (self.expr, o)
         if name == "div":
             _check_divisor(b)
-        return Sym(_apply(name, a, b))
+        return Sym(build(name, a, b))
 
     def __add__(self, other):
         return self._binary(other, "add")
@@ -176,7 +202,7 @@ class Sym:
             if constant is None:
                 return NotImplemented
             o = real(constant)
-        return current_replay().decide(_apply(op, self.expr, o))
+        return current_replay().decide(build(op, self.expr, o))
 
     def __lt__(self, other):
         return self._compare(other, "lt", lambda pos: pos)
@@ -225,53 +251,94 @@ class Sym:
         text = str(self.expr)
         return f"Sym({text if len(text) <= 60 else text[:57] + '...'})"
 
+    # -- operations the reference asks a symbolic value's type for ---------------------------
+    @staticmethod
+    def spectr_rho(p, q, num_drafts: int):
+        """SpecTr's rho for symbolic p, q ([V] numpy object arrays of `Sym`/numbers).
 
-#: Expressions built so far: (op, operand AST ids) -> (result, operands). A replay re-runs the rule
-#: once per leaf and rebuilds the same expressions; z3 hash-conses them, so a live operand's id names
-#: it uniquely (the operands are kept alive in the value for that reason). Cleared by `clear_cache`.
-_BUILT: dict = {}
-_REALS: dict = {}
+        The hook `verispec.reference.verifiers.multidraft.spectr_rho` calls instead of its float64
+        bisection, which has no symbolic meaning. Returns Fraction(1) when K = 1, else a `Sym` over
+        the z3 real of `verispec.formal.rho.rho_symbol` (its defining constraints join the
+        exploration). Raises SymbolicError outside a replay.
+        """
+        K = int(num_drafts)
+        if K == 1:
+            return Fraction(1)
+        explorer = current_replay().explorer
+        return Sym(rho_symbol(explorer, [to_z3(x) for x in p], [to_z3(x) for x in q], K))
 
 
-def _apply(name, a, b):
-    key = (name, a.ast.value, b.ast.value)  # the AST pointers: unique while the operands live
-    hit = _BUILT.get(key)
-    if hit is None:
-        hit = _BUILT[key] = (_OPS[name](a, b), a, b)
-    return hit[0]
+class Expressions:
+    """The z3 expressions built in one proof, each built once (`build`, `real`).
+
+    A replay re-runs the rule once per leaf and rebuilds the same expressions; z3 hash-conses them,
+    so a live operand's AST id names it uniquely (the operands are kept alive with the result for
+    that reason). Memory only: results never depend on the table. Made current by `building`.
+    """
+
+    def __init__(self):
+        self.built: dict = {}  # (op, operand AST ids) -> (result, operands)
+        self.reals: dict = {}  # Fraction -> z3.RealVal
+
+    def build(self, name, a, b):
+        """`OPS`[name](a, b), built once."""
+        key = (name, a.ast.value, b.ast.value)  # the AST pointers: unique while the operands live
+        hit = self.built.get(key)
+        if hit is None:
+            hit = self.built[key] = (OPS[name](a, b), a, b)
+        return hit[0]
+
+    def real(self, constant: Fraction):
+        """z3.RealVal(constant), built once."""
+        value = self.reals.get(constant)
+        if value is None:
+            value = self.reals[constant] = z3.RealVal(constant)
+        return value
+
+
+@contextmanager
+def building(expressions: Expressions | None = None):
+    """Reuse the expressions built inside the block (a fresh `Expressions` table by default);
+    the table is dropped with the block (`verispec.formal.prove` opens one per proof)."""
+    token = _EXPRESSIONS.set(Expressions() if expressions is None else expressions)
+    try:
+        yield _EXPRESSIONS.get()
+    finally:
+        _EXPRESSIONS.reset(token)
+
+
+def build(name, a, b):
+    """The z3 term `OPS`[name](a, b) of two z3 terms, from the current `Expressions` table when
+    one is open (`building`)."""
+    table = _EXPRESSIONS.get()
+    return OPS[name](a, b) if table is None else table.build(name, a, b)
 
 
 def simplify(expr):
     """z3.simplify(expr), computed once per expression."""
-    return _apply("simplify", expr, expr)
+    return build("simplify", expr, expr)
 
 
 def negate(expr):
     """z3.Not(expr), built once."""
-    return _apply("not", expr, expr)
+    return build("not", expr, expr)
 
 
 def real(constant: Fraction):
     """z3.RealVal(constant), built once."""
-    value = _REALS.get(constant)
-    if value is None:
-        value = _REALS[constant] = z3.RealVal(constant)
-    return value
-
-
-def clear_cache() -> None:
-    """Forget the expressions built so far (memory only: results never depend on the cache)."""
-    _BUILT.clear()
-    _REALS.clear()
+    table = _EXPRESSIONS.get()
+    return z3.RealVal(constant) if table is None else table.real(constant)
 
 
 def _check_divisor(expr) -> None:
     """Inside a replay: SymbolicZeroDivision when the divisor can be 0 on the current branch."""
-    if _ACTIVE:
-        _ACTIVE[-1].check_divisor(expr)
+    replay = _REPLAY.get()
+    if replay is not None:
+        replay.check_divisor(expr)
 
 
-_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+#: The operations `build` knows: name -> function of two z3 terms (unary ones ignore the second).
+OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
         "div": lambda a, b: a / b, "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
         "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b,
         "ne": lambda a, b: a != b, "not": lambda a, _: z3.Not(a), "simplify": lambda a, _: z3.simplify(a)}

@@ -58,13 +58,16 @@ def spectr_rho(p, q, num_drafts: int) -> float:
     where f <= 0, which is what losslessness needs: the residual stays non-negative. Memoised on
     the bytes of (p, q), since the enumerator replays the same node many times.
 
-    Symbolic p or q (`verispec prove`): rho is a solver variable constrained by its defining
-    equation (`verispec.formal.rho.spectr_rho`), never the bisection.
+    Symbolic p or q (`verispec prove`): the bisection has no meaning there, so the symbolic value's
+    own type computes rho (its ``spectr_rho`` hook: a solver variable constrained by its defining
+    equation); the reference imports nothing of the prover. TypeError when no entry's type has one.
     """
     if is_symbolic(p) or is_symbolic(q):
-        from ...formal.rho import spectr_rho as symbolic_rho
-
-        return symbolic_rho(p, q, num_drafts)
+        for value in (*np.asarray(p).flat, *np.asarray(q).flat):
+            hook = getattr(type(value), "spectr_rho", None)
+            if hook is not None:
+                return hook(p, q, num_drafts)
+        raise TypeError("spectr_rho: p and q hold non-rational entries of no type with a spectr_rho hook")
     p, q = as_float(p), as_float(q)
     return _spectr_rho(p.tobytes(), q.tobytes(), int(num_drafts))
 

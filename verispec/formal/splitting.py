@@ -9,8 +9,8 @@ feasible); infeasible regions are dropped whole. Once every comparison is fixed 
 If-free law is decided in exact algebra (`verispec.formal.cells.decide_cell`).
 
 Why the whole query is not retried below the root: on the methods whose query z3 does not answer
-at once, the retries time out on almost every region (gbv at V=2, L=2: about 1,100 attempts of
-0.05 s each without an answer), while a feasibility check of the region alone takes milliseconds.
+at once, the retries time out on almost every region, while a feasibility check of the region
+alone (no law term) is cheap.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ import time
 
 import z3
 
+from ._internal.laws import law_term, zero_if_none
 from .cells import decide_cell
 from .symbolic import negate
 
-__all__ = ["SPLIT_AFTER", "FEASIBILITY_S", "Search"]
+__all__ = ["SPLIT_AFTER", "FEASIBILITY_S", "CellSplitter", "check", "split_condition"]
 
 #: Seconds z3 gets for the whole query of an output before it is split on comparisons.
 SPLIT_AFTER = 0.05
@@ -30,33 +31,33 @@ SPLIT_AFTER = 0.05
 #: Seconds a feasibility check of a region may take ("unknown" then counts as feasible).
 FEASIBILITY_S = 0.5
 
-
 #: Recent solver models kept to answer feasibility checks without z3.
 WITNESSES = 4
 
 
-def zero_if_none(term):
-    return z3.RealVal(0) if term is None else term
+class CellSplitter:
+    """The query of one output: law(output) != ref for some pair? (`run`), split into cells.
 
+    tree: the merged branch tree (`verispec.formal.replay.Tree`); ref: the target's law of `output`
+    (a z3 term); base: the simplex constraints; algebra: a `verispec.formal.cells.Algebra` or None
+    (z3 alone).
+    """
 
-class Search:
-    """The query of one output: law(output) != ref for some pair? (`run`)."""
-
-    def __init__(self, tree, ref, output, base, deadline, algebra, law):
+    def __init__(self, tree, ref, output, base, deadline, algebra):
         self.tree, self.ref, self.output = tree, ref, output
         # one conjunction: asserting it costs one call per fresh solver instead of one per constraint
         self.base, self.deadline, self.algebra = [z3.And(base)] if base else [], deadline, algebra
-        self.law = law  # law(node, output, memo, region) -> z3 term or None
         self.calls = 0
         self.witnesses = []  # recent models of base + some conditions (`_feasible`)
 
     def left(self) -> float:
+        """Seconds to the deadline."""
         return self.deadline - time.monotonic()
 
     def run(self):
         """(result, model, solver calls, reason): result "unsat" (equal for every pair), "sat"
         (model: a pair where they differ) or "unknown"."""
-        law = zero_if_none(self.law(self.tree.root, self.output, {}, {}))
+        law = zero_if_none(law_term(self.tree.root, self.output, {}, {}))
         condition = split_condition(self.tree.root, self.output, {})
         if condition is not None or self.algebra is None:
             seconds = self.left() if condition is None else min(self.left(), SPLIT_AFTER)
@@ -106,7 +107,7 @@ class Search:
         return result != "unsat"
 
     def _cell(self, region, conditions):
-        law = zero_if_none(self.law(self.tree.root, self.output, {}, region))
+        law = zero_if_none(law_term(self.tree.root, self.output, {}, region))
         if self.algebra is not None:
             result, model, calls, reason = decide_cell(law, self.ref, conditions, self.base, self.deadline,
                                                        self.algebra, feasible=self._feasible)
