@@ -1,5 +1,6 @@
 """The user documentation stands alone: nothing points outside the repository, docs/ links resolve,
-and every built-in method is documented."""
+every built-in method is documented, the README stays a short first page whose test command is the
+one CI runs, and every results file is listed, cited and present."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def test_the_pointer_pattern_is_live():
     assert not POINTER.search("see docs/theory.md")
 
 
-@pytest.mark.parametrize("page", sorted([p.name for p in (ROOT / "docs").glob("*.md")]) + ["../README.md"])
+@pytest.mark.parametrize("page", sorted([p.name for p in (ROOT / "docs").glob("*.md")])
+                         + ["../README.md", "../benchmarks/results/README.md"])
 def test_relative_links_resolve(page):
     source = (ROOT / "docs" / page).resolve()
     broken = []
@@ -75,3 +77,67 @@ def test_docs_say_what_check_does_not_prove():
     testing = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
     assert "not a proof for all distributions" in testing.replace("\n", " ")
     assert "prove.md" in testing
+
+
+RESULTS = ROOT / "benchmarks" / "results"
+README_MAX_LINES = 200
+#: A results path cited in prose; templates such as bench_real_<device>.json do not match.
+CITED_RESULT = re.compile(r"benchmarks/results/([A-Za-z0-9_.-]+\.(?:json|png|md))")
+RESULT_NAME = re.compile(r"[A-Za-z0-9_.-]+\.(?:json|png)")
+
+
+def _user_docs() -> str:
+    """README.md and docs/*.md, the pages a user reads."""
+    pages = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+    return "\n".join(page.read_text(encoding="utf-8") for page in pages)
+
+
+def _results_files():
+    """Every results file but the folder's README; a PNG stands for its JSON (the plot beside it)."""
+    return sorted(path.name for path in RESULTS.iterdir() if path.is_file() and path.name != "README.md")
+
+
+def _named(name: str, text: str) -> bool:
+    stem = name[:-len(".png")] + ".json" if name.endswith(".png") else name
+    return bool(re.search(r"(?<![A-Za-z0-9_])" + re.escape(stem), text))
+
+
+def test_readme_is_a_short_first_page():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines (at most {README_MAX_LINES})"
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```bash\n(.*?)```", readme, re.S).group(1).splitlines()
+    assert block[0].startswith("python3 -m pip install -e . && verispec ")
+    test_command = block[1].split("   #", 1)[0].strip()
+    assert test_command.endswith("python3 -m pytest")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert test_command in [line.strip() for line in ci]
+
+
+def test_every_results_file_is_listed_and_cited():
+    listing = (RESULTS / "README.md").read_text(encoding="utf-8")
+    docs = _user_docs()
+    unlisted = [name for name in _results_files() if not _named(name, listing)]
+    uncited = [name for name in _results_files() if not _named(name, docs)]
+    assert not unlisted, f"not in benchmarks/results/README.md: {unlisted}"
+    assert not uncited, f"cited by no page of README.md or docs/ (cite it or remove it): {uncited}"
+
+
+def test_every_cited_results_path_exists():
+    missing = sorted({name for name in CITED_RESULT.findall(_user_docs()) if not (RESULTS / name).is_file()})
+    assert not missing, f"README.md or docs/ cite results files that do not exist: {missing}"
+
+
+def test_the_results_listing_names_only_existing_files():
+    listing = (RESULTS / "README.md").read_text(encoding="utf-8")
+    missing = sorted({name for name in RESULT_NAME.findall(listing) if not (RESULTS / name).is_file()})
+    assert not missing, f"benchmarks/results/README.md lists files that do not exist: {missing}"
+
+
+def test_the_results_checks_are_live():
+    assert _named("x_y.png", "see `benchmarks/results/x_y.json` and `.png`")
+    assert not _named("x_y.json", "see x_y_z.json") and not _named("y.json", "x_y.json")
+    assert CITED_RESULT.findall("`benchmarks/results/a_b.json`, benchmarks/results/bench_<device>.json") == ["a_b.json"]
