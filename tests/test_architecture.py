@@ -1,0 +1,174 @@
+"""The package's layers hold: import-linter's contracts, no import cycle, nothing private crossing
+a module, no verispec import hidden in a function body, functions that fit on a screen.
+
+The import graph here is read from the source (every `import` / `from ... import` statement,
+at module level and inside functions alike), so an import a function makes lazily still counts.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+PACKAGE = os.path.join(ROOT, "verispec")
+MAX_FUNCTION_LINES = 60
+#: Torch library code outside the bench and the speed levers (lines of verispec/empirical).
+MAX_ENGINE_LINES = 6000
+
+
+def _modules() -> dict[str, str]:
+    """{dotted module name: path} of every module under verispec/."""
+    out = {}
+    for root, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(root, name)
+                dotted = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                out[dotted.removesuffix(".__init__")] = path
+    return out
+
+
+def _imports(module: str, path: str):
+    """(imported module, imported names, node, inside a function) for each import statement."""
+    is_package = path.endswith("__init__.py")
+    tree = ast.parse(open(path).read())
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    inner = {id(n) for f in functions for n in ast.walk(f) if n is not f}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, (), node, id(node) in inner
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+                target = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield target, tuple(a.name for a in node.names), node, id(node) in inner
+
+
+def _graph():
+    """{module: {verispec modules it imports}} (a `from pkg import mod` edge goes to pkg.mod)."""
+    modules = _modules()
+    graph = {m: set() for m in modules}
+    for module, path in modules.items():
+        for target, names, _, _ in _imports(module, path):
+            if not target.startswith("verispec"):
+                continue
+            for name in names or ("",):
+                sub = f"{target}.{name}"
+                graph[module].add(sub if sub in modules else target)
+    return graph
+
+
+def _cycle(graph) -> list[str] | None:
+    """One import cycle among the modules (a package's own __init__ importing its submodules
+    is a parent-child edge, not a cycle, unless the child imports back)."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt == node or node.startswith(nxt + "."):  # a module importing its own package
+                continue
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def _private_crossings() -> list[str]:
+    """`from M import _name` (or a private module) where M is another module, outside one
+    `_internal` package."""
+    out = []
+    for module, path in _modules().items():
+        for target, names, node, _ in _imports(module, path):
+            if not target.startswith("verispec") or target == module:
+                continue
+            shared = "._internal" in module and module.split("._internal")[0] == target.split("._internal")[0]
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            private_module = any(part.startswith("_") and part not in ("__init__",) for part in target.split("."))
+            if shared:
+                continue
+            if private_module and not target.startswith(module.rsplit(".", 1)[0] + "._internal"):
+                out.append(f"{module}:{node.lineno} imports the private module {target}")
+            elif private:
+                out.append(f"{module}:{node.lineno} imports {', '.join(private)} from {target}")
+    return out
+
+
+def test_lint_imports_contracts_hold():
+    exe = shutil.which("lint-imports")
+    if exe is None:
+        pytest.skip("import-linter is not installed (the dev extra installs it)")
+    done = subprocess.run([exe, "--config", os.path.join(ROOT, "pyproject.toml")], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Contracts: 3 kept, 0 broken" in done.stdout
+
+
+def test_no_import_cycle_among_the_modules():
+    assert _cycle(_graph()) is None
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    graph = {"verispec.a": {"verispec.b"}, "verispec.b": {"verispec.c"}, "verispec.c": {"verispec.a"}}
+    assert _cycle(graph) == ["verispec.a", "verispec.b", "verispec.c", "verispec.a"]
+    assert _cycle({"verispec.p": {"verispec.p.m"}, "verispec.p.m": {"verispec.p"}}) is None
+
+
+def test_nothing_private_crosses_a_module():
+    assert _private_crossings() == []
+
+
+def test_no_verispec_import_hidden_in_a_function_body():
+    hidden = [f"{module}:{node.lineno} {target}" for module, path in _modules().items()
+              for target, _, node, inner in _imports(module, path) if inner and target.startswith("verispec")]
+    assert hidden == []
+
+
+def test_every_function_fits_on_a_screen():
+    long = []
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{module}.{node.name}: {lines} lines")
+    assert long == []
+
+
+def test_the_torch_engine_outside_the_bench_and_the_speed_levers_stays_small():
+    engine = os.path.join(PACKAGE, "empirical")
+    lines = 0
+    for root, _, files in os.walk(engine):
+        if os.path.join("empirical", "speedups") in root:
+            continue
+        lines += sum(sum(1 for _ in open(os.path.join(root, f))) for f in files if f.endswith(".py"))
+    assert lines <= MAX_ENGINE_LINES, lines
+
+
+def test_importing_the_reference_loads_no_torch_z3_or_cvxpy():
+    code = ("import sys, verispec.reference; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'z3', 'cvxpy', 'transformers'}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert done.stdout.strip() == "[]"
