@@ -31,7 +31,7 @@ drawn token the target gives probability below the threshold.
 
 from __future__ import annotations
 
-from .drafters import Draft, Drafter, _phrase_draft, _require_model, draw_counts, lookup_phrase
+from .drafters import Draft, Drafter, phrase_draft, require_draft_model, draw_counts, lookup_phrase
 from .methods import Method
 from .models import check_positive_int
 from .verifiers import block_verify, token_verify
@@ -73,7 +73,7 @@ def adaptive_chain(draft_length: int, threshold: float = 0.4) -> Drafter:
     tau = _check_threshold(threshold)
 
     def build(draft_model, context, rand):
-        model = _require_model(draft_model, "adaptive_chain")
+        model = require_draft_model(draft_model, "adaptive_chain")
         return _chain_draft(model, context, rand, L, lambda node: model.probs(context + node[:-1])[node[-1]] < tau)
 
     return Drafter("adaptive_chain", build, draft_length=L, threshold=tau)
@@ -91,7 +91,7 @@ def hybrid(draft_length: int, threshold: float = 0.4, lookup_length: int | None 
     def build(draft_model, context, rand):
         phrase = lookup_phrase(context, lookup, n)
         if phrase:
-            return _phrase_draft(phrase, draft_model.vocab_size)
+            return phrase_draft(phrase, draft_model.vocab_size)
         return chain(draft_model, context, rand)
 
     return Drafter("hybrid", build, draft_length=max(L, lookup), threshold=threshold, max_ngram=n)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from .drafters import Draft, Drafter, _require_model
+from .drafters import Draft, Drafter, require_draft_model
 from .methods import Method
 from .models import check_positive_int
 from .probability import argmax, is_exact, one_hot, residual
@@ -127,7 +127,7 @@ def ouroboros_phrases(draft_length: int, pool, num_candidates: int = 3, guess_se
     longest = max((len(p) for ps in phrases.values() for p in ps), default=0)
 
     def build(draft_model, context, rand):
-        model = _require_model(draft_model, "ouroboros_phrases")
+        model = require_draft_model(draft_model, "ouroboros_phrases")
         chain = phrase_chain(model, tuple(context), phrases, L, G)
         tails = [t for t in phrases.get(chain[-1], ())[:K] if max(t) < model.vocab_size]
         exact = is_exact(model.probs(tuple(context)))

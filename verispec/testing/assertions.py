@@ -27,7 +27,7 @@ from ..reference.methods import Method
 from ..reference.models import check_positive_int as _check_int
 from ..reference.models import check_pair, check_prefix
 from ..reference.randomness import law_is_exact
-from .strategies import Instance, _check_vocab_sizes
+from .strategies import Instance, check_vocab_sizes
 
 __all__ = ["assert_lossless", "assert_not_worse", "sweep", "sweep_plan", "default_num_tokens", "LosslessnessError",
            "LosslessReport", "NotWorseError", "RuleContractError", "DEFAULT_FAMILIES", "DEFAULT_VOCAB_SIZES",
@@ -204,7 +204,7 @@ def sweep_plan(vocab_sizes=DEFAULT_VOCAB_SIZES, num_tokens=4, num_cells=9, budge
     Returns:
         {V: (instances, N_V)}, V ascending.
     """
-    sizes = _check_vocab_sizes(vocab_sizes)
+    sizes = check_vocab_sizes(vocab_sizes)
     N = _check_int(num_tokens, "num_tokens", 1)
     budget = _check_budget(budget)
     plan = {}
@@ -253,7 +253,7 @@ def sweep(vocab_sizes=DEFAULT_VOCAB_SIZES, temperatures=(1, 0, 0.5), num_tokens=
             other than 0 and 1 are rejected (they cannot be rational).
         budget: int >= 1, N-token outcome sequences (V**N) per vocabulary size above 3.
     """
-    sizes = _check_vocab_sizes(vocab_sizes)
+    sizes = check_vocab_sizes(vocab_sizes)
     temps = _check_temperatures(temperatures)
     N = _check_int(num_tokens, "num_tokens", 1)
     seed = _check_int(seed, "seed", 0)

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from ..reference.models import LanguageModel, check_positive_int, check_pair, check_prefix
 from ..reference.probability import as_probs
-from .closed_forms import draft_set_law
+from ..reference.draft_sets import draft_set_law
 
 #: Solvers tried in order when `solver=None`.
 DEFAULT_SOLVERS = ("HIGHS", "CLARABEL")

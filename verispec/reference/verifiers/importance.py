@@ -55,6 +55,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..draft_sets import draft_set_law
+from ..models import check_positive_int
 from ..probability import accept_probability, align, is_exact, residual
 
 #: Denominator used to turn LP selection probabilities into exact Fractions.
@@ -302,8 +304,6 @@ def truncated_pair_selection(p, q1, q2, s: int) -> TruncatedSelection:
     Raises:
         TypeError / ValueError: s not an int >= 1.
     """
-    from ..models import check_positive_int
-
     return _memo(TruncatedSelection, (p, q1, q2), (check_positive_int(s, "truncation"),))
 
 
@@ -334,8 +334,6 @@ def khisti_truncated_verify(s: int):
 @functools.lru_cache(maxsize=4096)
 def _set_selection(p_key, q_key, k: int):
     """{set S of distinct drafted tokens: [P(select S[j] | S)]} (float64) from the selection LP."""
-    from ...theory.closed_forms import draft_set_law
-
     p, q = np.asarray(p_key, dtype=np.float64), np.asarray(q_key, dtype=np.float64)
     V = len(p)
     law = draft_set_law(q, k)
@@ -409,8 +407,6 @@ def two_token_selection(p, q, k: int):
 
 @functools.lru_cache(maxsize=4096)
 def _optimal_selection(p_key, q_key, k: int, exact: bool):
-    from ...theory.closed_forms import draft_set_law
-
     dtype = object if exact else np.float64
     q = np.array(q_key, dtype=dtype)
     table = _set_selection(tuple(float(v) for v in p_key), tuple(float(v) for v in q_key), k)
@@ -506,8 +502,6 @@ def truncated_set_selection(p, q, k: int, s: int) -> TruncatedSetSelection:
     Raises:
         TypeError / ValueError: k or s not an int >= 1.
     """
-    from ..models import check_positive_int
-
     return _memo(TruncatedSetSelection, (p, q), (check_positive_int(k, "num_drafts"),
                                                  check_positive_int(s, "truncation")))
 

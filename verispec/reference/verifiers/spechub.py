@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..drafters import Draft, Drafter, _require_model
+from ..drafters import Draft, Drafter, require_draft_model
 from ..models import check_positive_int
 from ..probability import accept_probability, align, argmax, residual
 
@@ -113,7 +113,7 @@ def hub_pairs(draft_length: int) -> Drafter:
     L = check_positive_int(draft_length, "draft_length")
 
     def build(draft_model, context, rand):
-        draft_model = _require_model(draft_model, "hub_pairs")
+        draft_model = require_draft_model(draft_model, "hub_pairs")
 
         def expand(node, k):
             if len(node) == L:
