@@ -20,12 +20,11 @@ from typing import Iterable
 
 import numpy as np
 
-from ..reference import exact as _exact
 from ..reference import models
 from ..reference.contract import RuleContractError
+from ..reference.exact import expected_accepted_length, output_distribution, target_distribution, total_variation
 from ..reference.methods import Method
-from ..reference.models import check_positive_int as _check_int
-from ..reference.models import check_pair, check_prefix
+from ..reference.models import check_pair, check_positive_int, check_prefix
 from ..reference.randomness import law_is_exact
 from .strategies import Instance, check_vocab_sizes
 
@@ -205,7 +204,7 @@ def sweep_plan(vocab_sizes=DEFAULT_VOCAB_SIZES, num_tokens=4, num_cells=9, budge
         {V: (instances, N_V)}, V ascending.
     """
     sizes = check_vocab_sizes(vocab_sizes)
-    N = _check_int(num_tokens, "num_tokens", 1)
+    N = check_positive_int(num_tokens, "num_tokens", 1)
     budget = _check_budget(budget)
     plan = {}
     for V in sizes:
@@ -255,8 +254,8 @@ def sweep(vocab_sizes=DEFAULT_VOCAB_SIZES, temperatures=(1, 0, 0.5), num_tokens=
     """
     sizes = check_vocab_sizes(vocab_sizes)
     temps = _check_temperatures(temperatures)
-    N = _check_int(num_tokens, "num_tokens", 1)
-    seed = _check_int(seed, "seed", 0)
+    N = check_positive_int(num_tokens, "num_tokens", 1)
+    seed = check_positive_int(seed, "seed", 0)
     families = _check_families(families)
     exact = _check_exact(exact)
     if exact and any(t not in (0, 1) for t in temps):
@@ -313,17 +312,17 @@ def _law_table(law, ref, limit=_TOP_OUTCOMES):
 def _evaluate(method, inst: Instance, tol, exact_required):
     """Compare the laws at N = inst.num_tokens; returns None or (n, law_n, ref_n, tv_n, exact) at the
     SMALLEST failing n <= N (laws at smaller n are marginals of the law at N)."""
-    law = _exact.output_distribution(inst.target, inst.draft, method, inst.context, inst.num_tokens)
-    ref = _exact.target_distribution(inst.target, inst.context, inst.num_tokens)
+    law = output_distribution(inst.target, inst.draft, method, inst.context, inst.num_tokens)
+    ref = target_distribution(inst.target, inst.context, inst.num_tokens)
     both_exact = law_is_exact(law) and law_is_exact(ref)
     if exact_required and not both_exact:
         return ("inexact", law, ref)
-    tv = _exact.total_variation(law, ref)
+    tv = total_variation(law, ref)
     if _is_zero_tv(tv, tol, both_exact):
         return None, tv, both_exact
     for n in range(1, inst.num_tokens + 1):
         law_n, ref_n = (law, ref) if n == inst.num_tokens else (_marginal(law, n), _marginal(ref, n))
-        tv_n = _exact.total_variation(law_n, ref_n)
+        tv_n = total_variation(law_n, ref_n)
         if not _is_zero_tv(tv_n, tol, both_exact):
             return (n, law_n, ref_n, tv_n, both_exact), tv, both_exact
     raise AssertionError("unreachable: the full law differs")  # pragma: no cover
@@ -457,8 +456,8 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
     method = _check_method(method)
     tol = _check_tol(tol)
     exact = _check_exact(exact)
-    seed = _check_int(seed, "seed", 0)
-    N = default_num_tokens(method) if num_tokens is None else _check_int(num_tokens, "num_tokens", 1)
+    seed = check_positive_int(seed, "seed", 0)
+    N = default_num_tokens(method) if num_tokens is None else check_positive_int(num_tokens, "num_tokens", 1)
     explicit = target is not None
     if explicit:
         if instances is not None:
@@ -546,7 +545,7 @@ def assert_not_worse(method, baseline, *, target=None, draft=None, context=(), v
     method = _check_method(method)
     baseline = _check_method(baseline, "baseline")
     tol = _check_tol(tol)
-    seed = _check_int(seed, "seed", 0)
+    seed = check_positive_int(seed, "seed", 0)
     if target is not None:
         check_pair(target, draft)
         todo = [Instance(target, draft, check_prefix(context, target.vocab_size, "context"), 1,
@@ -558,8 +557,8 @@ def assert_not_worse(method, baseline, *, target=None, draft=None, context=(), v
     results = []
     for inst in todo:
         try:
-            value = _exact.expected_accepted_length(inst.target, inst.draft, method, inst.context)
-            base = _exact.expected_accepted_length(inst.target, inst.draft, baseline, inst.context)
+            value = expected_accepted_length(inst.target, inst.draft, method, inst.context)
+            base = expected_accepted_length(inst.target, inst.draft, baseline, inst.context)
         except RuleContractError as err:
             raise err.with_context(instance=inst) from err.__cause__
         if float(value) < float(base) - tol:

@@ -45,10 +45,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..reference import exact as _exact
 from ..reference.contract import RuleContractError
-from ..reference.models import check_positive_int as _check_int
-from ..reference.models import check_pair, check_prefix
+from ..reference.exact import target_distribution
+from ..reference.models import check_pair, check_positive_int, check_prefix
 from . import gtest
 from .assertions import DEFAULT_FAMILIES, LosslessnessError, sweep
 from .strategies import Instance
@@ -363,7 +362,7 @@ def _target_law_array(inst):
     """The exact target law of the first N tokens as float64 [V^N] (base-V order, first token most
     significant) and the same as a dict."""
     V, N = inst.vocab_size, inst.num_tokens
-    law = _exact.target_distribution(inst.target, inst.context, N)
+    law = target_distribution(inst.target, inst.context, N)
     probs = np.zeros(V ** N)
     for seq, prob in law.items():
         probs[int(np.ravel_multi_index(seq, (V,) * N))] = float(prob)
@@ -500,14 +499,14 @@ def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2
     if not callable(fn):
         raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
     runner = _Backend(backend, dtype, device)
-    L = _check_int(draft_length, "draft_length")
-    N = L + 2 if num_tokens is None else _check_int(num_tokens, "num_tokens")
+    L = check_positive_int(draft_length, "draft_length")
+    N = L + 2 if num_tokens is None else check_positive_int(num_tokens, "num_tokens")
     alpha = _check_number(alpha, "alpha", 0, 1)
     power = _check_number(power, "power", 0, 1)
     tv = _check_number(tv, "tv", 0, 1)
-    num_samples = None if num_samples is None else _check_int(num_samples, "num_samples")
-    seed = _check_int(seed, "seed", 0)
-    batch_size = _check_int(batch_size, "batch_size")
+    num_samples = None if num_samples is None else check_positive_int(num_samples, "num_samples")
+    seed = check_positive_int(seed, "seed", 0)
+    batch_size = check_positive_int(batch_size, "batch_size")
     min_expected = _check_number(min_expected, "min_expected", 0, float("inf"))
     todo = _instances(target, draft, context, instances, vocab_sizes, temperatures, families, N, seed)
     report = SamplerReport(alpha=alpha, power=power, tv=tv)
