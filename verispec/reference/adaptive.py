@@ -18,15 +18,11 @@ time of their own tokens, it runs at the chain's actual length (h = w at its las
 exact law is CHECKED on the default sweep of `verispec.testing.assert_lossless` for every cap
 (tests/empirical/test_adaptive.py), not proved here.
 
-The empirical drafters also schedule the cap L from the acceptance history (+2 after a fully
-accepted cap, else -1, as transformers does). The cap of an iteration is fixed before its draws,
-so each iteration is `adaptive_chain(cap, threshold)` for some cap: checking every cap in range
-checks the schedule.
+The empirical drafters also schedule the cap L from the acceptance history (as transformers
+does); a cap is fixed before its iteration's draws, so checking every cap checks the schedule.
 
-Planted bugs (each must fail `verispec.testing.assert_lossless`): `drop_low_confidence`, which
-ends the chain BEFORE the low-confidence token (its law becomes q conditioned on q >= threshold
-while the verifier divides by q), and `stop_on_target`, which peeks at the target: it drops a
-drawn token the target gives probability below the threshold.
+Planted bugs (each must fail `verispec.testing.assert_lossless`): `drop_low_confidence` and
+`stop_on_target`.
 """
 
 from __future__ import annotations
@@ -153,7 +149,8 @@ def _discarding_chain(name: str, draft_length: int, keep, verifier: str = "token
 
 def drop_low_confidence(draft_length: int, threshold: float, verifier: str = "token") -> Method:
     """PLANTED BUG: ends the chain before a token of draft probability < threshold (the token is
-    drawn, then discarded), so the drafted tokens are q conditioned on q >= threshold."""
+    drawn, then discarded), so the drafted tokens are q conditioned on q >= threshold while the
+    verifier divides by q."""
     return _discarding_chain("drop_low_confidence", draft_length, lambda prefix, q, t: q[t] >= threshold, verifier)
 
 

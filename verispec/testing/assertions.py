@@ -449,7 +449,7 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
         TypeError / ValueError: invalid arguments, naming the argument (``num_tokens`` when the
             method declares no draft depth and none was given).
 
-    Cost: exponential in N. Chain methods with L <= 3 on the default sweep take seconds; the
+    Cost: exponential in N. Chain methods with L <= 3 on the default sweep are cheap; the
     random-tree family dominates (use ``families=("iid", "markov")`` for quick checks, a smaller
     ``budget`` or ``vocab_sizes`` to stay below V = 6).
     """

@@ -3,15 +3,8 @@
 Each entry of `BUGS` is ``factory(draft_length) -> Method``: a chain method whose rule is token-level
 speculative sampling (Leviathan et al. 2023, arXiv 2211.17192) with ONE mistake taken from a real
 implementation (docs/testing.md, "A check must be able to fail"). Use them to show that your own check
-can fail::
-
-    import pytest
-    from verispec.testing import assert_lossless, planted
-
-    @pytest.mark.parametrize("name", sorted(planted.LOSSY))
-    def test_my_check_catches(name):
-        with pytest.raises(AssertionError):
-            my_check(planted.BUGS[name](2))
+can fail: parametrize a test over ``sorted(planted.LOSSY)`` and expect ``AssertionError`` from
+``my_check(planted.BUGS[name](2))``.
 
 All bugs but one are lossy. `block_replaced_by_token` is lossless (it is token verification) but
 slower than block verification, which is the bug (vllm-ascend #7807): catch it with
