@@ -459,7 +459,22 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
     seed = check_positive_int(seed, "seed", 0)
     N = default_num_tokens(method) if num_tokens is None else check_positive_int(num_tokens, "num_tokens", 1)
     explicit = target is not None
-    if explicit:
+    todo = _instances_to_check(target, draft, context, instances, N, exact, vocab_sizes, temperatures, seed,
+                               families, budget)
+    failure, num_exact, max_tv = _smallest_failure(method, todo, tol, exact, explicit)
+    if failure is not None:
+        raise failure
+    sizes = tuple(sorted({inst.vocab_size for inst in todo}))
+    return LosslessReport(method=repr(method), num_instances=len(todo), num_exact=num_exact, max_tv=max_tv,
+                          vocab_sizes=sizes, max_num_tokens=max(inst.num_tokens for inst in todo),
+                          instances_per_vocab_size=tuple((V, sum(i.vocab_size == V for i in todo)) for V in sizes))
+
+
+def _instances_to_check(target, draft, context, instances, N, exact, vocab_sizes, temperatures, seed, families,
+                        budget) -> list[Instance]:
+    """`assert_lossless`'s instances: the given target/draft pair, the user's `instances`, or the
+    default sweep (ValueError when the arguments mix them or exact=True meets float models)."""
+    if target is not None:
         if instances is not None:
             raise ValueError("instances: pass either target/draft or instances, not both")
         check_pair(target, draft)
@@ -467,15 +482,18 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
         inst = Instance(target, draft, context, N, label="given instance")
         if exact and not inst.exact:
             raise ValueError("exact: exact=True needs rational target and draft models (model.exact is False)")
-        todo = [inst]
-    else:
-        if draft is not None:
-            raise ValueError("target: pass target together with draft (draft alone is not an instance)")
-        if instances is not None:
-            todo = _user_instances(instances)
-        else:
-            todo = sweep(vocab_sizes, temperatures, N, context, seed, families, exact, budget)
+        return [inst]
+    if draft is not None:
+        raise ValueError("target: pass target together with draft (draft alone is not an instance)")
+    if instances is not None:
+        return _user_instances(instances)
+    return sweep(vocab_sizes, temperatures, N, context, seed, families, exact, budget)
 
+
+def _smallest_failure(method, todo, tol, exact, explicit):
+    """Run `todo` (smallest first) -> (smallest LosslessnessError or None, number of exact laws,
+    largest float64 TV). Skips instances that cannot beat the failure found so far; an inexact law
+    under exact=True is raised at once."""
     num_exact, max_tv = 0, 0.0
     failure: LosslessnessError | None = None
     best_key = None
@@ -498,12 +516,7 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
             num_exact += 1
         else:
             max_tv = max(max_tv, float(tv))
-    if failure is not None:
-        raise failure
-    sizes = tuple(sorted({inst.vocab_size for inst in todo}))
-    return LosslessReport(method=repr(method), num_instances=len(todo), num_exact=num_exact, max_tv=max_tv,
-                          vocab_sizes=sizes, max_num_tokens=max(inst.num_tokens for inst in todo),
-                          instances_per_vocab_size=tuple((V, sum(i.vocab_size == V for i in todo)) for V in sizes))
+    return failure, num_exact, max_tv
 
 
 def _user_instances(instances) -> list[Instance]:

@@ -463,9 +463,7 @@ def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2
                           or bonus token, then -1 padding (vLLM's placeholder convention)
 
     Args:
-        fn: ``fn(draft_ids [batch, L], draft_probs [batch, L, V], target_probs [batch, L + 1, V],
-            generator) -> output_ids [batch, L + 1]`` (accepted tokens, one correction/bonus token,
-            then -1). Wrap other signatures with an adapter (see ``examples/``).
+        fn: the function above. Wrap other signatures with an adapter (see ``examples/``).
         backend: "numpy" (numpy arrays and a numpy Generator) or "torch" (tensors on `device` and
             a torch.Generator; needs torch installed).
         draft_length: L >= 1 tokens drafted per call.
