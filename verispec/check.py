@@ -18,7 +18,7 @@ from .reference.contract import RuleContractError
 from .reference.methods import Method
 from .reference.randomness import law_is_exact
 from .testing.assertions import DEFAULT_BUDGET, default_num_tokens, sweep_plan
-from .testing.strategies import _check_vocab_sizes
+from .testing.strategies import check_vocab_sizes
 
 #: TV above this fails a float64 instance (docs/testing.md: exact enumeration, TV <= 1e-12).
 FLOAT_TOLERANCE = 1e-12
@@ -102,7 +102,7 @@ def plan_instances(vocab_sizes, num_instances: int, seed: int, rational: bool, n
         vocab_sizes: an int or a sequence of ints >= 1. num_tokens: the largest N of the methods.
         budget: N-token outcome sequences (V**N) per larger vocabulary size.
     """
-    sizes = _check_vocab_sizes(vocab_sizes)
+    sizes = check_vocab_sizes(vocab_sizes)
     plan = sweep_plan(sizes[1:], num_tokens, num_instances, budget) if len(sizes) > 1 else {}
     out = make_instances(sizes[0], num_instances, seed, rational)
     for V, (count, n_V) in plan.items():

@@ -18,20 +18,16 @@ time of their own tokens, it runs at the chain's actual length (h = w at its las
 exact law is CHECKED on the default sweep of `verispec.testing.assert_lossless` for every cap
 (tests/empirical/test_adaptive.py), not proved here.
 
-The empirical drafters also schedule the cap L from the acceptance history (+2 after a fully
-accepted cap, else -1, as transformers does). The cap of an iteration is fixed before its draws,
-so each iteration is `adaptive_chain(cap, threshold)` for some cap: checking every cap in range
-checks the schedule.
+The empirical drafters also schedule the cap L from the acceptance history (as transformers
+does); a cap is fixed before its iteration's draws, so checking every cap checks the schedule.
 
-Planted bugs (each must fail `verispec.testing.assert_lossless`): `drop_low_confidence`, which
-ends the chain BEFORE the low-confidence token (its law becomes q conditioned on q >= threshold
-while the verifier divides by q), and `stop_on_target`, which peeks at the target: it drops a
-drawn token the target gives probability below the threshold.
+Planted bugs (each must fail `verispec.testing.assert_lossless`): `drop_low_confidence` and
+`stop_on_target`.
 """
 
 from __future__ import annotations
 
-from .drafters import Draft, Drafter, _phrase_draft, _require_model, draw_counts, lookup_phrase
+from .drafters import Draft, Drafter, phrase_draft, require_draft_model, draw_counts, lookup_phrase
 from .methods import Method
 from .models import check_positive_int
 from .verifiers import block_verify, token_verify
@@ -73,7 +69,7 @@ def adaptive_chain(draft_length: int, threshold: float = 0.4) -> Drafter:
     tau = _check_threshold(threshold)
 
     def build(draft_model, context, rand):
-        model = _require_model(draft_model, "adaptive_chain")
+        model = require_draft_model(draft_model, "adaptive_chain")
         return _chain_draft(model, context, rand, L, lambda node: model.probs(context + node[:-1])[node[-1]] < tau)
 
     return Drafter("adaptive_chain", build, draft_length=L, threshold=tau)
@@ -91,7 +87,7 @@ def hybrid(draft_length: int, threshold: float = 0.4, lookup_length: int | None 
     def build(draft_model, context, rand):
         phrase = lookup_phrase(context, lookup, n)
         if phrase:
-            return _phrase_draft(phrase, draft_model.vocab_size)
+            return phrase_draft(phrase, draft_model.vocab_size)
         return chain(draft_model, context, rand)
 
     return Drafter("hybrid", build, draft_length=max(L, lookup), threshold=threshold, max_ngram=n)
@@ -153,7 +149,8 @@ def _discarding_chain(name: str, draft_length: int, keep, verifier: str = "token
 
 def drop_low_confidence(draft_length: int, threshold: float, verifier: str = "token") -> Method:
     """PLANTED BUG: ends the chain before a token of draft probability < threshold (the token is
-    drawn, then discarded), so the drafted tokens are q conditioned on q >= threshold."""
+    drawn, then discarded), so the drafted tokens are q conditioned on q >= threshold while the
+    verifier divides by q."""
     return _discarding_chain("drop_low_confidence", draft_length, lambda prefix, q, t: q[t] >= threshold, verifier)
 
 

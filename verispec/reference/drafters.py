@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .contract import RuleContractError
 from .models import LanguageModel, check_positive_int, check_prefix
 from .probability import argmax, is_symbolic, one_hot
 
@@ -130,8 +131,6 @@ class Draft:
         self._ensure(node)
         if self._proposal[node] is None:
             if self._counts[node]:
-                from .contract import RuleContractError
-
                 raise RuleContractError(
                     f"draft: node {node} was drafted deterministically (children {self.child_set(node)}, "
                     "no proposal): a rule reading q here assumes they were drawn from q; verify a "
@@ -266,7 +265,13 @@ class Drafter:
         return f"drafters.{self.name}({args})"
 
 
-def _require_model(draft_model, who: str) -> LanguageModel:
+def require_draft_model(draft_model, who: str) -> LanguageModel:
+    """`draft_model` itself, checked: drafters that sample from q need a LanguageModel (prompt
+    lookup does not), so each names itself (`who`) in the error.
+
+    Raises:
+        TypeError: `draft_model` is not a LanguageModel.
+    """
     if not isinstance(draft_model, LanguageModel):
         raise TypeError(f"draft: {who} needs a draft LanguageModel, got {type(draft_model).__name__}")
     return draft_model
@@ -285,7 +290,7 @@ def iid_paths(draft_length: int, num_paths: int) -> Drafter:
     K = check_positive_int(num_paths, "num_paths")
 
     def build(draft_model, context, rand):
-        draft_model = _require_model(draft_model, "iid_paths")
+        draft_model = require_draft_model(draft_model, "iid_paths")
 
         def expand(node, k):
             if len(node) == L:
@@ -316,7 +321,7 @@ def paths_without_replacement(draft_length: int, num_paths: int) -> Drafter:
     K = check_positive_int(num_paths, "num_paths")
 
     def build(draft_model, context, rand):
-        draft_model = _require_model(draft_model, "paths_without_replacement")
+        draft_model = require_draft_model(draft_model, "paths_without_replacement")
 
         def expand(node, k):
             if len(node) == L:
@@ -435,7 +440,7 @@ def ranked_tree(rank_paths) -> Drafter:
         shape.setdefault(u[:-1], []).append(u[-1])
 
     def build(draft_model, context, rand):
-        draft_model = _require_model(draft_model, "ranked_tree")
+        draft_model = require_draft_model(draft_model, "ranked_tree")
         children: dict[Node, list[int]] = {}
 
         def grow(ranks: tuple, node: Node) -> None:
@@ -479,7 +484,7 @@ def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = N
     depth = n if max_depth is None else check_positive_int(max_depth, "max_depth")
 
     def build(draft_model, context, rand):
-        draft_model = _require_model(draft_model, "opt_tree")
+        draft_model = require_draft_model(draft_model, "opt_tree")
 
         def q_of(node):
             return draft_model.probs(context + node)
@@ -489,8 +494,14 @@ def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = N
     return Drafter("opt_tree", build, node_budget=n, threshold=threshold, max_depth=depth)
 
 
-def _phrase_draft(phrase: tuple[int, ...], vocab_size: int) -> Draft:
-    """A chain along `phrase` whose proposals are point masses (q = one-hot)."""
+def phrase_draft(phrase: tuple[int, ...], vocab_size: int) -> Draft:
+    """A `Draft` chain along `phrase` whose proposals are point masses (q = one-hot [V], exact):
+    the deterministic draft of greedy, prompt-lookup and phrase drafters, shared so that every
+    point-mass drafter builds the same tree.
+
+    Args:
+        phrase: token ids; vocab_size: V >= 1.
+    """
 
     def expand(node, k):
         i = len(node)
@@ -522,7 +533,7 @@ def point_mass(fn: Callable[[tuple], Sequence[int]], draft_length: int | None = 
         if V is None:
             raise ValueError("vocab_size: point_mass needs vocab_size when no draft model is given")
         phrase = check_prefix(tuple(fn(context)), V, "phrase returned by fn")
-        return _phrase_draft(phrase[:L] if L is not None else phrase, V)
+        return phrase_draft(phrase[:L] if L is not None else phrase, V)
 
     return Drafter("point_mass", build, fn=fn, draft_length=L)
 
@@ -536,11 +547,11 @@ def greedy(draft_length: int) -> Drafter:
     L = check_positive_int(draft_length, "draft_length")
 
     def build(draft_model, context, rand):
-        draft_model = _require_model(draft_model, "greedy")
+        draft_model = require_draft_model(draft_model, "greedy")
         phrase: tuple[int, ...] = ()
         for _ in range(L):
             phrase += (argmax(draft_model.probs(context + phrase)),)
-        return _phrase_draft(phrase, draft_model.vocab_size)
+        return phrase_draft(phrase, draft_model.vocab_size)
 
     return Drafter("greedy", build, draft_length=L)
 

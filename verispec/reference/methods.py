@@ -13,7 +13,10 @@ vocabulary subset).
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -21,7 +24,7 @@ from . import drafters, registry
 from .contract import RuleContractError, check_signature
 from .drafters import Draft
 from .models import LanguageModel, check_positive_int, check_pair, check_prefix
-from .randomness import Randomness
+from .randomness import Randomness, Sampler
 from .static_trees import static_shape
 from .verifiers.importance import (khisti_truncated_verify, khisti_verify, optimal_is_truncated_verify,
                                    optimal_is_verify)
@@ -280,10 +283,6 @@ def load(spec: str, argument: str = "method", **params) -> Method:
         ValueError: `spec` has no ``module:attr`` form, the module cannot be imported, the attribute
             is missing, or it is not (and does not build) a Method; the message names `argument`.
     """
-    import importlib
-    import os
-    import sys
-
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise ValueError(f"{argument}: expected 'pkg.module:attr', got {spec!r}")
     module_name, attr = spec.split(":")
@@ -310,8 +309,6 @@ def load(spec: str, argument: str = "method", **params) -> Method:
 def _build(factory, spec: str, argument: str, params: dict):
     """`factory` called with the `params` its signature names (all of them when it takes
     ``**kwargs``; none when it has no inspectable signature)."""
-    import inspect
-
     try:
         signature = inspect.signature(factory).parameters
     except (TypeError, ValueError):
@@ -366,8 +363,6 @@ def generate(target: LanguageModel, draft: LanguageModel | None, method: Method,
     Raises:
         TypeError / ValueError: mismatched vocabularies, bad context, N < 1, non-Method.
     """
-    from .randomness import Sampler
-
     check_pair(target, draft)
     if not isinstance(method, Method):
         raise TypeError(f"method: expected a Method, got {type(method).__name__}")

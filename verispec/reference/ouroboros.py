@@ -11,33 +11,24 @@ run past L, as in the paper). The K newest pool phrases keyed by the chain's las
 after the chain as a trie ("lengthening drafts via phrases").
 
 Every drafted token is a deterministic function of the context and of the pool snapshot, so its
-draft law is a point mass. `point_mass_tree_verify` checks such a trie: at each node the children
-x are tried in order, x accepted with probability p'(x) (p' = p at first; after a rejection
-p' <- norm(max(p' - one-hot(x), 0))); if none is accepted the correction is drawn from p', at a
-leaf the bonus from p. This is token verification with q = one-hot per child (Leviathan et al.
-2023, arXiv 2211.17192, Algorithm 1), i.e. SpecInfer's recursive rejection sampling (arXiv
-2305.09781) with one point-mass proposal per child, so every emitted token is an exact draw from
-the target. The paper's verifier is greedy (longest prefix equal to the target's argmax); at
-T = 0 the two coincide.
+draft law is a point mass, and `point_mass_tree_verify` checks the trie by recursive rejection
+with one point-mass proposal per child: every emitted token is an exact draw from the target. The
+paper's verifier is greedy (longest prefix equal to the target's argmax); at T = 0 they coincide.
 
 The pool here is a fixed snapshot ``{key token: [phrase, ...] newest first}``. In the engine the
-pool changes between iterations (the target's verification results refine it), but only from
-what earlier iterations saw, so each iteration is this method with that iteration's snapshot:
-checking the method for a snapshot checks the loop. (With a lookahead window the pool also grows
-between the draft forwards of one iteration, from the draft model's outputs only; that changes
-how long the chain gets, never whether the drafts are fixed before the target is read.)
+pool changes between iterations, but only from what earlier iterations saw (and, with a lookahead
+window, from the draft model's outputs), so each iteration is this method with that iteration's
+snapshot: checking the method for a snapshot checks the loop.
 
-Planted bugs (each must fail `verispec.testing.assert_lossless`): `greedy_match_method`, the
-paper's greedy verification used at T > 0 (a child is accepted exactly when it is the target's
-argmax), and `trust_pool_method`, which accepts the pool phrase after a fully accepted chain
-without verifying it.
+Planted bugs (each must fail `verispec.testing.assert_lossless`): `greedy_match_method` and
+`trust_pool_method`.
 """
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from .drafters import Draft, Drafter, _require_model
+from .drafters import Draft, Drafter, require_draft_model
 from .methods import Method
 from .models import check_positive_int
 from .probability import argmax, is_exact, one_hot, residual
@@ -127,7 +118,7 @@ def ouroboros_phrases(draft_length: int, pool, num_candidates: int = 3, guess_se
     longest = max((len(p) for ps in phrases.values() for p in ps), default=0)
 
     def build(draft_model, context, rand):
-        model = _require_model(draft_model, "ouroboros_phrases")
+        model = require_draft_model(draft_model, "ouroboros_phrases")
         chain = phrase_chain(model, tuple(context), phrases, L, G)
         tails = [t for t in phrases.get(chain[-1], ())[:K] if max(t) < model.vocab_size]
         exact = is_exact(model.probs(tuple(context)))
@@ -138,8 +129,15 @@ def ouroboros_phrases(draft_length: int, pool, num_candidates: int = 3, guess_se
 
 
 def point_mass_tree_verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
-    """Recursive rejection with a one-hot proposal per child on a deterministic trie (module
-    docstring): exact draws from the target at any temperature."""
+    """Recursive rejection with a one-hot proposal per child on a deterministic trie: exact draws
+    from the target at any temperature.
+
+    At each node the children x are tried in order, x accepted with probability p'(x) (p' = p at
+    first; after a rejection p' <- norm(max(p' - one-hot(x), 0))); if none is accepted the
+    correction is drawn from p', at a leaf the bonus from p. This is token verification with
+    q = one-hot per child (Leviathan et al. 2023, arXiv 2211.17192, Algorithm 1), i.e. SpecInfer's
+    recursive rejection sampling (arXiv 2305.09781) with one point-mass proposal per child.
+    """
     node: tuple[int, ...] = ()
     while True:
         current = target.probs(tuple(context) + node)  # [V], p' of the walk at this node
@@ -174,7 +172,8 @@ def _greedy_match_verify(target, draft_model, context, draft, rand) -> tuple[int
 
 
 def greedy_match_method(draft_length: int, pool, num_candidates: int = 3, guess_set: int = 20) -> Method:
-    """PLANTED BUG: `ouroboros_phrases` verified by greedy matching (lossless only at T = 0)."""
+    """PLANTED BUG: `ouroboros_phrases` verified by the paper's greedy matching (a child is accepted
+    exactly when it is the target's argmax): lossless only at T = 0."""
     drafter = ouroboros_phrases(draft_length, pool, num_candidates, guess_set)
     return Method("greedy_match", drafter, _greedy_match_verify, dict(drafter.params))
 

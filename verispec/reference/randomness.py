@@ -20,6 +20,7 @@ from typing import Callable, Hashable, Protocol, runtime_checkable
 import numpy as np
 
 from .probability import SUM_TOLERANCE
+from .uniform import LazyUniform
 
 
 @runtime_checkable
@@ -129,8 +130,6 @@ class _Replay:
 
     def uniform(self):
         """An exact U[0, 1), split lazily at the thresholds it is compared with (`LazyUniform`)."""
-        from .uniform import LazyUniform
-
         return LazyUniform(self)
 
     def bernoulli(self, p) -> bool:

@@ -18,24 +18,18 @@
   "verispec-dev" and the fixtures ``assert_lossless`` and ``assert_not_worse``.
 """
 
-from . import planted, strategies
+from . import gtest, planted, strategies
 from .assertions import (LosslessnessError, LosslessReport, NotWorseError, RuleContractError, assert_lossless,
                          assert_not_worse, default_num_tokens, sweep)
+from .proofs import ProofError, assert_proved
+from .sampler import (SamplerContractError, SamplerLosslessnessError, SamplerReport, assert_sampler_lossless,
+                      reference_sampler)
 from .strategies import Instance
 
 __all__ = ["assert_lossless", "assert_not_worse", "sweep", "default_num_tokens", "strategies", "planted",
-           "Instance", "LosslessnessError", "LosslessReport", "NotWorseError", "RuleContractError"]
-
-# Black-box samplers (batched torch/numpy code with its own RNG): a G-test of the emitted law with a
-# stated false-alarm rate and power. `gtest` holds the test, its sample size and power.
-from . import gtest
-from .sampler import (SamplerContractError, SamplerLosslessnessError, SamplerReport, assert_sampler_lossless,
-                      reference_sampler)
-
-__all__ += ["assert_sampler_lossless", "reference_sampler", "SamplerReport", "SamplerLosslessnessError",
-            "SamplerContractError", "gtest"]
-
-# For every target/draft pair at a fixed small size (symbolic execution + the z3 SMT solver).
-from .proofs import ProofError, assert_proved  # noqa: E402
-
-__all__ += ["assert_proved", "ProofError"]
+           "Instance", "LosslessnessError", "LosslessReport", "NotWorseError", "RuleContractError",
+           # black-box samplers (batched torch/numpy code with its own RNG): a G-test of the emitted law
+           "assert_sampler_lossless", "reference_sampler", "SamplerReport", "SamplerLosslessnessError",
+           "SamplerContractError", "gtest",
+           # a proof for every target/draft pair at a fixed small size
+           "assert_proved", "ProofError"]

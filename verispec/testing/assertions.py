@@ -20,14 +20,13 @@ from typing import Iterable
 
 import numpy as np
 
-from ..reference import exact as _exact
 from ..reference import models
 from ..reference.contract import RuleContractError
+from ..reference.exact import expected_accepted_length, output_distribution, target_distribution, total_variation
 from ..reference.methods import Method
-from ..reference.models import check_positive_int as _check_int
-from ..reference.models import check_pair, check_prefix
+from ..reference.models import check_pair, check_positive_int, check_prefix
 from ..reference.randomness import law_is_exact
-from .strategies import Instance, _check_vocab_sizes
+from .strategies import Instance, check_vocab_sizes
 
 __all__ = ["assert_lossless", "assert_not_worse", "sweep", "sweep_plan", "default_num_tokens", "LosslessnessError",
            "LosslessReport", "NotWorseError", "RuleContractError", "DEFAULT_FAMILIES", "DEFAULT_VOCAB_SIZES",
@@ -204,8 +203,8 @@ def sweep_plan(vocab_sizes=DEFAULT_VOCAB_SIZES, num_tokens=4, num_cells=9, budge
     Returns:
         {V: (instances, N_V)}, V ascending.
     """
-    sizes = _check_vocab_sizes(vocab_sizes)
-    N = _check_int(num_tokens, "num_tokens", 1)
+    sizes = check_vocab_sizes(vocab_sizes)
+    N = check_positive_int(num_tokens, "num_tokens", 1)
     budget = _check_budget(budget)
     plan = {}
     for V in sizes:
@@ -253,10 +252,10 @@ def sweep(vocab_sizes=DEFAULT_VOCAB_SIZES, temperatures=(1, 0, 0.5), num_tokens=
             other than 0 and 1 are rejected (they cannot be rational).
         budget: int >= 1, N-token outcome sequences (V**N) per vocabulary size above 3.
     """
-    sizes = _check_vocab_sizes(vocab_sizes)
+    sizes = check_vocab_sizes(vocab_sizes)
     temps = _check_temperatures(temperatures)
-    N = _check_int(num_tokens, "num_tokens", 1)
-    seed = _check_int(seed, "seed", 0)
+    N = check_positive_int(num_tokens, "num_tokens", 1)
+    seed = check_positive_int(seed, "seed", 0)
     families = _check_families(families)
     exact = _check_exact(exact)
     if exact and any(t not in (0, 1) for t in temps):
@@ -313,17 +312,17 @@ def _law_table(law, ref, limit=_TOP_OUTCOMES):
 def _evaluate(method, inst: Instance, tol, exact_required):
     """Compare the laws at N = inst.num_tokens; returns None or (n, law_n, ref_n, tv_n, exact) at the
     SMALLEST failing n <= N (laws at smaller n are marginals of the law at N)."""
-    law = _exact.output_distribution(inst.target, inst.draft, method, inst.context, inst.num_tokens)
-    ref = _exact.target_distribution(inst.target, inst.context, inst.num_tokens)
+    law = output_distribution(inst.target, inst.draft, method, inst.context, inst.num_tokens)
+    ref = target_distribution(inst.target, inst.context, inst.num_tokens)
     both_exact = law_is_exact(law) and law_is_exact(ref)
     if exact_required and not both_exact:
         return ("inexact", law, ref)
-    tv = _exact.total_variation(law, ref)
+    tv = total_variation(law, ref)
     if _is_zero_tv(tv, tol, both_exact):
         return None, tv, both_exact
     for n in range(1, inst.num_tokens + 1):
         law_n, ref_n = (law, ref) if n == inst.num_tokens else (_marginal(law, n), _marginal(ref, n))
-        tv_n = _exact.total_variation(law_n, ref_n)
+        tv_n = total_variation(law_n, ref_n)
         if not _is_zero_tv(tv_n, tol, both_exact):
             return (n, law_n, ref_n, tv_n, both_exact), tv, both_exact
     raise AssertionError("unreachable: the full law differs")  # pragma: no cover
@@ -450,17 +449,32 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
         TypeError / ValueError: invalid arguments, naming the argument (``num_tokens`` when the
             method declares no draft depth and none was given).
 
-    Cost: exponential in N. Chain methods with L <= 3 on the default sweep take seconds; the
+    Cost: exponential in N. Chain methods with L <= 3 on the default sweep are cheap; the
     random-tree family dominates (use ``families=("iid", "markov")`` for quick checks, a smaller
     ``budget`` or ``vocab_sizes`` to stay below V = 6).
     """
     method = _check_method(method)
     tol = _check_tol(tol)
     exact = _check_exact(exact)
-    seed = _check_int(seed, "seed", 0)
-    N = default_num_tokens(method) if num_tokens is None else _check_int(num_tokens, "num_tokens", 1)
+    seed = check_positive_int(seed, "seed", 0)
+    N = default_num_tokens(method) if num_tokens is None else check_positive_int(num_tokens, "num_tokens", 1)
     explicit = target is not None
-    if explicit:
+    todo = _instances_to_check(target, draft, context, instances, N, exact, vocab_sizes, temperatures, seed,
+                               families, budget)
+    failure, num_exact, max_tv = _smallest_failure(method, todo, tol, exact, explicit)
+    if failure is not None:
+        raise failure
+    sizes = tuple(sorted({inst.vocab_size for inst in todo}))
+    return LosslessReport(method=repr(method), num_instances=len(todo), num_exact=num_exact, max_tv=max_tv,
+                          vocab_sizes=sizes, max_num_tokens=max(inst.num_tokens for inst in todo),
+                          instances_per_vocab_size=tuple((V, sum(i.vocab_size == V for i in todo)) for V in sizes))
+
+
+def _instances_to_check(target, draft, context, instances, N, exact, vocab_sizes, temperatures, seed, families,
+                        budget) -> list[Instance]:
+    """`assert_lossless`'s instances: the given target/draft pair, the user's `instances`, or the
+    default sweep (ValueError when the arguments mix them or exact=True meets float models)."""
+    if target is not None:
         if instances is not None:
             raise ValueError("instances: pass either target/draft or instances, not both")
         check_pair(target, draft)
@@ -468,15 +482,18 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
         inst = Instance(target, draft, context, N, label="given instance")
         if exact and not inst.exact:
             raise ValueError("exact: exact=True needs rational target and draft models (model.exact is False)")
-        todo = [inst]
-    else:
-        if draft is not None:
-            raise ValueError("target: pass target together with draft (draft alone is not an instance)")
-        if instances is not None:
-            todo = _user_instances(instances)
-        else:
-            todo = sweep(vocab_sizes, temperatures, N, context, seed, families, exact, budget)
+        return [inst]
+    if draft is not None:
+        raise ValueError("target: pass target together with draft (draft alone is not an instance)")
+    if instances is not None:
+        return _user_instances(instances)
+    return sweep(vocab_sizes, temperatures, N, context, seed, families, exact, budget)
 
+
+def _smallest_failure(method, todo, tol, exact, explicit):
+    """Run `todo` (smallest first) -> (smallest LosslessnessError or None, number of exact laws,
+    largest float64 TV). Skips instances that cannot beat the failure found so far; an inexact law
+    under exact=True is raised at once."""
     num_exact, max_tv = 0, 0.0
     failure: LosslessnessError | None = None
     best_key = None
@@ -499,12 +516,7 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
             num_exact += 1
         else:
             max_tv = max(max_tv, float(tv))
-    if failure is not None:
-        raise failure
-    sizes = tuple(sorted({inst.vocab_size for inst in todo}))
-    return LosslessReport(method=repr(method), num_instances=len(todo), num_exact=num_exact, max_tv=max_tv,
-                          vocab_sizes=sizes, max_num_tokens=max(inst.num_tokens for inst in todo),
-                          instances_per_vocab_size=tuple((V, sum(i.vocab_size == V for i in todo)) for V in sizes))
+    return failure, num_exact, max_tv
 
 
 def _user_instances(instances) -> list[Instance]:
@@ -546,7 +558,7 @@ def assert_not_worse(method, baseline, *, target=None, draft=None, context=(), v
     method = _check_method(method)
     baseline = _check_method(baseline, "baseline")
     tol = _check_tol(tol)
-    seed = _check_int(seed, "seed", 0)
+    seed = check_positive_int(seed, "seed", 0)
     if target is not None:
         check_pair(target, draft)
         todo = [Instance(target, draft, check_prefix(context, target.vocab_size, "context"), 1,
@@ -558,8 +570,8 @@ def assert_not_worse(method, baseline, *, target=None, draft=None, context=(), v
     results = []
     for inst in todo:
         try:
-            value = _exact.expected_accepted_length(inst.target, inst.draft, method, inst.context)
-            base = _exact.expected_accepted_length(inst.target, inst.draft, baseline, inst.context)
+            value = expected_accepted_length(inst.target, inst.draft, method, inst.context)
+            base = expected_accepted_length(inst.target, inst.draft, baseline, inst.context)
         except RuleContractError as err:
             raise err.with_context(instance=inst) from err.__cause__
         if float(value) < float(base) - tol:

@@ -3,15 +3,8 @@
 Each entry of `BUGS` is ``factory(draft_length) -> Method``: a chain method whose rule is token-level
 speculative sampling (Leviathan et al. 2023, arXiv 2211.17192) with ONE mistake taken from a real
 implementation (docs/testing.md, "A check must be able to fail"). Use them to show that your own check
-can fail::
-
-    import pytest
-    from verispec.testing import assert_lossless, planted
-
-    @pytest.mark.parametrize("name", sorted(planted.LOSSY))
-    def test_my_check_catches(name):
-        with pytest.raises(AssertionError):
-            my_check(planted.BUGS[name](2))
+can fail: parametrize a test over ``sorted(planted.LOSSY)`` and expect ``AssertionError`` from
+``my_check(planted.BUGS[name](2))``.
 
 All bugs but one are lossy. `block_replaced_by_token` is lossless (it is token verification) but
 slower than block verification, which is the bug (vllm-ascend #7807): catch it with
@@ -38,9 +31,12 @@ import numpy as np
 
 from ..reference import drafters, exact, methods
 from ..reference.drafters import Draft, Drafter, draw_counts
+from ..reference.draftvocab import restrict
 from ..reference.methods import Method
 from ..reference.models import LanguageModel, Tempered, check_positive_int
 from ..reference.probability import accept_probability, align, residual
+from ..reference.verifiers import token_verify
+from . import planted_frontier, planted_narrow
 
 __all__ = ["BUGS", "LOSSY", "LOSSLESS_BUT_SLOWER", "MIN_DRAFT_LENGTH", "efficiency_gap", "top_k_proposal"]
 
@@ -211,8 +207,6 @@ def block_replaced_by_token(draft_length: int) -> Method:
     (vllm-ascend #7807). Lossless, so `assert_lossless` passes; the bug is efficiency: its E[tau]
     is LOWER than block verification's on generic instances (block is optimal, arXiv 2403.10444).
     Catch it with `assert_not_worse(bug, methods.block(L))` or `efficiency_gap`."""
-    from ..reference.verifiers import token_verify
-
     return _chain_method("block_replaced_by_token", token_verify, draft_length)
 
 
@@ -237,8 +231,6 @@ def topk3_draft_raw_q(draft_length: int) -> Method:
 # 11. a frequency-ranked draft vocabulary verified with the full-vocabulary q (FR-Spec)
 
 def _lower_half_chain(draft_length: int) -> Drafter:
-    from ..reference.draftvocab import restrict
-
     chain = drafters.chain(check_positive_int(draft_length, "draft_length"))
 
     def build(draft_model, context, rand):
@@ -275,12 +267,10 @@ BUGS: dict[str, Callable[[int], Method]] = {
 
 # The newer verifiers' bugs (traversal leaf order, HSD, importance sampling, SpecHub); some need
 # L >= 2 to show, listed in MIN_DRAFT_LENGTH.
-from . import planted_frontier as _frontier  # noqa: E402
-
-BUGS.update(_frontier.BUGS)
+BUGS.update(planted_frontier.BUGS)
 
 #: {bug name: smallest draft length at which it is lossy} (1 when absent).
-MIN_DRAFT_LENGTH: dict[str, int] = dict(_frontier.MIN_DRAFT_LENGTH)
+MIN_DRAFT_LENGTH: dict[str, int] = dict(planted_frontier.MIN_DRAFT_LENGTH)
 
 #: Bugs that break losslessness (assert_lossless must raise).
 LOSSY = frozenset(BUGS) - {"block_replaced_by_token"}
@@ -291,10 +281,8 @@ LOSSLESS_BUT_SLOWER: dict[str, Callable[[int], Method]] = {"block_replaced_by_to
 # Bugs that are wrong only on a narrow or measure-zero part of the simplex (a tie, a tiny draft
 # probability, a point-mass draft): the default sweep passes all but `tie_half`; `verispec prove`
 # refutes every one. Kept out of BUGS/LOSSY, which promise that the sweep catches them.
-from . import planted_narrow as _narrow  # noqa: E402
-
 #: {name: factory(draft_length) -> Method}: lossy only on a narrow part of the simplex.
-NARROW: dict[str, Callable[[int], Method]] = dict(_narrow.BUGS)
+NARROW: dict[str, Callable[[int], Method]] = dict(planted_narrow.BUGS)
 
 #: The NARROW bugs that the default `assert_lossless` sweep passes (only `verispec prove` refutes them).
-SWEEP_PASSES = _narrow.SWEEP_PASSES
+SWEEP_PASSES = planted_narrow.SWEEP_PASSES

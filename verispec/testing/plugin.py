@@ -18,16 +18,11 @@ profiles, and offers fixtures that import verispec only when a test asks for the
   - ``planted_bugs``: {name: factory(draft_length) -> Method}, a copy of
     `verispec.testing.planted.BUGS`, to show that a check of yours can fail.
 
-- command-line options (``pytest --verispec-...``), defaults of the ``assert_lossless`` fixture's
-  sweeps (calls without ``target`` / ``instances``):
+- command-line options ``--verispec-exact``, ``--verispec-vocab-sizes 2,3,4`` and
+  ``--verispec-budget N`` (see `pytest_addoption`): defaults of the ``assert_lossless`` fixture's
+  sweeps (calls without ``target`` / ``instances``).
 
-  - ``--verispec-exact``: rational models only, TV == 0 demanded (temperatures 1 and 0 unless a
-    test passes its own);
-  - ``--verispec-vocab-sizes 2,3,4``: the sweep's vocabulary sizes (default 2..6);
-  - ``--verispec-budget N``: N-token outcomes (V**N) per vocabulary size above 3 (default 1000).
-
-The plugin needs pytest, which the base install of verispec does not pull in (``pip install
-verispec[dev]`` or ``pip install pytest``).
+The plugin needs pytest (``pip install verispec[dev]`` or ``pip install pytest``).
 """
 
 from __future__ import annotations
@@ -39,6 +34,9 @@ import pytest
 
 
 def pytest_addoption(parser) -> None:
+    """``--verispec-exact`` (rational models only, TV == 0 demanded; temperatures 1 and 0 unless a
+    test passes its own), ``--verispec-vocab-sizes`` (default 2..6), ``--verispec-budget`` (N-token
+    outcomes V**N per vocabulary size above 3, default 1000)."""
     group = parser.getgroup("verispec", "verispec: defaults of the assert_lossless fixture's sweeps")
     group.addoption("--verispec-exact", action="store_true", default=False,
                     help="sweep rational models only and demand TV == 0 (temperatures 1 and 0)")

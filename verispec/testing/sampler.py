@@ -1,14 +1,11 @@
 """A black-box statistical check of a batched speculative sampler: `assert_sampler_lossless`.
 
-`assert_lossless` enumerates a rule written against verispec's reference API. Production code is
-different: a batched torch/numpy kernel with its own random number generator, such as an inference
-engine's rejection sampler. This harness treats that code as a black box:
+`assert_lossless` enumerates a rule written against verispec's reference API; production code (a
+batched torch/numpy kernel with its own RNG, such as an engine's rejection sampler) is a black box:
 
 1. it takes toy target/draft pairs (the default sweep of `assert_lossless`, or your instances);
-2. it runs the whole draft-verify loop for ``n`` independent rows at once: the harness drafts L
-   tokens from the draft model q, gives your function the batch (draft ids, draft probabilities,
-   target probabilities, a generator), appends what it emits, and repeats until every row has N
-   tokens;
+2. it runs the draft-verify loop for ``n`` rows at once: it drafts L tokens from q, gives your
+   function the batch, appends what it emits, and repeats until every row has N tokens;
 3. it compares the empirical joint law of the first N emitted tokens with the exact target law
    (`verispec.reference.exact.target_distribution`) by a G-test (`verispec.testing.gtest`).
 
@@ -18,21 +15,12 @@ The sample size ``n`` per instance is computed, not guessed: the smallest n for 
 pooled and the report states what that costs (power holds at TV >= tv + pooled mass). Any
 emitted sequence of probability 0 fails at once.
 
-What it establishes: a statistical check, not a proof. A correct sampler fails with probability
-<= alpha (asymptotically: the G-test's chi-square approximation); a sampler whose law is at TV
->= tv (+ pooled mass) from the target's on an instance passes with probability <= 1 - power.
-Bugs smaller than that, or tied to sizes the instances do not reach, can pass.
+A statistical check, not a proof: a correct sampler fails with probability <= alpha (by the
+G-test's chi-square approximation); one at TV >= tv (+ pooled mass) from the target on an
+instance passes with probability <= 1 - power. Smaller bugs, or bugs needing sizes the instances do not reach, can pass.
 
-The function's contract (the canonical signature; adapters for vLLM- and HF-style functions are
-in ``examples/vllm_style_sampler.py`` and ``examples/hf_style_sampler.py``)::
-
-    fn(draft_ids, draft_probs, target_probs, generator) -> output_ids
-        draft_ids:    int64   [batch, L]        tokens drawn from draft_probs
-        draft_probs:  float   [batch, L, V]     q(. | prefix + draft[:i]) for i < L
-        target_probs: float   [batch, L + 1, V] p(. | prefix + draft[:i]) for i <= L
-        generator:    numpy.random.Generator (backend "numpy") or torch.Generator ("torch")
-        output_ids:   int     [batch, L + 1]    the accepted draft tokens, then one correction or
-                      bonus token, then -1 padding (vLLM's placeholder convention)
+The function's contract is in `assert_sampler_lossless` (adapters for vLLM- and HF-style
+functions are in ``examples/``).
 
 Sources: speculative sampling, Leviathan et al. 2023 (arXiv:2211.17192, Algorithm 1) and Chen et al.
 2023 (arXiv:2302.01318, Algorithm 2); the G-test and its power, see `verispec.testing.gtest`.
@@ -45,10 +33,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..reference import exact as _exact
 from ..reference.contract import RuleContractError
-from ..reference.models import check_positive_int as _check_int
-from ..reference.models import check_pair, check_prefix
+from ..reference.exact import target_distribution
+from ..reference.models import check_pair, check_positive_int, check_prefix
 from . import gtest
 from .assertions import DEFAULT_FAMILIES, LosslessnessError, sweep
 from .strategies import Instance
@@ -363,7 +350,7 @@ def _target_law_array(inst):
     """The exact target law of the first N tokens as float64 [V^N] (base-V order, first token most
     significant) and the same as a dict."""
     V, N = inst.vocab_size, inst.num_tokens
-    law = _exact.target_distribution(inst.target, inst.context, N)
+    law = target_distribution(inst.target, inst.context, N)
     probs = np.zeros(V ** N)
     for seq, prob in law.items():
         probs[int(np.ravel_multi_index(seq, (V,) * N))] = float(prob)
@@ -461,13 +448,22 @@ def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2
                             seed: int = 0, batch_size: int = 65_536, dtype=None, device="cpu",
                             min_expected: float = gtest.MIN_EXPECTED) -> SamplerReport:
     """Check a batched speculative sampler by sampling: the law of its first N emitted tokens must
-    be the target's (G-test, stated false-alarm rate and power). See the module docstring for the
-    function's contract and for what a pass means.
+    be the target's (G-test, stated false-alarm rate and power). See the module docstring for what
+    a pass means.
+
+    The function's contract (the canonical signature; adapters for vLLM- and HF-style functions are
+    in ``examples/vllm_style_sampler.py`` and ``examples/hf_style_sampler.py``)::
+
+        fn(draft_ids, draft_probs, target_probs, generator) -> output_ids
+            draft_ids:    int64   [batch, L]        tokens drawn from draft_probs
+            draft_probs:  float   [batch, L, V]     q(. | prefix + draft[:i]) for i < L
+            target_probs: float   [batch, L + 1, V] p(. | prefix + draft[:i]) for i <= L
+            generator:    numpy.random.Generator (backend "numpy") or torch.Generator ("torch")
+            output_ids:   int     [batch, L + 1]    the accepted draft tokens, then one correction
+                          or bonus token, then -1 padding (vLLM's placeholder convention)
 
     Args:
-        fn: ``fn(draft_ids [batch, L], draft_probs [batch, L, V], target_probs [batch, L + 1, V],
-            generator) -> output_ids [batch, L + 1]`` (accepted tokens, one correction/bonus token,
-            then -1). Wrap other signatures with an adapter (see ``examples/``).
+        fn: the function above. Wrap other signatures with an adapter (see ``examples/``).
         backend: "numpy" (numpy arrays and a numpy Generator) or "torch" (tensors on `device` and
             a torch.Generator; needs torch installed).
         draft_length: L >= 1 tokens drafted per call.
@@ -500,14 +496,14 @@ def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2
     if not callable(fn):
         raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
     runner = _Backend(backend, dtype, device)
-    L = _check_int(draft_length, "draft_length")
-    N = L + 2 if num_tokens is None else _check_int(num_tokens, "num_tokens")
+    L = check_positive_int(draft_length, "draft_length")
+    N = L + 2 if num_tokens is None else check_positive_int(num_tokens, "num_tokens")
     alpha = _check_number(alpha, "alpha", 0, 1)
     power = _check_number(power, "power", 0, 1)
     tv = _check_number(tv, "tv", 0, 1)
-    num_samples = None if num_samples is None else _check_int(num_samples, "num_samples")
-    seed = _check_int(seed, "seed", 0)
-    batch_size = _check_int(batch_size, "batch_size")
+    num_samples = None if num_samples is None else check_positive_int(num_samples, "num_samples")
+    seed = check_positive_int(seed, "seed", 0)
+    batch_size = check_positive_int(batch_size, "batch_size")
     min_expected = _check_number(min_expected, "min_expected", 0, float("inf"))
     todo = _instances(target, draft, context, instances, vocab_sizes, temperatures, families, N, seed)
     report = SamplerReport(alpha=alpha, power=power, tv=tv)

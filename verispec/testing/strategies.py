@@ -393,7 +393,7 @@ def instances(vocab_sizes=(2, 3), families=("iid", "markov", "random_tree"), exa
             tempered model with 0 < T != 1 is float64 even when ``exact``.
         overlap: see `model_pairs`.
     """
-    vocab_sizes = _check_vocab_sizes(vocab_sizes)
+    vocab_sizes = check_vocab_sizes(vocab_sizes)
     for name, value, low in (("max_num_tokens", max_num_tokens, 1), ("max_context", max_context, 0)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
@@ -406,7 +406,14 @@ def instances(vocab_sizes=(2, 3), families=("iid", "markov", "random_tree"), exa
                      temperatures, _overlap_strategy(overlap, exact))
 
 
-def _check_vocab_sizes(vocab_sizes) -> tuple[int, ...]:
+def check_vocab_sizes(vocab_sizes) -> tuple[int, ...]:
+    """`vocab_sizes` (an int or a sequence of ints >= 1) as a sorted tuple without duplicates;
+    shared by the strategies, the sweeps of `verispec.testing` and `verispec check` so that all
+    reject bad sizes with the same message.
+
+    Raises:
+        TypeError: not an int or a sequence of ints. ValueError: empty, or a size < 1.
+    """
     if isinstance(vocab_sizes, (int, np.integer)) and not isinstance(vocab_sizes, bool):
         vocab_sizes = (vocab_sizes,)
     try:

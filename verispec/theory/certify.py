@@ -21,9 +21,12 @@ from __future__ import annotations
 import argparse
 import time
 
+from rich.console import Console
+from rich.table import Table
+
 from ..reference import exact, methods, models
 from .._io import write_json_atomic
-from . import closed_forms
+from . import closed_forms, exact_lp, frontier, lp
 
 #: |LP - block| and (method - bound) tolerances for a certificate to hold.
 TOLERANCE = 1e-7
@@ -60,8 +63,6 @@ def certify_instance(vocab_size: int, draft_length: int, num_paths: int, seed: i
                      concentration: float = 1.0) -> dict:
     """All certificates for one seeded instance, as a JSON-ready dict (values in accepted tokens,
     times in seconds). `ok` is False when a certificate fails."""
-    from . import exact_lp, lp
-
     V, L, K = vocab_size, draft_length, num_paths
     target = models.random_tree(V, 2 * seed)
     draft = models.random_tree(V, 2 * seed + 1, concentration)
@@ -117,8 +118,6 @@ def _exact_record(certify) -> dict:
 
 def _spechub_certificate(target, draft, L) -> dict:
     """SpecHub (K = 2, its own draft law) against the same LP built from its exact draft law."""
-    from . import frontier
-
     method = methods.get("spechub", draft_length=L)
     start = time.perf_counter()
     try:
@@ -131,8 +130,6 @@ def _spechub_certificate(target, draft, L) -> dict:
 
 
 def _print_table(records, console) -> None:
-    from rich.table import Table
-
     table = Table(title="verispec lp: LP certificates (E\\[tau], accepted draft tokens)")
     columns = ["seed", "V,L,K", "block", "LP", "token gap", "bound"] + list(IID_METHODS) + \
         ["spechub / own bound", "LP s", "exact", "ok"]
@@ -166,8 +163,6 @@ def run(args: argparse.Namespace) -> int:
     """Run the certificates described by `args` (from `add_arguments`); print a rich table; write
     JSON when --json is given. Returns 0 when every certificate holds, 1 otherwise, 2 on bad
     arguments (message on stderr)."""
-    from rich.console import Console
-
     console = Console(width=max(Console().width, 150))  # full table when piped
     try:
         _check(args)

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..reference import drafters, models
+from ..reference.draft_sets import draft_set_law
 from ..reference.models import LanguageModel, check_positive_int, check_pair, check_prefix
 from ..reference.probability import accept_probability, align, as_probs, residual
-from ..reference.randomness import enumerate_law
 from ..reference.verifiers import spectr_rho
 from ..reference.verifiers.gbv import rank_key
 
@@ -99,23 +98,6 @@ def _sorted_by_ratio(p, q):
     """Token ids sorted by p/q ascending (q = 0 last, as ratio +inf); ties by token id — the
     ranking GBV uses (`verifiers.gbv.rank_key`)."""
     return sorted(range(len(p)), key=lambda t: rank_key(p, q, t))
-
-
-def draft_set_law(q, num_drafts: int, replacement: bool = True) -> dict:
-    """The law of the SET of distinct tokens among K drafts from q: {sorted token tuple: prob}.
-
-    The drafts are those of the reference drafters — `drafters.iid_paths` (i.i.d., with
-    replacement) or `drafters.paths_without_replacement` (successive draws over the unused tokens,
-    fewer than K when q has fewer positive tokens) — and the law is their exact enumeration, so
-    the bounds here speak of the drafts the methods really use. Exact for Fraction q.
-
-    Raises:
-        TypeError / ValueError: q not a distribution, K < 1.
-    """
-    K = check_positive_int(num_drafts, "num_drafts")
-    drafter = (drafters.iid_paths if replacement else drafters.paths_without_replacement)(1, K)
-    draft_model = models.iid(as_probs(q, "q"))
-    return enumerate_law(lambda rand: drafter(draft_model, (), rand).child_set(())).law
 
 
 def optimal_multidraft_acceptance(p, q, num_drafts: int):

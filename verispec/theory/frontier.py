@@ -17,10 +17,15 @@ from __future__ import annotations
 
 import itertools
 
-from ..reference import exact, methods, models
+import numpy as np
+import scipy.sparse as sp
+
+from ..reference import drafters, exact, methods, models
 from ..reference.models import check_positive_int
 from ..reference.probability import as_probs
 from ..reference.randomness import enumerate_law
+from ..reference.verifiers.spechub import hub_pair
+from . import lp
 
 
 def one_step_acceptance(name: str, p, q, num_drafts: int = 2):
@@ -63,8 +68,6 @@ def cut_bound(p, set_law: dict):
 
 def hub_set_law(q) -> dict:
     """The law of the SET of SpecHub's two drafts from q: {sorted token tuple: prob}, exactly."""
-    from ..reference.verifiers.spechub import hub_pair
-
     q = as_probs(q, "q")
     return enumerate_law(lambda rand: tuple(sorted(hub_pair(q, rand)))).law
 
@@ -77,8 +80,6 @@ def point_mass_comparison(target, phrase, context=()) -> dict:
         {"token": law of tau, "block": law of tau, "expected": {name: E[tau]},
          "acceptance_rate": {name: E[tau] / L}} — both laws are {tau: prob}.
     """
-    from ..reference import drafters
-
     phrase = tuple(int(t) for t in phrase)
     L = len(phrase)
     drafter = drafters.point_mass(lambda ctx: phrase, draft_length=L, vocab_size=target.vocab_size)
@@ -123,15 +124,10 @@ def draft_law_bound(target, draft_model, drafter, draft_length: int, context=(),
     Raises:
         ValueError: a depth with more than 16 possibly-drafted nodes.
     """
-    import numpy as np
-    import scipy.sparse as sp
-
-    from . import lp
-
     L = check_positive_int(draft_length, "draft_length")
-    tree = lp._build_tree(target, draft_model, context, L)
+    tree = lp.full_tree(target, draft_model, context, L)
     law = drafted_node_law(drafter, draft_model, context)
-    rows, rhs = [lp._target_matching(tree)[0]], [lp._target_matching(tree)[1]]
+    rows, rhs = [lp.target_matching(tree)[0]], [lp.target_matching(tree)[1]]
     upper = np.zeros(tree.size)
     for depth in range(L):
         index = {u: tree.offsets[depth] + i for i, u in enumerate(tree.nodes[depth])}
@@ -151,4 +147,4 @@ def draft_law_bound(target, draft_model, drafter, draft_length: int, context=(),
                 rows.append(sp.csr_matrix(row))
                 rhs.append(np.array([cover]))
     a_ub, b_ub = sp.vstack(rows, format="csr"), np.concatenate(rhs)
-    return lp._solve(np.ones(tree.size), a_ub, b_ub, upper, solver)[1]
+    return lp.solve_lp(np.ones(tree.size), a_ub, b_ub, upper, solver)[1]

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from ..reference.models import LanguageModel, check_positive_int, check_pair, check_prefix
 from ..reference.probability import as_probs
-from .closed_forms import draft_set_law
+from ..reference.draft_sets import draft_set_law
 
 #: Solvers tried in order when `solver=None`.
 DEFAULT_SOLVERS = ("HIGHS", "CLARABEL")
@@ -80,7 +80,7 @@ class LPResult:
 
 
 @dataclass
-class _Tree:
+class FullTree:
     """The full V-ary tree of depth L below a context, level by level (breadth-first order).
 
     Node i at depth l (0-based index within the level) has parent i // V at depth l - 1 and last
@@ -103,7 +103,13 @@ class _Tree:
         return [u for level in self.nodes for u in level]
 
 
-def _build_tree(target: LanguageModel, draft: LanguageModel, context, draft_length) -> _Tree:
+def full_tree(target: LanguageModel, draft: LanguageModel, context, draft_length) -> FullTree:
+    """The `FullTree` of depth L below `context`: the variables of the tree LPs here and of
+    `verispec.theory.frontier.draft_law_bound`, which adds its own coverage rows.
+
+    Raises:
+        TypeError / ValueError: mismatched models, draft None, bad context, draft_length < 1.
+    """
     check_pair(target, draft)
     if draft is None:
         raise TypeError("draft: expected a LanguageModel, got NoneType")
@@ -123,12 +129,12 @@ def _build_tree(target: LanguageModel, draft: LanguageModel, context, draft_leng
         offsets.append(offset)
         offset += len(level)
         parents, parent_q = level, q_level
-    return _Tree(V, L, nodes, p_cond, q_joint, offsets)
+    return FullTree(V, L, nodes, p_cond, q_joint, offsets)
 
 
-def _target_matching(tree: _Tree):
-    """Sparse rows of target matching: a(u t) - p(t|u) a(u) <= 0 (depth >= 2), a(t) <= p(t) at
-    depth 1. Returns (matrix [n, n] csr, rhs [n])."""
+def target_matching(tree: FullTree):
+    """Sparse rows of target matching, shared by every tree LP: a(u t) - p(t|u) a(u) <= 0
+    (depth >= 2), a(t) <= p(t) at depth 1. Returns (matrix [n, n] csr, rhs [n])."""
     n, V = tree.size, tree.V
     idx = np.arange(n)
     rows, cols, vals = [idx], [idx], [np.ones(n)]
@@ -146,8 +152,9 @@ def _target_matching(tree: _Tree):
     return matrix, rhs
 
 
-def _solve(objective_vec, a_ub, b_ub, upper, solver, a_eq=None, b_eq=None):
-    """maximise c^T x s.t. A_ub x <= b_ub, A_eq x = b_eq, 0 <= x <= upper, with cvxpy.
+def solve_lp(objective_vec, a_ub, b_ub, upper, solver, a_eq=None, b_eq=None):
+    """maximise c^T x s.t. A_ub x <= b_ub, A_eq x = b_eq, 0 <= x <= upper, with cvxpy, trying
+    `DEFAULT_SOLVERS` in turn (or only `solver`); an inexact status is refused (not a certificate).
 
     Returns (x [n], value, solver name, status, solver seconds, compile seconds)."""
     import cvxpy as cp
@@ -208,12 +215,12 @@ def single_path(target: LanguageModel, draft: LanguageModel, context=(), draft_l
         RuntimeError: no solver produced an optimal solution.
     """
     start = time.perf_counter()
-    tree = _build_tree(target, draft, context, draft_length)
-    matrix, rhs = _target_matching(tree)
+    tree = full_tree(target, draft, context, draft_length)
+    matrix, rhs = target_matching(tree)
     upper = np.concatenate(tree.q_joint)  # [n]
     build = time.perf_counter() - start
-    x, value, name, status, solve_time, compile_time = _solve(np.ones(tree.size), matrix, rhs, upper,
-                                                              solver)
+    x, value, name, status, solve_time, compile_time = solve_lp(np.ones(tree.size), matrix, rhs, upper,
+                                                                 solver)
     return LPResult(value=value, node_budgets=dict(zip(tree.all_nodes(), x.tolist())), solver=name,
                     status=status, solve_time=solve_time, num_variables=tree.size,
                     num_constraints=2 * tree.size, method="full", setup_time=build + compile_time)
@@ -304,8 +311,8 @@ def multi_path(target: LanguageModel, draft: LanguageModel, context=(), draft_le
     if method not in ("auto", "exact", "constraint_generation"):
         raise ValueError(f"method: expected 'auto', 'exact' or 'constraint_generation', got {method!r}")
     start = time.perf_counter()
-    tree = _build_tree(target, draft, context, draft_length)
-    target_rows, target_rhs = _target_matching(tree)
+    tree = full_tree(target, draft, context, draft_length)
+    target_rows, target_rhs = target_matching(tree)
     support = [np.flatnonzero(qj > 0) for qj in tree.q_joint]  # per depth, indices within level
     widest = max(len(s) for s in support)
     if method == "auto":
@@ -341,7 +348,7 @@ def _multi_path_exact(tree, support, target_rows, target_rhs, upper, K, solver, 
         rhss.append(coverage(member.astype(np.float64) @ tree.q_joint[level][s], K))
     a_ub, b_ub = sp.vstack(blocks, format="csr"), np.concatenate(rhss)
     build = time.perf_counter() - start
-    x, value, name, status, solve_time, compile_time = _solve(np.ones(n), a_ub, b_ub, upper, solver)
+    x, value, name, status, solve_time, compile_time = solve_lp(np.ones(n), a_ub, b_ub, upper, solver)
     return LPResult(value=value, node_budgets=dict(zip(tree.all_nodes(), x.tolist())), solver=name,
                     status=status, solve_time=solve_time, num_variables=n,
                     num_constraints=a_ub.shape[0] + n, method="exact",
@@ -377,7 +384,7 @@ def _solve_cuts(tree, cuts, pending, n, K, target_rows, target_rhs, upper, solve
         blocks.append(mat)
         rhss.append(rhs)
     a_ub, b_ub = sp.vstack(blocks, format="csr"), np.concatenate(rhss)
-    return _solve(np.ones(n), a_ub, b_ub, upper, solver)
+    return solve_lp(np.ones(n), a_ub, b_ub, upper, solver)
 
 
 def _multi_path_generated(tree, support, target_rows, target_rhs, upper, K, solver, start,
@@ -412,7 +419,7 @@ def _multi_path_generated(tree, support, target_rows, target_rhs, upper, K, solv
                           "backend": "highspy (incremental)" if incremental is not None else "cvxpy"})
 
 
-def _cut_rows(tree: _Tree, cuts, n: int, K: int):
+def _cut_rows(tree: FullTree, cuts, n: int, K: int):
     """Coverage rows sum_{u in S} a(u) <= 1 - (1 - q(S))^K for [(level, S indices)] -> (csr, rhs)."""
     if not cuts:
         return sp.csr_matrix((0, n)), np.zeros(0)
@@ -509,7 +516,7 @@ def multidraft(p, q, num_drafts: int, replacement: bool = True, solver: str | No
     a_ub = sp.vstack([row_sets, row_y], format="csr")
     b_ub = np.concatenate([np.array([law[s] for s in sets]), p])
     build = time.perf_counter() - start
-    x, value, name, status, solve_time, compile_time = _solve(objective, a_ub, b_ub, None, solver)
+    x, value, name, status, solve_time, compile_time = solve_lp(objective, a_ub, b_ub, None, solver)
     # Complete the sub-coupling to a coupling: leftover set mass x leftover target mass / total.
     pi = np.maximum(x, 0.0).reshape(m, V)  # [m, V]
     left_sets = np.maximum(b_ub[:m] - pi.sum(axis=1), 0.0)  # [m]

@@ -19,14 +19,8 @@ and verifies:
 2. otherwise "step back" from the end: n = the LAST i in 0..L-1 with eta_i >= s_i (0 if every
    position steps back); emit X_1..X_n and a correction drawn from norm(max(d_n, 0)).
 
-What it is, exactly: w_i = r_i / M_i = min(1, w_{i-1} p_i(X_i) / q_i(X_i)) is block
-verification's weight (arXiv 2403.10444), and plus_i / minus_i = Z_i / (Z_i + 1 - w_i) is BV's
-h_i, so steps (2) are BV's. The ONLY difference is step (1): BV accepts the whole chain with
-h_L = w_L = r_L / M_L, HSD with min(1, r_L) >= w_L, strictly larger whenever some earlier prefix
-had r_i > max(1, r_L). That extra acceptance is not compensated anywhere, so the rule is not
-lossless (exact counterexamples in tests/theory/test_new_verifiers.py) and its E[tau] can exceed
-the single-path LP optimum that BV attains. `hsd_rule(..., uncapped_last=False)` caps step (1)
-like the others and is then block verification.
+Steps (2) are block verification's (arXiv 2403.10444); step (1) accepts more than BV's capped
+weight, uncompensated, so the rule is NOT lossless (see `hsd_rule`).
 """
 
 from __future__ import annotations
@@ -66,6 +60,14 @@ def step_back_probability(p, q, w):
 
 def hsd_rule(ps, qs, path, rand, uncapped_last: bool = True) -> tuple[int, ...]:
     """HSD on one path.
+
+    What it is, exactly: w_i = r_i / M_i = min(1, w_{i-1} p_i(X_i) / q_i(X_i)) is block
+    verification's weight (arXiv 2403.10444), and plus_i / minus_i = Z_i / (Z_i + 1 - w_i) is BV's
+    h_i, so the step-back steps are BV's. The ONLY difference is the first step: BV accepts the
+    whole chain with h_L = w_L = r_L / M_L, HSD with min(1, r_L) >= w_L, strictly larger whenever
+    some earlier prefix had r_i > max(1, r_L). That extra acceptance is not compensated anywhere,
+    so the rule is not lossless (exact counterexamples in tests/theory/test_new_verifiers.py) and
+    its E[tau] can exceed the single-path LP optimum that BV attains.
 
     Args:
         ps: L + 1 target distributions [V] (ps[i] = p(. | X^i)); qs: L draft distributions [V].

@@ -1,50 +1,25 @@
 """Importance-sampling (IS) multi-draft verification: select ONE draft, then single-draft
 speculative sampling (Khisti, Ebrahimi, Dbouk, Behboodi, Memisevic, Louizos 2024, "Multi-Draft
-Speculative Sampling: Canonical Architectures and Theoretical Limits", arXiv 2410.18234,
-ICLR 2025).
+Speculative Sampling: Canonical Architectures and Theoretical Limits", arXiv 2410.18234, ICLR 2025).
 
-Khisti et al. prove (their "canonical decomposition" result) that an optimal K-draft token
-selection rule can be written as: (1) an IS step that picks one token Y_I among the drafts
-x_1..x_K, with selection probabilities that depend only on the drafts, giving Y_I the law q_I;
-(2) single-draft speculative sampling of Y_I against p with proposal q_I: accept Y_I with
-probability min(1, p(Y_I) / q_I(Y_I)), else draw the correction from norm(max(p - q_I, 0)).
-Step (2) is lossless for ANY selection rule, as long as q_I is the exact law of the selected
-token; the selection only decides how much is accepted: sum_x min(p(x), q_I(x)).
+Khisti et al.'s canonical decomposition: an optimal K-draft rule (1) picks one token Y_I among the
+drafts x_1..x_K with selection probabilities that depend only on the drafts, giving Y_I the law
+q_I, then (2) runs single-draft speculative sampling of Y_I against p with proposal q_I. Step (2)
+is lossless for ANY selection rule as long as q_I is the exact law of the selected token; the
+selection only decides how much is accepted: sum_x min(p(x), q_I(x)). Drafts are K i.i.d. tokens
+from q at every node (`drafters.iid_paths`).
 
-Two rules here, both with drafts = K i.i.d. tokens from q at every node of the draft tree
-(`drafters.iid_paths`); k below is the number of paths through the node:
+- `khisti_step`: the paper's two-draft LP (as the GBV authors' public code `khisti.py`, `node.py`
+  implements it), over the full vocabulary, with a pairwise tournament for k > 2 drafts.
+- `optimal_is_step`: the optimal selection law for k i.i.d. drafts, whose value is the one-step
+  optimum alpha* = min_H p(H) + 1 - q(H)^k (Hu et al. 2025, arXiv 2502.18779).
+- `khisti_truncated_step`, `optimal_is_truncated_step`: the same with the LP restricted to s tokens.
 
-- `khisti_step`: the paper's two-draft scheme (the LP of its Appendix I, as the GBV authors' code
-  cites it): for an ordered pair
-  (x_1, x_2), keep x_1 with probability w[x_1, x_2]; q_I(i) = q_1(i) q_2(i) +
-  sum_{j != i} (q_1(i) q_2(j) w[i, j] + q_1(j) q_2(i) (1 - w[j, i])); w maximises
-  sum_i min(p(i), q_I(i)) (a linear program: max sum z_i, z_i <= p_i, z_i <= q_I(i; w),
-  0 <= w <= 1). We solve that LP over the FULL vocabulary; the GBV authors' public code
-  (`khisti.py::khisti_lp_solver`) keeps only the top s = 5 tokens by p - q_1 q_2 as LP variables,
-  and its fixed s = 5 raises IndexError when V < 5. For k > 2 drafts we follow that code's
-  pairwise tournament (`node.py::khisti_otlp_solver`): the running winner (law q_I) meets the
-  next draft (law q) in a fresh two-draft LP with (q_1, q_2) = (q_I, q). With k = 2 this reaches
-  the optimum alpha* (the canonical decomposition with two drafts); with k > 2 the tournament is in
-  general below it.
-- `optimal_is_step`: the canonical decomposition with the OPTIMAL selection law for k i.i.d.
-  drafts: for each set S of distinct drafted tokens, P(select i | S) solves the LP
-  max sum_i min(p(i), q_I(i)), q_I(i) = sum_S Q(S) P(i | S), whose value is the one-step optimum
-  alpha* = min_H p(H) + 1 - q(H)^k (Hu et al. 2025, arXiv 2502.18779; the LP of Khisti et al.).
-  One LP per (p, q, k) with at most 2^V - 1 sets: a reference for small vocabularies (the
-  near-linear-time solver of Thomas & Pal, "Global Resolution", arXiv 2511.15898, is not
-  implemented here).
-
-Provenance: the papers' full texts were not read (only abstracts / first pages were reachable as
-search excerpts); the two-draft LP
-is as the GBV authors' public code (`khisti.py`, `node.py`) implements it, and the optimality of the
-selection law is checked numerically against alpha* (closed form) and the transport LP.
-
-Exactness: the LP is solved in float64 (scipy HiGHS). Its selection probabilities are then turned
-into exact Fractions (rounded to 1e-12, each selection law summing to exactly 1) when p and q are
-exact, and q_I is computed from them exactly, so the rule is exactly lossless; only its
-optimality is up to the LP tolerance (~1e-9). At V = 2 with exact input both LPs are solved in
-closed form instead (`two_token_selection`, `two_token_pair_selection`): exactly optimal, and free
-of float64, so `verispec prove` runs both rules on symbolic probabilities at V = 2.
+Provenance: the papers' full texts were not read (only abstracts / first pages); the two-draft LP
+is as the GBV authors' code implements it, and the optimality of the selection law is checked
+numerically against alpha* (closed form) and the transport LP. Exactness: the LPs are solved in
+float64 (scipy HiGHS) and their selection probabilities turned into exact Fractions for exact p, q
+(see `optimal_selection`), so the rules are exactly lossless and optimal up to the LP tolerance.
 """
 
 from __future__ import annotations
@@ -55,6 +30,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..draft_sets import draft_set_law
+from ..models import check_positive_int
 from ..probability import accept_probability, align, is_exact, residual
 
 #: Denominator used to turn LP selection probabilities into exact Fractions.
@@ -204,6 +181,16 @@ def _single_draft(p, proposal, y, rand):
 def khisti_step(p, q, drafts, rand) -> int:
     """Khisti et al.'s IS step (pairwise tournament for k > 2), then single-draft SD.
 
+    The two-draft scheme (the LP of the paper's Appendix I, as the GBV authors' code cites it): for
+    an ordered pair (x_1, x_2), keep x_1 with probability w[x_1, x_2]; q_I(i) = q_1(i) q_2(i) +
+    sum_{j != i} (q_1(i) q_2(j) w[i, j] + q_1(j) q_2(i) (1 - w[j, i])); w maximises
+    sum_i min(p(i), q_I(i)) (an LP: max sum z_i, z_i <= p_i, z_i <= q_I(i; w), 0 <= w <= 1). We
+    solve it over the FULL vocabulary; the GBV authors' code (`khisti.py::khisti_lp_solver`) keeps
+    only the top s = 5 tokens by p - q_1 q_2, and its fixed s = 5 raises IndexError when V < 5.
+    For k > 2 drafts we follow that code's pairwise tournament (`node.py::khisti_otlp_solver`):
+    the running winner (law q_I) meets the next draft (law q) in a fresh two-draft LP with
+    (q_1, q_2) = (q_I, q). With k = 2 this reaches alpha*; with k > 2 it is in general below it.
+
     Args:
         p, q: target and draft distributions [V] at the node; drafts: the k drafted tokens in
             path order (k i.i.d. draws from q); rand: `Randomness`.
@@ -302,8 +289,6 @@ def truncated_pair_selection(p, q1, q2, s: int) -> TruncatedSelection:
     Raises:
         TypeError / ValueError: s not an int >= 1.
     """
-    from ..models import check_positive_int
-
     return _memo(TruncatedSelection, (p, q1, q2), (check_positive_int(s, "truncation"),))
 
 
@@ -334,8 +319,6 @@ def khisti_truncated_verify(s: int):
 @functools.lru_cache(maxsize=4096)
 def _set_selection(p_key, q_key, k: int):
     """{set S of distinct drafted tokens: [P(select S[j] | S)]} (float64) from the selection LP."""
-    from ...theory.closed_forms import draft_set_law
-
     p, q = np.asarray(p_key, dtype=np.float64), np.asarray(q_key, dtype=np.float64)
     V = len(p)
     law = draft_set_law(q, k)
@@ -363,6 +346,19 @@ def _set_selection(p_key, q_key, k: int):
 
 def optimal_selection(p, q, k: int):
     """The alpha*-optimal selection law for k i.i.d. drafts from q and the law q_I it induces.
+
+    For each set S of distinct drafted tokens, P(select i | S) solves the LP
+    max sum_i min(p(i), q_I(i)), q_I(i) = sum_S Q(S) P(i | S), whose value is alpha*
+    (Hu et al. 2025, arXiv 2502.18779; the LP of Khisti et al.). One LP per (p, q, k) with at most
+    2^V - 1 sets: a reference for small vocabularies (the near-linear-time solver of Thomas & Pal,
+    "Global Resolution", arXiv 2511.15898, is not implemented here).
+
+    Exactness: the LP is solved in float64 (scipy HiGHS); its selection probabilities are turned
+    into exact Fractions (rounded to 1e-12, each selection law summing to exactly 1) when p and q
+    are exact, and q_I is computed from them exactly, so the rule is exactly lossless; only its
+    optimality is up to the LP tolerance (~1e-9). At V = 2 with exact input the LPs are solved in
+    closed form instead (`two_token_selection`, `two_token_pair_selection`): exactly optimal and
+    free of float64, so `verispec prove` runs both rules on symbolic probabilities at V = 2.
 
     Returns:
         (select, q_I): select[S] = probabilities [len(S)] of choosing each token of the sorted set S
@@ -409,8 +405,6 @@ def two_token_selection(p, q, k: int):
 
 @functools.lru_cache(maxsize=4096)
 def _optimal_selection(p_key, q_key, k: int, exact: bool):
-    from ...theory.closed_forms import draft_set_law
-
     dtype = object if exact else np.float64
     q = np.array(q_key, dtype=dtype)
     table = _set_selection(tuple(float(v) for v in p_key), tuple(float(v) for v in q_key), k)
@@ -506,8 +500,6 @@ def truncated_set_selection(p, q, k: int, s: int) -> TruncatedSetSelection:
     Raises:
         TypeError / ValueError: k or s not an int >= 1.
     """
-    from ..models import check_positive_int
-
     return _memo(TruncatedSetSelection, (p, q), (check_positive_int(k, "num_drafts"),
                                                  check_positive_int(s, "truncation")))
 

@@ -19,18 +19,16 @@ Verification, for target p (written here from that code):
        then p2(a) <- max(p2(a) - sum r_ia, 0).
     5. otherwise emit the correction Y ~ norm(p2).
 
-Each test uses a fresh uniform, as the code does. Not ported: the code's shortcut "accept a
-outright when p(a) > 1 - 1e-3" (a float guard that changes the law slightly). When q(a) = 1 the
-second draft is undefined; we then draft a alone and verify it by single-draft speculative
-sampling. Below the root each of the two paths continues as its own chain from q (token
-verification), as in the code's binary trees with two candidates at the first branching.
+Each test uses a fresh uniform, as the code does. Not ported: the code's float guard "accept a
+outright when p(a) > 1 - 1e-3". When q(a) = 1 we draft a alone (single-draft speculative
+sampling); below the root each path continues as its own chain from q (see `spechub_verify`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..drafters import Draft, Drafter, _require_model
+from ..drafters import Draft, Drafter, require_draft_model
 from ..models import check_positive_int
 from ..probability import accept_probability, align, argmax, residual
 
@@ -113,7 +111,7 @@ def hub_pairs(draft_length: int) -> Drafter:
     L = check_positive_int(draft_length, "draft_length")
 
     def build(draft_model, context, rand):
-        draft_model = _require_model(draft_model, "hub_pairs")
+        draft_model = require_draft_model(draft_model, "hub_pairs")
 
         def expand(node, k):
             if len(node) == L:
@@ -129,7 +127,9 @@ def hub_pairs(draft_length: int) -> Drafter:
 
 
 def spechub_verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
-    """SpecHub at the root pair, single-draft speculative sampling on each path below it."""
+    """SpecHub at the root pair, single-draft speculative sampling on each path below it: each of
+    the two paths continues as its own chain from q (token verification), as in the public code's
+    binary trees with two candidates at the first branching."""
     node = ()
     while True:
         drafts = draft.tokens(node)
