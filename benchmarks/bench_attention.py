@@ -43,7 +43,7 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from verispec._io import write_json_atomic  # noqa: E402
+from verispec.atomic import write_json_atomic  # noqa: E402
 from verispec.empirical.attention import packed_rows, varlen_attention  # noqa: E402
 from verispec.empirical.model import additive_mask  # noqa: E402
 

@@ -27,7 +27,7 @@ from rich.progress import track
 from rich.table import Table
 
 from verispec import __version__
-from verispec._io import write_json_atomic
+from verispec.atomic import write_json_atomic
 from verispec.check import run_check
 from verispec.reference import exact, methods, models
 

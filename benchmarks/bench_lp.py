@@ -19,7 +19,7 @@ from rich.table import Table
 
 from verispec.reference import models
 from verispec.theory import closed_forms, lp
-from verispec._io import write_json_atomic
+from verispec.atomic import write_json_atomic
 
 SINGLE = [(2, 4), (4, 3), (8, 3), (16, 3), (4, 6), (16, 4)]
 # (8, 3, 3) and larger do not converge quickly: constraint generation is degenerate there (see report).

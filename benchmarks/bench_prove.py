@@ -33,7 +33,7 @@ import sys
 import time
 
 from verispec import __version__
-from verispec._io import write_json_atomic
+from verispec.atomic import write_json_atomic
 from verispec.formal import prove
 from verispec.formal.prove import SOLVER
 from verispec.reference import methods

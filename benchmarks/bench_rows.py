@@ -30,7 +30,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from verispec._io import write_json_atomic  # noqa: E402
+from verispec.atomic import write_json_atomic  # noqa: E402
 
 ROWS = (1, 2, 3, 4, 5, 8, 12, 15, 16, 17, 24, 31, 32)
 #: New tokens of the target forwards timed (a draft of L tokens is verified by L + 1 rows).

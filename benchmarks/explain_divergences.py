@@ -35,7 +35,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from verispec._io import write_json_atomic  # noqa: E402
+from verispec.atomic import write_json_atomic  # noqa: E402
 from verispec.empirical import bench  # noqa: E402
 
 

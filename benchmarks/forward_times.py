@@ -27,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from verispec._io import write_json_atomic  # noqa: E402
+from verispec.atomic import write_json_atomic  # noqa: E402
 from verispec.empirical import bench  # noqa: E402
 from verispec.empirical.peer import _Counter  # noqa: E402
 

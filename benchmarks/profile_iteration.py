@@ -400,7 +400,7 @@ def main(argv=None) -> dict:
         with open(args.before) as handle:
             before = json.load(handle)
     code = _use_code(args.code)
-    from verispec._io import write_json_atomic
+    from verispec.atomic import write_json_atomic
     from verispec.empirical import engine
 
     if args.threads:

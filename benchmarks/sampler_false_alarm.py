@@ -21,7 +21,7 @@ import time
 import numpy as np
 from scipy import stats
 
-from verispec._io import write_json_atomic
+from verispec.atomic import write_json_atomic
 from verispec.reference import models
 from verispec.testing import assert_sampler_lossless, reference_sampler
 

@@ -120,7 +120,7 @@ def test_lint_imports_contracts_hold():
     exe = shutil.which("lint-imports")
     if exe is None:
         pytest.skip("import-linter is not installed (the dev extra installs it)")
-    done = subprocess.run([exe, "--config", os.path.join(ROOT, "pyproject.toml")], cwd=ROOT,
+    done = subprocess.run([exe, os.path.join(ROOT, "pyproject.toml")], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Contracts: 3 kept, 0 broken" in done.stdout

@@ -108,7 +108,7 @@ def _run_check(args) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    from ._io import write_json_atomic
+    from .atomic import write_json_atomic
     from .check import DEFAULT_VOCAB_SIZES, plan_instances, run_check
     from .reference import methods
 

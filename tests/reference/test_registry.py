@@ -72,3 +72,10 @@ def test_importing_the_reference_and_its_registry_loads_no_torch_z3_or_cvxpy():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'z3', 'cvxpy', 'transformers')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_docs_carry_the_registry_table():
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "algorithms.md")
+    assert registry.markdown_table() in open(path).read()

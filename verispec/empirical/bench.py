@@ -78,7 +78,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from .._io import write_json_atomic
+from ..atomic import write_json_atomic
 from . import decode, methods
 from .engine import decode as decode_engine
 from .weights import DEFAULT_DRAFT, DEFAULT_TARGET

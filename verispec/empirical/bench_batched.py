@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .._io import write_json_atomic
+from ..atomic import write_json_atomic
 from .bench import (PeakMemory, _environment, default_output, load_results, prepare, pyplot, resolved_dtype,
                     save_figure, table)
 from .weights import DEFAULT_DRAFT, DEFAULT_TARGET

@@ -12,7 +12,7 @@ import platform
 import sys
 
 from .. import __version__
-from .._io import write_json_atomic
+from ..atomic import write_json_atomic
 from .prove import prove
 
 EXIT = {"proved": 0, "counterexample": 1, "unknown": 3}

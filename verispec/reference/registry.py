@@ -19,7 +19,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Param", "MethodSpec", "REGISTRY", "spec", "names", "resolve_factory"]
+__all__ = ["Param", "MethodSpec", "REGISTRY", "spec", "names", "build", "resolve_factory", "markdown_table"]
 
 
 @dataclass(frozen=True)
@@ -107,11 +107,11 @@ def _static_tree(name: str, doc: str, kind: str) -> MethodSpec:
 _ENTRIES = (
     _path("token", "a chain + token-level rejection sampling (Leviathan et al., arXiv 2211.17192)", False),
     _path("block", "a chain + block verification (Sun et al., arXiv 2403.10444, Algorithm 2)", False),
-    _path("gbv", "K i.i.d. paths + greedy block verification of the multi-path tree (arXiv 2403.10444)", True),
-    _path("nss", "K i.i.d. paths + naive sequential selection, one path after another", True),
-    _path("rrs", "K i.i.d. paths + recursive rejection sampling (SpecInfer, arXiv 2305.09781)", True),
-    _path("rrsw", "K paths without replacement + recursive rejection (Jeon et al., arXiv 2402.05109)", True, False),
-    _path("spectr", "K i.i.d. paths + SpecTr's k-sequential draft selection (arXiv 2310.15141)", True),
+    _path("gbv", "K i.i.d. paths + greedy multi-path block verification (Thomas & Pal, arXiv 2602.16961)", True),
+    _path("nss", "K i.i.d. paths + naive selection: Y ~ p, kept if drafted (SpecInfer, arXiv 2305.09781)", True),
+    _path("rrs", "K i.i.d. paths + recursive rejection sampling (SpecInfer, arXiv 2305.09781, Algorithm 2)", True),
+    _path("rrsw", "K paths without replacement + recursive rejection (Jeon et al., arXiv 2402.14160)", True, False),
+    _path("spectr", "K i.i.d. paths + SpecTr's K-SEQ draft selection (Sun et al., arXiv 2310.15141, Algorithm 3)", True),
     _path("traversal", "K i.i.d. paths + traversal verification, leaves up (Weng et al., arXiv 2505.12398)", True),
     MethodSpec("opt_tree", "OPT-Tree's adaptive draft tree + sample-and-follow (Wang et al., arXiv 2406.17276)",
                (N_BUDGET, THRESHOLD, DEPTH, Param("branching", 2, None, "unused by opt_tree"), T_DRAFT,
@@ -119,15 +119,15 @@ _ENTRIES = (
                reference=f"{_REF}:opt_tree", torch=f"{_TORCH}:tree_method", torch_fixed=(("name", "opt_tree"), ("kind", "opt_tree")),
                torch_only=("branching", "draft_temperature", "prune")),
     _static_tree("kary", "a static k-ary draft tree + sample-and-follow (a baseline for OPT-Tree)", "kary"),
-    _static_tree("eagle", "EAGLE's static rank-prior draft tree + sample-and-follow (arXiv 2401.15077)", "eagle"),
+    _static_tree("eagle", "an EAGLE-style static rank-prior tree + sample-and-follow (after Li et al., arXiv 2401.15077)", "eagle"),
     _static_tree("chain_tree", "a chain as a draft tree + sample-and-follow (a baseline for OPT-Tree)", "chain"),
     MethodSpec("point_mass", "the draft model's greedy chain as point masses + token verification",
                (L,), reference=f"{_REF}:point_mass"),
-    MethodSpec("prompt_lookup", "n-gram prompt-lookup point masses + token verification (Saxena 2023)",
+    MethodSpec("prompt_lookup", "n-gram prompt-lookup point masses + token verification (prompt lookup decoding, Saxena 2023)",
                (L, NGRAM), needs_draft=False, reference=f"{_REF}:prompt_lookup", torch=f"{_TORCH}:prompt_lookup"),
-    _walk("khisti", "K i.i.d. paths + importance-weighted selection, top down (Khisti et al., arXiv 2410.18234)"),
-    _walk("optimal_is", "K i.i.d. paths + the optimal one-step selection LP, top down (arXiv 2410.18234)"),
-    MethodSpec("spechub", "a hub pair of 2 paths + SpecHub's sparse transport (Sun et al., arXiv 2411.05289)",
+    _walk("khisti", "K i.i.d. paths + importance-sampling selection, top down (Khisti et al., arXiv 2410.18234, Theorem 1)"),
+    _walk("optimal_is", "K i.i.d. paths + the optimal one-step selection LP, top down (Hu et al., arXiv 2502.18779)"),
+    MethodSpec("spechub", "a hub pair of 2 paths + SpecHub's verification (Sun et al., arXiv 2411.05289)",
                (L, T_DRAFT), reference=f"{_REF}:spechub", torch=f"{_TORCH}:walk_method",
                torch_fixed=(("name", "spechub"), ("num_paths", 2), ("truncation", None)), torch_only=("draft_temperature",)),
     MethodSpec("adaptive", "a confidence-stopped chain + token or block verification (transformers' heuristic)",
@@ -194,3 +194,15 @@ def build(name: str, backend: str, params: dict):
                         f"(takes {', '.join(accepted)})")
     fixed = dict(entry.torch_fixed) if backend == "torch" else {}
     return resolve_factory(path)(**fixed, **{**accepted, **params})
+
+
+def markdown_table() -> str:
+    """The registry as a Markdown table (docs/algorithms.md carries it; a test keeps them equal)."""
+    rows = ["| method | drafter + verifier | parameters (bench key) = default | reference | torch |",
+            "|---|---|---|---|---|"]
+    for entry in REGISTRY.values():
+        params = ", ".join(f"{p.name}{f' ({p.key})' if p.key else ''} = {p.default!r}"
+                           + (" *(torch)*" if p.name in entry.torch_only else "") for p in entry.params)
+        rows.append(f"| `{entry.name}` | {entry.doc} | {params} | {'yes' if entry.reference else '-'} | "
+                    f"{'yes' if entry.torch else '-'} |")
+    return "\n".join(rows)

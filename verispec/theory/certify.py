@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..reference import exact, methods, models
-from .._io import write_json_atomic
+from ..atomic import write_json_atomic
 from . import closed_forms, exact_lp, frontier, lp
 
 #: |LP - block| and (method - bound) tolerances for a certificate to hold.
