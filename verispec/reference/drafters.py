@@ -303,6 +303,11 @@ def iid_paths(draft_length: int, num_paths: int) -> Drafter:
     return Drafter("iid_paths", build, draft_length=L, num_paths=K)
 
 
+def root_only() -> Drafter:
+    """The empty draft tree (the root alone): the verifier emits one token from p. Reads no model."""
+    return Drafter("root_only", lambda draft_model, context, rand: _fixed_tree({}))
+
+
 def chain(draft_length: int) -> Drafter:
     """One autoregressive path X_1..X_L ~ q (Leviathan et al. 2023, arXiv 2211.17192)."""
     drafter = iid_paths(draft_length, 1)

@@ -128,6 +128,12 @@ class Method:
         return f"methods.{self.name}({args})"
 
 
+def target_only() -> Method:
+    """No draft: each iteration emits one token drawn from the target's p (sample-and-follow at the
+    root of an empty tree), the baseline every method's law must equal."""
+    return Method("target_only", drafters.root_only(), sample_and_follow, {}, model_state_only=True)
+
+
 def token(draft_length: int) -> Method:
     """Token-level speculative sampling on a chain (arXiv 2211.17192)."""
     return Method("token", drafters.chain(draft_length), token_verify,

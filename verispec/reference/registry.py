@@ -46,6 +46,7 @@ class MethodSpec:
         torch: ``"module:attr"`` of the torch factory, or None (reference only).
         torch_fixed: keyword arguments the torch factory always gets (e.g. the rule's name).
         torch_only: parameter names only the torch twin takes (engine options, see module doc).
+        no_twin: why a torch method has no reference twin (empty when it has one).
     """
 
     name: str
@@ -56,6 +57,7 @@ class MethodSpec:
     torch: str | None = None
     torch_fixed: tuple[tuple[str, Any], ...] = ()
     torch_only: tuple[str, ...] = ()
+    no_twin: str = ""
 
     def defaults(self, backend: str) -> dict:
         """{parameter: default} of the parameters `backend` ("reference" or "torch") takes."""
@@ -81,6 +83,12 @@ CAP = Param("max_draft_length", None, "M", "the length cap's ceiling (None: 4 L)
 SCHEDULE = Param("schedule", "heuristic", None, "the length cap's schedule: heuristic or constant")
 GUESSES = Param("guess_length", 0, "g", "prompt-lookup guesses the draft model checks per forward")
 
+POOL = Param("pool", None, None, "a PhrasePool read and filled by every decode (None: a fresh pool per call)")
+WINDOW = Param("window", 4, "W", "Jacobi window columns in every forward (0: none)")
+CANDIDATES = Param("num_candidates", 3, "K", "newest pool phrases tried per lookup")
+_POOL_STATE = ("no reference twin: its phrase pool learns across decode calls, state a stateless reference "
+               "Method cannot hold; verispec.reference.ouroboros checks the same rule on a pool snapshot")
+
 _REF = "verispec.reference.methods"
 _TORCH = "verispec.empirical.methods"
 
@@ -105,6 +113,8 @@ def _static_tree(name: str, doc: str, kind: str) -> MethodSpec:
 
 
 _ENTRIES = (
+    MethodSpec("target_only", "no draft: one target forward and one draw from p per token (the baseline)", (),
+               needs_draft=False, reference=f"{_REF}:target_only", torch="verispec.empirical.engine:target_only_method"),
     _path("token", "a chain + token-level rejection sampling (Leviathan et al., arXiv 2211.17192)", False),
     _path("block", "a chain + block verification (Sun et al., arXiv 2403.10444, Algorithm 2)", False),
     _path("gbv", "K i.i.d. paths + greedy multi-path block verification (Thomas & Pal, arXiv 2602.16961)", True),
@@ -139,6 +149,18 @@ _ENTRIES = (
                 T_DRAFT, VERIFIER, GUESSES),
                reference="verispec.reference.adaptive:hybrid_method", torch="verispec.empirical.adaptive:hybrid_method",
                torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length")),
+    MethodSpec("ouroboros", "draft-model phrases + pool suffixes, point-mass tree verification (Zhao et al., "
+               "arXiv 2402.13720), one Jacobi level", (POOL, L, CANDIDATES, WINDOW),
+               torch="verispec.empirical.ouroboros:ouroboros_method", no_twin=_POOL_STATE),
+    MethodSpec("ouroboros_phrase", "Ouroboros phrase by phrase: a guess set checked per draft forward, 2-D window, "
+               "pool refinement (arXiv 2402.13720, Algorithm 1)",
+               (POOL, L, CANDIDATES, Param("guess_set", 8, "G", "pool phrases the draft checks per forward"), WINDOW,
+                Param("output_ngrams", True, None, "also pool the verified output's n-grams"),
+                Param("flat_window", False, None, "a one-level window instead of the 2-D one")),
+               torch="verispec.empirical.ouroboros:ouroboros_phrase_method", no_twin=_POOL_STATE),
+    MethodSpec("lookahead", "no draft model: pool phrases from a one-level Jacobi window, point-mass tree "
+               "verification (after Fu et al., arXiv 2402.02057)", (POOL, CANDIDATES, WINDOW), needs_draft=False,
+               torch="verispec.empirical.ouroboros:lookahead_method", no_twin=_POOL_STATE),
 )
 
 #: name -> MethodSpec, in the order of docs/algorithms.md.
