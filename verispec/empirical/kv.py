@@ -220,7 +220,7 @@ class PackedKV(KVState):
             raise ValueError(f"attention: expected 'varlen' or 'dense', got {attention!r}")
         self.varlen = attention == "varlen"
         if self.varlen:
-            from .attention import new_counting_cache, use_packed_attention
+            from .speedups.attention import new_counting_cache, use_packed_attention
 
             use_packed_attention(model)  # idempotent; other storages' forwards are unchanged
             self.cache = new_counting_cache(model)
@@ -278,7 +278,7 @@ class PackedKV(KVState):
         rows_spec = self._varlen_rows(ancestry, parents, rows, cols, S) if self.varlen else None
         written = getattr(self.cache, "slots_written", 0)
         if rows_spec is not None:
-            from .attention import packed_forward
+            from .speedups.attention import packed_forward
 
             packed = packed_forward(self.model, fed, self.cache, position, rows_spec)
         else:
@@ -300,7 +300,7 @@ class PackedKV(KVState):
         verification tree, a chain, a draft's pending tokens) each node sees all its row's cached
         slots and no `forest` is needed. Otherwise (a draft tree layer below cached siblings) the
         cached uncommitted slots go in as a `forest`, so a node sees only its cached ancestors."""
-        from .attention import packed_rows
+        from .speedups.attention import packed_rows
 
         n = parents.shape[1]
         m = self.uncommitted - n  # uncommitted nodes before this forward

@@ -360,8 +360,8 @@ class CausalLM:
             TypeError: `subset` not integer ids, or a model without output embeddings.
             ValueError: `subset` empty, not 1-D, or an id outside [0, V).
         """
-        from .draftvocab import check_subset
-        from .quantize import is_quantized_linear, subset_head
+        from .speedups.draftvocab import check_subset
+        from .speedups.quantize import is_quantized_linear, subset_head
 
         ids = check_subset(subset, self.vocab_size, "subset")
         full = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None

@@ -21,8 +21,8 @@ import time
 
 import torch
 
-from .decode import DecodeResult, DecodeStats, check_positive, check_prompt, check_temperature
-from .model import CausalLM
+from ..empirical.decode import DecodeResult, DecodeStats, check_positive, check_prompt, check_temperature
+from ..empirical.model import CausalLM
 
 __all__ = ["hf_assisted", "hf_generation_config", "call_tokens"]
 

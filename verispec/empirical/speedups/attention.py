@@ -299,7 +299,7 @@ def use_packed_attention(lm) -> str:
         TypeError: `lm` is not a `CausalLM`.
         ValueError: an implementation other than sdpa / eager (e.g. FlashAttention).
     """
-    from .model import CausalLM
+    from ..model import CausalLM
 
     if not isinstance(lm, CausalLM):
         raise TypeError(f"lm: expected a CausalLM, got {type(lm).__name__}")
@@ -345,7 +345,7 @@ def packed_forward(lm, tokens: torch.Tensor, cache, position_ids: torch.Tensor, 
         ValueError: tokens / position_ids not [1, Q], a cache of another length than `rows` says,
             `lm` not switched.
     """
-    from .model import cache_length
+    from ..model import cache_length
 
     Q = rows.query_length
     for name, value in (("tokens", tokens), ("position_ids", position_ids)):

@@ -42,7 +42,7 @@ import weakref
 
 import torch
 
-from .model import CausalLM
+from ..model import CausalLM
 
 __all__ = ["quantize_draft", "quantize_weights", "is_quantized_linear", "subset_head", "DESCRIPTION"]
 
