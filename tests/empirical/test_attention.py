@@ -19,8 +19,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import attention  # noqa: E402
-from verispec.empirical.attention import (PackedRows, new_counting_cache, packed_forward,  # noqa: E402
+from verispec.empirical.speedups import attention  # noqa: E402
+from verispec.empirical.speedups.attention import (PackedRows, new_counting_cache, packed_forward,  # noqa: E402
                                           packed_rows, use_packed_attention)
 from verispec.empirical.model import CausalLM, gather_cache  # noqa: E402
 

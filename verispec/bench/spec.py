@@ -183,8 +183,8 @@ def parse_method(text: str, draft_length: int, num_paths: int) -> BenchMethod:
 
 def draft_vocabulary(spec: BenchMethod, pair):
     """The method's draft vocabulary (`verispec.empirical.speedups.draftvocab.DraftVocab`) or None:
-    the spec's k lowest ids, the prompt's ids and the tokenizer's added tokens (specials such as <|endoftext|>, which the
-    target emits and the draft should be able to propose)."""
+    the spec's k lowest ids, the prompt's ids and the tokenizer's added tokens (specials such as
+    <|endoftext|>, which the target emits and the draft should be able to propose)."""
     if not spec.draft_vocab:
         return None
     from ..empirical.speedups.draftvocab import DraftVocab

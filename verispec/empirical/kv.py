@@ -39,14 +39,6 @@ from .model import CausalLM, cache_length, crop_cache, gather_cache, select_cach
 __all__ = ["KVState", "PaddedKV", "SequenceKV", "PackedKV", "STORAGES", "new_kv"]
 
 
-def _visible(valid: torch.Tensor, ancestry: torch.Tensor) -> torch.Tensor:
-    """What each new node of a padded append may attend to: valid [B, S0] committed slots,
-    ancestry [B, n, m] (the new nodes' rows of the forest's ancestry, the forest's m slots follow
-    the committed ones) -> bool [B, n, S0 + m]. Module-level so tests can plant broken masks."""
-    B, n = ancestry.shape[:2]
-    return torch.cat([valid.unsqueeze(1).expand(B, n, valid.shape[1]), ancestry], dim=2)
-
-
 def _packed_positions(pos: torch.Tensor, rows: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
     """Position id of each packed node: its row's committed length + its depth in the forest."""
     return pos[rows] + depth
@@ -136,6 +128,14 @@ class PaddedKV(KVState):
         self.cache = model.new_cache()
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=model.device)  # [B, S0] committed
 
+    @staticmethod
+    def visible(valid: torch.Tensor, ancestry: torch.Tensor) -> torch.Tensor:
+        """What each new node of an append may attend to: valid bool [B, S0] (the committed slots
+        each row sees), ancestry bool [B, n, m] (the new nodes' rows of the forest's ancestry; the
+        forest's m slots follow the committed ones) -> bool [B, n, S0 + m]."""
+        B, n = ancestry.shape[:2]
+        return torch.cat([valid.unsqueeze(1).expand(B, n, valid.shape[1]), ancestry], dim=2)
+
     def prefill(self, tokens, lengths) -> None:
         n = int(lengths.max()) if lengths.numel() else 0
         if n and bool((lengths == n).all()):  # equal rows: `CausalLM.prefill` (benches reuse it)
@@ -153,7 +153,7 @@ class PaddedKV(KVState):
         nodes are meaningless), or [B, k, V] of the last k columns with logits_to_keep = k >= 1
         (the output layer runs on those only)."""
         ancestry, depth = self._grow(parents, real)  # [B, n, m + n], [B, n]
-        mask = _model.additive_mask(_visible(self.valid, ancestry), self.model.dtype).unsqueeze(1)
+        mask = _model.additive_mask(self.visible(self.valid, ancestry), self.model.dtype).unsqueeze(1)
         position = self.pos.unsqueeze(1) + depth  # [B, n]
         logits, self.cache = self.model.forward(tokens, self.cache, position_ids=position, attention_mask=mask,
                                                 logits_to_keep=logits_to_keep)
