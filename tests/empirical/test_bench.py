@@ -143,7 +143,7 @@ def test_resumed_run_keeps_the_phrase_pools_warm(tiny_pair, tmp_path):
 
 def test_planted_cold_resume_is_caught(tiny_pair, tmp_path, monkeypatch):
     """Planted: a resume that forgets the saved pools (each phrase runner restarts cold)."""
-    monkeypatch.setattr(bench, "_restore_pools", lambda results: {})
+    monkeypatch.setattr(bench.run, "restore_pools", lambda results: {})  # the name `run_bench` calls
     with pytest.raises(AssertionError):
         test_resumed_run_keeps_the_phrase_pools_warm(tiny_pair, tmp_path)
 

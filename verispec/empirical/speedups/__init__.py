@@ -7,7 +7,7 @@ changing the target's law p (the output law of every lossless verifier).
 - `linear_layout`: the target's linear layers as ``(W @ X^T)^T`` for a verification forward's few
   rows on CPU, optionally zero-padded to a power of two (``lin=wx`` / ``lin=wxpad``).
 - `attention`: per-row (varlen) attention over a packed batch, EMS-SD's unpadded layout as
-  compute (arXiv 2405.07542), and a KV cache that counts the slots it writes.
+  compute (arXiv 2405.07542); `counting_cache`: a KV cache that counts the slots it writes.
 - `hardware`: the dtype a host runs fastest in (``--dtype auto``: bf16 only where it is native)
   and what the host can do.
 
