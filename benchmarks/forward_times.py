@@ -81,7 +81,8 @@ def main(argv=None) -> None:
            "prompt": prompts[args.prompt]["task_id"], "temperature": args.temperature, "runs": []}
     for repeat in range(args.repeats):
         for spec in specs:  # interleaved, so drift on the host hits every runner alike
-            run = {"runner": spec.label, "repeat": repeat, **time_runner(spec, pair, prompt, config, args.temperature, drafts)}
+            timed = time_runner(spec, pair, prompt, config, args.temperature, drafts)
+            run = {"runner": spec.label, "repeat": repeat, **timed}
             out["runs"].append(run)
             print(f"{spec.label:40s} wall {run['wall_s']:6.2f} s  target {len(run['target_forwards']):3d} fw "
                   f"{run['target_s']:6.2f} s  draft {run['draft_forwards']:3d} fw {run['draft_s']:6.2f} s "

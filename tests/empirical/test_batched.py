@@ -160,7 +160,8 @@ def sharp(prompts):
 
 @pytest.mark.parametrize("impl,owner,name,bug", [("ems", kv.PackedKV, "_varlen_rows", _leaky_rows),
                                                  ("ems", kv, "_packed_positions", _global_positions),
-                                                 ("vanilla", kv.PaddedKV, "visible", staticmethod(_mask_ignoring_padding))])
+                                                 ("vanilla", kv.PaddedKV, "visible",
+                                                  staticmethod(_mask_ignoring_padding))])
 def test_planted_bugs_are_caught(sharp, prompts, monkeypatch, impl, owner, name, bug):
     target, draft, greedy = sharp
     check_rows_match(target, draft, prompts, greedy, impl, "block", "model")  # passes without the bug

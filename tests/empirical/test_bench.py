@@ -180,12 +180,12 @@ def test_greedy_divergence_is_reported_with_margin():
                                          ("gbv:X=2", "bad parameter"), ("gbv:K=0", "bad parameter"), ("", "runner"),
                                          ("block:W=2", "no Jacobi window"), ("ouroboros:W=-1", "bad parameter"),
                                          ("lookahead:K=0", "bad parameter")])
-def test_parse_runner_rejects_bad_specs(text, match):
+def test_parse_method_rejects_bad_specs(text, match):
     with pytest.raises(ValueError, match=match):
         bench.parse_method(text, 3, 2)
 
 
-def test_parse_runner_parameters():
+def test_parse_method_parameters():
     assert bench.parse_method("gbv:K=3,L=5", 4, 2) == bench.BenchMethod("gbv:K=3,L=5", "gbv", 5, 3)
     assert bench.parse_method("block", 4, 3) == bench.BenchMethod("block", "block", 4, 1)
     assert bench.parse_method("opt_tree:n=25", 4, 3) == bench.BenchMethod("opt_tree:n=25", "opt_tree", 4, 1, 25)
@@ -299,3 +299,17 @@ def test_cli_runner_list_keeps_parameters_together():
 
     assert _method_list("gbv:K=3,L=5,block, ouroboros:K=1,W=0,opt_tree:n=25") == (
         "gbv:K=3,L=5", "block", "ouroboros:K=1,W=0", "opt_tree:n=25")
+
+
+def test_cli_bench_runs_the_tiny_pair_under_a_progress_bar(tiny_pair, tmp_path, monkeypatch, capsys):
+    """`verispec bench` end to end on the tiny pair (loaded models swapped in): records written,
+    the table printed, and the progress bar's last state shows records done of total and an ETA."""
+    from verispec import cli
+
+    monkeypatch.setattr(cli, "_load_models", lambda args, device: tiny_pair)
+    out = str(tmp_path / "cli.json")
+    assert cli.main(["bench", "--methods", "block", "--prompts", "1", "--max-new-tokens", "4", "--temperatures", "0",
+                     "--dtype", "float32", "--device", "cpu", "--output", out, "--no-plot"]) == 0
+    printed = capsys.readouterr().out
+    assert set(json.load(open(out))["records"]) == {"target_only|T=0|HumanEval/0", "block|T=0|HumanEval/0"}
+    assert "2/2" in printed and "eta" in printed and "verispec bench" in printed

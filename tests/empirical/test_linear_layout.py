@@ -198,7 +198,7 @@ def test_bench_lin_wx_runners_are_greedy_exact_and_labelled(tiny_pair, tmp_path,
     assert type(pair.target.model.get_output_embeddings()) is torch.nn.Linear  # and given back
 
 
-def test_parse_runner_lin():
+def test_parse_method_lin():
     assert bench.parse_method("hf:dq=8,lin=wx", 4, 1) == bench.BenchMethod("hf:dq=8,lin=wx", "hf", draft_quant=8,
                                                                            linear_layout="wx")
     assert bench.parse_method("target_only:lin=wx", 4, 1).linear_layout == "wx"

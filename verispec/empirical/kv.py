@@ -210,7 +210,7 @@ class PackedKV(KVState):
     """EMS-SD layout (module docstring): batch dimension 1, owner[slot] = row of every slot.
 
     attention="varlen" (default): every forward runs per-row attention
-    (`verispec.empirical.attention`; tree layers below cached siblings with a `forest`);
+    (`verispec.empirical.speedups.attention`; tree layers below cached siblings with a `forest`);
     "dense": a [1, 1, Q, S + Q] block-diagonal mask over the whole packed cache (a baseline).
     """
 
@@ -294,7 +294,7 @@ class PackedKV(KVState):
         return logits
 
     def _varlen_rows(self, ancestry, parents, rows, cols, S):
-        """The per-row attention spec (`verispec.empirical.attention.packed_rows`) of this forward.
+        """The per-row attention spec (`verispec.empirical.speedups.attention.packed_rows`) of this forward.
 
         When every new node descends from every earlier uncommitted slot of its row (a
         verification tree, a chain, a draft's pending tokens) each node sees all its row's cached

@@ -15,7 +15,7 @@ which transformers 4.x and 5.x both accept), `gather_cache` (keep given position
 accepted path of a tree), `select_cache_rows` / `repeat_cache_rows` (batch axis).
 Works on CPU and CUDA, in float32 and bfloat16; logits are returned in float32.
 `with_head_subset(S)` gives a view whose output layer runs over the token ids S only (FR-Spec,
-arXiv 2502.14856; for draft models: `verispec.empirical.draftvocab`).
+arXiv 2502.14856; for draft models: `verispec.empirical.speedups.draftvocab`).
 """
 
 from __future__ import annotations
@@ -353,7 +353,7 @@ class CausalLM:
         Returns:
             a `CausalLM` view; `forward`/`chain`/`tree`/`prefill` return logits float32 [B, q, V].
 
-        An int8 head (`verispec.empirical.quantize`) gives an int8 head over S, its rows at the
+        An int8 head (`verispec.empirical.speedups.quantize`) gives an int8 head over S, its rows at the
         same scale.
 
         Raises:

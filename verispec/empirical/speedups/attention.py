@@ -39,10 +39,10 @@ and compiles per (Q, K) shape, which changes every decode step (measured on this
 CPU, torch 2.13: 30.6 s for the first call at Q = 12, K + Q = 60; the output matched). Why not
 FlashAttention-2 varlen (`cu_seqlens`): GPU only, and it takes no per-row tree mask.
 
-KV-cache accounting: `CountingCache` (`verispec.empirical.speedups.counting_cache`) is a `DynamicCache` that counts the slots actually written
-(batch x new positions, once per forward: layer 0) and reports the slots it holds, so a storage's
-`padded_kv_slots` can be measured from its cache writes (`slots_written - real tokens fed`) rather
-than set by construction.
+KV-cache accounting: `CountingCache` (`verispec.empirical.speedups.counting_cache`) is a
+`DynamicCache` that counts the slots actually written (batch x new positions, once per forward:
+layer 0) and reports the slots it holds, so a storage's `padded_kv_slots` can be measured from its
+cache writes (`slots_written - real tokens fed`) rather than set by construction.
 """
 
 from __future__ import annotations
