@@ -3,7 +3,7 @@
 EMS-SD (Ni et al. 2024, arXiv 2405.07542) packs B rows into one sequence (batch dimension 1). How
 the attention of one decoding step is computed there decides whether packing pays:
 
-- ``packed_varlen``: `verispec.empirical.attention.varlen_attention`, each row's q new tokens attend
+- ``packed_varlen``: `verispec.empirical.speedups.attention.varlen_attention`, each row's q new tokens attend
   to that row's own s_b cached slots and new tokens only (per-row SDPA);
   scores per head = sum_b q (s_b + q);
 - ``dense_block_diagonal``: the same packed tensors through transformers' SDPA attention function
@@ -44,7 +44,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from verispec.atomic import write_json_atomic  # noqa: E402
-from verispec.empirical.attention import packed_rows, varlen_attention  # noqa: E402
+from verispec.empirical.speedups.attention import packed_rows, varlen_attention  # noqa: E402
 from verispec.empirical.model import additive_mask  # noqa: E402
 
 SCHEMA = "verispec.bench_attention/1"

@@ -7,10 +7,10 @@ the same run; with ``--model``, also one forward of the real target (KV cache of
 HumanEval prompt) for 1..21 new tokens, in bfloat16, float32 and with int8 weights (torch's
 dynamic int8 linears, float32 activations), the last for reference only: verispec never quantizes
 a target, because those layers make a row's logits depend on the other rows of its forward
-(`verispec.empirical.quantize.quantize_weights`). Prints a table and writes
+(`verispec.empirical.speedups.quantize.quantize_weights`). Prints a table and writes
 benchmarks/results/bench_rows.json (or --output), with the CPU's capability and what
 `--dtype auto` picks on it. Every GEMM and float forward is timed in both linear layouts of
-`verispec.empirical.linear_layout` (``xw``: torch's ``X @ W^T``; ``wx``: ``(W @ X^T)^T`` for 2..32
+`verispec.empirical.speedups.linear_layout` (``xw``: torch's ``X @ W^T``; ``wx``: ``(W @ X^T)^T`` for 2..32
 rows, the bench's ``lin=wx``), the float32 ones also as ``wxpad`` (``wx`` on the rows zero-padded
 to the next power of two, ``lin=wxpad``). The row counts include non-powers of two (3, 5, 12, 15,
 17, ...): the GEMM kernel's cost is not monotone in the rows on every CPU, and a verification
@@ -48,7 +48,7 @@ def _time(fn, repeats):
 def gemm_rows(dtype, repeats=20, layout="xw"):
     """{M: seconds} for x [M, 1536] @ W.T, W [8960, 1536] (``wx``: as (W @ x.T).T; ``wxpad``: on x's
     rows zero-padded to the next power of two)."""
-    from verispec.empirical.linear_layout import weight_major_linear
+    from verispec.empirical.speedups.linear_layout import weight_major_linear
 
     g = torch.Generator().manual_seed(0)
     weight = torch.randn(8960, 1536, generator=g).to(dtype)
@@ -60,12 +60,12 @@ def gemm_rows(dtype, repeats=20, layout="xw"):
 def model_rows(dtype=torch.bfloat16, repeats=3, int8=False, layout="xw"):
     """{q: seconds} of one target forward in `dtype` of q new tokens after a HumanEval prompt, its
     linear layers in `layout`; `int8`: of the target's int8-weight copy
-    (`verispec.empirical.quantize.quantize_weights`, float32 activations; timed for reference, not
+    (`verispec.empirical.speedups.quantize.quantize_weights`, float32 activations; timed for reference, not
     a dtype the bench offers)."""
-    from verispec.empirical.linear_layout import linear_layout
-    from verispec.empirical.prompts import humaneval_prompts
-    from verispec.empirical.quantize import quantize_weights
-    from verispec.empirical.weights import load_model
+    from verispec.empirical.speedups.linear_layout import linear_layout
+    from verispec.bench.prompts import humaneval_prompts
+    from verispec.empirical.speedups.quantize import quantize_weights
+    from verispec.bench.weights import load_model
 
     model, tokenizer = load_model(dtype=dtype, progress=False)
     if int8:
@@ -91,7 +91,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from verispec.empirical.hardware import choose_dtype, host_info
+    from verispec.empirical.speedups.hardware import choose_dtype, host_info
 
     auto, reason = choose_dtype("cpu")
     results = {"machine": platform.machine(), **host_info("cpu"), "auto_dtype": auto, "auto_dtype_reason": reason,

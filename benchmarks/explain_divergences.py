@@ -36,7 +36,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from verispec.atomic import write_json_atomic  # noqa: E402
-from verispec.empirical import bench  # noqa: E402
+from verispec import bench  # noqa: E402
 
 
 class TargetTap:
@@ -99,11 +99,12 @@ def _block_ancestry(mask, m: int) -> torch.Tensor:
 def replay(label: str, pair, prompt_ids, config, index: int, recorded: list[int]):
     """Re-run runner `label` at T = 0 as the bench did, capturing the forward that decided token
     `index` of `recorded` -> dict (tokens_match, found, rows, row, forwards_matching, logits)."""
-    spec = bench.parse_runner(label, config.draft_length, config.num_paths)
+    spec = bench.parse_method(label, config.draft_length, config.num_paths)
     n = prompt_ids.shape[1]
     sequence = prompt_ids[0].tolist() + list(recorded)
     with TargetTap(pair.target, n + index - 1, sequence) as tap:
-        result = bench._decode(spec, bench._runner_pair(spec, pair), prompt_ids, config, 0.0, config.seed, {})  # dq=8: int8 draft
+        method_pair = bench.QuantizedDrafts().pair_for(spec, pair)  # dq=8: int8 draft
+        result = bench.run_method(spec, method_pair, prompt_ids, config, 0.0, config.seed, {})
     tokens = result.tokens[0].tolist()
     out = {"tokens_match": tokens[:index + 1] == list(recorded[:index + 1]), "forwards_matching": len(tap.found)}
     if tap.found:
@@ -134,7 +135,7 @@ def fresh_one_row(pair, prompt_ids, prefix: list[int], a: int, b: int) -> dict:
 
 def explain_one(divergence: dict, runner: str, pair, prompt_ids, records: dict, config,
                 near_tie: float = bench.NEAR_TIE) -> dict:
-    """Reproduce one first divergence (`bench._greedy_match`'s entry) of `runner`; see the
+    """Reproduce one first divergence (`bench.greedy_match`'s entry) of `runner`; see the
     module docstring for the verdicts."""
     task, i = divergence["task_id"], divergence["index"]
     a, b = divergence["target_only_token"], divergence["token"]
@@ -177,8 +178,8 @@ def main(argv=None):
     parser.add_argument("results", nargs="?", default=os.path.join("benchmarks", "results", "bench_real_cpu.json"))
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
-    from verispec.empirical.prompts import humaneval_prompts
-    from verispec.empirical.weights import load_pair
+    from verispec.bench.prompts import humaneval_prompts
+    from verispec.bench.weights import load_pair
 
     with open(args.results) as handle:
         results = json.load(handle)

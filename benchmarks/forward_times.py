@@ -3,7 +3,7 @@
 `verispec bench` reports forward counts and tokens/s per runner. When two runners make about the
 same number of forwards but differ in speed, this tells whether one of them pays more per
 forward (slower kernels, masks, cache copies) or simply made more forwards or wider ones: it runs
-each runner on one HumanEval prompt, exactly as the bench does (`verispec.empirical.bench`'s
+each runner on one HumanEval prompt, exactly as the bench does (`verispec.bench`'s
 `_decode`, the same models, int8 draft for ``dq=8``), with forward hooks on the target and draft
 modules that time every forward and record its rows (tokens fed). Per runner and repeat:
 
@@ -28,19 +28,20 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from verispec.atomic import write_json_atomic  # noqa: E402
-from verispec.empirical import bench  # noqa: E402
-from verispec.empirical.peer import _Counter  # noqa: E402
+from verispec import bench  # noqa: E402
+from verispec.bench.peer import _Counter  # noqa: E402
 
 DEFAULT_RUNNERS = ("hf:dq=8", "adaptive:L=20,dq=8,sched=constant")
 
 
-def time_runner(spec, pair, prompt, config, temperature: float) -> dict:
-    """One decode of `prompt` [1, n] by `spec` with both models' forwards timed."""
-    runner_pair = bench._runner_pair(spec, pair)
+def time_runner(spec, pair, prompt, config, temperature: float, drafts=None) -> dict:
+    """One decode of `prompt` [1, n] by `spec` with both models' forwards timed (`drafts`: the
+    run's `bench.QuantizedDrafts`, a fresh one when None)."""
+    runner_pair = (drafts or bench.QuantizedDrafts()).pair_for(spec, pair)
     counters = [_Counter(runner_pair.target.model), _Counter(runner_pair.draft.model)]  # the peer's own hooks
     try:
         start = time.perf_counter()
-        result = bench._decode(spec, runner_pair, prompt, config, temperature, config.seed, {})
+        result = bench.run_method(spec, runner_pair, prompt, config, temperature, config.seed, {})
         wall = time.perf_counter() - start
     finally:
         for counter in counters:
@@ -73,13 +74,15 @@ def main(argv=None) -> None:
     config, reason = config.resolve()
     pair, prompts = bench.prepare(config)
     prompt = pair.tokenizer(prompts[args.prompt]["prompt"], return_tensors="pt").input_ids  # [1, n]
-    specs = [bench.parse_runner(text, config.draft_length, config.num_paths) for text in args.runner or DEFAULT_RUNNERS]
-    bench._warm_up(pair, specs, config)
-    out = {"environment": bench._environment(config, args.threads, reason), "load_before": os.getloadavg(),
+    specs = [bench.parse_method(text, config.draft_length, config.num_paths) for text in args.runner or DEFAULT_RUNNERS]
+    drafts = bench.QuantizedDrafts()
+    bench.warm_up(pair, specs, config, drafts)
+    out = {"environment": bench.environment(config, args.threads, reason), "load_before": os.getloadavg(),
            "prompt": prompts[args.prompt]["task_id"], "temperature": args.temperature, "runs": []}
     for repeat in range(args.repeats):
         for spec in specs:  # interleaved, so drift on the host hits every runner alike
-            run = {"runner": spec.label, "repeat": repeat, **time_runner(spec, pair, prompt, config, args.temperature)}
+            timed = time_runner(spec, pair, prompt, config, args.temperature, drafts)
+            run = {"runner": spec.label, "repeat": repeat, **timed}
             out["runs"].append(run)
             print(f"{spec.label:40s} wall {run['wall_s']:6.2f} s  target {len(run['target_forwards']):3d} fw "
                   f"{run['target_s']:6.2f} s  draft {run['draft_forwards']:3d} fw {run['draft_s']:6.2f} s "

@@ -285,7 +285,7 @@ def _git_commit(code_dir: str) -> str | None:
 
 def _load(args):
     """(target, draft, prompts [1, n] list, dtype reason)."""
-    from verispec.empirical.hardware import resolve_dtype
+    from verispec.empirical.speedups.hardware import resolve_dtype
 
     dtype, reason = resolve_dtype(args.dtype, args.device)
     if args.tiny:
@@ -293,8 +293,8 @@ def _load(args):
         base = (torch.arange(1, 48) * 7919) % target.vocab_size
         prompt = torch.cat([base, base[:16]]).unsqueeze(0)  # a repeat: prompt lookup finds matches
         return target, draft, [prompt] * args.prompts, "tiny models"
-    from verispec.empirical.prompts import humaneval_prompts
-    from verispec.empirical.weights import load_pair
+    from verispec.bench.prompts import humaneval_prompts
+    from verispec.bench.weights import load_pair
 
     pair = load_pair(dtype=getattr(torch, dtype), device=args.device, progress=False)
     prompts = [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids.to(args.device)
@@ -427,7 +427,7 @@ def main(argv=None) -> dict:
 
 
 def _record(args, results, target, reason, load_before, code, complete: bool) -> dict:
-    from verispec.empirical.hardware import host_info
+    from verispec.empirical.speedups.hardware import host_info
 
     return {"methods": results, "complete": complete, "tokens": args.tokens, "prompts": args.prompts,
             "repeats": args.repeats, "temperature": args.temperature,

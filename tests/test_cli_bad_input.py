@@ -141,7 +141,7 @@ class _Tokenizer:
 
 
 def test_bench_load_failure_is_one_line_naming_the_argument(torch_extra, monkeypatch, capsys):
-    from verispec.empirical import weights
+    from verispec.bench import weights
 
     def load_model(name, **kwargs):
         if name == "someorg/missing-draft":
@@ -157,7 +157,7 @@ def test_bench_load_failure_is_one_line_naming_the_argument(torch_extra, monkeyp
 
 
 def test_bench_tokenizer_mismatch_is_one_line(torch_extra, monkeypatch, capsys):
-    from verispec.empirical import weights
+    from verispec.bench import weights
 
     vocabs = {"someorg/target": {"a": 0}, "someorg/draft": {"b": 0}}
     monkeypatch.setattr(weights, "load_model", lambda name, **kwargs: (object(), _Tokenizer(vocabs[name])))

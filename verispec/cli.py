@@ -212,8 +212,8 @@ def _comma_list(text: str) -> tuple:
     return items
 
 
-def _runner_list(text: str) -> tuple:
-    """Comma-separated runners; an item KEY=value after a runner with parameters continues them:
+def _method_list(text: str) -> tuple:
+    """Comma-separated methods; an item KEY=value after a method with parameters continues them:
     "gbv:K=3,L=5,block" -> ("gbv:K=3,L=5", "block"); "block,L=5" stays two items (an error)."""
     items: list = []
     for item in _comma_list(text):
@@ -258,12 +258,12 @@ def _add_bench(sub) -> None:
                         "per B; methods token, block, prompt_lookup (default block)")
     p.add_argument("--batches", type=_positive_int, default=None,
                    help="batched mode: at most N batches per B (default every batch of the prompts)")
-    p.add_argument("--methods", type=_runner_list, default=None,
-                   help="runners, e.g. hf,token,block:L=5,gbv:K=3,L=4,opt_tree:n=50,ouroboros:K=1,W=0, or your "
+    p.add_argument("--methods", type=_method_list, default=None,
+                   help="methods, e.g. hf,token,block:L=5,gbv:K=3,L=4,opt_tree:n=50,ouroboros:K=1,W=0, or your "
                         "own reference Method as pkg.module:attr (target_only always runs; default "
                         "hf,token,block,gbv:K=3); dv=k on draft-model chains/paths (hybrid:dv=32768): the "
                         "draft's LM head over the k lowest token ids + the prompt's + added tokens (FR-Spec); "
-                        "dq=8 on every runner with a draft model, hf included (hf:dq=8, block:dv=32768,dq=8): "
+                        "dq=8 on every method with a draft model, hf included (hf:dq=8, block:dv=32768,dq=8): "
                         "int8 draft weights (the target untouched)")
     p.add_argument("--temperatures", type=_temperatures, default=None, help="default 0,1 (batched: 0)")
     p.add_argument("--draft-length", type=_positive_int, default=4, help="L (default 4)")
@@ -300,7 +300,7 @@ def _model_source_problem(value: str, argument: str) -> str | None:
     import difflib
     import os
 
-    from .empirical.weights import BUILTIN_MODELS
+    from .bench.weights import BUILTIN_MODELS
 
     if value in BUILTIN_MODELS:
         return None
@@ -345,9 +345,8 @@ def _load_models(args, device):
     --draft (not a transformers traceback); None after printing it."""
     import torch
 
-    from .empirical import weights
-
-    from .empirical.hardware import resolve_dtype
+    from .bench import weights
+    from .empirical.speedups.hardware import resolve_dtype
 
     dtype = getattr(torch, resolve_dtype(args.dtype, device)[0])
     loaded = {}
@@ -376,7 +375,7 @@ def _bench_problem(args) -> str | None:
 
 def _run_bench(args) -> int:
     try:
-        from .empirical import bench
+        from . import bench
     except ImportError as err:
         print(f"verispec bench needs the torch extra: {err}", file=sys.stderr)
         return 2
@@ -401,7 +400,7 @@ def _run_bench(args) -> int:
                                temperatures=args.temperatures or (0.0, 1.0), draft_length=args.draft_length,
                                num_paths=args.num_paths, **common)
     try:
-        runners = [bench.parse_runner(m, config.draft_length, config.num_paths) for m in config.methods]
+        specs = [bench.parse_method(m, config.draft_length, config.num_paths) for m in config.methods]
     except ValueError as err:
         print(f"verispec bench: {err}", file=sys.stderr)
         return 2
@@ -409,7 +408,7 @@ def _run_bench(args) -> int:
     pair = _load_models(args, device)
     if pair is None:
         return 2
-    total = config.prompts * len(config.temperatures) * (1 + sum(r.name != "target_only" for r in runners))
+    total = config.prompts * len(config.temperatures) * (1 + sum(s.name != "target_only" for s in specs))
     results = _with_progress(console, total, lambda step: bench.run_bench(
         config, output, fresh=args.fresh, progress=step, plot=not args.no_plot, pair=pair))
     if results is None:
@@ -419,7 +418,7 @@ def _run_bench(args) -> int:
         f"verispec bench: {config.target} / {config.draft}, HumanEval, {config.max_new_tokens} tokens, "
         f"{env['dtype']} on {env['device_name']} ({env['torch_threads']} threads), "
         f"L={config.draft_length} K={config.num_paths}")))
-    console.print("tok/s: tokens emitted in the decode phase per second; each runner is timed as one span, split "
+    console.print("tok/s: tokens emitted in the decode phase per second; each method is timed as one span, split "
                   "at the end of the forwards that read the prompt (the target's reads it with the first draft); "
                   "e2e: the whole "
                   f"span. dtype {env['dtype']} ({env['dtype_reason']}), CPU capability {env['cpu_capability']}")
@@ -428,11 +427,15 @@ def _run_bench(args) -> int:
 
 
 def _with_progress(console, total, run):
-    """Run `run(step)` under a progress bar; `step(description)` starts the next unit. Returns its
-    results, or None after printing the ValueError it raised (bad configuration or output file)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    """Run `run(step)` under a progress bar: records done of `total`, the current record (prompt,
+    method, temperature: `step(description)` starts it), elapsed time and an estimate of the time
+    left. Returns its results, or None after printing the ValueError it raised (bad configuration
+    or output file)."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("eta"), TimeRemainingColumn())
     with Progress(*columns, console=console) as progress:
         task = progress.add_task("loading models", total=total)
         state = {"started": False}
@@ -453,7 +456,7 @@ def _with_progress(console, total, run):
 
 
 def _run_batched_bench(args, common, console) -> int:
-    from .empirical import bench_batched
+    from .bench import batched as bench_batched
 
     config = bench_batched.BatchedBenchConfig(
         prompts=args.prompts or max(args.batch_size), max_new_tokens=args.max_new_tokens or 64,
@@ -478,7 +481,7 @@ def _run_batched_bench(args, common, console) -> int:
     console.print(bench_batched.format_batched_table(results["summary"], title=(
         f"verispec bench --batch-size: {config.prompts} HumanEval prompts, {config.max_new_tokens} tokens, "
         f"{env['dtype']} on {env['device_name']} ({env['torch_threads']} threads), L={config.draft_length}")))
-    console.print("speedup: batched target-only's wall time / the runner's, same prompts and B: e2e includes the "
+    console.print("speedup: batched target-only's wall time / the method's, same prompts and B: e2e includes the "
                   "prompt prefills, decode excludes them; "
                   "vanilla pads inputs and KV cache, ems (EMS-SD) packs them unpadded")
     if results.get("plot"):

@@ -230,7 +230,7 @@ def test_bad_parameters_are_refused():
 
 
 def test_bench_runners_are_greedy_exact(tmp_path):
-    from verispec.empirical import bench
+    from verispec import bench
 
     from .test_bench import PROMPTS as BENCH_PROMPTS, CharTokenizer
     import types
@@ -250,31 +250,31 @@ def test_bench_runners_are_greedy_exact(tmp_path):
                                 ("adaptive:L=2,M=8,sched=constant", "caps", 2),
                                 ("adaptive:L=3,M=3,c=100", "chain_lengths", 1),
                                 ("adaptive:L=3,M=3,c=0", "chain_lengths", 3)):
-        logs = bench._decode(bench.parse_runner(label, 3, 1), pair_, prompt, cfg, 0.0, 0, {}).stats.logs[log]
+        logs = bench.run_method(bench.parse_method(label, 3, 1), pair_, prompt, cfg, 0.0, 0, {}).stats.logs[log]
         assert max(int(value.max()) for value in logs) == longest, label
 
 
 def test_bench_adaptive_ceiling_is_checked():
-    from verispec.empirical import bench
+    from verispec import bench
 
-    assert bench.parse_runner("hybrid:L=8,M=20,dq=8", 4, 1).max_draft_length == 20
-    assert bench.parse_runner("adaptive", 4, 1).max_draft_length == 0  # the method's default, 4 L
+    assert bench.parse_method("hybrid:L=8,M=20,dq=8", 4, 1).max_draft_length == 20
+    assert bench.parse_method("adaptive", 4, 1).max_draft_length == 0  # the method's default, 4 L
     import inspect
 
     from verispec.empirical import adaptive
 
     for factory in (adaptive.adaptive_method, adaptive.hybrid_method):  # the bench's default c stays the methods'
         default = inspect.signature(factory).parameters["threshold"].default
-        assert bench.parse_runner("adaptive", 4, 1).confidence_percent == round(100 * default)
-    assert bench.parse_runner("adaptive:L=20,M=20,c=15", 4, 1).confidence_percent == 15
-    assert bench.parse_runner("adaptive:L=20,sched=constant", 4, 1).schedule == "constant"
-    assert bench.parse_runner("hybrid", 4, 1).schedule == "heuristic"
-    assert bench.parse_runner("adaptive:L=20,v=block", 4, 1).verifier == "block"
-    assert bench.parse_runner("hybrid:L=20", 4, 1).verifier == "token"
+        assert bench.parse_method("adaptive", 4, 1).confidence_percent == round(100 * default)
+    assert bench.parse_method("adaptive:L=20,M=20,c=15", 4, 1).confidence_percent == 15
+    assert bench.parse_method("adaptive:L=20,sched=constant", 4, 1).schedule == "constant"
+    assert bench.parse_method("hybrid", 4, 1).schedule == "heuristic"
+    assert bench.parse_method("adaptive:L=20,v=block", 4, 1).verifier == "block"
+    assert bench.parse_method("hybrid:L=20", 4, 1).verifier == "token"
     for bad in ("block:M=8", "adaptive:L=8,M=4", "hf:M=8", "adaptive:M=0", "block:c=10", "adaptive:c=101",
                 "block:sched=constant", "adaptive:sched=fast", "block:v=block", "adaptive:v=gbv"):
         with pytest.raises(ValueError, match="M|c \\(|sched|v \\(|bad parameter"):
-            bench.parse_runner(bad, 4, 1)
+            bench.parse_method(bad, 4, 1)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,9 +19,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import attention  # noqa: E402
-from verispec.empirical.attention import (PackedRows, new_counting_cache, packed_forward,  # noqa: E402
-                                          packed_rows, use_packed_attention)
+from verispec.empirical.speedups import attention  # noqa: E402
+from verispec.empirical.speedups.counting_cache import CountingCache  # noqa: E402
+from verispec.empirical.speedups.attention import (PackedRows, new_counting_cache, packed_forward,  # noqa: E402
+                                                   packed_rows, use_packed_attention)
 from verispec.empirical.model import CausalLM, gather_cache  # noqa: E402
 
 ATOL = 1e-5
@@ -207,7 +208,7 @@ def test_counting_cache_counts_real_writes():
                    torch.tensor([[0, 1, 2, 0, 1, 2, 3, 4]]), packed_rows(torch.zeros(0, dtype=torch.long), rows))
     assert packed.slots_written - real == 0 and packed.slots_held() == 8
     clone = copy.deepcopy(packed)
-    assert clone.slots_written == 8 and isinstance(clone, attention.CountingCache)
+    assert clone.slots_written == 8 and isinstance(clone, CountingCache)
 
 
 def test_bad_input():

@@ -36,7 +36,7 @@ from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E4
 from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
 from .test_decode_tiny import tiny  # noqa: E402
 
-_VISIBLE = kv._visible  # the correct visibility, wrapped by a planted bug below
+_VISIBLE = kv.PaddedKV.visible  # the correct visibility, wrapped by a planted bug below
 
 N_TOKENS, L = 16, 3
 BATCHES = (1, 2, 4, 8, 16)
@@ -127,7 +127,7 @@ def test_one_token_prompts_and_full_acceptance(pair):
 
 def _leaky_rows(self, ancestry, parents, rows, cols, S):
     """Bug: the per-row attention sees every cached slot and every earlier packed token (rows mix)."""
-    from verispec.empirical.attention import packed_rows
+    from verispec.empirical.speedups.attention import packed_rows
 
     return packed_rows(torch.zeros_like(self.owner), torch.zeros_like(rows))
 
@@ -160,7 +160,8 @@ def sharp(prompts):
 
 @pytest.mark.parametrize("impl,owner,name,bug", [("ems", kv.PackedKV, "_varlen_rows", _leaky_rows),
                                                  ("ems", kv, "_packed_positions", _global_positions),
-                                                 ("vanilla", kv, "_visible", _mask_ignoring_padding)])
+                                                 ("vanilla", kv.PaddedKV, "visible",
+                                                  staticmethod(_mask_ignoring_padding))])
 def test_planted_bugs_are_caught(sharp, prompts, monkeypatch, impl, owner, name, bug):
     target, draft, greedy = sharp
     check_rows_match(target, draft, prompts, greedy, impl, "block", "model")  # passes without the bug

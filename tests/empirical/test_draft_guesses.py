@@ -13,7 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import adaptive, bench, decode, engine, methods  # noqa: E402
+from verispec import bench  # noqa: E402
+from verispec.empirical import adaptive, decode, engine, methods  # noqa: E402
 
 from .test_adaptive import PROMPTS, _check_tau_law, exact_models, pair  # noqa: E402,F401 (fixtures)
 from .test_decode_tiny import tiny  # noqa: E402
@@ -162,9 +163,9 @@ def test_bad_guess_lengths_are_refused():
 
 
 def test_bench_takes_g_on_adaptive_runners_only():
-    assert bench.parse_runner("adaptive:L=20,M=20,g=4,dq=8", 4, 1).guess_length == 4
-    assert bench.parse_runner("hybrid:g=2", 4, 1).guess_length == 2
-    assert bench.parse_runner("adaptive", 4, 1).guess_length == 0
+    assert bench.parse_method("adaptive:L=20,M=20,g=4,dq=8", 4, 1).guess_length == 4
+    assert bench.parse_method("hybrid:g=2", 4, 1).guess_length == 2
+    assert bench.parse_method("adaptive", 4, 1).guess_length == 0
     for bad in ("block:g=4", "hf:g=4", "adaptive:g=0"):
         with pytest.raises(ValueError, match="g \\(|bad parameter"):
-            bench.parse_runner(bad, 4, 1)
+            bench.parse_method(bad, 4, 1)

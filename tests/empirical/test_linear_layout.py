@@ -1,4 +1,4 @@
-"""`verispec.empirical.linear_layout`: the ``wx`` and ``wxpad`` layouts compute torch's linear
+"""`verispec.empirical.speedups.linear_layout`: the ``wx`` and ``wxpad`` layouts compute torch's linear
 product (``wxpad`` on rows padded to the next power of two), are taken for 2..max_rows rows only,
 are scoped to their block and module, and leave decoding lossless (the bench's ``lin=wx`` /
 ``lin=wxpad`` runners, the peer among them, reproduce target-only greedy on tiny models).
@@ -13,8 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import bench, decode, engine, linear_layout as layout_module, methods  # noqa: E402
-from verispec.empirical.linear_layout import linear_layout, padded_rows, weight_major_linear  # noqa: E402
+from verispec import bench  # noqa: E402
+from verispec.empirical.speedups import linear_layout as layout_module  # noqa: E402
+from verispec.empirical import decode, engine, methods  # noqa: E402
+from verispec.empirical.speedups.linear_layout import linear_layout, padded_rows, weight_major_linear  # noqa: E402
 
 from .test_bench import PROMPTS, tiny_pair  # noqa: E402,F401 (tiny_pair: the bench tests' fixture)
 from .test_decode_tiny import tiny  # noqa: E402
@@ -196,12 +198,12 @@ def test_bench_lin_wx_runners_are_greedy_exact_and_labelled(tiny_pair, tmp_path,
     assert type(pair.target.model.get_output_embeddings()) is torch.nn.Linear  # and given back
 
 
-def test_parse_runner_lin():
-    assert bench.parse_runner("hf:dq=8,lin=wx", 4, 1) == bench.RunnerSpec("hf:dq=8,lin=wx", "hf", draft_quant=8,
+def test_parse_method_lin():
+    assert bench.parse_method("hf:dq=8,lin=wx", 4, 1) == bench.BenchMethod("hf:dq=8,lin=wx", "hf", draft_quant=8,
                                                                            linear_layout="wx")
-    assert bench.parse_runner("target_only:lin=wx", 4, 1).linear_layout == "wx"
-    assert bench.parse_runner("adaptive:L=20,lin=wx", 4, 1).label == "adaptive:L=20,lin=wx"
-    assert bench.parse_runner("block", 4, 1).linear_layout == "xw"
-    assert bench.parse_runner("hf:lin=wxpad", 4, 1).linear_layout == "wxpad"
+    assert bench.parse_method("target_only:lin=wx", 4, 1).linear_layout == "wx"
+    assert bench.parse_method("adaptive:L=20,lin=wx", 4, 1).label == "adaptive:L=20,lin=wx"
+    assert bench.parse_method("block", 4, 1).linear_layout == "xw"
+    assert bench.parse_method("hf:lin=wxpad", 4, 1).linear_layout == "wxpad"
     with pytest.raises(ValueError, match="lin= one of xw, wx"):
-        bench.parse_runner("hf:lin=fast", 4, 1)
+        bench.parse_method("hf:lin=fast", 4, 1)

@@ -352,12 +352,12 @@ def _causal_visible(valid, ancestry):
     return allowed
 
 
-_VISIBLE = kv_module._visible
+_VISIBLE = kv_module.PaddedKV.visible
 
 
 @pytest.mark.parametrize("kind", ["ouroboros", "ouroboros_phrase", "lookahead"])
 @pytest.mark.parametrize("owner,name,bug", [(kv_module.KVState, "_check_keep", _keep_in_index_order),
-                                            (kv_module, "_visible", _causal_visible)],
+                                            (kv_module.PaddedKV, "visible", staticmethod(_causal_visible))],
                          ids=["commit_index_order", "chain_mask"])
 def test_planted_loop_bugs_are_caught(law_pair, monkeypatch, kind, owner, name, bug):
     target, _ = law_pair

@@ -187,18 +187,18 @@ def test_bench_runner(tmp_path):
     import inspect
     import types
 
-    from verispec.empirical import bench
+    from verispec import bench
 
     from .test_bench import PROMPTS as BENCH_PROMPTS, CharTokenizer, config
 
     defaults = inspect.signature(ouroboros_phrase_speculative).parameters
-    spec = bench.parse_runner("ouroboros_phrase", 4, 2)
+    spec = bench.parse_method("ouroboros_phrase", 4, 2)
     assert (spec.num_paths, spec.window, spec.guess_set) == (defaults["num_candidates"].default,
                                                              defaults["window"].default, defaults["guess_set"].default)
-    assert bench.parse_runner("ouroboros_phrase:G=20,W=0,L=5", 4, 2) == bench.RunnerSpec(
+    assert bench.parse_method("ouroboros_phrase:G=20,W=0,L=5", 4, 2) == bench.BenchMethod(
         "ouroboros_phrase:G=20,W=0,L=5", "ouroboros_phrase", 5, 3, 0, 0, 20)
     with pytest.raises(ValueError, match="guess set"):
-        bench.parse_runner("ouroboros:G=4", 4, 2)
+        bench.parse_method("ouroboros:G=4", 4, 2)
     pair = types.SimpleNamespace(target=tiny(64, 0, head_scale=4.0), draft=tiny(64, 0, noise=0.1, head_scale=4.0),
                                  tokenizer=CharTokenizer(64))  # as test_bench's tiny_pair
     methods = ("ouroboros_phrase", "ouroboros_phrase:G=2,W=0")

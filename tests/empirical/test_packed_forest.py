@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import attention as attention_module  # noqa: E402
+from verispec.empirical.speedups import attention as attention_module  # noqa: E402
 from verispec.empirical import kv as kv_module  # noqa: E402
 
 from .test_decode_tiny import tiny  # noqa: E402

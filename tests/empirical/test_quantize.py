@@ -1,4 +1,4 @@
-"""Int8 draft weights (`verispec.empirical.quantize`, ``dq=8`` in the bench) on tiny random Qwen2 models:
+"""Int8 draft weights (`verispec.empirical.speedups.quantize`, ``dq=8`` in the bench) on tiny random Qwen2 models:
 
 - the int8 copy's logits are close to the float draft's (tolerance below), the original draft is
   untouched, a tied embedding stays a float embedding, torch.ao's deprecation notices do not leak;
@@ -20,10 +20,12 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import adapter, bench, decode, engine, methods, quantize  # noqa: E402
+from verispec import bench  # noqa: E402
+from verispec.empirical.speedups import quantize  # noqa: E402
+from verispec.empirical import adapter, decode, engine, methods  # noqa: E402
 from verispec.empirical.model import CausalLM  # noqa: E402
-from verispec.empirical.peer import hf_assisted  # noqa: E402
-from verispec.empirical.quantize import is_quantized_linear, quantize_draft  # noqa: E402
+from verispec.bench.peer import hf_assisted  # noqa: E402
+from verispec.empirical.speedups.quantize import is_quantized_linear, quantize_draft  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms  # noqa: E402
 from verispec.reference import methods as reference_methods  # noqa: E402
 from verispec.reference.draftvocab import draft_vocab  # noqa: E402
@@ -168,15 +170,15 @@ def test_peer_takes_the_int8_draft_as_its_assistant(pair):
 
 
 def test_bench_parses_dq():
-    assert bench.parse_runner("hf:dq=8", 3, 2) == bench.RunnerSpec("hf:dq=8", "hf", draft_quant=8)
-    assert bench.parse_runner("hf", 3, 2).draft_quant == 0
-    spec = bench.parse_runner("block:dq=8,dv=32768", 3, 2)
+    assert bench.parse_method("hf:dq=8", 3, 2) == bench.BenchMethod("hf:dq=8", "hf", draft_quant=8)
+    assert bench.parse_method("hf", 3, 2).draft_quant == 0
+    spec = bench.parse_method("block:dq=8,dv=32768", 3, 2)
     assert (spec.label, spec.draft_quant, spec.draft_vocab, spec.draft_length) == ("block:dq=8,dv=32768", 8, 32768, 3)
-    assert bench.parse_runner("opt_tree:n=10,dq=8", 3, 2).draft_quant == 8
+    assert bench.parse_method("opt_tree:n=10,dq=8", 3, 2).draft_quant == 8
     for bad in ("target_only:dq=8", "block:dq=4", "prompt_lookup:dq=8", "hf_prompt_lookup:dq=8", "lookahead:dq=8",
                 "block:dq=0", "block:dq=x"):
         with pytest.raises(ValueError, match="methods"):
-            bench.parse_runner(bad, 3, 2)
+            bench.parse_method(bad, 3, 2)
 
 
 def test_bench_builds_the_int8_draft_once_and_resumes_an_older_file(pair, tmp_path, monkeypatch):
@@ -188,7 +190,6 @@ def test_bench_builds_the_int8_draft_once_and_resumes_an_older_file(pair, tmp_pa
         return quantize_draft(model, bits)
 
     monkeypatch.setattr(quantize, "quantize_draft", counted)
-    monkeypatch.setattr(bench, "_QUANTIZED_DRAFTS", type(bench._QUANTIZED_DRAFTS)())
     tiny_pair = type("Pair", (), {"target": target, "draft": draft, "tokenizer": CharTokenizer(16)})()
     prompts = [{"task_id": "t/0", "prompt": "abcab"}, {"task_id": "t/1", "prompt": "cabbage"}]
     output = str(tmp_path / "dq.json")
@@ -199,7 +200,7 @@ def test_bench_builds_the_int8_draft_once_and_resumes_an_older_file(pair, tmp_pa
     config = bench.BenchConfig(**{**config.__dict__, "methods": ("block", "hf:dq=8", "block:dq=8,dv=6")})
     results = bench.run_bench(config, output, pair=tiny_pair, prompts=prompts, plot=False)  # resumes it
     assert results["records"]["block|T=0|t/0"] == kept
-    assert built == [draft]  # once per process, in the warm-up (before any timed span)
+    assert built == [draft]  # once per run, in the warm-up (before any timed span)
     assert "int8" in results["environment"]["draft_quant"]["dq=8"]
     for task in ("t/0", "t/1"):
         base = results["records"][f"target_only|T=0|{task}"]["tokens"]

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import bench  # noqa: E402
+from verispec import bench  # noqa: E402
 
 
 def test_simplified_runners_say_so_and_others_keep_their_label():

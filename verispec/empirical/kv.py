@@ -39,14 +39,6 @@ from .model import CausalLM, cache_length, crop_cache, gather_cache, select_cach
 __all__ = ["KVState", "PaddedKV", "SequenceKV", "PackedKV", "STORAGES", "new_kv"]
 
 
-def _visible(valid: torch.Tensor, ancestry: torch.Tensor) -> torch.Tensor:
-    """What each new node of a padded append may attend to: valid [B, S0] committed slots,
-    ancestry [B, n, m] (the new nodes' rows of the forest's ancestry, the forest's m slots follow
-    the committed ones) -> bool [B, n, S0 + m]. Module-level so tests can plant broken masks."""
-    B, n = ancestry.shape[:2]
-    return torch.cat([valid.unsqueeze(1).expand(B, n, valid.shape[1]), ancestry], dim=2)
-
-
 def _packed_positions(pos: torch.Tensor, rows: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
     """Position id of each packed node: its row's committed length + its depth in the forest."""
     return pos[rows] + depth
@@ -136,6 +128,14 @@ class PaddedKV(KVState):
         self.cache = model.new_cache()
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=model.device)  # [B, S0] committed
 
+    @staticmethod
+    def visible(valid: torch.Tensor, ancestry: torch.Tensor) -> torch.Tensor:
+        """What each new node of an append may attend to: valid bool [B, S0] (the committed slots
+        each row sees), ancestry bool [B, n, m] (the new nodes' rows of the forest's ancestry; the
+        forest's m slots follow the committed ones) -> bool [B, n, S0 + m]."""
+        B, n = ancestry.shape[:2]
+        return torch.cat([valid.unsqueeze(1).expand(B, n, valid.shape[1]), ancestry], dim=2)
+
     def prefill(self, tokens, lengths) -> None:
         n = int(lengths.max()) if lengths.numel() else 0
         if n and bool((lengths == n).all()):  # equal rows: `CausalLM.prefill` (benches reuse it)
@@ -153,7 +153,7 @@ class PaddedKV(KVState):
         nodes are meaningless), or [B, k, V] of the last k columns with logits_to_keep = k >= 1
         (the output layer runs on those only)."""
         ancestry, depth = self._grow(parents, real)  # [B, n, m + n], [B, n]
-        mask = _model.additive_mask(_visible(self.valid, ancestry), self.model.dtype).unsqueeze(1)
+        mask = _model.additive_mask(self.visible(self.valid, ancestry), self.model.dtype).unsqueeze(1)
         position = self.pos.unsqueeze(1) + depth  # [B, n]
         logits, self.cache = self.model.forward(tokens, self.cache, position_ids=position, attention_mask=mask,
                                                 logits_to_keep=logits_to_keep)
@@ -210,7 +210,7 @@ class PackedKV(KVState):
     """EMS-SD layout (module docstring): batch dimension 1, owner[slot] = row of every slot.
 
     attention="varlen" (default): every forward runs per-row attention
-    (`verispec.empirical.attention`; tree layers below cached siblings with a `forest`);
+    (`verispec.empirical.speedups.attention`; tree layers below cached siblings with a `forest`);
     "dense": a [1, 1, Q, S + Q] block-diagonal mask over the whole packed cache (a baseline).
     """
 
@@ -220,7 +220,7 @@ class PackedKV(KVState):
             raise ValueError(f"attention: expected 'varlen' or 'dense', got {attention!r}")
         self.varlen = attention == "varlen"
         if self.varlen:
-            from .attention import new_counting_cache, use_packed_attention
+            from .speedups.attention import new_counting_cache, use_packed_attention
 
             use_packed_attention(model)  # idempotent; other storages' forwards are unchanged
             self.cache = new_counting_cache(model)
@@ -278,7 +278,7 @@ class PackedKV(KVState):
         rows_spec = self._varlen_rows(ancestry, parents, rows, cols, S) if self.varlen else None
         written = getattr(self.cache, "slots_written", 0)
         if rows_spec is not None:
-            from .attention import packed_forward
+            from .speedups.attention import packed_forward
 
             packed = packed_forward(self.model, fed, self.cache, position, rows_spec)
         else:
@@ -294,13 +294,13 @@ class PackedKV(KVState):
         return logits
 
     def _varlen_rows(self, ancestry, parents, rows, cols, S):
-        """The per-row attention spec (`verispec.empirical.attention.packed_rows`) of this forward.
+        """The per-row attention spec (`verispec.empirical.speedups.attention.packed_rows`) of this forward.
 
         When every new node descends from every earlier uncommitted slot of its row (a
         verification tree, a chain, a draft's pending tokens) each node sees all its row's cached
         slots and no `forest` is needed. Otherwise (a draft tree layer below cached siblings) the
         cached uncommitted slots go in as a `forest`, so a node sees only its cached ancestors."""
-        from .attention import packed_rows
+        from .speedups.attention import packed_rows
 
         n = parents.shape[1]
         m = self.uncommitted - n  # uncommitted nodes before this forward

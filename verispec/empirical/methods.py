@@ -112,7 +112,7 @@ def get(name: str, draft_vocab=None, **params) -> TorchMethod:
         ValueError: unknown name or a parameter out of range. TypeError: an unknown parameter.
     """
     if draft_vocab is not None:
-        from .draftvocab import with_draft_vocab
+        from .speedups.draftvocab import with_draft_vocab
 
         return with_draft_vocab(get(name, **params), draft_vocab)
     if registry.spec(name).torch is None:

@@ -15,7 +15,7 @@ which transformers 4.x and 5.x both accept), `gather_cache` (keep given position
 accepted path of a tree), `select_cache_rows` / `repeat_cache_rows` (batch axis).
 Works on CPU and CUDA, in float32 and bfloat16; logits are returned in float32.
 `with_head_subset(S)` gives a view whose output layer runs over the token ids S only (FR-Spec,
-arXiv 2502.14856; for draft models: `verispec.empirical.draftvocab`).
+arXiv 2502.14856; for draft models: `verispec.empirical.speedups.draftvocab`).
 """
 
 from __future__ import annotations
@@ -307,7 +307,7 @@ class CausalLM:
         [B, k, V] (a prompt's prefill needs none of its own rows, and the output layer holds about
         15% of the Qwen2.5 1.5B target's weights and 28% of the 0.5B draft's); 0: every position.
         """
-        kwargs = dict(input_ids=input_ids, past_key_values=cache, position_ids=position_ids,
+        kwargs = dict(input_ids=input_ids, cache=cache, position_ids=position_ids,
                       attention_mask=attention_mask, use_cache=True)
         keep = logits_to_keep if 0 < logits_to_keep < input_ids.shape[1] else 0
         if keep and self._takes_logits_to_keep():
@@ -315,7 +315,7 @@ class CausalLM:
         self.forward_count += 1
         if self._head_subset is None:
             out = self.model(**kwargs)
-            return (out.logits[:, -keep:] if keep else out.logits).float(), out.past_key_values
+            return (out.logits[:, -keep:] if keep else out.logits).float(), out.cache
         ids, head = self._head_subset
         full = self.model.get_output_embeddings()
         # The model runs whole, with its output layer swapped for the rows S during this call, so
@@ -327,7 +327,7 @@ class CausalLM:
             self.model.set_output_embeddings(full)
         part = (out.logits[:, -keep:] if keep else out.logits).float()  # [B, q, |S|]
         logits = part.new_full((*part.shape[:-1], self.vocab_size), float("-inf"))  # [B, q, V]
-        return logits.index_copy_(-1, ids, part), out.past_key_values
+        return logits.index_copy_(-1, ids, part), out.cache
 
     def _takes_logits_to_keep(self) -> bool:
         """Whether the wrapped model's forward takes `logits_to_keep` (else logits are sliced)."""
@@ -353,15 +353,15 @@ class CausalLM:
         Returns:
             a `CausalLM` view; `forward`/`chain`/`tree`/`prefill` return logits float32 [B, q, V].
 
-        An int8 head (`verispec.empirical.quantize`) gives an int8 head over S, its rows at the
+        An int8 head (`verispec.empirical.speedups.quantize`) gives an int8 head over S, its rows at the
         same scale.
 
         Raises:
             TypeError: `subset` not integer ids, or a model without output embeddings.
             ValueError: `subset` empty, not 1-D, or an id outside [0, V).
         """
-        from .draftvocab import check_subset
-        from .quantize import is_quantized_linear, subset_head
+        from .speedups.draftvocab import check_subset
+        from .speedups.quantize import is_quantized_linear, subset_head
 
         ids = check_subset(subset, self.vocab_size, "subset")
         full = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None

@@ -22,9 +22,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..atomic import write_json_atomic
-from .bench import (PeakMemory, _environment, default_output, load_results, prepare, pyplot, resolved_dtype,
-                    save_figure, table)
+from .clocks import PeakMemory
+from .records import load_results, save_results
+from .report import pyplot, save_figure, table
+from .run import default_output, environment, prepare, resolved_dtype
 from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
 
 __all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "run_batched_bench", "summarize_batched",
@@ -80,7 +81,7 @@ def _runners(config):
 
 
 def _run(runner, pair, batch, config, T):
-    from .batched import batched_speculative, batched_target_only
+    from ..empirical.batched import batched_speculative, batched_target_only
 
     N = config.max_new_tokens
     if runner == "target_only":
@@ -105,7 +106,7 @@ def _record(result, memory) -> dict:
 def run_batched_bench(config: BatchedBenchConfig, output: str | None = None, *, fresh: bool = False, pair=None,
                       prompts=None, progress=None, plot: bool = True) -> dict:
     """Run (or resume) the batched benchmark; returns the results dict (also written to `output`,
-    default benchmarks/results/bench_batched_<device>.json). Arguments as `bench.run_bench`.
+    default benchmarks/results/bench_batched_<device>.json). Arguments as `verispec.bench.run_bench`.
 
     Raises:
         ValueError: bad configuration (`BatchedBenchConfig.check`) or an output file from another one.
@@ -117,7 +118,7 @@ def run_batched_bench(config: BatchedBenchConfig, output: str | None = None, *, 
     results = load_results(output, config, fresh)
     pair, prompts = prepare(config, pair, prompts)
     ids = [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids[0] for p in prompts]  # each [n_i]
-    results["environment"] = _environment(config, torch.get_num_threads(), dtype_reason)
+    results["environment"] = environment(config, torch.get_num_threads(), dtype_reason)
     small = BatchedBenchConfig(**{**asdict(config), "max_new_tokens": 2})
     for runner in _runners(config):  # warm-up
         _run(runner, pair, ids[:2], small, 1.0)
@@ -133,9 +134,9 @@ def run_batched_bench(config: BatchedBenchConfig, output: str | None = None, *, 
                     with PeakMemory(config.device) as memory:
                         result = _run(runner, pair, ids[i * B:(i + 1) * B], config, float(T))
                     results["records"][key] = _record(result, memory)
-                    write_json_atomic(output, results)
+                    save_results(output, results)
     results["summary"] = summarize_batched(results)
-    write_json_atomic(output, results)
+    save_results(output, results)
     if plot:
         results["plot"] = plot_batched(results["summary"], os.path.splitext(output)[0] + ".png")
     return results

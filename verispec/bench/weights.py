@@ -378,7 +378,7 @@ def load_model(name_or_path: str = DEFAULT_TARGET, *, dtype=None, device="cpu", 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .model import CausalLM
+    from ..empirical.model import CausalLM
 
     dtype = torch.bfloat16 if dtype is None else dtype
     source, extra = _resolve(name_or_path, cache, progress)

@@ -24,7 +24,7 @@ attention, the norms, the KV cache) sees the padding.
 (subclasses and int8 dynamic linears keep their own forward) as ``wx`` for inputs of 2..max_rows
 rows on CPU, and as torch's own otherwise (one row is a matrix-vector product either way; a
 prompt's prefill has more rows than ``max_rows``). The layout is per module and per call site:
-the bench gives it to one runner's target by its ``lin=wx`` parameter, the peer included
+the bench gives it to one method's target by its ``lin=wx`` parameter, the peer included
 (``hf:dq=8,lin=wx``), so a speedup can be split into what the layout gives and what the drafting
 gives.
 """

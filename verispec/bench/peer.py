@@ -17,12 +17,14 @@ the first candidates (transformers' assisted generation has no separate prefill)
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 
 import torch
 
-from .decode import DecodeResult, DecodeStats, check_positive, check_prompt, check_temperature
-from .model import CausalLM
+from ..empirical.decode import DecodeResult, DecodeStats, check_positive, check_prompt, check_temperature
+from ..empirical.model import CausalLM
 
 __all__ = ["hf_assisted", "hf_generation_config", "call_tokens"]
 
@@ -36,6 +38,28 @@ def hf_generation_config(max_new_tokens: int, temperature: float):
                             do_sample=sampling, temperature=temperature if sampling else None,
                             top_k=0 if sampling else None, top_p=1.0 if sampling else None,
                             repetition_penalty=1.0, eos_token_id=None, pad_token_id=0)
+
+
+# transformers' own assistant call (`AssistedCandidateGenerator` passes a generation config AND
+# min/max_new_tokens to the assistant's generate) logs a deprecation notice a caller cannot act on;
+# matched by message, so every other notice still shows.
+_ASSISTANT_NOTICE = "together with generation-related arguments"
+
+
+class _DropAssistantNotice(logging.Filter):
+    def filter(self, record) -> bool:
+        return _ASSISTANT_NOTICE not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_assistant_notice():
+    """Inside: transformers' notice about its own assistant call dropped, every other one as before."""
+    logger, drop = logging.getLogger("transformers.generation.utils"), _DropAssistantNotice()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 class _Counter:
@@ -57,7 +81,7 @@ class _Counter:
 
     def _pre_hook(self, module, args, kwargs):
         ids = kwargs.get("input_ids", args[0] if args else None)
-        positions, cache = kwargs.get("position_ids"), kwargs.get("past_key_values")
+        positions, cache = kwargs.get("position_ids"), kwargs.get("cache")
         if positions is not None:
             start = int(positions.reshape(-1)[0])
         else:
@@ -138,7 +162,7 @@ def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_to
     try:
         torch.manual_seed(seed)
         start = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode(), _quiet_assistant_notice():
             out = target.model.generate(prompt, attention_mask=torch.ones_like(prompt),
                                         generation_config=hf_generation_config(N, T), **kwargs)
         wall = time.perf_counter() - start

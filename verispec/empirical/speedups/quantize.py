@@ -38,11 +38,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
-import weakref
 
 import torch
 
-from .model import CausalLM
+from ..model import CausalLM
 
 __all__ = ["quantize_draft", "quantize_weights", "is_quantized_linear", "subset_head", "DESCRIPTION"]
 
@@ -122,22 +121,21 @@ def quantize_weights(model: CausalLM, bits: int = 8, role: str = "model") -> Cau
     return CausalLM(module, name=f"{model.name} [int8 weights]")
 
 
-#: head -> its unpacked int8 weight, scales, zero points and bias (unpacking a 151k-row head and
-#: dequantizing it cost seconds: done once per head, not once per prompt's subset).
-_UNPACKED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
 def _unpacked(head):
     """(int8 [V, H], scales [V] or 0-dim, zero points [V] or 0-dim, bias [V] or None) of a
-    dynamic int8 linear, cached per head."""
-    if head not in _UNPACKED:
+    dynamic int8 linear. Unpacking a 151k-row head and dequantizing it cost seconds, so the result
+    is kept on the head itself (attribute ``_verispec_unpacked``): once per head, not once per
+    prompt's subset, and gone with the head (no process-wide cache)."""
+    cached = head.__dict__.get("_verispec_unpacked")
+    if cached is None:
         weight = head.weight()  # qint8 [V, H], unpacked from the GEMM layout once
         if weight.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
             scales, zero_points = weight.q_per_channel_scales(), weight.q_per_channel_zero_points()  # [V], [V]
         else:
             scales, zero_points = torch.tensor(weight.q_scale()), torch.tensor(weight.q_zero_point())
-        _UNPACKED[head] = (weight.int_repr(), scales, zero_points, head.bias())
-    return _UNPACKED[head]
+        cached = (weight.int_repr(), scales, zero_points, head.bias())
+        object.__setattr__(head, "_verispec_unpacked", cached)  # plain attribute: not a parameter or buffer
+    return cached
 
 
 def subset_head(head, ids: torch.Tensor):

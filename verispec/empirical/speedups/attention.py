@@ -39,10 +39,10 @@ and compiles per (Q, K) shape, which changes every decode step (measured on this
 CPU, torch 2.13: 30.6 s for the first call at Q = 12, K + Q = 60; the output matched). Why not
 FlashAttention-2 varlen (`cu_seqlens`): GPU only, and it takes no per-row tree mask.
 
-KV-cache accounting: `CountingCache` is a `DynamicCache` that counts the slots actually written
-(batch x new positions, once per forward: layer 0) and reports the slots it holds, so a storage's
-`padded_kv_slots` can be measured from its cache writes (`slots_written - real tokens fed`) rather
-than set by construction.
+KV-cache accounting: `CountingCache` (`verispec.empirical.speedups.counting_cache`) is a
+`DynamicCache` that counts the slots actually written (batch x new positions, once per forward:
+layer 0) and reports the slots it holds, so a storage's `padded_kv_slots` can be measured from its
+cache writes (`slots_written - real tokens fed`) rather than set by construction.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["PACKED_IMPLEMENTATIONS", "PackedRows", "packed_rows", "varlen_attention", "use_packed_attention",
-           "packed_attention_mask", "packed_forward", "CountingCache", "new_counting_cache"]
+           "packed_attention_mask", "packed_forward", "new_counting_cache"]
 
 #: base attention implementation -> the name this module registers for it.
 PACKED_IMPLEMENTATIONS = {"sdpa": "verispec_packed_sdpa", "eager": "verispec_packed_eager"}
@@ -299,7 +299,7 @@ def use_packed_attention(lm) -> str:
         TypeError: `lm` is not a `CausalLM`.
         ValueError: an implementation other than sdpa / eager (e.g. FlashAttention).
     """
-    from .model import CausalLM
+    from ..model import CausalLM
 
     if not isinstance(lm, CausalLM):
         raise TypeError(f"lm: expected a CausalLM, got {type(lm).__name__}")
@@ -345,7 +345,7 @@ def packed_forward(lm, tokens: torch.Tensor, cache, position_ids: torch.Tensor, 
         ValueError: tokens / position_ids not [1, Q], a cache of another length than `rows` says,
             `lm` not switched.
     """
-    from .model import cache_length
+    from ..model import cache_length
 
     Q = rows.query_length
     for name, value in (("tokens", tokens), ("position_ids", position_ids)):
@@ -361,55 +361,14 @@ def packed_forward(lm, tokens: torch.Tensor, cache, position_ids: torch.Tensor, 
 # Counting the KV-cache slots actually written
 # ----------------------------------------------------------------------------------------------
 
-def _counting_cache_class():
-    from transformers import DynamicCache
-
-    class CountingCache(DynamicCache):
-        """A `DynamicCache` that counts the sequence slots written to it (per forward: the batch x
-        new positions of layer 0's write; all layers write the same) and reports the slots it holds.
-
-        Attributes:
-            slots_written: int, total batch x positions written since creation.
-        """
-
-        slots_written = 0
-
-        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-            if layer_idx == 0:  # key_states [B, H_kv, n, D]
-                self.slots_written += int(key_states.shape[0] * key_states.shape[-2])
-            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
-
-        def slots_held(self) -> int:
-            """batch x sequence length of the cache now (every slot, visible or masked)."""
-            for layer in getattr(self, "layers", []):
-                keys = getattr(layer, "keys", None)
-                if keys is not None and keys.dim() == 4:
-                    return int(keys.shape[0] * keys.shape[2])
-            return 0
-
-    return CountingCache
-
-
-_COUNTING_CACHE = None
-
-
 def new_counting_cache(lm):
-    """An empty `CountingCache` for a `CausalLM` (use it where `lm.new_cache()` would be).
+    """An empty `CountingCache` (`verispec.empirical.speedups.counting_cache`) for a `CausalLM`
+    (use it where `lm.new_cache()` would be).
 
     With it a storage measures ``padded_kv_slots = cache.slots_written - real tokens fed`` (pad
     inputs actually written) and ``cache.slots_held() - sum of the rows' true lengths`` (masked
     slots still held after a commit).
     """
-    global _COUNTING_CACHE
-    if _COUNTING_CACHE is None:
-        _COUNTING_CACHE = _counting_cache_class()
-    return _COUNTING_CACHE(config=lm.model.config)
+    from .counting_cache import CountingCache  # imports transformers: only where a cache is made
 
-
-def __getattr__(name):  # `CountingCache` as a module attribute without importing transformers eagerly
-    if name == "CountingCache":
-        global _COUNTING_CACHE
-        if _COUNTING_CACHE is None:
-            _COUNTING_CACHE = _counting_cache_class()
-        return _COUNTING_CACHE
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return CountingCache(config=lm.model.config)

@@ -1,0 +1,108 @@
+"""The bench's results file: one JSON record per (method, temperature, prompt), written atomically
+after each record, resumed by a rerun with the same configuration and refused for another one.
+
+Layout (kept stable so committed result files stay readable): ``{"config": identity,
+"records": {"label|T=t|task_id": record}, "pools": {"label|T=t": PhrasePool state},
+"environment", "fields", "last_run", "summary"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ..atomic import write_json_atomic
+from .clocks import PeakMemory, PhaseClock
+from .spec import BenchMethod
+
+__all__ = ["RECORD_SCHEMA", "load_results", "save_results", "method_key", "record_key", "measured_record",
+           "restore_pools", "save_pool"]
+
+#: Version of the record layout (2: one timed span per record, split by `PhaseClock`); files of
+#: another version are refused on resume rather than mixed.
+RECORD_SCHEMA = 2
+
+
+def load_results(path, config, fresh) -> dict:
+    """The results file at `path` to resume ({"config", "records", ...}), or a fresh one.
+
+    Raises:
+        ValueError: the file holds a run whose `config.identity()` differs (unless `fresh`).
+    """
+    if fresh or not os.path.exists(path):
+        return {"config": config.identity(), "records": {}}
+    with open(path) as handle:
+        results = json.load(handle)
+    if results.get("config") != config.identity():
+        raise ValueError(f"output: {path} holds a run with another configuration; pass --fresh to "
+                         "overwrite it or --output for a new file")
+    return results
+
+
+def save_results(path: str, results: dict) -> None:
+    """Write `results` to `path` atomically (a reader never sees half a file)."""
+    write_json_atomic(path, results)
+
+
+def method_key(label: str, T) -> str:
+    """The key "label|T=.." of a method's pool, also the prefix of its records' keys."""
+    return f"{label}|T={float(T):g}"
+
+
+def record_key(label: str, T, task_id: str) -> str:
+    """The key "label|T=..|task_id" of one record."""
+    return f"{method_key(label, T)}|{task_id}"
+
+
+def measured_record(spec: BenchMethod, result, memory: PeakMemory, clock: PhaseClock) -> dict:
+    """One method's measurements on one prompt. Verifying calls: the target calls after the one
+    that reads the prompt. That call emits tokens (the peer's first call; our first iteration,
+    `engine.decode(verify_in_prefill=True)`), which then fall in the prefill phase; a separate
+    prefill forward emits none."""
+    stats = result.stats
+    tokens = result.tokens[0].tolist()
+    taus = stats.accepted_lengths.long()  # one per target call after a prefill (the peer: one per call)
+    first = 0
+    if spec.name.startswith("hf"):
+        first, taus = int(stats.logs["call_tokens"][0]), taus[1:]
+    elif int(stats.prompt_call_tokens.sum()):  # our first iteration read the prompt
+        first, taus = int(stats.prompt_call_tokens[0]), taus[1:]
+    record = {"tokens": tokens, "new_tokens": len(tokens), "wall_s": clock.total_s, "prefill_s": clock.prefill_s,
+              "decode_s": clock.decode_s, "decode_tokens": len(tokens) - first, "prompt_call_tokens": first,
+              "target_forwards": stats.target_forwards, "draft_forwards": stats.draft_forwards,
+              "verify_calls": stats.target_forwards - 1, "verify_tokens": len(tokens) - first,
+              "iterations": stats.iterations, "accepted_sum": float(taus.double().sum()),
+              "accepted_count": int(taus.numel()), "peak_memory_mb": memory.peak_mb}
+    if spec.linear_layout != "xw":
+        record["linear_layout"] = spec.linear_layout
+    if spec.name.startswith("hf"):
+        record["call_tokens"] = list(stats.logs["call_tokens"])
+    if stats.top2_margins is not None:
+        record["top2_margins"] = [round(float(m), 5) for m in stats.top2_margins[0]]
+        record["runner_up_tokens"] = stats.runner_up_tokens[0].tolist()
+    if hasattr(stats, "predicted_acceptance"):  # trees: the draft's own E[A] per iteration
+        record["predicted_sum"] = float(stats.predicted_acceptance.double().sum())
+        record["draft_rows"] = int(stats.draft_rows)
+    for name in ("pool_lookups", "pool_hits"):
+        if hasattr(stats, name):
+            record[name] = int(getattr(stats, name))
+    if spec.name in ("ouroboros", "ouroboros_phrase"):  # phrase drafts: rows per draft forward vary
+        record["draft_rows"] = int(stats.draft_rows)
+    return record
+
+
+def save_pool(results: dict, label: str, T, pool) -> None:
+    """Store a phrase method's pool after its latest record, so a resumed run starts as warm."""
+    results.setdefault("pools", {})[method_key(label, T)] = pool.state()
+
+
+def restore_pools(results) -> dict:
+    """{(label, T): PhrasePool} of the phrase methods' pools saved in `results` (each the pool
+    after that method's last record), so that a resumed run continues with warm pools."""
+    from ..empirical.ouroboros import PhrasePool
+
+    out = {}
+    for key, state in results.get("pools", {}).items():
+        label, _, T = key.rpartition("|T=")
+        out[label, float(T)] = PhrasePool.from_state(state)
+    return out
