@@ -83,7 +83,7 @@ def _summary_row(spec, T, done, base, common):
            "peak_memory_mb": max((done[t]["peak_memory_mb"] or 0.0) for t in common)}
     if any("predicted_sum" in done[t] for t in common):
         row["predicted_accepted"] = sum(done[t].get("predicted_sum", 0.0) for t in common) / max(iterations, 1)
-        row["node_budget"] = spec.node_budget
+        row["node_budget"] = spec.param("node_budget")
     if all("draft_rows" in done[t] for t in common):
         row["draft_rows"] = sum(done[t]["draft_rows"] for t in common) / len(common)
     if any("pool_hits" in done[t] for t in common):

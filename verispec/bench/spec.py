@@ -1,184 +1,151 @@
 """The bench's method-spec mini-language: ``"name"`` or ``"name:L=4,K=3,dq=8,lin=wxpad"`` ->
-`BenchMethod` (`parse_method`), and the families of methods each parameter applies to.
+`BenchMethod` (`parse_method`).
 
-What each method and parameter means: `verispec.bench` (the package docstring) and
-docs/real_models.md. A method label is also the key of its records in a results file, so labels
-are kept exactly as given.
+Method names, parameters, defaults and short keys come from the method registry
+(`verispec.reference.registry`); the bench adds only its baselines (the transformers peers ``hf``
+and ``hf_prompt_lookup``), a user's Method as ``pkg.module:attr``, and three options of the run:
+``dq=8`` (int8 draft weights), ``dv=k`` (a draft vocabulary subset) and ``lin=`` (the target's GEMM
+layout). `verispec bench`'s --draft-length / --num-paths give L and K where the method has them. A
+method's label is also the key of its records in a results file, so labels are kept as given.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..empirical import decode, methods
+from ..empirical.speedups.draftvocab import DraftVocab
+from ..empirical.speedups.linear_layout import LAYOUTS
+from ..reference import registry
+from ..reference.methods import load
 
-__all__ = ["BenchMethod", "parse_method", "method_names", "draft_vocabulary", "DEFAULT_METHODS", "PHRASE_METHODS",
-           "PHRASE_DEFAULTS", "TREE_METHODS", "USER_METHOD", "OTHER_METHODS", "ADAPTIVE_METHODS",
-           "DRAFT_VOCAB_METHODS", "DRAFT_QUANT_METHODS"]
+__all__ = ["BenchMethod", "parse_method", "method_names", "draft_vocabulary", "DEFAULT_METHODS", "PEERS",
+           "USER_METHOD"]
 
 DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
-_PARAMS = {"L": "draft_length", "K": "num_paths", "n": "node_budget", "W": "window", "G": "guess_set",
-           "s": "truncation", "dv": "draft_vocab", "dq": "draft_quant", "M": "max_draft_length",
-           "c": "confidence_percent", "g": "guess_length"}
-#: Phrase-pool methods: K = pool candidates per lookup, W = Jacobi window slots (0: none).
-PHRASE_METHODS = ("ouroboros", "ouroboros_phrase", "lookahead")
-#: Their defaults, the decoders' own (`ouroboros_speculative`, `lookahead_speculative`).
-PHRASE_DEFAULTS = {"num_paths": 3, "window": 4}
-#: Tree drafters of `verispec.empirical.trees` (method name -> tree kind), node budget `n`.
-TREE_METHODS = {"opt_tree": "opt_tree", "kary": "kary", "eagle": "eagle", "chain_tree": "chain"}
+#: The transformers assisted-generation baselines (`verispec.bench.peer`): not methods of ours.
+PEERS = ("hf", "hf_prompt_lookup")
 #: The method name of a user's reference Method given as ``pkg.module:attr`` (its label is the spec).
 USER_METHOD = "method"
-#: Methods that are neither decode methods nor trees (the phrase methods among them take K and W).
-OTHER_METHODS = ("target_only", "hf", "hf_prompt_lookup", "ouroboros", "ouroboros_phrase", "lookahead",
-                 "prompt_lookup")
-#: Cheaper-draft methods of `verispec.empirical.adaptive` (L = the initial length cap, M = its ceiling).
-ADAPTIVE_METHODS = ("adaptive", "hybrid")
-#: Methods whose draft model may run over a token subset (``dv=k``, FR-Spec: `verispec.empirical.speedups.draftvocab`).
-DRAFT_VOCAB_METHODS = ADAPTIVE_METHODS + tuple(decode.METHODS) + tuple(methods.WALK_METHODS)
-#: Methods that run the draft model, so take ``dq=8`` (int8 draft weights: `verispec.empirical.speedups.quantize`),
-#: the peer ``hf`` among them (the same int8 draft as its assistant: the like-for-like comparison).
-DRAFT_QUANT_METHODS = ("hf",) + DRAFT_VOCAB_METHODS + tuple(TREE_METHODS) + ("ouroboros", "ouroboros_phrase")
+_OPTIONS = ("dq", "dv", "lin")
 
 
 @dataclass(frozen=True)
 class BenchMethod:
-    """One method: `name` and its L (draft length), K (paths; pool candidates of phrase methods),
-    n (node budget of trees), W (Jacobi window of phrase methods)."""
+    """One bench method: its label (the text given), its registry `name`, the method parameters
+    (``(name, value)`` pairs passed to `verispec.empirical.methods.get`) and the run's options:
+    draft_vocab k (FR-Spec subset, 0: all), draft_quant (8: int8 draft weights, 0: as loaded),
+    linear_layout (the target's GEMM layout, `speedups.linear_layout.LAYOUTS`)."""
 
     label: str
     name: str
-    draft_length: int = 0
-    num_paths: int = 1
-    node_budget: int = 0
-    window: int = 0
-    guess_set: int = 0  # ouroboros_phrase: pool phrases the draft model checks per draft forward
-    truncation: int = 0  # khisti, optimal_is: tokens of the s-truncated selection LP (0: full vocabulary)
-    draft_vocab: int = 0  # FR-Spec: the draft's head over the k lowest ids + prompt + added tokens (0: all)
-    draft_quant: int = 0  # 8: the draft's Linear weights int8 (`quantize.quantize_draft`); 0: as loaded
-    max_draft_length: int = 0  # adaptive, hybrid: the length cap's ceiling M >= L (0: the method's default, 4 L)
-    confidence_percent: int = 40  # adaptive, hybrid: stop a chain after a token of draft confidence < c / 100
-    schedule: str = "heuristic"  # adaptive, hybrid: the cap's schedule (`adaptive.SCHEDULES`; constant: stays L)
-    verifier: str = "token"  # adaptive, hybrid: the chain's verifier (`adaptive.VERIFIERS`: token or block)
-    guess_length: int = 0  # adaptive, hybrid: prompt-lookup guesses the draft model checks per forward (0: none)
-    linear_layout: str = "xw"  # the target's GEMM layout for few rows (`linear_layout.LAYOUTS`; any method)
+    params: tuple = ()
+    draft_vocab: int = 0
+    draft_quant: int = 0
+    linear_layout: str = "xw"
+
+    def param(self, name: str, default=None):
+        """The value of method parameter `name` (`default` when the spec does not set it)."""
+        return dict(self.params).get(name, default)
 
 
 def method_names() -> tuple:
-    """Every method `verispec bench --methods` accepts."""
-    return OTHER_METHODS + ADAPTIVE_METHODS + tuple(decode.METHODS) + tuple(TREE_METHODS) + tuple(methods.WALK_METHODS)
+    """Every method `verispec bench --methods` accepts (besides ``pkg.module:attr``)."""
+    return PEERS + tuple(registry.names("torch"))
 
 
-def _read_params(params: str, text: str, values: dict) -> set:
-    """Write the ``KEY=int`` items of `params` into `values` (by `_PARAMS` name),
-    ``sched=heuristic|constant``, ``v=token|block`` and ``lin=xw|wx``; the keys given.
+def _takes_draft_vocab(name: str) -> bool:
+    """Chains and path methods run the draft's head, so they take a subset; trees and phrase pools do not."""
+    params = registry.spec(name).defaults("torch")
+    return registry.spec(name).needs_draft and "node_budget" not in params and "pool" not in params
+
+
+def _bad(item: str, text: str, known: dict) -> ValueError:
+    keys = ", ".join(list(known) + ["dq=8", "dv=k", f"lin={'|'.join(LAYOUTS)}"])
+    return ValueError(f"methods: bad parameter {item!r} in {text!r} (this method takes {keys})")
+
+
+def _read(name: str, params: str, text: str) -> tuple[dict, dict]:
+    """({method parameter: value}, {option: value}) from the ``key=value`` items of `params`.
 
     Raises:
-        ValueError: an unknown key or a value that is not an int >= 1 (W: >= 0), or an unknown
-            schedule, verifier or linear layout.
+        ValueError (naming ``methods``): a key the method does not take, or a value out of range.
     """
-    from ..empirical.adaptive import SCHEDULES, VERIFIERS
-    from ..empirical.speedups.linear_layout import LAYOUTS
-
-    given = set()
+    entry = None if name in PEERS else registry.spec(name)
+    keys = {} if entry is None else entry.keys
+    by_name = {} if entry is None else {p.name: p for p in entry.params}
+    values, options = {}, {}
     for item in filter(None, params.split(",")):
         key, _, value = (part.strip() for part in item.partition("="))
-        if key == "sched" and value in SCHEDULES:
-            values["schedule"] = value
-        elif key == "v" and value in VERIFIERS:
-            values["verifier"] = value
-        elif key == "lin" and value in LAYOUTS:
-            values["linear_layout"] = value
-        elif (key not in _PARAMS or not value.isdigit() or int(value) < (0 if key in ("W", "c") else 1)
-                or (key == "c" and int(value) > 100)):
-            raise ValueError(f"methods: bad parameter {item!r} in {text!r} "
-                             "(use L=, K=, n=, G=, g=, s=, dv=, M= with an int >= 1, dq=8, W= with an int >= 0, "
-                             f"c= in 0..100, sched= one of {', '.join(SCHEDULES)}, v= one of "
-                             f"{', '.join(VERIFIERS)} or lin= one of {', '.join(LAYOUTS)})")
+        if key == "lin":
+            if value not in LAYOUTS:
+                raise _bad(item, text, keys)
+            options[key] = value
+        elif key in ("dq", "dv"):
+            if not value.isdigit() or int(value) < 1:
+                raise _bad(item, text, keys)
+            options[key] = int(value)
+        elif key in keys:
+            parsed = by_name[keys[key]].from_key(value)
+            if parsed is None:
+                raise _bad(item, text, keys)
+            values[keys[key]] = parsed
+        elif key == "K" and entry is not None and "num_paths" in dict(entry.torch_fixed):
+            raise ValueError(f"methods: {name} drafts exactly K={dict(entry.torch_fixed)['num_paths']} paths; "
+                             f"got {text!r}")
+        elif entry is not None and key in ("K", "W", "L", "n"):
+            raise ValueError(f"methods: {name} takes no {key} (its keys: {', '.join(keys) or 'none'}); got {text!r}")
         else:
-            values[_PARAMS[key]] = int(value)
-        given.add(key)
-    return given
+            raise _bad(item, text, keys)
+    return values, options
 
 
-#: Parameters only some methods take: key -> (those methods, what it is).
-_SCOPED = {"dv": (DRAFT_VOCAB_METHODS, "dv (a draft vocabulary subset) is for"),
-           "dq": (DRAFT_QUANT_METHODS, "dq=8 (int8 draft weights) is the only width, for runners with a draft model:"),
-           "M": (ADAPTIVE_METHODS, "M (the length cap's ceiling, >= L) is for"),
-           "c": (ADAPTIVE_METHODS, "c (the confidence stop, in percent) is for"),
-           "sched": (ADAPTIVE_METHODS, "sched (the length cap's schedule) is for"),
-           "v": (ADAPTIVE_METHODS, "v (the chain's verifier, token or block) is for"),
-           "g": (ADAPTIVE_METHODS, "g (prompt-lookup guesses per draft forward) is for"),
-           "G": (("ouroboros_phrase",), "only ouroboros_phrase takes a guess set G:"),
-           "s": (("khisti", "optimal_is"), "only khisti and optimal_is take an LP truncation s:")}
-
-
-def _check_scopes(name: str, given: set, values: dict, text: str) -> None:
-    """Raise ValueError (naming ``methods``) for a parameter in `given` that method `name` does not
-    take, a dq other than 8, or a ceiling M below L."""
-    out_of_range = {"dq": values["draft_quant"] != 8,
-                    "M": values["max_draft_length"] < values["draft_length"]}
-    for key in sorted(given & set(_SCOPED)):
-        scope, what = _SCOPED[key]
-        if name not in scope or out_of_range.get(key, False):
-            raise ValueError(f"methods: {what} {', '.join(scope)}; got {text!r}")
+def _check_options(name: str, options: dict, values: dict, text: str) -> None:
+    """ValueError (naming ``methods``) for dq other than 8 or on a method without a draft model, dv
+    on a method whose draft head it cannot narrow, or a length cap M below L."""
+    drafts = name == "hf" or (name not in PEERS and registry.spec(name).needs_draft)
+    if "dq" in options and (options["dq"] != 8 or not drafts):
+        raise ValueError(f"methods: dq=8 (int8 draft weights) is the only width, for methods with a draft model "
+                         f"(and the peer hf); got {text!r}")
+    if "dv" in options and (name in PEERS or not _takes_draft_vocab(name)):
+        raise ValueError(f"methods: dv (a draft vocabulary subset) is for chains and path methods; got {text!r}")
+    top = values.get("max_draft_length")
+    if top is not None and top < values.get("draft_length", 0):
+        raise ValueError(f"methods: M (the length cap's ceiling) must be >= L; got {text!r}")
 
 
 def parse_method(text: str, draft_length: int, num_paths: int) -> BenchMethod:
-    """``"name"`` or ``"name:L=4,K=3"`` (trees: ``"opt_tree:n=50"``; phrase methods:
-    ``"ouroboros:K=1,W=0"``) -> BenchMethod. Chain methods get K = 1; trees default to n = 50;
-    ouroboros and lookahead default to K = 3 pool candidates and a W = 4 Jacobi window.
+    """``"name"`` or ``"name:L=4,K=3"`` (trees ``"opt_tree:n=50"``, phrase pools ``"ouroboros:K=1,W=0"``,
+    options ``dq=8``, ``dv=k``, ``lin=wxpad``), or a user's ``"pkg.module:attr"`` -> BenchMethod.
+    `draft_length` / `num_paths` are L and K where the method has them and the text does not set
+    them; every other parameter takes the registry's default.
 
     Raises:
-        ValueError: unknown method or parameter, K > 1 for a chain method, W for a method without
-            a Jacobi window, values < 1 (W < 0), dq other than 8 or on a method without a draft
-            model (``DRAFT_QUANT_METHODS`` take ``dq=8``, ``hf:dq=8`` included).
+        ValueError (naming ``methods``): unknown method or key, a value out of range, an option
+            the method does not take.
     """
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"methods: expected a runner name, got {text!r}")
-    name, _, params = text.strip().partition(":")
+        raise ValueError(f"methods: expected a method name, got {text!r}")
+    text = text.strip()
+    name, _, params = text.partition(":")
     if name not in method_names() and params and "=" not in params:  # a user's Method: pkg.module:attr
-        from ..reference.methods import load
-
-        load(text.strip(), "methods", draft_length=draft_length, num_paths=num_paths)  # a clear error now
-        return BenchMethod(text.strip(), USER_METHOD)
+        load(text, "methods", draft_length=draft_length, num_paths=num_paths)  # a clear error now
+        return BenchMethod(text, USER_METHOD)
     if name not in method_names():
-        raise ValueError(f"methods: unknown runner {name!r}; known: {', '.join(method_names())}")
-    values = {"draft_length": draft_length, "num_paths": num_paths, "node_budget": 50, "window": 0, "guess_set": 8,
-              "draft_vocab": 0, "draft_quant": 0, "guess_length": 0, "max_draft_length": BenchMethod.max_draft_length,
-              "confidence_percent": BenchMethod.confidence_percent, "schedule": BenchMethod.schedule,
-              "verifier": BenchMethod.verifier, "linear_layout": BenchMethod.linear_layout}
-    if name in PHRASE_METHODS:
-        values.update(PHRASE_DEFAULTS)
-    given = _read_params(params, text, values)
-    _check_scopes(name, given, values, text)
-    layout = values["linear_layout"]
-    if name in ("target_only", "hf", "hf_prompt_lookup"):
-        kept = ",".join(f"{key}={value}" for key, value in (("dq", values["draft_quant"]), ("lin", layout))
-                        if key in given)
-        return BenchMethod(f"{name}:{kept}" if kept else name, name, draft_quant=values["draft_quant"],
-                           linear_layout=layout)
-    label = name if not params else f"{name}:{params}"
-    if name in PHRASE_METHODS:
-        return BenchMethod(label, name, values["draft_length"], values["num_paths"], 0, values["window"],
-                           values["guess_set"] if name == "ouroboros_phrase" else 0,
-                           draft_quant=values["draft_quant"], linear_layout=layout)
-    if "W" in given:
-        raise ValueError(f"methods: {name} has no Jacobi window W; got {text!r}")
-    if methods.WALK_METHODS.get(name) == "hub_pair":  # SpecHub: exactly two paths
-        if "K" in given and values["num_paths"] != 2:
-            raise ValueError(f"methods: {name} drafts exactly K=2 paths (a hub pair); got {text!r}")
-        values["num_paths"] = 2
-    elif name not in methods.WALK_METHODS and decode.METHODS.get(name, "chain") == "chain":  # chains, trees: no K
-        if "K" in given and values["num_paths"] != 1:
-            raise ValueError(f"methods: {name} takes no K (one draft path or a tree); got {text!r}")
-        values["num_paths"] = 1
-    if name not in TREE_METHODS:
-        values["node_budget"] = 0
-    return BenchMethod(label, name, values["draft_length"], values["num_paths"], values["node_budget"],
-                       truncation=values["truncation"] if "s" in given else 0, draft_vocab=values["draft_vocab"],
-                       draft_quant=values["draft_quant"], max_draft_length=values["max_draft_length"],
-                       confidence_percent=values["confidence_percent"], schedule=values["schedule"],
-                       verifier=values["verifier"], guess_length=values["guess_length"], linear_layout=layout)
+        raise ValueError(f"methods: unknown method {name!r}; known: {', '.join(method_names())}")
+    values, options = _read(name, params, text)
+    _check_options(name, options, values, text)
+    if name not in PEERS:
+        takes = registry.spec(name).defaults("torch")
+        for key, value in (("draft_length", draft_length), ("num_paths", num_paths)):
+            if key in takes:
+                values.setdefault(key, value)
+    label = text if params else name
+    if name in PEERS or name == "target_only":  # options only: the label lists them in one order
+        kept = ",".join(f"{key}={options[key]}" for key in ("dq", "lin") if key in options)
+        label = f"{name}:{kept}" if kept else name
+    order = [] if name in PEERS else list(registry.spec(name).defaults("torch"))
+    return BenchMethod(label, name, tuple(sorted(values.items(), key=lambda kv: order.index(kv[0]))),
+                       options.get("dv", 0), options.get("dq", 0), options.get("lin", "xw"))
 
 
 def draft_vocabulary(spec: BenchMethod, pair):
@@ -187,7 +154,5 @@ def draft_vocabulary(spec: BenchMethod, pair):
     <|endoftext|>, which the target emits and the draft should be able to propose)."""
     if not spec.draft_vocab:
         return None
-    from ..empirical.speedups.draftvocab import DraftVocab
-
     added = getattr(getattr(pair, "tokenizer", None), "added_tokens_decoder", None) or {}
     return DraftVocab(size=spec.draft_vocab, ids=tuple(t for t in sorted(added) if t < pair.draft.vocab_size))

@@ -24,13 +24,26 @@ __all__ = ["Param", "MethodSpec", "REGISTRY", "spec", "names", "build", "resolve
 
 @dataclass(frozen=True)
 class Param:
-    """One method parameter: its keyword, its default, the bench's short key (``L=4``) and a line
-    of doc."""
+    """One method parameter: its keyword, its default, the bench's short key (``L=4``) with the
+    values it takes there, and a line of doc."""
 
     name: str
     default: Any
     key: str | None = None
     doc: str = ""
+    minimum: int = 1
+    maximum: int | None = None
+    per: int = 1
+    choices: tuple[str, ...] = ()
+
+    def from_key(self, value: str):
+        """The parameter's value from the bench's ``key=value`` text: one of `choices`, or an int in
+        [minimum, maximum] divided by `per` (``c=50`` -> threshold 0.5). None when out of range."""
+        if self.choices:
+            return value if value in self.choices else None
+        if not value.isdigit() or int(value) < self.minimum or (self.maximum is not None and int(value) > self.maximum):
+            return None
+        return int(value) / self.per if self.per != 1 else int(value)
 
 
 @dataclass(frozen=True)
@@ -77,14 +90,16 @@ N_BUDGET = Param("node_budget", 50, "n", "draft tokens per tree (node budget)")
 THRESHOLD = Param("threshold", 0.0, None, "OPT-Tree stops adding layers when E[A] gains <= threshold")
 DEPTH = Param("max_depth", 10, None, "the deepest layer of a tree")
 NGRAM = Param("max_ngram", 3, None, "the longest context suffix n-gram looked up")
-CONFIDENCE = Param("threshold", 0.4, None, "stop the chain after a token of draft probability below it")
-VERIFIER = Param("verifier", "token", None, "the chain's verifier: token or block")
+CONFIDENCE = Param("threshold", 0.4, "c", "stop the chain after a token of draft probability below it (c: percent)",
+                   minimum=0, maximum=100, per=100)
+VERIFIER = Param("verifier", "token", "v", "the chain's verifier: token or block", choices=("token", "block"))
 CAP = Param("max_draft_length", None, "M", "the length cap's ceiling (None: 4 L)")
-SCHEDULE = Param("schedule", "heuristic", None, "the length cap's schedule: heuristic or constant")
+SCHEDULE = Param("schedule", "heuristic", "sched", "the length cap's schedule: heuristic or constant",
+                 choices=("heuristic", "constant"))
 GUESSES = Param("guess_length", 0, "g", "prompt-lookup guesses the draft model checks per forward")
 
 POOL = Param("pool", None, None, "a PhrasePool read and filled by every decode (None: a fresh pool per call)")
-WINDOW = Param("window", 4, "W", "Jacobi window columns in every forward (0: none)")
+WINDOW = Param("window", 4, "W", "Jacobi window columns in every forward (0: none)", minimum=0)
 CANDIDATES = Param("num_candidates", 3, "K", "newest pool phrases tried per lookup")
 _POOL_STATE = ("no reference twin: its phrase pool learns across decode calls, state a stateless reference "
                "Method cannot hold; verispec.reference.ouroboros checks the same rule on a pool snapshot")
