@@ -1,11 +1,14 @@
 """Phrase-pool drafting: Ouroboros (with a draft model; a simplified form and the phrase-by-phrase
 form of the paper) and a lookahead-style baseline (without).
 
-All decode one prompt (B = 1) and read their drafts from a `PhrasePool`: phrases of a fixed
-length keyed by the token they follow, newest first, least-recently-used entries evicted. The pool
-is an ordinary object the caller may pass to many calls, so it stays warm across prompts.
+Each is a method of the engine, built by a factory here and run by
+`verispec.empirical.engine.decode(target, draft, prompt, method, N, T, uniforms, "sequence")`
+(draft None for lookahead). All decode one prompt (B = 1) and read their drafts from a
+`PhrasePool`: phrases of a fixed length keyed by the token they follow, newest first,
+least-recently-used entries evicted. The pool is an ordinary object the caller may pass to many
+methods, so it stays warm across prompts. The pool counters of a call are in `stats.logs`.
 
-`ouroboros_speculative` — a simplified Ouroboros (Zhao et al. 2024, arXiv 2402.13720; phrases cut
+`ouroboros_method` — a simplified Ouroboros (Zhao et al. 2024, arXiv 2402.13720; phrases cut
 at L, the K newest phrases checked by the draft, the target's continuations inserted as new
 phrases), one iteration:
 
@@ -21,7 +24,7 @@ phrases), one iteration:
    (b), and the target's own argmax continuations of the pool phrases it just scored (candidate
    refinement, c). The pool object outlives the call (warm start across prompts).
 
-`ouroboros_phrase_speculative` (`PhraseOuroborosDrafter`) — Ouroboros phrase by phrase, as the
+`ouroboros_phrase_method` (`PhraseOuroborosDrafter`) — Ouroboros phrase by phrase, as the
 paper's Algorithm 1 and the public code (thunlp/Ouroboros, read, not copied) do it, one iteration:
 
 1. Draft phrase by phrase: each draft forward holds the tokens the draft has not seen, the G
@@ -59,7 +62,7 @@ paper and its code:
   because CPU forwards cost grows with rows: up to G n + W n - 1 rows ride in every draft forward
   (W = 0 or flat_window=True for fewer).
 
-`lookahead_speculative` — a simplified lookahead decoding (Fu et al. 2024, arXiv 2402.02057),
+`lookahead_method` — a simplified lookahead decoding (Fu et al. 2024, arXiv 2402.02057),
 target only: each target forward holds [last token, the pool phrases keyed by it (verification
 branches), a Jacobi window of W guesses (lookahead branch)]; the window's outputs become the next
 guesses and their trajectories over `phrase_length` steps become pool phrases; the verified
@@ -102,22 +105,20 @@ from __future__ import annotations
 
 import numbers
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import torch
 
-from .validation import check_pair, check_positive, check_prompt, check_temperature
+from .validation import check_positive
 from .drafters import Drafter, DraftTree
-from .engine import DecodeResult, DecodeStats, TorchMethod, decode
+from .engine import TorchMethod
 from .kv import SequenceKV
 from .model import CausalLM
 from .rules.nodes import PointMassTree
-from .rules.pointmass import _child_table, _walk, point_mass_tree_uniforms, point_mass_tree_verify  # noqa: F401
+from .rules.pointmass import point_mass_tree_verify  # noqa: F401 (re-exported: the verification)
 
-__all__ = ["PhrasePool", "PhraseStats", "point_mass_tree_verify", "ouroboros_speculative",
-           "ouroboros_phrase_speculative", "lookahead_speculative", "OuroborosDrafter",
-           "PhraseOuroborosDrafter", "LookaheadDrafter"]
+__all__ = ["PhrasePool", "point_mass_tree_verify", "ouroboros_method", "ouroboros_phrase_method",
+           "lookahead_method", "OuroborosDrafter", "PhraseOuroborosDrafter", "LookaheadDrafter"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -429,40 +430,12 @@ class _JacobiWindow2D:
 # Shared loop pieces
 # ----------------------------------------------------------------------------------------------
 
-@dataclass
-class PhraseStats(DecodeStats):
-    """`DecodeStats` plus pool counters of one call.
-
-    Attributes:
-        pool_lookups, pool_hits: pool queries during the call, and those that returned phrases.
-        draft_pool_tokens: draft tokens taken from pool phrases (matched by the draft model).
-        verified_pool_tokens: tokens the target accepted from pool phrases (suffixes after the
-            draft for Ouroboros, verification branches for lookahead).
-        pool_phrases: phrases in the pool at the end of the call.
-        target_phrases: phrases the target's verification added (`ouroboros_phrase_speculative`).
-    """
-
-    pool_lookups: int = 0
-    pool_hits: int = 0
-    draft_pool_tokens: int = 0
-    verified_pool_tokens: int = 0
-    pool_phrases: int = 0
-    target_phrases: int = 0
-
-
 def _check_pool(pool):
     if pool is None:
         return PhrasePool()
     if not isinstance(pool, PhrasePool):
         raise TypeError(f"pool: expected a PhrasePool or None, got {type(pool).__name__}")
     return pool
-
-
-def _single_prompt(prompt_ids, model: CausalLM) -> list[int]:
-    prompt = check_prompt(prompt_ids, model)
-    if prompt.shape[0] != 1:
-        raise ValueError(f"prompt_ids: one prompt (batch 1) per call, got batch {prompt.shape[0]}")
-    return prompt[0].tolist()
 
 
 def _candidates(pool: PhrasePool, key: int, limit: int, depth: int, vocab_size: int) -> list[tuple]:
@@ -528,53 +501,46 @@ def _check_window(value, name):
     return value
 
 
-def ouroboros_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_tokens: int,
-                          pool: PhrasePool | None = None, draft_length: int = 4, num_candidates: int = 3,
-                          window: int = 4, temperature: float = 0.0, uniforms=None) -> DecodeResult:
-    """Ouroboros speculative decoding (Zhao et al. 2024, arXiv 2402.13720) of one prompt.
+def ouroboros_method(pool: PhrasePool | None = None, draft_length: int = 4, num_candidates: int = 3,
+                     window: int = 4) -> TorchMethod:
+    """Ouroboros (Zhao et al. 2024, arXiv 2402.13720), simplified, as a method of the engine:
+    `engine.decode(target, draft, prompt, ouroboros_method(), N, T, uniforms, "sequence")` decodes
+    one prompt (B = 1; a batch raises ValueError naming `prompts`).
 
     See the module docstring for one iteration (phrase-by-phrase drafting with the draft model,
     one target tree forward over the draft plus pool suffixes, point-mass verification, pool
     filling and candidate refinement).
 
     Args:
-        target, draft: `CausalLM`s over one vocabulary, on one device.
-        prompt_ids: int [n] or [1, n], n >= 1.
-        max_new_tokens: N >= 1; exactly N tokens are generated.
-        pool: a `PhrasePool` to read and fill (pass the same one to later calls to keep it warm);
-            None: a fresh `PhrasePool()`.
+        pool: a `PhrasePool` to read and fill (every decode with this method reads and fills it,
+            so it stays warm across prompts); None: a fresh `PhrasePool()` per decode call.
         draft_length: L >= 1 draft tokens per iteration (Ouroboros' gamma).
         num_candidates: K >= 1 newest pool phrases tried per lookup (draft side and target side).
         window: W >= 0 Jacobi window slots in every draft forward (0: no draft lookahead).
-        temperature: T >= 0 of the target (0: greedy, output = target-only greedy).
-        uniforms: `UniformSource`, an int seed, or None (read by verification only).
 
     Returns:
-        `DecodeResult`: tokens int64 [1, N]; stats a `PhraseStats` (forwards incl. prefills,
-        accepted lengths per iteration, pool counters).
+        `TorchMethod` "ouroboros" (`OuroborosDrafter` + `rules.nodes.PointMassTree`); its stats.logs
+        hold the pool counters (`_PhraseDrafter.logs`).
 
     Raises:
-        TypeError / ValueError: non-`CausalLM` models, vocabulary or device mismatch, bad prompt
-        (or a batch of more than one), N / L / K < 1, W < 0, bad temperature, pool, or uniforms.
+        TypeError / ValueError (naming the argument): a pool that is not a `PhrasePool`, L / K < 1,
+        W < 0.
     """
-    prompt, N, L, K, W, pool = _checked_args(target, draft, prompt_ids, max_new_tokens, draft_length,
-                                             num_candidates, window, temperature, pool)
-    return _run("ouroboros", target, draft, prompt, N, lambda: OuroborosDrafter(pool, L, K, W), temperature,
-                uniforms)
+    L, K, W = _phrase_args(draft_length, num_candidates, window)
+    _check_pool(pool)
+    return TorchMethod("ouroboros", lambda: OuroborosDrafter(_check_pool(pool), L, K, W), PointMassTree(),
+                       {"draft_length": L, "num_candidates": K, "window": W})
 
 
-def ouroboros_phrase_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_tokens: int,
-                                 pool: PhrasePool | None = None, draft_length: int = 4, num_candidates: int = 3,
-                                 guess_set: int = 8, window: int = 4, temperature: float = 0.0, uniforms=None,
-                                 output_ngrams: bool = True, flat_window: bool = False) -> DecodeResult:
-    """Ouroboros (Zhao et al. 2024, arXiv 2402.13720, Algorithm 1 and Section 3) of one prompt,
-    phrase by phrase: see the module docstring, "Ouroboros, phrase by phrase".
+def ouroboros_phrase_method(pool: PhrasePool | None = None, draft_length: int = 4, num_candidates: int = 3,
+                            guess_set: int = 8, window: int = 4, output_ngrams: bool = True,
+                            flat_window: bool = False) -> TorchMethod:
+    """Ouroboros (Zhao et al. 2024, arXiv 2402.13720, Algorithm 1 and Section 3) phrase by
+    phrase, as a method of the engine (module docstring, "Ouroboros, phrase by phrase"); one
+    prompt per decode call (B = 1), as `ouroboros_method`.
 
     Args:
-        target, draft: `CausalLM`s over one vocabulary, on one device.
-        prompt_ids: int [n] or [1, n], n >= 1.
-        max_new_tokens: N >= 1; exactly N tokens are generated.
-        pool: a `PhrasePool` (warm across calls when passed again) or None (a fresh `PhrasePool()`).
+        pool: a `PhrasePool` (warm across calls) or None (a fresh `PhrasePool()` per decode call).
         draft_length: L >= 1, the paper's gamma: the draft chain holds at least L tokens and at
             most L + phrase_length (whole phrases).
         num_candidates: K >= 1 newest pool phrases hung after the chain (the paper's top-k).
@@ -582,40 +548,34 @@ def ouroboros_phrase_speculative(target: CausalLM, draft: CausalLM, prompt_ids, 
             paper's guess set size, 20 there).
         window: W >= 0 columns of lookahead decoding's 2D window in every draft forward, n - 1
             levels deep (n = pool.phrase_length; (W - 1) + W (n - 1) rows); 0: none.
-        temperature: T >= 0 of the target (0: output = target-only greedy).
-        uniforms: `UniformSource`, an int seed, or None (read by verification only).
         output_ngrams: also add the verified output's n-grams to the pool (not in the paper).
-        flat_window: a one-level window of W slots instead (`ouroboros_speculative`'s: W rows,
-            each phrase formed over n forwards).
+        flat_window: a one-level window of W slots instead (`ouroboros_method`'s: W rows, each
+            phrase formed over n forwards).
 
     Returns:
-        `DecodeResult`: tokens int64 [1, N]; stats a `PhraseStats` (draft_forwards, draft_rows,
-        pool counters, target_phrases).
+        `TorchMethod` "ouroboros_phrase" (`PhraseOuroborosDrafter` + `rules.nodes.PointMassTree`);
+        stats.logs: the pool counters and "target_phrases" (phrases the target's verification added).
 
     Raises:
-        TypeError / ValueError: as `ouroboros_speculative`, and G < 1 or a non-bool output_ngrams.
+        TypeError / ValueError: as `ouroboros_method`, and G < 1 or a non-bool output_ngrams /
+        flat_window.
     """
-    prompt, N, L, K, W, pool = _checked_args(target, draft, prompt_ids, max_new_tokens, draft_length,
-                                             num_candidates, window, temperature, pool)
+    L, K, W = _phrase_args(draft_length, num_candidates, window)
+    _check_pool(pool)
     G = check_positive(guess_set, "guess_set")
     for flag, name in ((output_ngrams, "output_ngrams"), (flat_window, "flat_window")):
         if not isinstance(flag, bool):
             raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
-    return _run("ouroboros_phrase", target, draft, prompt, N,
-                lambda: PhraseOuroborosDrafter(pool, L, K, W, G, output_ngrams, flat_window), temperature, uniforms)
+    return TorchMethod("ouroboros_phrase",
+                       lambda: PhraseOuroborosDrafter(_check_pool(pool), L, K, W, G, output_ngrams, flat_window),
+                       PointMassTree(), {"draft_length": L, "num_candidates": K, "guess_set": G, "window": W})
 
 
-def _checked_args(target, draft, prompt_ids, max_new_tokens, draft_length, num_candidates, window,
-                  temperature, pool):
-    """The arguments both Ouroboros decoders share, checked: (prompt [1, n], N, L, K, W, pool)."""
-    check_pair(target, draft)
-    prompt = torch.tensor([_single_prompt(prompt_ids, target)], device=target.device)  # [1, n]
-    N = check_positive(max_new_tokens, "max_new_tokens")
+def _phrase_args(draft_length, num_candidates, window):
+    """(L, K, W) checked: L, K >= 1 and W >= 0."""
     L = check_positive(draft_length, "draft_length")
     K = check_positive(num_candidates, "num_candidates")
-    W = _check_window(window, "window")
-    check_temperature(temperature, "temperature")
-    return prompt, N, L, K, W, _check_pool(pool)
+    return L, K, _check_window(window, "window")
 
 
 def _ouroboros_tree(last: int, proposal: list[int], pool: PhrasePool, K: int, vocab_size: int):
@@ -698,10 +658,10 @@ def _target_phrases(pool: PhrasePool, tree: _Tree, anchor: int, argmax: list[int
 # Lookahead baseline (target only)
 # ----------------------------------------------------------------------------------------------
 
-def lookahead_speculative(target: CausalLM, prompt_ids, max_new_tokens: int, pool: PhrasePool | None = None,
-                          num_candidates: int = 3, window: int = 4, temperature: float = 0.0,
-                          uniforms=None) -> DecodeResult:
-    """Lookahead-style decoding without a draft model (after Fu et al. 2024, arXiv 2402.02057).
+def lookahead_method(pool: PhrasePool | None = None, num_candidates: int = 3, window: int = 4) -> TorchMethod:
+    """Lookahead-style decoding without a draft model (after Fu et al. 2024, arXiv 2402.02057), as
+    a method of the engine: `engine.decode(target, None, prompt, lookahead_method(), N, T,
+    uniforms, "sequence")` decodes one prompt (B = 1; a batch raises ValueError naming `prompts`).
 
     Every iteration is ONE target tree forward of [last token, the K newest pool phrases keyed by
     it (verification branches, a trie), a Jacobi window of W guesses (lookahead branch, never
@@ -710,28 +670,20 @@ def lookahead_speculative(target: CausalLM, prompt_ids, max_new_tokens: int, poo
     n-grams are added too. Simplified (see the module docstring): one window level per forward.
 
     Args:
-        target: `CausalLM`. prompt_ids: int [n] or [1, n], n >= 1. max_new_tokens: N >= 1.
-        pool: a `PhrasePool` (kept warm across calls) or None (a fresh one).
+        pool: a `PhrasePool` (kept warm across calls) or None (a fresh one per decode call).
         num_candidates: K >= 1 verification branches. window: W >= 0 lookahead slots.
-        temperature: T >= 0 (0: output = target-only greedy). uniforms: as `ouroboros_speculative`.
 
     Returns:
-        `DecodeResult`: tokens int64 [1, N]; stats a `PhraseStats` (draft_forwards = 0).
+        `TorchMethod` "lookahead" (`LookaheadDrafter` + `rules.nodes.PointMassTree`); stats.logs:
+        the pool counters (draft_forwards = 0).
 
     Raises:
-        TypeError / ValueError: non-`CausalLM` target, bad prompt (or batch > 1), N / K < 1,
-        W < 0, bad temperature, pool or uniforms.
+        TypeError / ValueError (naming the argument): a pool that is not a `PhrasePool`, K < 1, W < 0.
     """
-    if not isinstance(target, CausalLM):
-        raise TypeError(f"target: expected a CausalLM, got {type(target).__name__}")
-    prompt = torch.tensor([_single_prompt(prompt_ids, target)], device=target.device)  # [1, n]
-    N = check_positive(max_new_tokens, "max_new_tokens")
-    K = check_positive(num_candidates, "num_candidates")
-    W = _check_window(window, "window")
-    check_temperature(temperature, "temperature")
-    pool = _check_pool(pool)
-    return _run("lookahead", target, None, prompt, N, lambda: LookaheadDrafter(pool, K, W, target.vocab_size),
-                temperature, uniforms)
+    _, K, W = _phrase_args(1, num_candidates, window)
+    _check_pool(pool)
+    return TorchMethod("lookahead", lambda: LookaheadDrafter(_check_pool(pool), K, W), PointMassTree(),
+                       {"num_candidates": K, "window": W})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -750,6 +702,9 @@ class _PhraseDrafter(Drafter):
         self.drafted = self.verified = 0
 
     def start(self, draft, tokens, lengths, temperature, source, storage="sequence") -> None:
+        if tokens.shape[0] != 1:
+            raise ValueError(f"prompts: phrase-pool drafters decode one prompt (batch 1) per call, "
+                             f"got batch {tokens.shape[0]}")
         super().start(draft, tokens, lengths, temperature, source, storage)
         self.seq = tokens[0, :int(lengths[0])].tolist()
         self.window = _JacobiWindow(self.W, self.pool.phrase_length, self.seq) if self.W else None
@@ -853,12 +808,8 @@ class LookaheadDrafter(_PhraseDrafter):
     """Lookahead-style (module docstring): the pool's phrases keyed by the last token and a Jacobi
     window riding in the target's own tree forward; no draft model."""
 
-    def __init__(self, pool: PhrasePool, K: int, W: int, vocab_size: int):
-        super().__init__(pool, K, W)
-        self.vocab_size = vocab_size
-
     def draft(self, rows) -> DraftTree:
-        tree, self.slots = _lookahead_tree(self.seq[-1], self.pool, self.K, self.vocab_size, self.window)
+        tree, self.slots = _lookahead_tree(self.seq[-1], self.pool, self.K, rows.vocab_size, self.window)
         return self._draft_tree(tree, rows.last.device)
 
     def accept(self, tree, verdict) -> None:
@@ -866,11 +817,3 @@ class LookaheadDrafter(_PhraseDrafter):
             self.window.update([self.argmax[j] for j in self.slots], self.pool)
         self.verified += int(verdict.num_accepted[0])
         self._emit(verdict)
-
-
-def _run(name, target, draft, prompt_ids, N, drafter, temperature, uniforms) -> DecodeResult:
-    """One call on the engine (sequence storage); the drafter's pool counters in `PhraseStats`."""
-    method = TorchMethod(name, drafter, PointMassTree())
-    result = decode(target, draft, prompt_ids, method, N, temperature, uniforms, "sequence")
-    fields = {k: v for k, v in vars(result.stats).items() if k != "logs"}
-    return DecodeResult(result.tokens, PhraseStats(**fields, **result.stats.logs))

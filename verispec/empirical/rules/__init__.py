@@ -9,7 +9,7 @@ tokens, uniforms): it returns the emitted tokens and how many uniforms each row 
 math mirrors `verispec.reference.verifiers` line for line, including the order in which uniforms
 are read, so that on the same tables, the same draft and the same uniform stream a torch rule and
 its reference emit the same tokens (tested in tests/empirical/test_rules_vs_reference.py).
-Plumbing (models, KV caches, drafting) lives in `verispec.empirical.decode`.
+Plumbing (models, KV caches, drafting) lives in `verispec.empirical.engine`, `kv` and `drafters`.
 
 Layouts (float tensors: float64 recommended; B = batch of independent instances):
 
