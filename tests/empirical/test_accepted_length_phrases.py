@@ -41,7 +41,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import ouroboros as ob  # noqa: E402
+from verispec.empirical import engine, ouroboros as ob  # noqa: E402
 from verispec.empirical.as_reference import TorchLanguageModel  # noqa: E402
 
 from .test_accepted_length_exact import tiny  # noqa: E402
@@ -127,8 +127,8 @@ def decode(target, prompt, seed, trees=None):
     if trees is not None:
         ob.LookaheadDrafter.draft = recording
     try:
-        result = ob.lookahead_speculative(target, torch.tensor(prompt), TOKENS, pool=ob.PhrasePool(phrase_length=PHRASE),
-                                          num_candidates=K, window=W, temperature=TEMPERATURE, uniforms=seed)
+        method = ob.lookahead_method(ob.PhrasePool(phrase_length=PHRASE), num_candidates=K, window=W)
+        result = engine.decode(target, None, torch.tensor(prompt), method, TOKENS, TEMPERATURE, seed, "sequence")
     finally:
         ob.LookaheadDrafter.draft = draft
     return result.tokens[0].tolist(), result.stats.accepted_lengths.tolist()

@@ -107,7 +107,7 @@ def test_reference_rejects_bad_parameters():
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import adaptive, decode, engine, methods  # noqa: E402
+from verispec.empirical import adaptive, engine, methods  # noqa: E402
 
 from .test_decode_tiny import tiny  # noqa: E402
 
@@ -126,7 +126,7 @@ def pair():
                                           ("adaptive", {"draft_length": 3, "verifier": "block"})])
 def test_greedy_output_is_target_only_greedy(pair, storage, name, params):
     target, draft = pair
-    reference = decode.target_only(target, PROMPTS, 24)
+    reference = engine.decode(target, None, PROMPTS, engine.target_only_method(), 24)
     result = engine.decode(target, draft, PROMPTS, methods.get(name, **params), 24, storage=storage)
     assert result.tokens.tolist() == reference.tokens.tolist()
 
@@ -153,7 +153,7 @@ def test_chains_stop_at_the_tokens_still_needed(pair):
     """7 tokens with an identical draft and a cap of 20: one chain of 6 (+ the bonus token), 6
     draft forwards after the prefill, not 20: drafting past max_new_tokens is cut (hybrid too)."""
     twin = copy.deepcopy(pair[0])
-    greedy = decode.target_only(pair[0], PROMPTS[0], 7).tokens
+    greedy = engine.decode(pair[0], None, PROMPTS[0], engine.target_only_method(), 7).tokens
     for name in ("adaptive", "hybrid"):
         method = methods.get(name, draft_length=20, threshold=0.0, schedule="constant")
         result = engine.decode(pair[0], twin, PROMPTS[:1], method, 7, storage="sequence")

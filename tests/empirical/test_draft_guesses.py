@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import adaptive, bench, decode, engine, methods  # noqa: E402
+from verispec.empirical import adaptive, bench, engine, methods  # noqa: E402
 
 from .test_adaptive import PROMPTS, _check_tau_law, exact_models, pair  # noqa: E402,F401 (fixtures)
 from .test_decode_tiny import tiny  # noqa: E402
@@ -59,7 +59,8 @@ def test_guesses_keep_every_chain_and_save_forwards(request, name, storage, T, m
     target, draft = request.getfixturevalue(models)
     guessed = assert_same_chains(target, draft, name, storage, T, fewer=name == "adaptive" or T == 0)
     if T == 0:
-        assert torch.equal(guessed.tokens, decode.target_only(target, PROMPTS[:guessed.tokens.shape[0]], 60).tokens)
+        greedy = engine.decode(target, None, PROMPTS[:guessed.tokens.shape[0]], engine.target_only_method(), 60)
+        assert torch.equal(guessed.tokens, greedy.tokens)
 
 
 def test_draft_cache_stays_in_sync_with_guesses(pair):

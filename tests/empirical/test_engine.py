@@ -28,7 +28,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import adapter, bench, decode, engine, kv as kv_module, methods  # noqa: E402
+from verispec.empirical import adapter, bench, engine, kv as kv_module, methods  # noqa: E402
 from verispec.empirical.drafters import Drafter, DraftTree  # noqa: E402
 from verispec.empirical.rules.nodes import Verdict  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
@@ -56,7 +56,8 @@ def pair():
 
 @pytest.fixture(scope="module")
 def greedy(pair):
-    return torch.cat([decode.target_only(pair[0], p.unsqueeze(0), 14).tokens for p in PROMPTS])
+    return torch.cat([engine.decode(pair[0], None, p.unsqueeze(0), engine.target_only_method(), 14).tokens
+                      for p in PROMPTS])
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Ouroboros' draft KV cache against a cache-free draft: the drafted trees are the same, iteration by iteration.
 
-Both Ouroboros drafters (`ouroboros_speculative`, `ouroboros_phrase_speculative`) keep the draft
+Both Ouroboros drafters (`ouroboros_method`, `ouroboros_phrase_method`) keep the draft
 model's KV in a `_DraftSequence` (a `kv.SequenceKV`): tree forwards of pending tokens, pool
 phrases and the Jacobi window, commits of the matched path, and a rollback to the longest prefix
 the emitted text shares with the cache. A desync there (a rollback that does not crop, a commit
@@ -29,7 +29,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import ouroboros as ob  # noqa: E402
+from verispec.empirical import engine, ouroboros as ob  # noqa: E402
 
 from .test_accepted_length_exact import tiny  # noqa: E402
 
@@ -76,12 +76,13 @@ class CacheFreeDraft:
 
 
 RUNNERS = {
-    "ouroboros": (ob.OuroborosDrafter, lambda t, d, p, seed: ob.ouroboros_speculative(
-        t, d, torch.tensor(p), TOKENS, pool=ob.PhrasePool(phrase_length=2), draft_length=3, num_candidates=3,
-        window=2, temperature=1.0, uniforms=seed)),
-    "ouroboros_phrase": (ob.PhraseOuroborosDrafter, lambda t, d, p, seed: ob.ouroboros_phrase_speculative(
-        t, d, torch.tensor(p), TOKENS, pool=ob.PhrasePool(phrase_length=2), draft_length=3, num_candidates=3,
-        guess_set=3, window=2, temperature=1.0, uniforms=seed)),
+    "ouroboros": (ob.OuroborosDrafter, lambda t, d, p, seed: engine.decode(
+        t, d, torch.tensor(p), ob.ouroboros_method(ob.PhrasePool(phrase_length=2), draft_length=3, num_candidates=3,
+                                                   window=2), TOKENS, 1.0, seed, "sequence")),
+    "ouroboros_phrase": (ob.PhraseOuroborosDrafter, lambda t, d, p, seed: engine.decode(
+        t, d, torch.tensor(p), ob.ouroboros_phrase_method(ob.PhrasePool(phrase_length=2), draft_length=3,
+                                                          num_candidates=3, guess_set=3, window=2),
+        TOKENS, 1.0, seed, "sequence")),
 }
 
 

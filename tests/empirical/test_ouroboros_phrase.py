@@ -1,4 +1,4 @@
-"""Ouroboros phrase by phrase (`ouroboros_phrase_speculative`, `PhraseOuroborosDrafter`) on tiny
+"""Ouroboros phrase by phrase (`ouroboros_phrase_method`, `PhraseOuroborosDrafter`) on tiny
 random Qwen2 models (fp32, CPU).
 
 - T = 0: target-only greedy, token for token, with one pool warm across prompts, for several
@@ -22,9 +22,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import decode, ouroboros  # noqa: E402
+from verispec.empirical import engine, ouroboros  # noqa: E402
 from verispec.empirical.as_reference import TorchLanguageModel  # noqa: E402
-from verispec.empirical.ouroboros import PhrasePool, ouroboros_phrase_speculative  # noqa: E402
+from verispec.empirical.drafters import probabilities  # noqa: E402
+from verispec.empirical.ouroboros import PhrasePool, ouroboros_phrase_method  # noqa: E402
 from verispec.empirical.rules import pointmass  # noqa: E402
 from verispec.reference import ouroboros as ref  # noqa: E402
 from verispec.reference.randomness import Sampler  # noqa: E402
@@ -46,10 +47,11 @@ def test_greedy_equals_target_only_with_warm_pool(pair, params):
     pool = PhrasePool(phrase_length=3)
     hits = 0
     for prompt in PROMPTS:
-        result = ouroboros_phrase_speculative(target, draft, prompt, 30, pool=pool, **params)
-        reference = decode.target_only(target, torch.tensor([prompt]), 30)
+        ids = torch.tensor([prompt])
+        result = engine.decode(target, draft, ids, ouroboros_phrase_method(pool, **params), 30, storage="sequence")
+        reference = engine.decode(target, None, ids, engine.target_only_method(), 30)
         assert torch.equal(result.tokens, reference.tokens), prompt
-        hits += result.stats.pool_hits
+        hits += result.stats.logs["pool_hits"]
     assert hits > 0 and len(pool) > 0
 
 
@@ -83,8 +85,8 @@ def test_engine_drafts_are_the_reference_twins(pair, monkeypatch):
     seen = _draft_seen(monkeypatch)
     pool = PhrasePool(phrase_length=3)
     for i, prompt in enumerate(PROMPTS):
-        ouroboros_phrase_speculative(target, draft, prompt, 24, pool=pool, draft_length=3, num_candidates=2,
-                                     guess_set=4, window=0, temperature=1.0, uniforms=i)
+        method = ouroboros_phrase_method(pool, draft_length=3, num_candidates=2, guess_set=4, window=0)
+        engine.decode(target, draft, torch.tensor([prompt]), method, 24, 1.0, i, "sequence")
     oracle = TorchLanguageModel(draft, temperature=1.0)
     longer = 0
     for seq, snapshot, paths in seen:
@@ -98,14 +100,15 @@ def test_whole_phrases_cut_draft_forwards(pair):
     """A pool holding the draft's greedy continuation: draft forwards per drafted token < 1."""
     target, draft = pair
     prompt = PROMPTS[0]
-    greedy = decode.target_only(draft, torch.tensor([prompt]), 40).tokens[0].tolist()
+    greedy = engine.decode(draft, None, torch.tensor([prompt]), engine.target_only_method(), 40).tokens[0].tolist()
     pool = PhrasePool(phrase_length=4)
     pool.add_ngrams(prompt[-1:] + greedy)
-    run = ouroboros_phrase_speculative(target, draft, prompt, 40, pool=pool, draft_length=4, window=0,
-                                       output_ngrams=False)
-    assert run.stats.draft_pool_tokens > 0
-    cold = ouroboros_phrase_speculative(target, draft, prompt, 40, pool=PhrasePool(phrase_length=4),
-                                        draft_length=4, window=0, output_ngrams=False)
+    ids = torch.tensor([prompt])
+    run = engine.decode(target, draft, ids, ouroboros_phrase_method(pool, draft_length=4, window=0,
+                                                                    output_ngrams=False), 40, storage="sequence")
+    assert run.stats.logs["draft_pool_tokens"] > 0
+    cold_method = ouroboros_phrase_method(PhrasePool(phrase_length=4), draft_length=4, window=0, output_ngrams=False)
+    cold = engine.decode(target, draft, ids, cold_method, 40, storage="sequence")
     assert run.stats.draft_forwards < cold.stats.draft_forwards
 
 
@@ -151,7 +154,7 @@ def test_point_mass_tree_rule_is_the_reference_draw_for_draw(pair):
     draft = ref._trie_draft(chain, tails, 64, False)
     tree, _ = _tree([context[-1], *chain], tails, 2)
     cache = ouroboros._DraftSequence(target, list(context[:-1]))
-    p = decode.probabilities(cache.forward(tree), 1.0).unsqueeze(0)  # [1, N, V]
+    p = probabilities(cache.forward(tree), 1.0).unsqueeze(0)  # [1, N, V]
     tokens, parents, verifiable = tree.tensors("cpu")
     need = pointmass.point_mass_tree_uniforms(parents, verifiable)
     gen = torch.Generator().manual_seed(5)
@@ -165,11 +168,11 @@ def test_point_mass_tree_rule_is_the_reference_draw_for_draw(pair):
 def test_bad_input(pair):
     target, draft = pair
     with pytest.raises(ValueError):
-        ouroboros_phrase_speculative(target, draft, [1, 2], 4, guess_set=0)
+        ouroboros_phrase_method(guess_set=0)
     with pytest.raises(TypeError):
-        ouroboros_phrase_speculative(target, draft, [1, 2], 4, output_ngrams=1)
+        ouroboros_phrase_method(output_ngrams=1)
     with pytest.raises(TypeError):
-        ouroboros_phrase_speculative(target, draft, [1, 2], 4, pool={})
+        ouroboros_phrase_method(pool={})
 
 
 def test_planted_cut_phrases_are_caught(pair, monkeypatch):
@@ -191,7 +194,7 @@ def test_bench_runner(tmp_path):
 
     from .test_bench import PROMPTS as BENCH_PROMPTS, CharTokenizer, config
 
-    defaults = inspect.signature(ouroboros_phrase_speculative).parameters
+    defaults = inspect.signature(ouroboros_phrase_method).parameters
     spec = bench.parse_runner("ouroboros_phrase", 4, 2)
     assert (spec.num_paths, spec.window, spec.guess_set) == (defaults["num_candidates"].default,
                                                              defaults["window"].default, defaults["guess_set"].default)

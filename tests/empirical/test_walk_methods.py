@@ -25,7 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import bench, decode, engine, hubpairs, methods  # noqa: E402
+from verispec.empirical import bench, engine, hubpairs, methods  # noqa: E402
 from verispec.empirical.rules import multistep  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms  # noqa: E402
 from verispec.reference import methods as reference_methods  # noqa: E402
@@ -104,7 +104,8 @@ def test_planted_wrong_residual_in_the_truncated_walk_is_caught(pair, monkeypatc
 @pytest.mark.parametrize("name,params", WALKS, ids=IDS)
 def test_greedy_mixed_lengths_equals_target_only(pair, name, params, storage):
     target, draft = pair
-    greedy = torch.cat([decode.target_only(target, p.unsqueeze(0), 10).tokens for p in PROMPTS])
+    greedy = torch.cat([engine.decode(target, None, p.unsqueeze(0), engine.target_only_method(), 10).tokens
+                        for p in PROMPTS])
     result = engine.decode(target, draft, PROMPTS, methods.get(name, **params), 10, uniforms=3, storage=storage)
     assert torch.equal(result.tokens, greedy)
     assert result.stats.target_forwards == result.stats.iterations  # the first also reads the prompt

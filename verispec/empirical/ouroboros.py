@@ -554,7 +554,7 @@ def ouroboros_phrase_method(pool: PhrasePool | None = None, draft_length: int = 
 
     Returns:
         `TorchMethod` "ouroboros_phrase" (`PhraseOuroborosDrafter` + `rules.nodes.PointMassTree`);
-        stats.logs: the pool counters and "target_phrases" (phrases the target's verification added).
+        stats.logs: the pool counters ("target_phrases": phrases the target's verification added).
 
     Raises:
         TypeError / ValueError: as `ouroboros_method`, and G < 1 or a non-bool output_ngrams /
@@ -695,6 +695,7 @@ class _PhraseDrafter(Drafter):
     node of the last tree forward (`observe`) and the pool counters."""
 
     output_ngrams = True  # (b): the verified output's n-grams go to the pool
+    target_phrases = 0  # phrases the target's verification added (`PhraseOuroborosDrafter` only)
 
     def __init__(self, pool: PhrasePool, K: int, W: int):
         self.pool, self.K, self.W = pool, K, W
@@ -731,7 +732,7 @@ class _PhraseDrafter(Drafter):
     def logs(self) -> dict:
         return {"pool_lookups": self.pool.lookups - self.lookups, "pool_hits": self.pool.hits - self.hits,
                 "draft_pool_tokens": self.drafted, "verified_pool_tokens": self.verified,
-                "pool_phrases": len(self.pool)}
+                "pool_phrases": len(self.pool), "target_phrases": self.target_phrases}
 
 
 class OuroborosDrafter(_PhraseDrafter):
@@ -773,7 +774,6 @@ class PhraseOuroborosDrafter(_PhraseDrafter):
                  flat_window: bool = False):
         super().__init__(pool, K, W)
         self.L, self.G, self.output_ngrams, self.flat_window = L, G, output_ngrams, flat_window
-        self.target_phrases = 0
 
     def start(self, draft, tokens, lengths, temperature, source, storage="sequence") -> None:
         super().start(draft, tokens, lengths, temperature, source, storage)
@@ -799,9 +799,6 @@ class PhraseOuroborosDrafter(_PhraseDrafter):
         # the target's verification results refine the pool for LATER iterations only
         self.target_phrases += _target_phrases(self.pool, self.tree, self.anchor, self.argmax)
         _correct_guesses(self.pool, self.tree, self.anchor, self.guesses, self.argmax)
-
-    def logs(self) -> dict:
-        return {**super().logs(), "target_phrases": self.target_phrases}
 
 
 class LookaheadDrafter(_PhraseDrafter):

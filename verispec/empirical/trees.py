@@ -381,7 +381,8 @@ def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget:
                threshold: float = 0.0, max_depth: int = 10, draft_temperature: float = 1.0,
                branching: int = 2, *, prune: bool = True) -> TreeRecords:
     """Draft one tree after `prefix_ids` (the drafting step of the tree methods,
-    `verispec.empirical.methods.tree_method`, exposed for tests and analysis). Costs a prefill of all but the last prefix token plus one forward per layer.
+    `verispec.empirical.methods.tree_method`, exposed for tests and analysis). Costs a prefill of
+    all but the last prefix token plus one forward per layer.
 
     Args:
         draft: `CausalLM`. prefix_ids: int [B, n] or [n]. tree: one of `TREES`.
