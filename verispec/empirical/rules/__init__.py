@@ -45,7 +45,7 @@ from typing import Callable
 import torch
 
 from .block import block_rule
-# _Cursor and _representatives are re-exported for the decoders (decode.py, ouroboros.py).
+# _representatives is re-exported for drafters.py (the K paths' distinct nodes); _Cursor for older imports.
 from .common import (RuleOutput, _check_tensor, _Cursor, _representatives, accept_probability,  # noqa: F401
                      positive_mass, residual, stop_probability)
 from .gbv import gbv_rule, skewed_proposal
