@@ -34,11 +34,14 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import engine, kv as kv_module, ouroboros, rules  # noqa: E402
+from verispec.empirical import engine, kv as kv_module, phrases, rules  # noqa: E402
+from verispec.empirical.phrases import tree as phrase_tree  # noqa: E402
+from verispec.empirical.phrases import windows as phrase_windows  # noqa: E402
+from verispec.empirical.phrases import drafters as phrase_drafters  # noqa: E402
 from verispec.empirical.drafters import probabilities  # noqa: E402
 from verispec.empirical.rules import pointmass  # noqa: E402
 from verispec.empirical.model import CausalLM  # noqa: E402
-from verispec.empirical.ouroboros import PhrasePool, lookahead_method, ouroboros_method  # noqa: E402
+from verispec.empirical.phrases import PhrasePool, lookahead_method, ouroboros_method  # noqa: E402
 from verispec.empirical.rules.pointmass import point_mass_tree_uniforms, point_mass_tree_verify  # noqa: E402
 from verispec.empirical.uniforms import TorchUniforms, categorical  # noqa: E402
 
@@ -171,16 +174,16 @@ def _law_trees(target, T):
     d1 = top[0]  # Ouroboros: draft = [d1], suffixes keyed by d1
     for s in _ranked(after[d1])[:3][::-1]:
         pool.add(d1, (s, top[3]))
-    tree_o, _ = ouroboros._ouroboros_tree(PROMPT[-1], [d1], pool, 3, 8)
-    window = ouroboros._JacobiWindow(3, 2, PROMPT)
-    tree_l, slots = ouroboros._lookahead_tree(PROMPT[-1], pool, 3, 8, window)
+    tree_o, _ = phrase_drafters._ouroboros_tree(PROMPT[-1], [d1], pool, 3, 8)
+    window = phrase_windows.JacobiWindow(3, 2, PROMPT)
+    tree_l, slots = phrase_drafters._lookahead_tree(PROMPT[-1], pool, 3, 8, window)
     assert len(tree_o) == 1 + 1 + 3 * 2 and len(slots) == 3
     return {"ouroboros": tree_o, "lookahead": tree_l}
 
 
 def _verified_law_counts(target, tree, T, n, seed):
     """(counts [64] of the first two emitted tokens, tau [n]) over n rows verifying `tree` once each."""
-    cache = ouroboros._DraftSequence(target, PROMPT[:-1])
+    cache = phrase_tree.DraftSequence(target, PROMPT[:-1])
     p = probabilities(cache.forward(tree), T)  # [N, V], the decoders' tree forward
     tokens, parents, verifiable = (t.expand(n, -1) for t in tree.tensors("cpu"))
     need = point_mass_tree_uniforms(parents[:1], verifiable[:1])
@@ -232,7 +235,7 @@ def _chain_mask_forward(self, tree):
 
 @pytest.mark.parametrize("owner,name,bug", [
     (pointmass, "_point_mass_accept", _always_accept), (pointmass, "_point_mass_accept", _accept_argmax),
-    (pointmass, "residual", _residual_is_p), (ouroboros._DraftSequence, "forward", _chain_mask_forward)],
+    (pointmass, "residual", _residual_is_p), (phrase_tree.DraftSequence, "forward", _chain_mask_forward)],
     ids=["accept_1", "greedy_match", "residual_p", "chain_mask"])
 def test_planted_verification_bugs_are_caught(law_pair, monkeypatch, owner, name, bug):
     target, _ = law_pair
@@ -321,7 +324,7 @@ def _whole_loop_runs(law_pair, kind):
         if kind == "ouroboros":
             method = ouroboros_method(pool, draft_length=1, num_candidates=3, window=2)
         elif kind == "ouroboros_phrase":
-            method = ouroboros.ouroboros_phrase_method(pool, draft_length=1, num_candidates=3, guess_set=4, window=2)
+            method = phrases.ouroboros_phrase_method(pool, draft_length=1, num_candidates=3, guess_set=4, window=2)
         else:
             method = lookahead_method(pool, num_candidates=3, window=2)
         result = engine.decode(target, None if kind == "lookahead" else draft, torch.tensor([prompt]), method, 40,

@@ -29,7 +29,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import engine, ouroboros as ob  # noqa: E402
+from verispec.empirical import engine, phrases as ob  # noqa: E402
+from verispec.empirical.phrases import drafters as phrase_drafters, tree as phrase_tree  # noqa: E402
 
 from .test_accepted_length_exact import tiny  # noqa: E402
 
@@ -43,7 +44,7 @@ def pair():
 
 
 class CacheFreeDraft:
-    """`_DraftSequence`'s interface without a KV cache: `forward(tree)` runs, for every tree node,
+    """`phrases.tree.DraftSequence`'s interface without a KV cache: `forward(tree)` runs, for every tree node,
     the held tokens + the node's root path through the model in one cache-free forward."""
 
     def __init__(self, model, tokens):
@@ -100,7 +101,7 @@ def decode(pair, runner, prompt, seed, monkeypatch, cache_free):
     with monkeypatch.context() as patch:
         patch.setattr(drafter, "draft", recording)
         if cache_free:
-            patch.setattr(ob, "_DraftSequence", CacheFreeDraft)
+            patch.setattr(phrase_drafters, "DraftSequence", CacheFreeDraft)
         result = run(*pair, prompt, seed)
     return result.tokens[0].tolist(), trees
 
@@ -144,6 +145,6 @@ def _commit_keeps_rejected(self, tree, nodes):
 @pytest.mark.parametrize("runner", list(RUNNERS))
 @pytest.mark.parametrize("name,bug", [("rollback", _rollback_keeps_cache), ("commit", _commit_keeps_rejected)])
 def test_planted_draft_cache_bug_is_caught(pair, runner, monkeypatch, name, bug):
-    monkeypatch.setattr(ob._DraftSequence, name, bug)
+    monkeypatch.setattr(phrase_tree.DraftSequence, name, bug)
     with pytest.raises(AssertionError, match="iteration"):
         check_same_drafts(pair, runner, monkeypatch)

@@ -22,10 +22,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import engine, ouroboros  # noqa: E402
+from verispec.empirical import engine, phrases  # noqa: E402
+from verispec.empirical.phrases import tree as phrase_tree  # noqa: E402
+from verispec.empirical.phrases import windows as phrase_windows  # noqa: E402
+from verispec.empirical.phrases import drafters as phrase_drafters  # noqa: E402
 from verispec.empirical.as_reference import TorchLanguageModel  # noqa: E402
 from verispec.empirical.drafters import probabilities  # noqa: E402
-from verispec.empirical.ouroboros import PhrasePool, ouroboros_phrase_method  # noqa: E402
+from verispec.empirical.phrases import PhrasePool, ouroboros_phrase_method  # noqa: E402
 from verispec.empirical.rules import pointmass  # noqa: E402
 from verispec.reference import ouroboros as ref  # noqa: E402
 from verispec.reference.randomness import Sampler  # noqa: E402
@@ -59,7 +62,7 @@ def _draft_seen(monkeypatch):
     """Record (sequence, pool snapshot {key: phrases newest first}, tree root paths) at every
     draft of `PhraseOuroborosDrafter`."""
     seen = []
-    original = ouroboros.PhraseOuroborosDrafter.draft
+    original = phrases.PhraseOuroborosDrafter.draft
 
     def draft(self, rows):
         snapshot = {key: self.pool.phrases(key) for key in self.pool.keys()}
@@ -76,7 +79,7 @@ def _draft_seen(monkeypatch):
         seen.append((before, snapshot, paths))
         return out
 
-    monkeypatch.setattr(ouroboros.PhraseOuroborosDrafter, "draft", draft)
+    monkeypatch.setattr(phrases.PhraseOuroborosDrafter, "draft", draft)
     return seen
 
 
@@ -113,7 +116,7 @@ def test_whole_phrases_cut_draft_forwards(pair):
 
 
 def _tree(chain, guesses, n):
-    tree = ouroboros._Tree()
+    tree = phrase_tree.Tree()
     anchor = tree.add_chain(-1, chain)[-1]
     for g in guesses:
         tree.add_path(anchor, g)
@@ -126,10 +129,10 @@ def test_target_phrases_from_the_rejected_draft():
     tree, anchor = _tree([9, 1, 2, 3], [], 2)
     argmax = [1, 5, 3, 7]
     pool = PhrasePool(phrase_length=2)
-    assert ouroboros._target_phrases(pool, tree, anchor, argmax) == 1
+    assert phrase_drafters._target_phrases(pool, tree, anchor, argmax) == 1
     assert pool.phrases(2) == [(3, 7)] and 1 not in pool and 3 not in pool  # from node "2" on
     fully = PhrasePool(phrase_length=2)
-    assert ouroboros._target_phrases(fully, tree, anchor, [1, 2, 3, 7]) == 0  # nothing rejected
+    assert phrase_drafters._target_phrases(fully, tree, anchor, [1, 2, 3, 7]) == 0  # nothing rejected
 
 
 def test_guess_corrections_replace_in_place():
@@ -139,7 +142,7 @@ def test_guess_corrections_replace_in_place():
     guesses = [(5, 6), (1, 2)]
     tree, anchor = _tree([9, 3], guesses, 2)  # nodes: 0 root, 1 "3", 2 "5", 3 "6", 4 "1", 5 "2"
     argmax = [3, 5, 8, 0, 1, 0]
-    ouroboros._correct_guesses(pool, tree, anchor, guesses, argmax)
+    phrase_drafters._correct_guesses(pool, tree, anchor, guesses, argmax)
     assert pool.phrases(3) == [(5, 8), (5, 1), (4, 4)]  # (argmax after "3", after the guess's 1st)
 
 
@@ -153,7 +156,7 @@ def test_point_mass_tree_rule_is_the_reference_draw_for_draw(pair):
     chain, tails = (top[0],), [(top[1], top[0]), (top[0], top[2]), (top[2],)]
     draft = ref._trie_draft(chain, tails, 64, False)
     tree, _ = _tree([context[-1], *chain], tails, 2)
-    cache = ouroboros._DraftSequence(target, list(context[:-1]))
+    cache = phrase_tree.DraftSequence(target, list(context[:-1]))
     p = probabilities(cache.forward(tree), 1.0).unsqueeze(0)  # [1, N, V]
     tokens, parents, verifiable = tree.tensors("cpu")
     need = pointmass.point_mass_tree_uniforms(parents, verifiable)
@@ -178,8 +181,8 @@ def test_bad_input(pair):
 def test_planted_cut_phrases_are_caught(pair, monkeypatch):
     """Planted: the drafter cuts the last phrase at L (the simplified drafter's rule): its drafts
     are no longer the twin's."""
-    whole = ouroboros._draft
-    monkeypatch.setattr(ouroboros, "_draft", lambda *args, whole_phrases=False: whole(*args))
+    whole = phrase_drafters._draft
+    monkeypatch.setattr(phrase_drafters, "_draft", lambda *args, whole_phrases=False: whole(*args))
     with pytest.raises(AssertionError):
         test_engine_drafts_are_the_reference_twins(pair, monkeypatch)
 
@@ -216,10 +219,10 @@ def test_bench_runner(tmp_path):
 def test_2d_window_layout_and_phrases():
     """Lookahead's 2D window (W = 3, n = 3): level 0 after the anchor, column i after L_i; from the
     n-th forward on, (column i, new token) is a phrase keyed by L_i; columns shift down."""
-    window = ouroboros._JacobiWindow2D(3, 3, [1, 2, 3, 4])
+    window = phrase_windows.JacobiWindow2D(3, 3, [1, 2, 3, 4])
     pool = PhrasePool(phrase_length=3)
     for f in range(3):
-        tree = ouroboros._Tree()
+        tree = phrase_tree.Tree()
         anchor = tree.add(9, -1)
         tops = window.attach(tree, anchor)
         level0, columns = list(window.level0), [list(c) for c in window.columns]

@@ -10,10 +10,10 @@
 `decode(target, draft, prompts, method, N, T, uniforms, storage)` runs every method: single
 prompts and batches (storage "sequence", "padded", "vanilla", or "packed" = EMS-SD), path methods
 and trees (`methods.get(name, ...)`), target-only (`engine.target_only_method()`), phrase pools
-(`ouroboros.ouroboros_method()`, `ouroboros_phrase_method()`, `lookahead_method()`); one
+(`phrases.ouroboros_method()`, `ouroboros_phrase_method()`, `lookahead_method()`); one
 `DecodeStats` holds every method's counters (method-specific ones in `stats.logs`).
 
-Modules: engine (the loop), drafters / trees / ouroboros (drafters), kv (KV storages: sequence,
+Modules: engine (the loop), drafters / trees / phrases (drafters), kv (KV storages: sequence,
 padded, packed), rules (every verification), adapter (reference Methods), attention (per-row
 attention of the packed layout), draftvocab (the draft's LM head over a token subset, FR-Spec),
 linear_layout (a target's linear layers as (W @ X^T)^T for a verification forward's few rows on CPU),

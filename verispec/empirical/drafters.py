@@ -24,7 +24,7 @@ Drafters (the same drafting schemes as `verispec.reference.drafters`):
   2024, arXiv 2406.17276, Algorithm 1) and static trees at node budget n ("chain", "kary",
   "eagle"); one draft forward per layer.
 - `PromptLookupDrafter(L, max_ngram)`: n-gram drafts from the row's own context (point masses).
-- phrase pools (Ouroboros, lookahead): `verispec.empirical.ouroboros`.
+- phrase pools (Ouroboros, lookahead): `verispec.empirical.phrases`.
 """
 
 from __future__ import annotations
