@@ -1,6 +1,6 @@
 """Lookahead's drafting state (phrase pool + Jacobi window) against a cache-free twin.
 
-Lookahead (`verispec.empirical.ouroboros.LookaheadDrafter`) has no draft model: its drafts are
+Lookahead (`verispec.empirical.phrases.LookaheadDrafter`) has no draft model: its drafts are
 pool phrases, fed by the n-grams of the emitted text and by the trajectories of a Jacobi window
 whose guesses ride in the target's own tree forward. None of that state can break losslessness
 (every drafted token is a point mass), so, as with a draft KV cache, a bug in it only moves the
@@ -41,7 +41,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import ouroboros as ob  # noqa: E402
+from verispec.empirical import engine, phrases as ob  # noqa: E402
+from verispec.empirical.phrases import windows as phrase_windows  # noqa: E402
+from verispec.empirical.phrases import drafters as phrase_drafters  # noqa: E402
 from verispec.empirical.as_reference import TorchLanguageModel  # noqa: E402
 
 from .test_accepted_length_exact import tiny  # noqa: E402
@@ -69,7 +71,7 @@ class LookaheadTwin:
     def __init__(self, ref: TorchLanguageModel, prompt):
         self.ref, self.seq = ref, list(prompt)
         self.pool = ob.PhrasePool(phrase_length=PHRASE)
-        self.window = ob._JacobiWindow(W, PHRASE, self.seq) if W else None
+        self.window = phrase_windows.JacobiWindow(W, PHRASE, self.seq) if W else None
 
     def _probs(self, tree) -> list:
         """p at every node [N] x float64 [V]: the prefix + the node's root path, no cache."""
@@ -90,7 +92,7 @@ class LookaheadTwin:
         return probs
 
     def tree(self):
-        tree, self.slots = ob._lookahead_tree(self.seq[-1], self.pool, K, self.ref.vocab_size, self.window)
+        tree, self.slots = phrase_drafters._lookahead_tree(self.seq[-1], self.pool, K, self.ref.vocab_size, self.window)
         probs = self._probs(tree)
         self.argmax = [int(p.argmax()) for p in probs]  # the window's next guesses read these
 
@@ -127,8 +129,8 @@ def decode(target, prompt, seed, trees=None):
     if trees is not None:
         ob.LookaheadDrafter.draft = recording
     try:
-        result = ob.lookahead_speculative(target, torch.tensor(prompt), TOKENS, pool=ob.PhrasePool(phrase_length=PHRASE),
-                                          num_candidates=K, window=W, temperature=TEMPERATURE, uniforms=seed)
+        method = ob.lookahead_method(ob.PhrasePool(phrase_length=PHRASE), num_candidates=K, window=W)
+        result = engine.decode(target, None, torch.tensor(prompt), method, TOKENS, TEMPERATURE, seed, "sequence")
     finally:
         ob.LookaheadDrafter.draft = draft
     return result.tokens[0].tolist(), result.stats.accepted_lengths.tolist()

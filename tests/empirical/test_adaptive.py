@@ -107,7 +107,7 @@ def test_reference_rejects_bad_parameters():
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import adaptive, decode, engine, methods  # noqa: E402
+from verispec.empirical import adaptive, engine, methods  # noqa: E402
 
 from .test_decode_tiny import tiny  # noqa: E402
 
@@ -126,7 +126,7 @@ def pair():
                                           ("adaptive", {"draft_length": 3, "verifier": "block"})])
 def test_greedy_output_is_target_only_greedy(pair, storage, name, params):
     target, draft = pair
-    reference = decode.target_only(target, PROMPTS, 24)
+    reference = engine.decode(target, None, PROMPTS, engine.target_only_method(), 24)
     result = engine.decode(target, draft, PROMPTS, methods.get(name, **params), 24, storage=storage)
     assert result.tokens.tolist() == reference.tokens.tolist()
 
@@ -153,7 +153,7 @@ def test_chains_stop_at_the_tokens_still_needed(pair):
     """7 tokens with an identical draft and a cap of 20: one chain of 6 (+ the bonus token), 6
     draft forwards after the prefill, not 20: drafting past max_new_tokens is cut (hybrid too)."""
     twin = copy.deepcopy(pair[0])
-    greedy = decode.target_only(pair[0], PROMPTS[0], 7).tokens
+    greedy = engine.decode(pair[0], None, PROMPTS[0], engine.target_only_method(), 7).tokens
     for name in ("adaptive", "hybrid"):
         method = methods.get(name, draft_length=20, threshold=0.0, schedule="constant")
         result = engine.decode(pair[0], twin, PROMPTS[:1], method, 7, storage="sequence")
@@ -257,20 +257,23 @@ def test_bench_runners_are_greedy_exact(tmp_path):
 def test_bench_adaptive_ceiling_is_checked():
     from verispec import bench
 
-    assert bench.parse_method("hybrid:L=8,M=20,dq=8", 4, 1).max_draft_length == 20
-    assert bench.parse_method("adaptive", 4, 1).max_draft_length == 0  # the method's default, 4 L
+    assert bench.parse_method("hybrid:L=8,M=20,dq=8", 4, 1).param("max_draft_length") == 20
+    assert bench.parse_method("adaptive", 4, 1).param("max_draft_length") is None  # the method's default, 4 L
     import inspect
 
     from verispec.empirical import adaptive
 
-    for factory in (adaptive.adaptive_method, adaptive.hybrid_method):  # the bench's default c stays the methods'
+    from verispec.reference import registry
+
+    for factory in (adaptive.adaptive_method, adaptive.hybrid_method):  # unset, c is the registry's = the factory's
         default = inspect.signature(factory).parameters["threshold"].default
-        assert bench.parse_method("adaptive", 4, 1).confidence_percent == round(100 * default)
-    assert bench.parse_method("adaptive:L=20,M=20,c=15", 4, 1).confidence_percent == 15
-    assert bench.parse_method("adaptive:L=20,sched=constant", 4, 1).schedule == "constant"
-    assert bench.parse_method("hybrid", 4, 1).schedule == "heuristic"
-    assert bench.parse_method("adaptive:L=20,v=block", 4, 1).verifier == "block"
-    assert bench.parse_method("hybrid:L=20", 4, 1).verifier == "token"
+        assert bench.parse_method("adaptive", 4, 1).param("threshold") is None
+        assert registry.spec(factory().name).defaults("torch")["threshold"] == default
+    assert bench.parse_method("adaptive:L=20,M=20,c=15", 4, 1).param("threshold") == 0.15
+    assert bench.parse_method("adaptive:L=20,sched=constant", 4, 1).param("schedule") == "constant"
+    assert bench.parse_method("hybrid", 4, 1).param("schedule") is None  # the registry's "heuristic"
+    assert bench.parse_method("adaptive:L=20,v=block", 4, 1).param("verifier") == "block"
+    assert bench.parse_method("hybrid:L=20", 4, 1).param("verifier") is None  # the registry's "token"
     for bad in ("block:M=8", "adaptive:L=8,M=4", "hf:M=8", "adaptive:M=0", "block:c=10", "adaptive:c=101",
                 "block:sched=constant", "adaptive:sched=fast", "block:v=block", "adaptive:v=gbv"):
         with pytest.raises(ValueError, match="M|c \\(|sched|v \\(|bad parameter"):

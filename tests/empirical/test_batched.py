@@ -1,5 +1,5 @@
-"""Batched speculative decoding with per-row accepted lengths (verispec.empirical.batched) on tiny
-random Qwen2 models (fp32, CPU, built from configs; no hub).
+"""Batched speculative decoding with per-row accepted lengths (`engine.decode` on a list of prompts,
+storage "vanilla" or "packed" = EMS-SD) on tiny random Qwen2 models (fp32, CPU, built from configs; no hub).
 
 - Greedy (T = 0): every row of a batch of prompts of different lengths (1-12 tokens) equals that
   prompt's batch-1 output and target-only greedy, token for token: B = 1, 2, 4, 8, 16, both
@@ -29,8 +29,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import decode, kv  # noqa: E402
-from verispec.empirical.batched import batched_speculative, batched_target_only  # noqa: E402
+from verispec.empirical import engine, kv, methods  # noqa: E402
+from verispec.empirical.drafters import PromptLookupDrafter, probabilities  # noqa: E402
+from verispec.empirical.rules.nodes import PathRule  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
 
 from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
@@ -42,6 +43,17 @@ N_TOKENS, L = 16, 3
 BATCHES = (1, 2, 4, 8, 16)
 CONFIGS = [(impl, method, drafter) for impl in ("vanilla", "ems") for method in ("token", "block")
            for drafter in ("model", "prompt_lookup")]
+
+
+#: implementation -> the engine's KV storage (EMS-SD: "packed")
+STORAGE = {"vanilla": "vanilla", "ems": "packed"}
+
+
+def chain_method(method, drafter, draft_length=L):
+    """A chain rule (token, block) on draft-model drafts or prompt-lookup point masses (max n-gram 3)."""
+    if drafter == "model":
+        return methods.paths_method(method, draft_length)
+    return engine.TorchMethod(method, lambda: PromptLookupDrafter(draft_length, 3), PathRule(method))
 
 
 @pytest.fixture(scope="module")
@@ -62,20 +74,22 @@ def prompts():
 
 @pytest.fixture(scope="module")
 def greedy(pair, prompts):
-    """Target-only greedy (batch 1, `decode.target_only`) of every prompt: [16, N_TOKENS]."""
+    """Target-only greedy (batch 1, `engine.target_only_method`) of every prompt: [16, N_TOKENS]."""
     target, _ = pair
-    return torch.cat([decode.target_only(target, p, N_TOKENS).tokens for p in prompts])
+    return torch.cat([engine.decode(target, None, p, engine.target_only_method(), N_TOKENS).tokens for p in prompts])
 
 
 def check_rows_match(target, draft, prompts, greedy, impl, method, drafter):
     """Every row of every batch size equals its prompt's batch-1 run and target-only greedy."""
-    kwargs = dict(method=method, draft_length=L, implementation=impl, drafter=drafter, uniforms=0)
-    full = batched_speculative(target, draft, prompts, N_TOKENS, **kwargs)  # largest B first: fails fast
+    draft = draft if drafter == "model" else None
+    chain = chain_method(method, drafter)
+    run = lambda batch: engine.decode(target, draft, batch, chain, N_TOKENS, 0.0, 0, STORAGE[impl])  # noqa: E731
+    full = run(prompts)  # largest B first: fails fast
     assert torch.equal(full.tokens, greedy), f"{impl}/{method}/{drafter}, B = {len(prompts)}: differs from greedy"
-    single = torch.cat([batched_speculative(target, draft, [p], N_TOKENS, **kwargs).tokens for p in prompts])
+    single = torch.cat([run([p]).tokens for p in prompts])
     assert torch.equal(single, greedy), f"{impl}/{method}/{drafter}: batch-1 runs differ from greedy"
     for B in BATCHES:
-        result = full if B == len(prompts) else batched_speculative(target, draft, prompts[:B], N_TOKENS, **kwargs)
+        result = full if B == len(prompts) else run(prompts[:B])
         assert result.tokens.shape == (B, N_TOKENS) and result.tokens.dtype == torch.int64
         bad = (result.tokens != single[:B]).any(1).nonzero().squeeze(1).tolist()
         assert not bad, f"{impl}/{method}/{drafter}, B = {B}: rows {bad} differ from their batch-1 runs"
@@ -94,19 +108,19 @@ def test_greedy_rows_equal_batch1_and_target_only(pair, prompts, greedy, impl, m
         assert stats.mean_accepted > 0.5
     else:
         assert stats.draft_forwards == 0 and stats.accepted_lengths.max() > 0  # lookups were accepted
-    assert stats.implementation == impl and stats.batch_size == 16
+    assert stats.storage == STORAGE[impl] and result.tokens.shape[0] == 16
 
 
 def test_batched_target_only_greedy_and_coupled_sampling(pair, prompts, greedy):
     target, _ = pair
-    result = batched_target_only(target, prompts, N_TOKENS)
+    result = engine.decode(target, None, prompts, engine.target_only_method(), N_TOKENS, storage="vanilla")
     assert torch.equal(result.tokens, greedy)
     assert result.stats.target_forwards == N_TOKENS  # one per token, the first reads the prompts
     assert result.stats.padded_kv_slots == sum(max(map(len, prompts)) - len(p) for p in prompts)  # left padding
-    # T > 0: on equal-length prompts it reads uniforms as decode.target_only does -> same tokens.
+    # T > 0: on equal-length prompts it reads uniforms as the padded [B, n] run does -> same tokens.
     same = torch.randint(0, 64, (6, 5), generator=torch.Generator().manual_seed(1))
-    a = batched_target_only(target, list(same), 8, temperature=1.0, uniforms=4)
-    b = decode.target_only(target, same, 8, temperature=1.0, uniforms=4)
+    a = engine.decode(target, None, list(same), engine.target_only_method(), 8, 1.0, 4, "vanilla")
+    b = engine.decode(target, None, same, engine.target_only_method(), 8, 1.0, 4)
     assert torch.equal(a.tokens, b.tokens)
 
 
@@ -114,9 +128,9 @@ def test_one_token_prompts_and_full_acceptance(pair):
     """Prompts of one token (empty prefill); draft = target accepts every draft token."""
     target, _ = pair
     prompts = [torch.tensor([9]), torch.tensor([3]), torch.tensor([41])]
-    reference = torch.cat([decode.target_only(target, p, 13).tokens for p in prompts])
+    reference = torch.cat([engine.decode(target, None, p, engine.target_only_method(), 13).tokens for p in prompts])
     for impl in ("vanilla", "ems"):
-        result = batched_speculative(target, target, prompts, 13, draft_length=4, implementation=impl)
+        result = engine.decode(target, target, prompts, methods.paths_method("block", 4), 13, storage=STORAGE[impl])
         assert torch.equal(result.tokens, reference)
         assert result.stats.mean_accepted == 4.0 and result.stats.iterations == 3  # ceil(13 / 5)
 
@@ -155,7 +169,8 @@ def _sharp(model, scale=5.0):
 @pytest.fixture(scope="module")
 def sharp(prompts):
     target, draft = _sharp(tiny(64, 0)), _sharp(tiny(64, 0, noise=0.1))
-    return target, draft, torch.cat([decode.target_only(target, p, N_TOKENS).tokens for p in prompts])
+    greedy = [engine.decode(target, None, p, engine.target_only_method(), N_TOKENS).tokens for p in prompts]
+    return target, draft, torch.cat(greedy)
 
 
 @pytest.mark.parametrize("impl,owner,name,bug", [("ems", kv.PackedKV, "_varlen_rows", _leaky_rows),
@@ -177,8 +192,9 @@ def test_planted_bugs_are_caught(sharp, prompts, monkeypatch, impl, owner, name,
 @pytest.mark.parametrize("drafter", ["model", "prompt_lookup"])
 def test_ems_writes_no_padding_and_vanilla_does(pair, prompts, drafter):
     target, draft = pair
-    runs = {impl: batched_speculative(target, draft, prompts, N_TOKENS, draft_length=L, implementation=impl,
-                                      drafter=drafter).stats for impl in ("vanilla", "ems")}
+    draft = draft if drafter == "model" else None
+    runs = {impl: engine.decode(target, draft, prompts, chain_method("block", drafter), N_TOKENS,
+                                storage=STORAGE[impl]).stats for impl in ("vanilla", "ems")}
     ems, vanilla = runs["ems"], runs["vanilla"]
     assert ems.padded_kv_slots == 0
     # After every step the packed cache holds exactly the rows' true lengths (prompt + emitted - 1).
@@ -208,9 +224,9 @@ LAW_PROMPT = torch.tensor([3, 1, 3])
 def _exact_two_token_law(target, prompt, temperature):
     """[8, 8]: p(y1 | prompt) p(y2 | prompt, y1) from the model's softmax at `temperature`."""
     first, _ = target.prefill(prompt.unsqueeze(0))
-    p1 = decode.probabilities(first[0, -1], temperature)
+    p1 = probabilities(first[0, -1], temperature)
     seconds, _ = target.prefill(torch.cat([prompt.expand(8, -1), torch.arange(8).unsqueeze(1)], dim=1))
-    p2 = decode.probabilities(seconds[:, -1], temperature)  # [8, 8]
+    p2 = probabilities(seconds[:, -1], temperature)  # [8, 8]
     return (p1.unsqueeze(1) * p2).numpy()
 
 
@@ -221,8 +237,8 @@ def _g_test_first_two_tokens(law_pair, impl, method, drafter, chunk):
     counts, source = np.zeros(64), TorchUniforms(sum(map(ord, impl + method + drafter)))
     for start in range(0, n, chunk):
         rows = min(chunk, n - start)
-        result = batched_speculative(target, draft, [LAW_PROMPT] * rows, 2, method=method, draft_length=2,
-                                     temperature=1.0, implementation=impl, drafter=drafter, uniforms=source)
+        result = engine.decode(target, draft if drafter == "model" else None, [LAW_PROMPT] * rows,
+                               chain_method(method, drafter, 2), 2, 1.0, source, STORAGE[impl])
         counts += np.bincount((result.tokens[:, 0] * 8 + result.tokens[:, 1]).numpy(), minlength=64)
     assert (law > 0).all()
     stat, p_value, df = g_test(counts, law.reshape(-1))
@@ -253,8 +269,9 @@ def test_ems_and_vanilla_draw_the_same_tokens_at_t1(coupled_pair, method, drafte
     target, draft = coupled_pair
     g = torch.Generator().manual_seed(9)
     prompts = [torch.randint(0, 4, (int(n),), generator=g) for n in torch.randint(1, 10, (48,), generator=g)]
-    out = {impl: batched_speculative(target, draft, prompts, 10, method=method, draft_length=3, temperature=1.0,
-                                     implementation=impl, drafter=drafter, uniforms=7) for impl in ("vanilla", "ems")}
+    draft = draft if drafter == "model" else None
+    out = {impl: engine.decode(target, draft, prompts, chain_method(method, drafter, 3), 10, 1.0, 7, STORAGE[impl])
+           for impl in ("vanilla", "ems")}
     assert torch.equal(out["vanilla"].tokens, out["ems"].tokens)
     assert out["vanilla"].stats.padded_kv_slots > 0 and out["ems"].stats.padded_kv_slots == 0
     assert out["ems"].stats.accepted_lengths.unique().numel() > 1
@@ -267,19 +284,14 @@ def test_ems_and_vanilla_draw_the_same_tokens_at_t1(coupled_pair, method, drafte
 def test_bad_input(pair, coupled_pair):
     target, draft = pair
     good = [torch.tensor([1, 2, 3]), torch.tensor([4])]
+    block = methods.paths_method("block", L)
     cases = [
         (TypeError, "target", dict(target="model")),
         (TypeError, "draft", dict(draft=None)),
         (ValueError, "draft", dict(draft=coupled_pair[0])),
-        (ValueError, "method", dict(method="gbv")),
-        (ValueError, "implementation", dict(implementation="padded")),
-        (ValueError, "drafter", dict(drafter="ngram")),
-        (ValueError, "draft_length", dict(draft_length=0)),
-        (TypeError, "draft_length", dict(draft_length=2.0)),
+        (ValueError, "storage", dict(storage="padded_rows")),
         (ValueError, "max_new_tokens", dict(max_new_tokens=0)),
-        (ValueError, "max_ngram", dict(drafter="prompt_lookup", max_ngram=0)),
         (ValueError, "temperature", dict(temperature=-0.5)),
-        (TypeError, "prompts", dict(prompts=torch.tensor([[1, 2]]))),
         (ValueError, "prompts", dict(prompts=[])),
         (TypeError, r"prompts\[1\]", dict(prompts=[torch.tensor([1]), torch.tensor([1.0])])),
         (ValueError, r"prompts\[1\]", dict(prompts=[torch.tensor([1]), torch.tensor([], dtype=torch.long)])),
@@ -288,16 +300,25 @@ def test_bad_input(pair, coupled_pair):
         (TypeError, "uniforms", dict(uniforms="seed")),
     ]
     for error, name, change in cases:
-        kwargs = dict(target=target, draft=draft, prompts=good, max_new_tokens=4) | change
+        kwargs = dict(target=target, draft=draft, prompts=good, method=block, max_new_tokens=4,
+                      storage="packed") | change
         with pytest.raises(error, match=name):
-            batched_speculative(**kwargs)
+            engine.decode(**kwargs)
+    for error, name, make in [(ValueError, "method", lambda: methods.paths_method("nope", L)),
+                              (ValueError, "method", lambda: methods.get("ngram")),
+                              (ValueError, "draft_length", lambda: methods.paths_method("block", 0)),
+                              (TypeError, "draft_length", lambda: methods.paths_method("block", 2.0)),
+                              (ValueError, "max_ngram", lambda: methods.prompt_lookup(L, max_ngram=0))]:
+        with pytest.raises(error, match=name):
+            make()
+    target_only = engine.target_only_method()
     with pytest.raises(ValueError, match="prompts"):
-        batched_target_only(target, [torch.tensor([70])], 3)
+        engine.decode(target, None, [torch.tensor([70])], target_only, 3, storage="vanilla")
     with pytest.raises(ValueError, match="max_new_tokens"):
-        batched_target_only(target, good, 0)
+        engine.decode(target, None, good, target_only, 0, storage="vanilla")
     with pytest.raises(TypeError, match="target"):
-        batched_target_only(draft.model, good, 3)
+        engine.decode(draft.model, None, good, target_only, 3, storage="vanilla")
     # No draft model needed for prompt lookup; a stream source serves one row.
-    out = batched_speculative(target, None, [good[0]], 4, drafter="prompt_lookup", temperature=1.0,
-                              uniforms=NumpyUniforms(0))
+    out = engine.decode(target, None, [good[0]], chain_method("token", "prompt_lookup", L), 4, 1.0,
+                        NumpyUniforms(0), "packed")
     assert out.tokens.shape == (1, 4)

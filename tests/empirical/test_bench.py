@@ -22,7 +22,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from verispec import bench  # noqa: E402
-from verispec.empirical import decode, ouroboros  # noqa: E402
+from verispec.empirical import engine, methods, phrases  # noqa: E402
+from verispec.reference import registry  # noqa: E402
 from verispec.bench.peer import hf_assisted  # noqa: E402
 
 from .test_decode_tiny import tiny  # noqa: E402
@@ -56,7 +57,7 @@ def config(**kw):
 
 def test_hf_peer_greedy_equals_target_only(tiny_pair):
     prompt = tiny_pair.tokenizer("hello world").input_ids
-    reference = decode.target_only(tiny_pair.target, prompt, 20)
+    reference = engine.decode(tiny_pair.target, None, prompt, engine.target_only_method(), 20)
     peer = hf_assisted(tiny_pair.target, tiny_pair.draft, prompt, 20)
     assert peer.tokens.tolist() == reference.tokens.tolist()
     assert peer.stats.target_forwards >= 1 and peer.stats.draft_forwards >= 1
@@ -175,10 +176,10 @@ def test_greedy_divergence_is_reported_with_margin():
     assert d["index"] == 1 and d["top2_margin"] == 0.01 and d["chose_runner_up"] and d["near_tie"]
 
 
-@pytest.mark.parametrize("text, match", [("nope", "unknown runner"), ("block:K=2", "no K"),
+@pytest.mark.parametrize("text, match", [("nope", "unknown method"), ("block:K=2", "no K"),
                                          ("opt_tree:K=2", "no K"), ("opt_tree:n=0", "bad parameter"),
-                                         ("gbv:X=2", "bad parameter"), ("gbv:K=0", "bad parameter"), ("", "runner"),
-                                         ("block:W=2", "no Jacobi window"), ("ouroboros:W=-1", "bad parameter"),
+                                         ("gbv:X=2", "bad parameter"), ("gbv:K=0", "bad parameter"), ("", "method"),
+                                         ("block:W=2", "no W"), ("ouroboros:W=-1", "bad parameter"),
                                          ("lookahead:K=0", "bad parameter")])
 def test_parse_method_rejects_bad_specs(text, match):
     with pytest.raises(ValueError, match=match):
@@ -186,29 +187,36 @@ def test_parse_method_rejects_bad_specs(text, match):
 
 
 def test_parse_method_parameters():
-    assert bench.parse_method("gbv:K=3,L=5", 4, 2) == bench.BenchMethod("gbv:K=3,L=5", "gbv", 5, 3)
-    assert bench.parse_method("block", 4, 3) == bench.BenchMethod("block", "block", 4, 1)
-    assert bench.parse_method("opt_tree:n=25", 4, 3) == bench.BenchMethod("opt_tree:n=25", "opt_tree", 4, 1, 25)
-    assert bench.parse_method("eagle", 4, 3).node_budget == 50
-    # phrase runners: K = pool candidates, W = Jacobi window; defaults are the decoders' own
-    assert bench.parse_method("ouroboros", 3, 2) == bench.BenchMethod("ouroboros", "ouroboros", 3, 3, 0, 4)
-    assert bench.parse_method("ouroboros:K=1,W=0", 3, 2) == bench.BenchMethod("ouroboros:K=1,W=0", "ouroboros",
-                                                                              3, 1, 0, 0)
-    for decoder in (ouroboros.ouroboros_speculative, ouroboros.lookahead_speculative):  # the copy stays in sync
-        defaults = inspect.signature(decoder).parameters
-        assert bench.PHRASE_DEFAULTS == {"num_paths": defaults["num_candidates"].default,
-                                         "window": defaults["window"].default}
-    assert bench.parse_method("lookahead:W=2", 3, 2) == bench.BenchMethod("lookahead:W=2", "lookahead", 3, 3, 0, 2)
+    assert bench.parse_method("gbv:K=3,L=5", 4, 2) == bench.BenchMethod(
+        "gbv:K=3,L=5", "gbv", (("draft_length", 5), ("num_paths", 3)))
+    assert bench.parse_method("block", 4, 3) == bench.BenchMethod("block", "block", (("draft_length", 4),))
+    assert bench.parse_method("opt_tree:n=25", 4, 3) == bench.BenchMethod("opt_tree:n=25", "opt_tree",
+                                                                          (("node_budget", 25),))
+    assert bench.parse_method("eagle", 4, 3).param("node_budget", registry.spec("eagle").defaults("torch")[
+        "node_budget"]) == 50  # the registry's default
+    # phrase methods: K = pool candidates, W = Jacobi window; unset, the registry's defaults (the factories' own)
+    assert bench.parse_method("ouroboros", 3, 2) == bench.BenchMethod("ouroboros", "ouroboros", (("draft_length", 3),))
+    assert bench.parse_method("ouroboros:K=1,W=0", 3, 2) == bench.BenchMethod(
+        "ouroboros:K=1,W=0", "ouroboros", (("draft_length", 3), ("num_candidates", 1), ("window", 0)))
+    for factory in (phrases.ouroboros_method, phrases.lookahead_method):  # the registry and the factory agree
+        defaults = inspect.signature(factory).parameters
+        declared = registry.spec(factory().name).defaults("torch")
+        assert declared["num_candidates"] == defaults["num_candidates"].default == 3
+        assert declared["window"] == defaults["window"].default == 4
+    assert bench.parse_method("lookahead:W=2", 3, 2) == bench.BenchMethod("lookahead:W=2", "lookahead", (("window", 2),))
+    assert bench.parse_method("adaptive:L=20,M=20,c=15,sched=constant,v=block", 4, 1).params == (
+        ("draft_length", 20), ("max_draft_length", 20), ("threshold", 0.15), ("schedule", "constant"),
+        ("verifier", "block"))
 
 
 def test_prefill_reuse_is_transparent(tiny_pair):
     prompt = tiny_pair.tokenizer("reuse the prefill").input_ids
-    plain = decode.speculative(tiny_pair.target, tiny_pair.draft, prompt, 12, "block", draft_length=3)
+    plain = engine.decode(tiny_pair.target, tiny_pair.draft, prompt, methods.get("block", draft_length=3), 12)
     for model in (tiny_pair.target, tiny_pair.draft):
         model.reuse_prefills(True)
     try:
-        first = decode.speculative(tiny_pair.target, tiny_pair.draft, prompt, 12, "block", draft_length=3)
-        again = decode.speculative(tiny_pair.target, tiny_pair.draft, prompt, 12, "block", draft_length=3)
+        first = engine.decode(tiny_pair.target, tiny_pair.draft, prompt, methods.get("block", draft_length=3), 12)
+        again = engine.decode(tiny_pair.target, tiny_pair.draft, prompt, methods.get("block", draft_length=3), 12)
     finally:
         for model in (tiny_pair.target, tiny_pair.draft):
             model.reuse_prefills(False)
@@ -271,9 +279,9 @@ def test_cli_bench_rejects_bad_runner(capsys):
     from verispec.cli import main
 
     assert main(["bench", "--methods", "nope"]) == 2
-    assert "unknown runner" in capsys.readouterr().err
-    assert main(["bench", "--methods", "block,L=2"]) == 2  # a parameter needs a runner
-    assert "unknown runner" in capsys.readouterr().err
+    assert "unknown method" in capsys.readouterr().err
+    assert main(["bench", "--methods", "block,L=2"]) == 2  # a parameter needs a method
+    assert "unknown method" in capsys.readouterr().err
     assert main(["bench", "--batch-size", "4", "--prompts", "2"]) == 2
     assert "prompts" in capsys.readouterr().err
     assert main(["bench", "--batch-size", "2", "--first-prompt", "3"]) == 2

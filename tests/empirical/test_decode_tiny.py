@@ -21,7 +21,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import decode  # noqa: E402
+from verispec.empirical import engine, methods  # noqa: E402
+from verispec.empirical.drafters import probabilities  # noqa: E402
 from verispec.empirical.model import (CausalLM, cache_length, crop_cache, gather_cache,  # noqa: E402
                                       tree_attention_mask)
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
@@ -120,18 +121,18 @@ def test_bf16_tree_forward_runs():
 # ----------------------------------------------------------------------------------------------
 
 PATH_METHODS = ("token", "block", "gbv", "nss", "rrs", "rrsw", "spectr", "traversal")
-CHAINS = ("token", "block")
-GREEDY_CASES = [(m, Td) for m in PATH_METHODS for Td in ((0.0, 1.0) if m not in CHAINS else (0.0,))]
+CHAIN = ("token", "block")
+GREEDY_CASES = [(m, Td) for m in PATH_METHODS for Td in ((0.0, 1.0) if m not in CHAIN else (0.0,))]
 
 
 @pytest.mark.parametrize("method,draft_temperature", GREEDY_CASES)
 def test_greedy_equals_target_only(pair, method, draft_temperature):
     target, draft = pair
     prompts = torch.randint(0, 64, (3, 6), generator=torch.Generator().manual_seed(7))
-    reference = decode.target_only(target, prompts, 24)
-    K = 1 if method in CHAINS else 3
-    result = decode.speculative(target, draft, prompts, 24, method=method, draft_length=3, num_paths=K,
-                                temperature=0.0, draft_temperature=draft_temperature, uniforms=11)
+    reference = engine.decode(target, None, prompts, engine.target_only_method(), 24)
+    K = 1 if method in CHAIN else 3
+    result = engine.decode(target, draft, prompts, methods.paths_method(method, 3, K, draft_temperature), 24,
+                           0.0, uniforms=11)
     assert torch.equal(result.tokens, reference.tokens)
     stats = result.stats
     assert stats.target_forwards == stats.iterations  # one verification per iteration, the first reads the prompt
@@ -143,10 +144,9 @@ def test_greedy_full_acceptance_and_one_token_prompt(pair):
     """Draft = target: every draft token is accepted (the 2-pending-token path of the draft cache)."""
     target, _ = pair
     for prompt in (torch.tensor([[9]]), torch.tensor([[3, 1, 4, 1, 5]])):
-        reference = decode.target_only(target, prompt, 17)
+        reference = engine.decode(target, None, prompt, engine.target_only_method(), 17)
         for method, K in (("block", 1), ("traversal", 2), ("gbv", 2)):
-            result = decode.speculative(target, target, prompt, 17, method=method, draft_length=4,
-                                        num_paths=K, uniforms=0)
+            result = engine.decode(target, target, prompt, methods.paths_method(method, 4, K), 17, uniforms=0)
             assert torch.equal(result.tokens, reference.tokens)
             assert result.stats.mean_accepted == 4.0
             assert result.stats.iterations == 4  # ceil(17 / 5)
@@ -155,13 +155,13 @@ def test_greedy_full_acceptance_and_one_token_prompt(pair):
 def test_stream_source_single_row(pair):
     target, draft = pair
     prompt = torch.tensor([2, 4, 6])
-    a = decode.speculative(target, draft, prompt, 12, method="rrs", num_paths=2, temperature=1.0,
-                           uniforms=NumpyUniforms(3))
-    b = decode.speculative(target, draft, prompt, 12, method="rrs", num_paths=2, temperature=1.0,
-                           uniforms=NumpyUniforms(3))
+    rrs = methods.paths_method("rrs", 3, 2)
+    a = engine.decode(target, draft, prompt, rrs, 12, 1.0, uniforms=NumpyUniforms(3))
+    b = engine.decode(target, draft, prompt, rrs, 12, 1.0, uniforms=NumpyUniforms(3))
     assert torch.equal(a.tokens, b.tokens)
     with pytest.raises(ValueError, match="uniforms"):
-        decode.speculative(target, draft, torch.zeros(2, 3, dtype=torch.long), 4, uniforms=NumpyUniforms(0))
+        engine.decode(target, draft, torch.zeros(2, 3, dtype=torch.long), methods.paths_method("block", 3), 4,
+                      uniforms=NumpyUniforms(0))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -180,9 +180,9 @@ def _exact_two_token_law(target, prompt, temperature):
     """{(y1, y2): p(y1 | prompt) p(y2 | prompt, y1)} from the model's softmax at `temperature`."""
     with torch.no_grad():
         first, _ = target.prefill(prompt)
-        p1 = decode.probabilities(first[0, -1], temperature)
+        p1 = probabilities(first[0, -1], temperature)
         seconds, _ = target.prefill(torch.cat([prompt.expand(8, -1), torch.arange(8).unsqueeze(1)], dim=1))
-        p2 = decode.probabilities(seconds[:, -1], temperature)  # [8, 8]
+        p2 = probabilities(seconds[:, -1], temperature)  # [8, 8]
     return (p1.unsqueeze(1) * p2).numpy()  # [8, 8]
 
 
@@ -205,8 +205,8 @@ def test_first_two_tokens_follow_target_law(law_pair, method, K, L, T, Td):
     source = TorchUniforms(sum(map(ord, method)))
     for start in range(0, n, chunk):
         rows = min(chunk, n - start)
-        result = decode.speculative(target, draft, prompt.expand(rows, -1), 2, method=method, draft_length=L,
-                                    num_paths=K, temperature=T, draft_temperature=Td, uniforms=source)
+        result = engine.decode(target, draft, prompt.expand(rows, -1), methods.paths_method(method, L, K, Td), 2, T,
+                               uniforms=source)
         codes = (result.tokens[:, 0] * 8 + result.tokens[:, 1]).numpy()
         counts += np.bincount(codes, minlength=64)
     assert (law > 0).all()
@@ -219,7 +219,7 @@ def test_target_only_sampling_law(law_pair):
     prompt = torch.tensor([[1, 5, 2, 6]])
     law = _exact_two_token_law(target, prompt, 1.0)
     n = g_test_sample_size(63)
-    result = decode.target_only(target, prompt.expand(n, -1), 2, temperature=1.0, uniforms=5)
+    result = engine.decode(target, None, prompt.expand(n, -1), engine.target_only_method(), 2, 1.0, uniforms=5)
     counts = np.bincount((result.tokens[:, 0] * 8 + result.tokens[:, 1]).numpy(), minlength=64)
     stat, p_value, df = g_test(counts, law.reshape(-1))
     assert p_value > ALPHA, f"G = {stat:.1f}, df = {df}, p = {p_value:.3g}"
@@ -232,22 +232,23 @@ def test_target_only_sampling_law(law_pair):
 def test_bad_input(pair):
     target, draft = pair
     prompt = torch.tensor([[1, 2, 3]])
+    block = methods.paths_method("block", 3)
     with pytest.raises(ValueError, match="method"):
-        decode.speculative(target, draft, prompt, 4, method="nope")
+        methods.paths_method("nope", 3)
     with pytest.raises(ValueError, match="draft_length"):
-        decode.speculative(target, draft, prompt, 4, draft_length=0)
+        methods.paths_method("block", 0)
     with pytest.raises(ValueError, match="num_paths"):
-        decode.speculative(target, draft, prompt, 4, method="token", num_paths=2)
+        methods.paths_method("token", 3, 2)
     with pytest.raises(ValueError, match="max_new_tokens"):
-        decode.speculative(target, draft, prompt, 0)
+        engine.decode(target, draft, prompt, block, 0)
     with pytest.raises(ValueError, match="temperature"):
-        decode.speculative(target, draft, prompt, 4, temperature=-1.0)
+        engine.decode(target, draft, prompt, block, 4, -1.0)
     with pytest.raises(ValueError, match="prompt_ids"):
-        decode.target_only(target, torch.tensor([[1, 99]]), 4)
+        engine.decode(target, None, torch.tensor([[1, 99]]), engine.target_only_method(), 4)
     with pytest.raises(ValueError, match="draft"):
-        decode.speculative(target, tiny(30, 1), prompt, 4)
+        engine.decode(target, tiny(30, 1), prompt, block, 4)
     with pytest.raises(TypeError, match="target"):
-        decode.speculative("model", draft, prompt, 4)
+        engine.decode("model", draft, prompt, block, 4)
     with pytest.raises(TypeError, match="model"):
         CausalLM(object())
     _, cache = target.prefill(prompt)
@@ -263,10 +264,9 @@ def test_eager_attention_greedy_and_bf16_smoke():
     """Eager attention (float masks) reproduces greedy too; bf16 decoding runs end to end."""
     target, draft = tiny(48, 30, attn="eager"), tiny(48, 30, noise=0.1, attn="eager")
     prompt = torch.tensor([[4, 8, 15, 16]])
-    reference = decode.target_only(target, prompt, 15)
-    result = decode.speculative(target, draft, prompt, 15, method="traversal", draft_length=3, num_paths=3,
-                                draft_temperature=1.0, uniforms=2)
+    reference = engine.decode(target, None, prompt, engine.target_only_method(), 15)
+    result = engine.decode(target, draft, prompt, methods.paths_method("traversal", 3, 3, 1.0), 15, uniforms=2)
     assert torch.equal(result.tokens, reference.tokens)
     target16, draft16 = tiny(48, 30, dtype=torch.bfloat16), tiny(48, 30, noise=0.1, dtype=torch.bfloat16)
-    out = decode.speculative(target16, draft16, prompt, 10, method="gbv", num_paths=2, temperature=1.0, uniforms=3)
+    out = engine.decode(target16, draft16, prompt, methods.paths_method("gbv", 3, 2), 10, 1.0, uniforms=3)
     assert out.tokens.shape == (1, 10) and bool(((out.tokens >= 0) & (out.tokens < 48)).all())

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from verispec import bench  # noqa: E402
-from verispec.empirical import adaptive, decode, engine, methods  # noqa: E402
+from verispec.empirical import adaptive, engine, methods  # noqa: E402
 
 from .test_adaptive import PROMPTS, _check_tau_law, exact_models, pair  # noqa: E402,F401 (fixtures)
 from .test_decode_tiny import tiny  # noqa: E402
@@ -60,7 +60,8 @@ def test_guesses_keep_every_chain_and_save_forwards(request, name, storage, T, m
     target, draft = request.getfixturevalue(models)
     guessed = assert_same_chains(target, draft, name, storage, T, fewer=name == "adaptive" or T == 0)
     if T == 0:
-        assert torch.equal(guessed.tokens, decode.target_only(target, PROMPTS[:guessed.tokens.shape[0]], 60).tokens)
+        greedy = engine.decode(target, None, PROMPTS[:guessed.tokens.shape[0]], engine.target_only_method(), 60)
+        assert torch.equal(guessed.tokens, greedy.tokens)
 
 
 def test_draft_cache_stays_in_sync_with_guesses(pair):
@@ -163,9 +164,9 @@ def test_bad_guess_lengths_are_refused():
 
 
 def test_bench_takes_g_on_adaptive_runners_only():
-    assert bench.parse_method("adaptive:L=20,M=20,g=4,dq=8", 4, 1).guess_length == 4
-    assert bench.parse_method("hybrid:g=2", 4, 1).guess_length == 2
-    assert bench.parse_method("adaptive", 4, 1).guess_length == 0
+    assert bench.parse_method("adaptive:L=20,M=20,g=4,dq=8", 4, 1).param("guess_length") == 4
+    assert bench.parse_method("hybrid:g=2", 4, 1).param("guess_length") == 2
+    assert bench.parse_method("adaptive", 4, 1).param("guess_length") is None  # the registry's 0
     for bad in ("block:g=4", "hf:g=4", "adaptive:g=0"):
         with pytest.raises(ValueError, match="g \\(|bad parameter"):
             bench.parse_method(bad, 4, 1)

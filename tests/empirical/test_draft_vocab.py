@@ -20,7 +20,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from verispec import bench  # noqa: E402
-from verispec.empirical import adapter, decode, engine, methods  # noqa: E402
+from verispec.empirical import adapter, engine, methods  # noqa: E402
+from verispec.empirical.drafters import probabilities  # noqa: E402
 from verispec.empirical.speedups.draftvocab import DraftVocab, as_draft_vocab  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms  # noqa: E402
 from verispec.reference import methods as reference_methods  # noqa: E402
@@ -59,12 +60,12 @@ def test_restricted_q_is_a_softmax_over_the_subset(pair, T):
     assert view.head_subset.tolist() == S
     full, _ = draft.forward(PROMPT)  # [1, n, V]
     logits, _ = view.forward(PROMPT)  # [1, n, V]
-    q = decode.probabilities(logits[0], T)  # [n, V] float64
+    q = probabilities(logits[0], T)  # [n, V] float64
     outside = [t for t in range(16) if t not in S]
     assert bool((q[:, outside] == 0).all())
     assert torch.allclose(q.sum(-1), torch.ones(q.shape[0], dtype=torch.float64), atol=1e-12, rtol=0)
     assert torch.allclose(q, _softmax_over(full[0], S, T), atol=1e-6, rtol=0)  # float32 head vs float32 head
-    assert bool((decode.probabilities(full[0], T)[:, outside] > 0).any())  # the restriction binds
+    assert bool((probabilities(full[0], T)[:, outside] > 0).any())  # the restriction binds
 
 
 def test_view_counts_forwards_and_fires_the_models_hooks(pair):
@@ -121,7 +122,7 @@ CASES = [("block", dict(draft_length=3)), ("gbv", dict(draft_length=2, num_paths
 @pytest.mark.parametrize("name,params", CASES, ids=[n for n, _ in CASES])
 def test_greedy_with_a_subset_equals_target_only(pair, name, params):
     target, draft = pair
-    greedy = decode.target_only(target, PROMPTS, 14).tokens
+    greedy = engine.decode(target, None, PROMPTS, engine.target_only_method(), 14).tokens
     assert not set(greedy.flatten().tolist()) <= set(range(4)) | {t for p in PROMPTS for t in p.tolist()}
     result = engine.decode(target, draft, PROMPTS, methods.get(name, draft_vocab=4, **params), 14)  # k = 4 + prompts
     assert torch.equal(result.tokens, greedy)

@@ -29,7 +29,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from verispec import bench  # noqa: E402
-from verispec.empirical import adapter, decode, engine, kv as kv_module, methods  # noqa: E402
+from verispec.empirical import adapter, engine, kv as kv_module, methods  # noqa: E402
 from verispec.empirical.drafters import Drafter, DraftTree  # noqa: E402
 from verispec.empirical.rules.nodes import Verdict  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
@@ -57,7 +57,8 @@ def pair():
 
 @pytest.fixture(scope="module")
 def greedy(pair):
-    return torch.cat([decode.target_only(pair[0], p.unsqueeze(0), 14).tokens for p in PROMPTS])
+    return torch.cat([engine.decode(pair[0], None, p.unsqueeze(0), engine.target_only_method(), 14).tokens
+                      for p in PROMPTS])
 
 
 # ----------------------------------------------------------------------------------------------

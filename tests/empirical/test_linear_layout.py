@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 
 from verispec import bench  # noqa: E402
 from verispec.empirical.speedups import linear_layout as layout_module  # noqa: E402
-from verispec.empirical import decode, engine, methods  # noqa: E402
+from verispec.empirical import engine, methods  # noqa: E402
 from verispec.empirical.speedups.linear_layout import linear_layout, padded_rows, weight_major_linear  # noqa: E402
 
 from .test_bench import PROMPTS, tiny_pair  # noqa: E402,F401 (tiny_pair: the bench tests' fixture)
@@ -171,7 +171,7 @@ def test_planted_transpose_bug_is_caught(monkeypatch):
 def test_engine_under_the_layout_is_greedy_exact(layout):
     target, draft = tiny(64, 0, head_scale=4.0), tiny(64, 0, noise=0.1, head_scale=4.0)
     prompt = torch.tensor([[1, 7, 3, 9, 4]])
-    reference = decode.target_only(target, prompt, 16).tokens
+    reference = engine.decode(target, None, prompt, engine.target_only_method(), 16).tokens
     method = methods.get("adaptive", draft_length=3, verifier="block")
     with linear_layout(target.model, layout):
         out = engine.decode(target, draft, prompt, method, 16, 0.0, uniforms=0)

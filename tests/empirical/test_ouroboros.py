@@ -9,10 +9,10 @@
   uniform stream per row). The joint law of the first 2 emitted tokens (V = 8, 64 outcomes; a row
   that emitted 1 token draws its second from the exact conditional) must equal the target's exact
   law: G-test, alpha = 1e-6, power 0.9 against any law at TV >= 0.01.
-- Law (T > 0), whole loop: 150 full `ouroboros_speculative` runs of 2 tokens, pool warm and
+- Law (T > 0), whole loop: 150 full `ouroboros_method` runs of 2 tokens, pool warm and
   changing between runs (a smoke test: power 0.9 only against TV >= ~0.4; a full-power loop test
   needs ~240k runs at ~30-60 ms each on this machine).
-- Whole loop, exact, step by step (also `ouroboros_phrase_speculative`): on warm-pool T = 1 runs (accepted paths through pool branches)
+- Whole loop, exact, step by step (also `ouroboros_phrase_method`): on warm-pool T = 1 runs (accepted paths through pool branches)
   every target tree forward equals plain forwards of the emitted prefix plus each verifiable node's
   root path, and the run emits exactly each step's accepted tokens plus y. With the step law above
   and fresh uniforms (`TorchUniforms`), this makes the loop's law the target's. Planted bugs: a
@@ -34,11 +34,15 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import decode, engine, kv as kv_module, ouroboros, rules  # noqa: E402
+from verispec.empirical import engine, kv as kv_module, phrases, rules  # noqa: E402
+from verispec.empirical.phrases import tree as phrase_tree  # noqa: E402
+from verispec.empirical.phrases import windows as phrase_windows  # noqa: E402
+from verispec.empirical.phrases import drafters as phrase_drafters  # noqa: E402
+from verispec.empirical.drafters import probabilities  # noqa: E402
 from verispec.empirical.rules import pointmass  # noqa: E402
 from verispec.empirical.model import CausalLM  # noqa: E402
-from verispec.empirical.ouroboros import (PhrasePool, lookahead_speculative, ouroboros_speculative,  # noqa: E402
-                                          point_mass_tree_uniforms, point_mass_tree_verify)
+from verispec.empirical.phrases import PhrasePool, lookahead_method, ouroboros_method  # noqa: E402
+from verispec.empirical.rules.pointmass import point_mass_tree_uniforms, point_mass_tree_verify  # noqa: E402
 from verispec.empirical.uniforms import TorchUniforms, categorical  # noqa: E402
 
 from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
@@ -85,16 +89,16 @@ def test_ouroboros_greedy_equals_target_only_with_warm_pool(pair):
     pool = PhrasePool(phrase_length=3, max_phrases_per_key=8)
     hits = drafted = verified = 0
     for prompt in PROMPTS:
-        reference = decode.target_only(target, torch.tensor([prompt]), 30)
-        result = ouroboros_speculative(target, draft, prompt, 30, pool=pool, draft_length=4,
-                                       num_candidates=3, window=3, uniforms=1)
+        reference = engine.decode(target, None, torch.tensor([prompt]), engine.target_only_method(), 30)
+        method = ouroboros_method(pool, draft_length=4, num_candidates=3, window=3)
+        result = engine.decode(target, draft, torch.tensor([prompt]), method, 30, uniforms=1, storage="sequence")
         assert torch.equal(result.tokens, reference.tokens), prompt
         stats = result.stats
         assert stats.target_forwards == stats.iterations  # one tree forward per iteration, the first reads the prompt
         assert stats.accepted_lengths.numel() == stats.iterations
         assert stats.iterations <= 30 and 1.0 <= stats.block_efficiency
-        hits, drafted = hits + stats.pool_hits, drafted + stats.draft_pool_tokens
-        verified += stats.verified_pool_tokens
+        hits, drafted = hits + stats.logs["pool_hits"], drafted + stats.logs["draft_pool_tokens"]
+        verified += stats.logs["verified_pool_tokens"]
     assert hits > 0 and drafted > 0 and verified > 0
     assert len(pool) > 0
 
@@ -104,12 +108,13 @@ def test_lookahead_greedy_equals_target_only_with_warm_pool(pair):
     pool = PhrasePool(phrase_length=3)
     hits = verified = 0
     for prompt in PROMPTS:
-        reference = decode.target_only(target, torch.tensor([prompt]), 30)
-        result = lookahead_speculative(target, prompt, 30, pool=pool, num_candidates=3, window=4)
+        reference = engine.decode(target, None, torch.tensor([prompt]), engine.target_only_method(), 30)
+        result = engine.decode(target, None, torch.tensor([prompt]), lookahead_method(pool, num_candidates=3, window=4),
+                               30, storage="sequence")
         assert torch.equal(result.tokens, reference.tokens), prompt
         assert result.stats.draft_forwards == 0
         assert result.stats.target_forwards == result.stats.iterations
-        hits, verified = hits + result.stats.pool_hits, verified + result.stats.verified_pool_tokens
+        hits, verified = hits + result.stats.logs["pool_hits"], verified + result.stats.logs["verified_pool_tokens"]
     assert hits > 0 and verified > 0
 
 
@@ -117,14 +122,17 @@ def test_greedy_edge_cases(pair):
     """A one-token prompt, no Jacobi window, draft = target (every draft token accepted), L = 1."""
     target, draft = pair
     for prompt in ([9], [3, 1, 4, 1, 5]):
-        reference = decode.target_only(target, torch.tensor([prompt]), 17)
+        ids = torch.tensor([prompt])
+        reference = engine.decode(target, None, ids, engine.target_only_method(), 17)
         for kwargs in (dict(window=0), dict(draft_length=1, num_candidates=1)):
-            assert torch.equal(ouroboros_speculative(target, draft, prompt, 17, **kwargs).tokens, reference.tokens)
-        assert torch.equal(lookahead_speculative(target, prompt, 17, window=0).tokens, reference.tokens)
-        same = ouroboros_speculative(target, target, prompt, 17, draft_length=4)
+            result = engine.decode(target, draft, ids, ouroboros_method(**kwargs), 17, storage="sequence")
+            assert torch.equal(result.tokens, reference.tokens)
+        result = engine.decode(target, None, ids, lookahead_method(window=0), 17, storage="sequence")
+        assert torch.equal(result.tokens, reference.tokens)
+        same = engine.decode(target, target, ids, ouroboros_method(draft_length=4), 17, storage="sequence")
         assert torch.equal(same.tokens, reference.tokens)
         assert bool((same.stats.accepted_lengths[:-1] >= 4).all())
-    one = ouroboros_speculative(target, draft, torch.tensor([[2, 3]]), 1)
+    one = engine.decode(target, draft, torch.tensor([[2, 3]]), ouroboros_method(), 1, storage="sequence")
     assert one.tokens.shape == (1, 1)
 
 
@@ -139,12 +147,12 @@ def _conditionals(target, prefix, T):
     """float64 [8, 8]: p(. | prefix + [y]) for every y."""
     rows = torch.tensor([prefix + [y] for y in range(8)])
     logits, _ = target.prefill(rows)
-    return decode.probabilities(logits[:, -1], T)
+    return probabilities(logits[:, -1], T)
 
 
 def _exact_law(target, T):
     logits, _ = target.prefill(torch.tensor([PROMPT]))
-    first = decode.probabilities(logits[0, -1], T)  # [8]
+    first = probabilities(logits[0, -1], T)  # [8]
     return (first.unsqueeze(1) * _conditionals(target, PROMPT, T)).numpy()  # [8, 8]
 
 
@@ -156,7 +164,7 @@ def _law_trees(target, T):
     """The Ouroboros and lookahead verification trees for PROMPT with a hand-filled pool whose
     phrases start with likely tokens, least likely first (so rejections and residuals matter)."""
     logits, _ = target.prefill(torch.tensor([PROMPT]))
-    top = _ranked(decode.probabilities(logits[0, -1], T))
+    top = _ranked(probabilities(logits[0, -1], T))
     after = _conditionals(target, PROMPT, T)
     pool = PhrasePool(phrase_length=2)
     for a in (top[2], top[0], top[1]):  # root branches (lookahead); the newest is tried first
@@ -166,17 +174,17 @@ def _law_trees(target, T):
     d1 = top[0]  # Ouroboros: draft = [d1], suffixes keyed by d1
     for s in _ranked(after[d1])[:3][::-1]:
         pool.add(d1, (s, top[3]))
-    tree_o, _ = ouroboros._ouroboros_tree(PROMPT[-1], [d1], pool, 3, 8)
-    window = ouroboros._JacobiWindow(3, 2, PROMPT)
-    tree_l, slots = ouroboros._lookahead_tree(PROMPT[-1], pool, 3, 8, window)
+    tree_o, _ = phrase_drafters._ouroboros_tree(PROMPT[-1], [d1], pool, 3, 8)
+    window = phrase_windows.JacobiWindow(3, 2, PROMPT)
+    tree_l, slots = phrase_drafters._lookahead_tree(PROMPT[-1], pool, 3, 8, window)
     assert len(tree_o) == 1 + 1 + 3 * 2 and len(slots) == 3
     return {"ouroboros": tree_o, "lookahead": tree_l}
 
 
 def _verified_law_counts(target, tree, T, n, seed):
     """(counts [64] of the first two emitted tokens, tau [n]) over n rows verifying `tree` once each."""
-    cache = ouroboros._DraftSequence(target, PROMPT[:-1])
-    p = decode.probabilities(cache.forward(tree), T)  # [N, V], the decoders' tree forward
+    cache = phrase_tree.DraftSequence(target, PROMPT[:-1])
+    p = probabilities(cache.forward(tree), T)  # [N, V], the decoders' tree forward
     tokens, parents, verifiable = (t.expand(n, -1) for t in tree.tensors("cpu"))
     need = point_mass_tree_uniforms(parents[:1], verifiable[:1])
     source = TorchUniforms(seed)
@@ -227,7 +235,7 @@ def _chain_mask_forward(self, tree):
 
 @pytest.mark.parametrize("owner,name,bug", [
     (pointmass, "_point_mass_accept", _always_accept), (pointmass, "_point_mass_accept", _accept_argmax),
-    (pointmass, "residual", _residual_is_p), (ouroboros._DraftSequence, "forward", _chain_mask_forward)],
+    (pointmass, "residual", _residual_is_p), (phrase_tree.DraftSequence, "forward", _chain_mask_forward)],
     ids=["accept_1", "greedy_match", "residual_p", "chain_mask"])
 def test_planted_verification_bugs_are_caught(law_pair, monkeypatch, owner, name, bug):
     target, _ = law_pair
@@ -247,10 +255,10 @@ def test_whole_loop_law_smoke(law_pair):
         pool.add_ngrams([key, key, (key + 1) % 8])
     source, counts, verified = TorchUniforms(17), np.zeros(64), 0
     for _ in range(150):
-        result = ouroboros_speculative(target, draft, PROMPT, 2, pool=pool, draft_length=1, num_candidates=3,
-                                       window=2, temperature=1.0, uniforms=source)
+        method = ouroboros_method(pool, draft_length=1, num_candidates=3, window=2)
+        result = engine.decode(target, draft, torch.tensor([PROMPT]), method, 2, 1.0, source, "sequence")
         counts[int(result.tokens[0, 0]) * 8 + int(result.tokens[0, 1])] += 1
-        verified += result.stats.verified_pool_tokens
+        verified += result.stats.logs["verified_pool_tokens"]
     stat, p_value, df = g_test(counts, law)
     assert p_value > ALPHA, f"G = {stat:.1f}, df = {df}, p = {p_value:.3g}"
     assert verified > 0  # pool suffixes were accepted by the target
@@ -314,15 +322,13 @@ def _whole_loop_runs(law_pair, kind):
         pool.add_ngrams([key, key, (key + 1) % 8, key])
     for i, prompt in enumerate((PROMPT, PROMPT + [3], [7, 0])):
         if kind == "ouroboros":
-            result = ouroboros_speculative(target, draft, prompt, 40, pool=pool, draft_length=1, num_candidates=3,
-                                           window=2, temperature=1.0, uniforms=i)
+            method = ouroboros_method(pool, draft_length=1, num_candidates=3, window=2)
         elif kind == "ouroboros_phrase":
-            result = ouroboros.ouroboros_phrase_speculative(target, draft, prompt, 40, pool=pool, draft_length=1,
-                                                            num_candidates=3, guess_set=4, window=2,
-                                                            temperature=1.0, uniforms=i)
+            method = phrases.ouroboros_phrase_method(pool, draft_length=1, num_candidates=3, guess_set=4, window=2)
         else:
-            result = lookahead_speculative(target, prompt, 40, pool=pool, num_candidates=3, window=2,
-                                           temperature=1.0, uniforms=i)
+            method = lookahead_method(pool, num_candidates=3, window=2)
+        result = engine.decode(target, None if kind == "lookahead" else draft, torch.tensor([prompt]), method, 40,
+                               1.0, i, "sequence")
         yield prompt, result
 
 
@@ -333,7 +339,7 @@ def test_whole_loop_steps_use_true_conditionals(law_pair, monkeypatch, kind):
     verified = 0
     for prompt, result in _whole_loop_runs(law_pair, kind):
         _check_loop(target, prompt, result.tokens, forwards, steps)
-        verified += result.stats.verified_pool_tokens
+        verified += result.stats.logs["verified_pool_tokens"]
         forwards.clear(), steps.clear()
     assert verified > 0  # accepted paths went through pool branches
 
@@ -452,17 +458,18 @@ def test_pool_state_round_trip():
 def test_pool_is_warm_across_calls(pair):
     target, draft = pair
     pool = PhrasePool(phrase_length=3)
-    first = ouroboros_speculative(target, draft, BASE, 24, pool=pool)
+    base = torch.tensor([BASE])
+    first = engine.decode(target, draft, base, ouroboros_method(pool), 24, storage="sequence")
     size = len(pool)
-    assert size > 0 and first.stats.pool_phrases == size
-    second = ouroboros_speculative(target, draft, BASE, 24, pool=pool)
+    assert size > 0 and first.stats.logs["pool_phrases"] == size
+    second = engine.decode(target, draft, base, ouroboros_method(pool), 24, storage="sequence")
     assert torch.equal(first.tokens, second.tokens)
-    rate = lambda stats: stats.pool_hits / stats.pool_lookups  # noqa: E731
+    rate = lambda stats: stats.logs["pool_hits"] / stats.logs["pool_lookups"]  # noqa: E731
     assert rate(second.stats) > rate(first.stats)
     assert second.stats.target_forwards < first.stats.target_forwards
     look = PhrasePool(phrase_length=3)
-    a = lookahead_speculative(target, BASE, 24, pool=look)
-    b = lookahead_speculative(target, BASE, 24, pool=look)
+    a = engine.decode(target, None, base, lookahead_method(look), 24, storage="sequence")
+    b = engine.decode(target, None, base, lookahead_method(look), 24, storage="sequence")
     assert b.stats.target_forwards < a.stats.target_forwards
 
 
@@ -472,32 +479,35 @@ def test_pool_is_warm_across_calls(pair):
 
 def test_bad_input(pair):
     target, draft = pair
-    prompt = [1, 2, 3]
+    prompt = torch.tensor([[1, 2, 3]])
     for kwargs, error, match in [
         (dict(draft_length=0), ValueError, "draft_length"),
         (dict(num_candidates=0), ValueError, "num_candidates"),
         (dict(window=-1), ValueError, "window"),
         (dict(window=1.5), TypeError, "window"),
-        (dict(temperature=-1.0), ValueError, "temperature"),
         (dict(pool={}), TypeError, "pool"),
-        (dict(uniforms="seed"), TypeError, "uniforms"),
     ]:
         with pytest.raises(error, match=match):
-            ouroboros_speculative(target, draft, prompt, 4, **kwargs)
+            ouroboros_method(**kwargs)
+    method = ouroboros_method()
+    for kwargs, error, match in [(dict(temperature=-1.0), ValueError, "temperature"),
+                                 (dict(uniforms="seed"), TypeError, "uniforms")]:
+        with pytest.raises(error, match=match):
+            engine.decode(target, draft, prompt, method, 4, storage="sequence", **kwargs)
     with pytest.raises(ValueError, match="max_new_tokens"):
-        ouroboros_speculative(target, draft, prompt, 0)
+        engine.decode(target, draft, prompt, method, 0, storage="sequence")
+    with pytest.raises(ValueError, match="prompts"):
+        engine.decode(target, draft, torch.tensor([[1, 2], [3, 4]]), method, 4)
     with pytest.raises(ValueError, match="prompt_ids"):
-        ouroboros_speculative(target, draft, [[1, 2], [3, 4]], 4)
-    with pytest.raises(ValueError, match="prompt_ids"):
-        lookahead_speculative(target, [1, 99], 4)
+        engine.decode(target, None, torch.tensor([[1, 99]]), lookahead_method(), 4, storage="sequence")
     with pytest.raises(ValueError, match="draft"):
-        ouroboros_speculative(target, tiny(30, 1), prompt, 4)
+        engine.decode(target, tiny(30, 1), prompt, method, 4, storage="sequence")
     with pytest.raises(TypeError, match="target"):
-        lookahead_speculative("model", prompt, 4)
+        engine.decode("model", None, prompt, lookahead_method(), 4, storage="sequence")
     with pytest.raises(TypeError, match="draft"):
-        ouroboros_speculative(target, None, prompt, 4)
+        engine.decode(target, None, prompt, method, 4, storage="sequence")
     with pytest.raises(ValueError, match="num_candidates"):
-        lookahead_speculative(target, prompt, 4, num_candidates=0)
+        lookahead_method(num_candidates=0)
 
 
 def test_bad_pool_and_rule_input():

@@ -1,6 +1,6 @@
 """Ouroboros' draft KV cache against a cache-free draft: the drafted trees are the same, iteration by iteration.
 
-Both Ouroboros drafters (`ouroboros_speculative`, `ouroboros_phrase_speculative`) keep the draft
+Both Ouroboros drafters (`ouroboros_method`, `ouroboros_phrase_method`) keep the draft
 model's KV in a `_DraftSequence` (a `kv.SequenceKV`): tree forwards of pending tokens, pool
 phrases and the Jacobi window, commits of the matched path, and a rollback to the longest prefix
 the emitted text shares with the cache. A desync there (a rollback that does not crop, a commit
@@ -29,7 +29,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import ouroboros as ob  # noqa: E402
+from verispec.empirical import engine, phrases as ob  # noqa: E402
+from verispec.empirical.phrases import drafters as phrase_drafters, tree as phrase_tree  # noqa: E402
 
 from .test_accepted_length_exact import tiny  # noqa: E402
 
@@ -43,7 +44,7 @@ def pair():
 
 
 class CacheFreeDraft:
-    """`_DraftSequence`'s interface without a KV cache: `forward(tree)` runs, for every tree node,
+    """`phrases.tree.DraftSequence`'s interface without a KV cache: `forward(tree)` runs, for every tree node,
     the held tokens + the node's root path through the model in one cache-free forward."""
 
     def __init__(self, model, tokens):
@@ -76,12 +77,13 @@ class CacheFreeDraft:
 
 
 RUNNERS = {
-    "ouroboros": (ob.OuroborosDrafter, lambda t, d, p, seed: ob.ouroboros_speculative(
-        t, d, torch.tensor(p), TOKENS, pool=ob.PhrasePool(phrase_length=2), draft_length=3, num_candidates=3,
-        window=2, temperature=1.0, uniforms=seed)),
-    "ouroboros_phrase": (ob.PhraseOuroborosDrafter, lambda t, d, p, seed: ob.ouroboros_phrase_speculative(
-        t, d, torch.tensor(p), TOKENS, pool=ob.PhrasePool(phrase_length=2), draft_length=3, num_candidates=3,
-        guess_set=3, window=2, temperature=1.0, uniforms=seed)),
+    "ouroboros": (ob.OuroborosDrafter, lambda t, d, p, seed: engine.decode(
+        t, d, torch.tensor(p), ob.ouroboros_method(ob.PhrasePool(phrase_length=2), draft_length=3, num_candidates=3,
+                                                   window=2), TOKENS, 1.0, seed, "sequence")),
+    "ouroboros_phrase": (ob.PhraseOuroborosDrafter, lambda t, d, p, seed: engine.decode(
+        t, d, torch.tensor(p), ob.ouroboros_phrase_method(ob.PhrasePool(phrase_length=2), draft_length=3,
+                                                          num_candidates=3, guess_set=3, window=2),
+        TOKENS, 1.0, seed, "sequence")),
 }
 
 
@@ -99,7 +101,7 @@ def decode(pair, runner, prompt, seed, monkeypatch, cache_free):
     with monkeypatch.context() as patch:
         patch.setattr(drafter, "draft", recording)
         if cache_free:
-            patch.setattr(ob, "_DraftSequence", CacheFreeDraft)
+            patch.setattr(phrase_drafters, "DraftSequence", CacheFreeDraft)
         result = run(*pair, prompt, seed)
     return result.tokens[0].tolist(), trees
 
@@ -143,6 +145,6 @@ def _commit_keeps_rejected(self, tree, nodes):
 @pytest.mark.parametrize("runner", list(RUNNERS))
 @pytest.mark.parametrize("name,bug", [("rollback", _rollback_keeps_cache), ("commit", _commit_keeps_rejected)])
 def test_planted_draft_cache_bug_is_caught(pair, runner, monkeypatch, name, bug):
-    monkeypatch.setattr(ob._DraftSequence, name, bug)
+    monkeypatch.setattr(phrase_tree.DraftSequence, name, bug)
     with pytest.raises(AssertionError, match="iteration"):
         check_same_drafts(pair, runner, monkeypatch)

@@ -1,4 +1,4 @@
-"""Ouroboros phrase by phrase (`ouroboros_phrase_speculative`, `PhraseOuroborosDrafter`) on tiny
+"""Ouroboros phrase by phrase (`ouroboros_phrase_method`, `PhraseOuroborosDrafter`) on tiny
 random Qwen2 models (fp32, CPU).
 
 - T = 0: target-only greedy, token for token, with one pool warm across prompts, for several
@@ -22,9 +22,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import decode, ouroboros  # noqa: E402
+from verispec.empirical import engine, phrases  # noqa: E402
+from verispec.empirical.phrases import tree as phrase_tree  # noqa: E402
+from verispec.empirical.phrases import windows as phrase_windows  # noqa: E402
+from verispec.empirical.phrases import drafters as phrase_drafters  # noqa: E402
 from verispec.empirical.as_reference import TorchLanguageModel  # noqa: E402
-from verispec.empirical.ouroboros import PhrasePool, ouroboros_phrase_speculative  # noqa: E402
+from verispec.empirical.drafters import probabilities  # noqa: E402
+from verispec.empirical.phrases import PhrasePool, ouroboros_phrase_method  # noqa: E402
 from verispec.empirical.rules import pointmass  # noqa: E402
 from verispec.reference import ouroboros as ref  # noqa: E402
 from verispec.reference.randomness import Sampler  # noqa: E402
@@ -46,10 +50,11 @@ def test_greedy_equals_target_only_with_warm_pool(pair, params):
     pool = PhrasePool(phrase_length=3)
     hits = 0
     for prompt in PROMPTS:
-        result = ouroboros_phrase_speculative(target, draft, prompt, 30, pool=pool, **params)
-        reference = decode.target_only(target, torch.tensor([prompt]), 30)
+        ids = torch.tensor([prompt])
+        result = engine.decode(target, draft, ids, ouroboros_phrase_method(pool, **params), 30, storage="sequence")
+        reference = engine.decode(target, None, ids, engine.target_only_method(), 30)
         assert torch.equal(result.tokens, reference.tokens), prompt
-        hits += result.stats.pool_hits
+        hits += result.stats.logs["pool_hits"]
     assert hits > 0 and len(pool) > 0
 
 
@@ -57,7 +62,7 @@ def _draft_seen(monkeypatch):
     """Record (sequence, pool snapshot {key: phrases newest first}, tree root paths) at every
     draft of `PhraseOuroborosDrafter`."""
     seen = []
-    original = ouroboros.PhraseOuroborosDrafter.draft
+    original = phrases.PhraseOuroborosDrafter.draft
 
     def draft(self, rows):
         snapshot = {key: self.pool.phrases(key) for key in self.pool.keys()}
@@ -74,7 +79,7 @@ def _draft_seen(monkeypatch):
         seen.append((before, snapshot, paths))
         return out
 
-    monkeypatch.setattr(ouroboros.PhraseOuroborosDrafter, "draft", draft)
+    monkeypatch.setattr(phrases.PhraseOuroborosDrafter, "draft", draft)
     return seen
 
 
@@ -83,8 +88,8 @@ def test_engine_drafts_are_the_reference_twins(pair, monkeypatch):
     seen = _draft_seen(monkeypatch)
     pool = PhrasePool(phrase_length=3)
     for i, prompt in enumerate(PROMPTS):
-        ouroboros_phrase_speculative(target, draft, prompt, 24, pool=pool, draft_length=3, num_candidates=2,
-                                     guess_set=4, window=0, temperature=1.0, uniforms=i)
+        method = ouroboros_phrase_method(pool, draft_length=3, num_candidates=2, guess_set=4, window=0)
+        engine.decode(target, draft, torch.tensor([prompt]), method, 24, 1.0, i, "sequence")
     oracle = TorchLanguageModel(draft, temperature=1.0)
     longer = 0
     for seq, snapshot, paths in seen:
@@ -98,19 +103,20 @@ def test_whole_phrases_cut_draft_forwards(pair):
     """A pool holding the draft's greedy continuation: draft forwards per drafted token < 1."""
     target, draft = pair
     prompt = PROMPTS[0]
-    greedy = decode.target_only(draft, torch.tensor([prompt]), 40).tokens[0].tolist()
+    greedy = engine.decode(draft, None, torch.tensor([prompt]), engine.target_only_method(), 40).tokens[0].tolist()
     pool = PhrasePool(phrase_length=4)
     pool.add_ngrams(prompt[-1:] + greedy)
-    run = ouroboros_phrase_speculative(target, draft, prompt, 40, pool=pool, draft_length=4, window=0,
-                                       output_ngrams=False)
-    assert run.stats.draft_pool_tokens > 0
-    cold = ouroboros_phrase_speculative(target, draft, prompt, 40, pool=PhrasePool(phrase_length=4),
-                                        draft_length=4, window=0, output_ngrams=False)
+    ids = torch.tensor([prompt])
+    run = engine.decode(target, draft, ids, ouroboros_phrase_method(pool, draft_length=4, window=0,
+                                                                    output_ngrams=False), 40, storage="sequence")
+    assert run.stats.logs["draft_pool_tokens"] > 0
+    cold_method = ouroboros_phrase_method(PhrasePool(phrase_length=4), draft_length=4, window=0, output_ngrams=False)
+    cold = engine.decode(target, draft, ids, cold_method, 40, storage="sequence")
     assert run.stats.draft_forwards < cold.stats.draft_forwards
 
 
 def _tree(chain, guesses, n):
-    tree = ouroboros._Tree()
+    tree = phrase_tree.Tree()
     anchor = tree.add_chain(-1, chain)[-1]
     for g in guesses:
         tree.add_path(anchor, g)
@@ -123,10 +129,10 @@ def test_target_phrases_from_the_rejected_draft():
     tree, anchor = _tree([9, 1, 2, 3], [], 2)
     argmax = [1, 5, 3, 7]
     pool = PhrasePool(phrase_length=2)
-    assert ouroboros._target_phrases(pool, tree, anchor, argmax) == 1
+    assert phrase_drafters._target_phrases(pool, tree, anchor, argmax) == 1
     assert pool.phrases(2) == [(3, 7)] and 1 not in pool and 3 not in pool  # from node "2" on
     fully = PhrasePool(phrase_length=2)
-    assert ouroboros._target_phrases(fully, tree, anchor, [1, 2, 3, 7]) == 0  # nothing rejected
+    assert phrase_drafters._target_phrases(fully, tree, anchor, [1, 2, 3, 7]) == 0  # nothing rejected
 
 
 def test_guess_corrections_replace_in_place():
@@ -136,7 +142,7 @@ def test_guess_corrections_replace_in_place():
     guesses = [(5, 6), (1, 2)]
     tree, anchor = _tree([9, 3], guesses, 2)  # nodes: 0 root, 1 "3", 2 "5", 3 "6", 4 "1", 5 "2"
     argmax = [3, 5, 8, 0, 1, 0]
-    ouroboros._correct_guesses(pool, tree, anchor, guesses, argmax)
+    phrase_drafters._correct_guesses(pool, tree, anchor, guesses, argmax)
     assert pool.phrases(3) == [(5, 8), (5, 1), (4, 4)]  # (argmax after "3", after the guess's 1st)
 
 
@@ -150,8 +156,8 @@ def test_point_mass_tree_rule_is_the_reference_draw_for_draw(pair):
     chain, tails = (top[0],), [(top[1], top[0]), (top[0], top[2]), (top[2],)]
     draft = ref._trie_draft(chain, tails, 64, False)
     tree, _ = _tree([context[-1], *chain], tails, 2)
-    cache = ouroboros._DraftSequence(target, list(context[:-1]))
-    p = decode.probabilities(cache.forward(tree), 1.0).unsqueeze(0)  # [1, N, V]
+    cache = phrase_tree.DraftSequence(target, list(context[:-1]))
+    p = probabilities(cache.forward(tree), 1.0).unsqueeze(0)  # [1, N, V]
     tokens, parents, verifiable = tree.tensors("cpu")
     need = pointmass.point_mass_tree_uniforms(parents, verifiable)
     gen = torch.Generator().manual_seed(5)
@@ -165,18 +171,18 @@ def test_point_mass_tree_rule_is_the_reference_draw_for_draw(pair):
 def test_bad_input(pair):
     target, draft = pair
     with pytest.raises(ValueError):
-        ouroboros_phrase_speculative(target, draft, [1, 2], 4, guess_set=0)
+        ouroboros_phrase_method(guess_set=0)
     with pytest.raises(TypeError):
-        ouroboros_phrase_speculative(target, draft, [1, 2], 4, output_ngrams=1)
+        ouroboros_phrase_method(output_ngrams=1)
     with pytest.raises(TypeError):
-        ouroboros_phrase_speculative(target, draft, [1, 2], 4, pool={})
+        ouroboros_phrase_method(pool={})
 
 
 def test_planted_cut_phrases_are_caught(pair, monkeypatch):
     """Planted: the drafter cuts the last phrase at L (the simplified drafter's rule): its drafts
     are no longer the twin's."""
-    whole = ouroboros._draft
-    monkeypatch.setattr(ouroboros, "_draft", lambda *args, whole_phrases=False: whole(*args))
+    whole = phrase_drafters._draft
+    monkeypatch.setattr(phrase_drafters, "_draft", lambda *args, whole_phrases=False: whole(*args))
     with pytest.raises(AssertionError):
         test_engine_drafts_are_the_reference_twins(pair, monkeypatch)
 
@@ -188,15 +194,18 @@ def test_bench_runner(tmp_path):
     import types
 
     from verispec import bench
+    from verispec.reference import registry
 
     from .test_bench import PROMPTS as BENCH_PROMPTS, CharTokenizer, config
 
-    defaults = inspect.signature(ouroboros_phrase_speculative).parameters
+    defaults = inspect.signature(ouroboros_phrase_method).parameters
     spec = bench.parse_method("ouroboros_phrase", 4, 2)
-    assert (spec.num_paths, spec.window, spec.guess_set) == (defaults["num_candidates"].default,
-                                                             defaults["window"].default, defaults["guess_set"].default)
+    declared = registry.spec("ouroboros_phrase").defaults("torch")
+    assert spec.params == (("draft_length", 4),)  # the rest: the registry's defaults, the factory's own
+    assert [declared[k] for k in ("num_candidates", "window", "guess_set")] == [
+        defaults["num_candidates"].default, defaults["window"].default, defaults["guess_set"].default]
     assert bench.parse_method("ouroboros_phrase:G=20,W=0,L=5", 4, 2) == bench.BenchMethod(
-        "ouroboros_phrase:G=20,W=0,L=5", "ouroboros_phrase", 5, 3, 0, 0, 20)
+        "ouroboros_phrase:G=20,W=0,L=5", "ouroboros_phrase", (("draft_length", 5), ("guess_set", 20), ("window", 0)))
     with pytest.raises(ValueError, match="guess set"):
         bench.parse_method("ouroboros:G=4", 4, 2)
     pair = types.SimpleNamespace(target=tiny(64, 0, head_scale=4.0), draft=tiny(64, 0, noise=0.1, head_scale=4.0),
@@ -213,10 +222,10 @@ def test_bench_runner(tmp_path):
 def test_2d_window_layout_and_phrases():
     """Lookahead's 2D window (W = 3, n = 3): level 0 after the anchor, column i after L_i; from the
     n-th forward on, (column i, new token) is a phrase keyed by L_i; columns shift down."""
-    window = ouroboros._JacobiWindow2D(3, 3, [1, 2, 3, 4])
+    window = phrase_windows.JacobiWindow2D(3, 3, [1, 2, 3, 4])
     pool = PhrasePool(phrase_length=3)
     for f in range(3):
-        tree = ouroboros._Tree()
+        tree = phrase_tree.Tree()
         anchor = tree.add(9, -1)
         tops = window.attach(tree, anchor)
         level0, columns = list(window.level0), [list(c) for c in window.columns]

@@ -22,7 +22,8 @@ transformers = pytest.importorskip("transformers")
 
 from verispec import bench  # noqa: E402
 from verispec.empirical.speedups import quantize  # noqa: E402
-from verispec.empirical import adapter, decode, engine, methods  # noqa: E402
+from verispec.empirical import adapter, engine, methods  # noqa: E402
+from verispec.empirical.drafters import probabilities  # noqa: E402
 from verispec.empirical.model import CausalLM  # noqa: E402
 from verispec.bench.peer import hf_assisted  # noqa: E402
 from verispec.empirical.speedups.quantize import is_quantized_linear, quantize_draft  # noqa: E402
@@ -67,7 +68,7 @@ def test_int8_logits_are_close_to_the_float_drafts(pair):
     approx, _ = int8.forward(ids)  # [1, n, V] float32
     assert approx.dtype == torch.float32 and approx.shape == full.shape
     assert float((approx - full).abs().max()) <= 0.05 * float(full.abs().max())
-    tv = 0.5 * (decode.probabilities(approx[0], 1.0) - decode.probabilities(full[0], 1.0)).abs().sum(-1)  # [n]
+    tv = 0.5 * (probabilities(approx[0], 1.0) - probabilities(full[0], 1.0)).abs().sum(-1)  # [n]
     assert float(tv.max()) <= 0.01
     assert not torch.equal(approx, full)  # it is a different draft (else this test checks nothing)
 
@@ -131,7 +132,7 @@ GREEDY = [("block", dict(draft_length=3)), ("gbv", dict(draft_length=2, num_path
 @pytest.mark.parametrize("name,params", GREEDY, ids=[n for n, _ in GREEDY])
 def test_greedy_with_the_int8_draft_equals_target_only(pair, name, params, vocab):
     target, _, int8 = pair
-    greedy = decode.target_only(target, PROMPTS, 14).tokens
+    greedy = engine.decode(target, None, PROMPTS, engine.target_only_method(), 14).tokens
     result = engine.decode(target, int8, PROMPTS, methods.get(name, draft_vocab=vocab, **params), 14)
     assert torch.equal(result.tokens, greedy)
     assert result.stats.draft_forwards > 0
@@ -162,7 +163,7 @@ def test_int8_draft_engine_and_reference_twin_emit_the_same_tokens(pair, name, p
 
 def test_peer_takes_the_int8_draft_as_its_assistant(pair):
     target, _, int8 = pair
-    greedy = decode.target_only(target, PROMPT, 10).tokens
+    greedy = engine.decode(target, None, PROMPT, engine.target_only_method(), 10).tokens
     peer = hf_assisted(target, int8, PROMPT, 10, 0.0)
     assert torch.equal(peer.tokens, greedy) and peer.stats.draft_forwards > 0
     sampled = hf_assisted(target, int8, PROMPT, 10, 1.0, seed=1)
@@ -173,7 +174,7 @@ def test_bench_parses_dq():
     assert bench.parse_method("hf:dq=8", 3, 2) == bench.BenchMethod("hf:dq=8", "hf", draft_quant=8)
     assert bench.parse_method("hf", 3, 2).draft_quant == 0
     spec = bench.parse_method("block:dq=8,dv=32768", 3, 2)
-    assert (spec.label, spec.draft_quant, spec.draft_vocab, spec.draft_length) == ("block:dq=8,dv=32768", 8, 32768, 3)
+    assert (spec.label, spec.draft_quant, spec.draft_vocab, spec.param("draft_length")) == ("block:dq=8,dv=32768", 8, 32768, 3)
     assert bench.parse_method("opt_tree:n=10,dq=8", 3, 2).draft_quant == 8
     for bad in ("target_only:dq=8", "block:dq=4", "prompt_lookup:dq=8", "hf_prompt_lookup:dq=8", "lookahead:dq=8",
                 "block:dq=0", "block:dq=x"):
@@ -216,7 +217,7 @@ def test_real_pair_int8_draft_block_greedy_and_peer(real_pair):
     HumanEval prompt, and the peer runs with it as its assistant."""
     (pair, ids), N = real_pair, 16
     int8 = quantize_draft(pair.draft)
-    greedy = decode.target_only(pair.target, ids, N).tokens
+    greedy = engine.decode(pair.target, None, ids, engine.target_only_method(), N).tokens
     result = engine.decode(pair.target, int8, ids, methods.get("block", draft_length=4), N)
     assert torch.equal(result.tokens, greedy)
     subset = engine.decode(pair.target, int8, ids, methods.get("block", draft_length=4, draft_vocab=32768), N)

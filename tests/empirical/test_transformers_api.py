@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from verispec.bench.peer import hf_assisted  # noqa: E402
-from verispec.empirical import decode  # noqa: E402
+from verispec.empirical import engine, methods  # noqa: E402
 
 from .test_decode_tiny import tiny  # noqa: E402
 
@@ -37,8 +37,8 @@ def test_one_decode_emits_no_transformers_deprecation():
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")  # a notice shown before in this process is shown again
-            decode.target_only(target, prompt, 6)
-            decode.speculative(target, draft, prompt, 6, "block", draft_length=3)
+            engine.decode(target, None, prompt, engine.target_only_method(), 6)
+            engine.decode(target, draft, prompt, methods.get("block", draft_length=3), 6)
             hf_assisted(target, draft, prompt, 6)
     finally:
         logger.removeHandler(notices)

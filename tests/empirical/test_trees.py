@@ -26,7 +26,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import decode, kv as kv_module, trees  # noqa: E402
+from verispec.empirical import engine, kv as kv_module, trees  # noqa: E402
+from verispec.empirical import methods as torch_methods  # noqa: E402
+from verispec.empirical.drafters import probabilities  # noqa: E402
 from verispec.empirical.model import CausalLM  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
 from verispec.reference import methods  # noqa: E402
@@ -35,6 +37,14 @@ from verispec.reference.models import LanguageModel  # noqa: E402
 from verispec.reference.randomness import Sampler  # noqa: E402
 
 from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
+
+#: tree kind (`trees.TREES`) -> its torch method name (`verispec.empirical.methods.TREE_METHODS`)
+TREE_METHOD = {kind: name for name, kind in torch_methods.TREE_METHODS.items()}
+
+
+def tree_method(tree, **params):
+    """The torch tree method drafting trees of kind `tree` (sample-and-follow)."""
+    return torch_methods.tree_method(TREE_METHOD[tree], **params)
 
 
 def tiny(vocab_size, seed, *, noise=0.0, head_scale=1.0, attn_scale=1.0, attn="sdpa", hidden=32, heads=4):
@@ -67,7 +77,7 @@ class TorchLM(LanguageModel):
 
     def _compute(self, prefix):
         logits, _ = self.lm.prefill(torch.tensor([prefix]))
-        return decode.probabilities(logits[0, -1], self.temperature).numpy()
+        return probabilities(logits[0, -1], self.temperature).numpy()
 
 
 @pytest.fixture(scope="module")
@@ -91,33 +101,34 @@ def peaked():
 def test_greedy_equals_target_only(pair, tree, budget):
     target, draft = pair
     prompts = torch.randint(0, 64, (3, 6), generator=torch.Generator().manual_seed(7))
-    reference = decode.target_only(target, prompts, 24)
-    result = trees.tree_speculative(target, draft, prompts, 24, tree=tree, node_budget=budget, max_depth=4)
+    reference = engine.decode(target, None, prompts, engine.target_only_method(), 24)
+    result = engine.decode(target, draft, prompts, tree_method(tree, node_budget=budget, max_depth=4), 24)
     assert torch.equal(result.tokens, reference.tokens)
     assert result.tokens.shape == (3, 24)
     stats = result.stats
-    assert bool((stats.tree_sizes <= budget).all()) and bool((stats.layers <= 4).all())
-    single = trees.tree_speculative(target, draft, torch.tensor([11]), 9, tree=tree, node_budget=budget)
-    assert torch.equal(single.tokens, decode.target_only(target, torch.tensor([[11]]), 9).tokens)
+    assert bool((stats.logs["tree_sizes"] <= budget).all()) and bool((stats.logs["layers"] <= 4).all())
+    single = engine.decode(target, draft, torch.tensor([11]), tree_method(tree, node_budget=budget), 9)
+    greedy = engine.decode(target, None, torch.tensor([[11]]), engine.target_only_method(), 9)
+    assert torch.equal(single.tokens, greedy.tokens)
 
 
 def test_greedy_full_acceptance(pair):
     """Draft = target: the chain of its argmaxes is accepted whole (two pending draft tokens)."""
     target, _ = pair
     prompt = torch.tensor([[3, 1, 4, 1, 5]])
-    reference = decode.target_only(target, prompt, 17)
-    result = trees.tree_speculative(target, target, prompt, 17, tree="chain", node_budget=4)
+    reference = engine.decode(target, None, prompt, engine.target_only_method(), 17)
+    result = engine.decode(target, target, prompt, tree_method("chain", node_budget=4), 17)
     assert torch.equal(result.tokens, reference.tokens)
     assert result.stats.mean_accepted == 4.0 and result.stats.iterations == 4  # ceil(17 / 5)
     # A one-hot q (draft temperature 0): zero-probability children are never drafted, so every tree
     # is the draft's argmax chain (as deep as the shape allows), W = 1 per node, E[A] predicted = depth.
     for tree in trees.TREES:
-        result = trees.tree_speculative(target, target, prompt, 17, tree=tree, node_budget=6, max_depth=4,
-                                        draft_temperature=0.0)
+        result = engine.decode(target, target, prompt,
+                               tree_method(tree, node_budget=6, max_depth=4, draft_temperature=0.0), 17)
         assert torch.equal(result.tokens, reference.tokens)
         depth = 4 if tree == "opt_tree" else max(len(u) for u in trees.static_shape(tree, 6, 4))
-        assert result.stats.mean_accepted == depth and bool((result.stats.tree_sizes == depth).all())
-        assert bool((result.stats.predicted_acceptance == depth).all())
+        assert result.stats.mean_accepted == depth and bool((result.stats.logs["tree_sizes"] == depth).all())
+        assert bool((result.stats.logs["predicted_acceptance"] == depth).all())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -129,19 +140,21 @@ def test_greedy_full_acceptance(pair):
                                                          ("kary", 7, 0.0, 10), ("eagle", 9, 0.0, 10)])
 def test_one_draft_forward_per_layer_one_target_forward_per_iteration(pair, tree, budget, threshold, depth):
     target, draft = pair
-    result = trees.tree_speculative(target, draft, torch.tensor([[4, 8, 15, 16]]), 20, tree=tree,
-                                    node_budget=budget, threshold=threshold, max_depth=depth)
-    s = result.stats
+    method = tree_method(tree, node_budget=budget, threshold=threshold, max_depth=depth)
+    result = engine.decode(target, draft, torch.tensor([[4, 8, 15, 16]]), method, 20)
+    s, logs = result.stats, result.stats.logs
     prefill = 1  # the draft reads the prompt but its last token; the target, with the first tree
     assert s.target_forwards == s.iterations  # one tree verification per iteration
-    assert s.draft_forwards == prefill + int(s.layers.sum())  # one forward per layer, none wasted
-    assert s.layers.numel() == s.iterations and bool((s.layers >= 1).all()) and bool((s.layers <= depth).all())
+    layers = logs["layers"]
+    assert s.draft_forwards == prefill + int(layers.sum())  # one forward per layer, none wasted
+    assert layers.numel() == s.iterations and bool((layers >= 1).all()) and bool((layers <= depth).all())
     if tree == "chain":
-        assert bool((s.layers == min(budget, depth)).all())
+        assert bool((layers == min(budget, depth)).all())
     if tree == "opt_tree" and budget == 1:  # the one node's children can never be chosen: pruned
         assert s.draft_forwards == 1 + s.iterations
-    assert s.accepted_lengths.numel() == s.predicted_acceptance.numel() == s.tree_sizes.numel()
-    assert bool((s.predicted_acceptance > 0).all()) and s.mean_predicted_acceptance > 0
+    predicted = logs["predicted_acceptance"]
+    assert s.accepted_lengths.numel() == predicted.numel() == logs["tree_sizes"].numel()
+    assert bool((predicted > 0).all()) and float(predicted.mean()) > 0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -266,8 +279,8 @@ def test_draft_cache_stays_in_sync(peaked, tree):
     target, draft = peaked
     prompt = [5, 17, 2]
     n, depth = 7, 4
-    result = trees.tree_speculative(target, draft, torch.tensor([prompt]), 16, tree=tree, node_budget=n,
-                                    max_depth=depth, branching=2, draft_temperature=1.0)
+    method = tree_method(tree, node_budget=n, max_depth=depth, branching=2, draft_temperature=1.0)
+    result = engine.decode(target, draft, torch.tensor([prompt]), method, 16)
     s = result.stats
     draft_ref, prefix, emitted = TorchLM(draft, 1.0), list(prompt), result.tokens[0].tolist()
     assert s.accepted_lengths.sum() > 0  # some iterations accept: the pending/kept paths are used
@@ -276,8 +289,8 @@ def test_draft_cache_stays_in_sync(peaked, tree):
             want, _ = _reference_opt_tree(draft_ref, prefix, n, 0.0, depth)
         else:
             want = _reference_static(draft_ref, prefix, trees.static_shape(tree, n, depth, 2))
-        assert float(s.predicted_acceptance[i]) == pytest.approx(sum(want.values()), rel=1e-5)
-        assert int(s.tree_sizes[i]) == len(want)
+        assert float(s.logs["predicted_acceptance"][i]) == pytest.approx(sum(want.values()), rel=1e-5)
+        assert int(s.logs["tree_sizes"][i]) == len(want)
         prefix += emitted[len(prefix) - len(prompt):][:int(s.accepted_lengths[i]) + 1]
 
 
@@ -290,7 +303,7 @@ def test_planted_target_mask_bug_breaks_greedy_equality(pair, monkeypatch):
     planted in the KV state's visibility, which both models use)."""
     target, draft = pair
     prompts = torch.randint(0, 64, (3, 6), generator=torch.Generator().manual_seed(7))
-    reference = decode.target_only(target, prompts, 24)
+    reference = engine.decode(target, None, prompts, engine.target_only_method(), 24)
     correct = kv_module.PaddedKV.visible
 
     def leaky(valid, ancestry):
@@ -301,7 +314,7 @@ def test_planted_target_mask_bug_breaks_greedy_equality(pair, monkeypatch):
 
     monkeypatch.setattr(kv_module.PaddedKV, "visible", staticmethod(leaky))
     for tree in ("opt_tree", "kary", "eagle"):  # a chain has no siblings: the bug is invisible there
-        result = trees.tree_speculative(target, draft, prompts, 24, tree=tree, node_budget=12, max_depth=4)
+        result = engine.decode(target, draft, prompts, tree_method(tree, node_budget=12, max_depth=4), 24)
         assert not torch.equal(result.tokens, reference.tokens), tree
 
 
@@ -343,9 +356,9 @@ def law_pair():
 def _exact_two_token_law(target, prompt, temperature):
     """[8, 8]: p(y1 | prompt) p(y2 | prompt, y1) from the model's softmax at `temperature`."""
     first, _ = target.prefill(prompt)
-    p1 = decode.probabilities(first[0, -1], temperature)
+    p1 = probabilities(first[0, -1], temperature)
     seconds, _ = target.prefill(torch.cat([prompt.expand(8, -1), torch.arange(8).unsqueeze(1)], dim=1))
-    return (p1.unsqueeze(1) * decode.probabilities(seconds[:, -1], temperature)).numpy()
+    return (p1.unsqueeze(1) * probabilities(seconds[:, -1], temperature)).numpy()
 
 
 @pytest.mark.parametrize("tree,budget,depth,T,Td", [("opt_tree", 3, 2, 1.0, None),
@@ -360,8 +373,8 @@ def test_first_two_tokens_follow_target_law(law_pair, tree, budget, depth, T, Td
     accepted = []
     for start in range(0, n, chunk):
         rows = min(chunk, n - start)
-        result = trees.tree_speculative(target, draft, prompt.expand(rows, -1), 2, tree=tree, node_budget=budget,
-                                        max_depth=depth, temperature=T, uniforms=source, draft_temperature=Td)
+        method = tree_method(tree, node_budget=budget, max_depth=depth, draft_temperature=Td)
+        result = engine.decode(target, draft, prompt.expand(rows, -1), method, 2, T, uniforms=source)
         counts += np.bincount((result.tokens[:, 0] * 8 + result.tokens[:, 1]).numpy(), minlength=64)
         accepted.append(result.stats.accepted_lengths)
     taus = torch.cat(accepted)
@@ -380,8 +393,9 @@ def test_draw_for_draw_equal_to_reference_method(peaked):
     prompt = (7, 3, 30)
     for seed in range(3):
         want = methods.generate(TorchLM(target, T), TorchLM(draft, T), method, prompt, 14, rng=Sampler(seed))
-        got = trees.tree_speculative(target, draft, torch.tensor([prompt]), 14, node_budget=n, threshold=threshold,
-                                     max_depth=depth, temperature=T, uniforms=NumpyUniforms(seed))
+        got = engine.decode(target, draft, torch.tensor([prompt]),
+                            tree_method("opt_tree", node_budget=n, threshold=threshold, max_depth=depth), 14, T,
+                            uniforms=NumpyUniforms(seed))
         assert tuple(got.tokens[0].tolist()) == want
 
 
@@ -392,27 +406,31 @@ def test_draw_for_draw_equal_to_reference_method(peaked):
 def test_bad_input(pair):
     target, draft = pair
     prompt = torch.tensor([[1, 2, 3]])
-    run = trees.tree_speculative
-    cases = [(ValueError, "tree", dict(tree="nope")), (TypeError, "tree", dict(tree=3)),
-             (ValueError, "node_budget", dict(node_budget=0)), (TypeError, "node_budget", dict(node_budget=2.5)),
+    opt = torch_methods.tree_method("opt_tree")
+    for error, name, kwargs in [(ValueError, "tree", dict(tree="nope")), (TypeError, "tree", dict(tree=3))]:
+        with pytest.raises(error, match=name):
+            trees.TreeDrafter(**kwargs)
+    cases = [(ValueError, "node_budget", dict(node_budget=0)), (TypeError, "node_budget", dict(node_budget=2.5)),
              (ValueError, "threshold", dict(threshold=-0.1)), (ValueError, "threshold", dict(threshold="x")),
-             (ValueError, "max_depth", dict(max_depth=0)), (ValueError, "branching", dict(branching=0)),
-             (ValueError, "temperature", dict(temperature=-1.0)),
-             (ValueError, "draft_temperature", dict(draft_temperature=-1.0)),
-             (TypeError, "temperature", dict(temperature="hot"))]
+             (ValueError, "max_depth", dict(max_depth=0)), (ValueError, "branching", dict(branching=0))]
     for error, name, kwargs in cases:
         with pytest.raises(error, match=name):
-            run(target, draft, prompt, 4, **kwargs)
+            torch_methods.tree_method("opt_tree", **kwargs)
+    with pytest.raises(ValueError, match="draft_temperature"):
+        engine.decode(target, draft, prompt, torch_methods.tree_method("opt_tree", draft_temperature=-1.0), 4)
+    for error, name, T in [(ValueError, "temperature", -1.0), (TypeError, "temperature", "hot")]:
+        with pytest.raises(error, match=name):
+            engine.decode(target, draft, prompt, opt, 4, T)
     with pytest.raises(ValueError, match="max_new_tokens"):
-        run(target, draft, prompt, 0)
+        engine.decode(target, draft, prompt, opt, 0)
     with pytest.raises(ValueError, match="prompt_ids"):
-        run(target, draft, torch.tensor([[1, 99]]), 4)
+        engine.decode(target, draft, torch.tensor([[1, 99]]), opt, 4)
     with pytest.raises(ValueError, match="draft"):
-        run(target, tiny(30, 1), prompt, 4)
+        engine.decode(target, tiny(30, 1), prompt, opt, 4)
     with pytest.raises(TypeError, match="target"):
-        run("model", draft, prompt, 4)
+        engine.decode("model", draft, prompt, opt, 4)
     with pytest.raises(ValueError, match="uniforms"):
-        run(target, draft, torch.zeros(2, 3, dtype=torch.long), 4, temperature=1.0, uniforms=NumpyUniforms(0))
+        engine.decode(target, draft, torch.zeros(2, 3, dtype=torch.long), opt, 4, 1.0, uniforms=NumpyUniforms(0))
     with pytest.raises(ValueError, match="tree"):
         trees.static_shape("opt_tree", 4, 3)
     with pytest.raises(TypeError, match="draft"):

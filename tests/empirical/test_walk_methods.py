@@ -26,7 +26,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from verispec import bench  # noqa: E402
-from verispec.empirical import decode, engine, hubpairs, methods  # noqa: E402
+from verispec.empirical import engine, hubpairs, methods  # noqa: E402
 from verispec.empirical.rules import multistep  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms  # noqa: E402
 from verispec.reference import methods as reference_methods  # noqa: E402
@@ -105,7 +105,8 @@ def test_planted_wrong_residual_in_the_truncated_walk_is_caught(pair, monkeypatc
 @pytest.mark.parametrize("name,params", WALKS, ids=IDS)
 def test_greedy_mixed_lengths_equals_target_only(pair, name, params, storage):
     target, draft = pair
-    greedy = torch.cat([decode.target_only(target, p.unsqueeze(0), 10).tokens for p in PROMPTS])
+    greedy = torch.cat([engine.decode(target, None, p.unsqueeze(0), engine.target_only_method(), 10).tokens
+                        for p in PROMPTS])
     result = engine.decode(target, draft, PROMPTS, methods.get(name, **params), 10, uniforms=3, storage=storage)
     assert torch.equal(result.tokens, greedy)
     assert result.stats.target_forwards == result.stats.iterations  # the first also reads the prompt
@@ -188,12 +189,15 @@ def test_bench_runs_the_walk_methods(pair, tmp_path):
     for label in labels:
         assert records[f"{label}|T=0|t/0"]["tokens"] == records["target_only|T=0|t/0"]["tokens"]
         assert records[f"{label}|T=1|t/0"]["new_tokens"] == 8
-    assert bench.parse_method("spechub", 4, 3).num_paths == 2  # the hub pair, whatever the default K
-    assert bench.parse_method("khisti:K=2,s=5", 4, 3).truncation == 5
+    assert bench.parse_method("spechub", 4, 3).params == (("draft_length", 4),)  # no K: the hub pair
+    assert methods.get("spechub").params["num_paths"] == 2
+    assert bench.parse_method("khisti:K=2,s=5", 4, 3).param("truncation") == 5
 
 
 def test_bad_parameters_are_clear_errors():
     with pytest.raises(ValueError, match="num_paths: method 'spechub' drafts exactly 2 paths"):
+        methods.walk_method("spechub", 3, 3)
+    with pytest.raises(TypeError, match="num_paths: not a parameter of method 'spechub'"):
         methods.get("spechub", draft_length=3, num_paths=3)
     with pytest.raises(ValueError, match="draft_length"):
         methods.get("khisti", draft_length=0)
@@ -205,11 +209,11 @@ def test_bad_parameters_are_clear_errors():
         bench.parse_method("khisti:K=0", 4, 3)
     with pytest.raises(ValueError, match="name: not a tree-walk rule"):
         multistep.TopDownWalk("gbv")
-    with pytest.raises(ValueError, match="truncation: only 'khisti' and 'optimal_is'"):
+    with pytest.raises(TypeError, match="truncation: not a parameter of method 'spechub'"):
         methods.get("spechub", truncation=3)
     with pytest.raises(ValueError, match="truncation"):
         methods.get("khisti", truncation=0)
-    with pytest.raises(ValueError, match="only khisti and optimal_is take an LP truncation"):
+    with pytest.raises(ValueError, match="bad parameter 's=3'"):
         bench.parse_method("spechub:s=3", 4, 3)
 
 

@@ -4,9 +4,9 @@ the same batch size B, as in EMS-SD's Figure 1 (speedup vs B).
 
 The first `prompts` HumanEval prompts (P, at least the largest B) are cut into consecutive batches
 of B (P rounded down to a multiple of B), so every B decodes the same prompts. Per batch and
-temperature, runners: ``target_only`` (`batched_target_only`) and, for every method (``token``,
+temperature, runners: ``target_only`` and, for every method (``token``,
 ``block``: draft-model chains; ``prompt_lookup``: n-gram drafts verified by the token rule), both
-implementations of `verispec.empirical.batched.batched_speculative`. Times are wall-clock of the
+implementations (KV storages of `verispec.empirical.engine.decode`). Times are wall-clock of the
 whole call (prefill included, the same prompts for all runners of a B); speedup = target-only's
 time / the runner's at the same B and T. Each record also keeps the KV accounting (padded slots
 written, peak slots) and, at T = 0, whether every row equals batched target-only greedy.
@@ -22,6 +22,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from ..empirical import methods
+from ..empirical.engine import decode, target_only_method
+from ..reference import registry
 from .clocks import PeakMemory
 from .records import load_results, save_results
 from .report import pyplot, save_figure, table
@@ -31,10 +34,11 @@ from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
 __all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "run_batched_bench", "summarize_batched",
            "format_batched_table", "plot_batched"]
 
-#: method -> (rule, drafter) of `batched_speculative`.
-BATCHED_METHODS = {"token": ("token", "model"), "block": ("block", "model"),
-                   "prompt_lookup": ("token", "prompt_lookup")}
-IMPLEMENTATIONS = ("vanilla", "ems")
+#: The methods the batched bench runs (registry names; prompt_lookup drafts without a draft model).
+BATCHED_METHODS = ("token", "block", "prompt_lookup")
+#: Implementation -> the engine's KV storage: padded rows (vanilla) or packed rows (EMS-SD).
+STORAGES = {"vanilla": "vanilla", "ems": "packed"}
+IMPLEMENTATIONS = tuple(STORAGES)
 
 
 @dataclass
@@ -81,16 +85,15 @@ def _runners(config):
 
 
 def _run(runner, pair, batch, config, T):
-    from ..empirical.batched import batched_speculative, batched_target_only
-
+    """One batch through the engine's entry point: target-only on a padded KV, or method/implementation
+    with the implementation's KV storage (vanilla: padded; ems: packed, EMS-SD)."""
     N = config.max_new_tokens
     if runner == "target_only":
-        return batched_target_only(pair.target, batch, N, T, uniforms=config.seed)
-    method, implementation = runner.split("/")
-    rule, drafter = BATCHED_METHODS[method]
-    return batched_speculative(pair.target, pair.draft if drafter == "model" else None, batch, N, method=rule,
-                               draft_length=config.draft_length, temperature=T, implementation=implementation,
-                               drafter=drafter, uniforms=config.seed)
+        return decode(pair.target, None, batch, target_only_method(), N, T, uniforms=config.seed, storage="vanilla")
+    name, implementation = runner.split("/")
+    method = methods.get(name, draft_length=config.draft_length)
+    draft = pair.draft if registry.spec(name).needs_draft else None
+    return decode(pair.target, draft, batch, method, N, T, uniforms=config.seed, storage=STORAGES[implementation])
 
 
 def _record(result, memory) -> dict:

@@ -23,7 +23,8 @@ import time
 
 import torch
 
-from ..empirical.decode import DecodeResult, DecodeStats, check_positive, check_prompt, check_temperature
+from ..empirical.engine import DecodeResult, DecodeStats
+from ..empirical.validation import check_positive, check_prompt, check_temperature
 from ..empirical.model import CausalLM
 
 __all__ = ["hf_assisted", "hf_generation_config", "call_tokens"]

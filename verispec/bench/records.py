@@ -77,15 +77,15 @@ def measured_record(spec: BenchMethod, result, memory: PeakMemory, clock: PhaseC
         record["linear_layout"] = spec.linear_layout
     if spec.name.startswith("hf"):
         record["call_tokens"] = list(stats.logs["call_tokens"])
-    if stats.top2_margins is not None:
-        record["top2_margins"] = [round(float(m), 5) for m in stats.top2_margins[0]]
-        record["runner_up_tokens"] = stats.runner_up_tokens[0].tolist()
-    if hasattr(stats, "predicted_acceptance"):  # trees: the draft's own E[A] per iteration
-        record["predicted_sum"] = float(stats.predicted_acceptance.double().sum())
+    if "top2_margins" in stats.logs:
+        record["top2_margins"] = [round(float(m), 5) for m in stats.logs["top2_margins"][0]]
+        record["runner_up_tokens"] = stats.logs["runner_up_tokens"][0].tolist()
+    if "predicted_acceptance" in stats.logs:  # trees: the draft's own E[A] per iteration
+        record["predicted_sum"] = float(stats.logs["predicted_acceptance"].double().sum())
         record["draft_rows"] = int(stats.draft_rows)
     for name in ("pool_lookups", "pool_hits"):
-        if hasattr(stats, name):
-            record[name] = int(getattr(stats, name))
+        if name in stats.logs:
+            record[name] = int(stats.logs[name])
     if spec.name in ("ouroboros", "ouroboros_phrase"):  # phrase drafts: rows per draft forward vary
         record["draft_rows"] = int(stats.draft_rows)
     return record
@@ -99,7 +99,7 @@ def save_pool(results: dict, label: str, T, pool) -> None:
 def restore_pools(results) -> dict:
     """{(label, T): PhrasePool} of the phrase methods' pools saved in `results` (each the pool
     after that method's last record), so that a resumed run continues with warm pools."""
-    from ..empirical.ouroboros import PhrasePool
+    from ..empirical.phrases import PhrasePool
 
     out = {}
     for key, state in results.get("pools", {}).items():

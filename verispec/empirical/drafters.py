@@ -24,7 +24,7 @@ Drafters (the same drafting schemes as `verispec.reference.drafters`):
   2024, arXiv 2406.17276, Algorithm 1) and static trees at node budget n ("chain", "kary",
   "eagle"); one draft forward per layer.
 - `PromptLookupDrafter(L, max_ngram)`: n-gram drafts from the row's own context (point masses).
-- phrase pools (Ouroboros, lookahead): `verispec.empirical.ouroboros`.
+- phrase pools (Ouroboros, lookahead): `verispec.empirical.phrases`.
 """
 
 from __future__ import annotations
@@ -314,7 +314,30 @@ class PromptLookupDrafter(Drafter):
 
 class RootOnly(Drafter):
     """No draft: the tree is the root alone, so an iteration is one target forward and one draw
-    from p (sample-and-follow on a root is plain decoding): target-only decoding on the engine."""
+    from p (sample-and-follow on a root is plain decoding): target-only decoding on the engine.
+
+    It records, per row and step, the top-1 minus top-2 logit and the runner-up token of the
+    target (`logs()`: "top2_margins" float32 [B, N], "runner_up_tokens" int64 [B, N]), to tell
+    near-ties apart when another decoder's greedy output diverges."""
+
+    margins = runners_up = None
+    step = 0
+
+    def observe(self, logits: torch.Tensor, tree: DraftTree, rows) -> None:
+        if self.margins is None:  # the first step: every row is active
+            B = rows.row_id.numel()
+            self.margins = torch.zeros(B, rows.N, dtype=torch.float32)
+            self.runners_up = torch.zeros(B, rows.N, dtype=torch.long)
+        top2 = logits[:, 0].topk(2, dim=-1)  # [b, 2] at the root: the next token's logits
+        ids = rows.row_id.cpu()
+        self.margins[ids, self.step] = (top2.values[:, 0] - top2.values[:, 1]).float().cpu()
+        self.runners_up[ids, self.step] = top2.indices[:, 1].cpu()
+        self.step += 1
+
+    def logs(self) -> dict:
+        if self.margins is None:
+            return {}
+        return {"top2_margins": self.margins, "runner_up_tokens": self.runners_up}
 
     def draft(self, rows) -> DraftTree:
         B = rows.last.shape[0]

@@ -35,11 +35,12 @@ from typing import Callable
 import torch
 
 from .validation import check_pair, check_positive, check_prompt, check_prompts, check_source, check_temperature
-from .drafters import Drafter, DraftTree, probabilities
+from .drafters import Drafter, DraftTree, RootOnly, probabilities
 from .kv import STORAGES, new_kv
 from .model import CausalLM
+from .rules.nodes import SampleAndFollow
 
-__all__ = ["TorchMethod", "DecodeStats", "DecodeResult", "Rows", "decode"]
+__all__ = ["TorchMethod", "DecodeStats", "DecodeResult", "Rows", "decode", "target_only_method"]
 
 
 @dataclass
@@ -53,9 +54,6 @@ class DecodeStats:
         target_forwards, draft_forwards: forward passes (prefills included).
         accepted_lengths: int64 [num_row_iterations]: tau of every (row, iteration).
         wall_time_s: seconds spent.
-        top2_margins: float32 [B, N] (target-only only): top-1 minus top-2 logit at every step,
-            to tell near-ties apart when another decoder's greedy output diverges.
-        runner_up_tokens: int64 [B, N] (target-only only): the second-ranked token per step.
         storage: the KV storage. padded_kv_slots: cache slots written that hold no token of
             their row, or left in the cache masked (target + draft; `verispec.empirical.kv`).
         peak_kv_slots, peak_draft_kv_slots: the most slots a target / draft cache held.
@@ -66,7 +64,14 @@ class DecodeStats:
         prompt_call_tokens: int64 [B]: tokens each row emitted in the target forward that read
             its prompt (tau + 1 of the first iteration with `verify_in_prefill`; else 0).
         draft_rows: token rows fed to the draft model while drafting.
-        logs: the drafter's per-(row, iteration) logs (e.g. trees' predicted E[A]).
+        logs: the method's own counters, from its drafter's `logs()` (the one place for them):
+            target-only (`RootOnly`): "top2_margins" float32 [B, N] (top-1 minus top-2 logit at
+            every step, to tell near-ties apart when another decoder's greedy output diverges),
+            "runner_up_tokens" int64 [B, N]; trees (`trees.TreeDrafter`), per (row, iteration) in
+            the order of `accepted_lengths`: "predicted_acceptance" float64 (the tree's E[A]),
+            "tree_sizes" and "layers" int64; phrase pools (`phrases`): "pool_lookups",
+            "pool_hits", "draft_pool_tokens", "verified_pool_tokens", "pool_phrases" and
+            "target_phrases" (ints; the last counted by `ouroboros_phrase_method` only).
     """
 
     method: str
@@ -75,8 +80,6 @@ class DecodeStats:
     draft_forwards: int = 0
     accepted_lengths: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
     wall_time_s: float = 0.0
-    top2_margins: torch.Tensor | None = None
-    runner_up_tokens: torch.Tensor | None = None
     storage: str = ""
     padded_kv_slots: int = 0
     peak_kv_slots: int = 0
@@ -127,13 +130,23 @@ class TorchMethod:
     observe: Callable | None = None
 
 
+def target_only_method() -> TorchMethod:
+    """Plain autoregressive decoding as a method (the baseline every method must match): no draft
+    (`drafters.RootOnly`: the tree is the root alone), so an iteration is one target forward and
+    one draw from p by sample-and-follow (greedy at T = 0, one uniform per token and row at
+    T > 0). `decode(target, None, prompts, target_only_method(), N, T)` returns tokens [B, N] and
+    stats.logs["top2_margins"] / ["runner_up_tokens"] [B, N] (near-tie diagnostics)."""
+    return TorchMethod("target_only", RootOnly, SampleAndFollow())
+
+
 class Rows:
     """The active rows: context (prompt + emitted tokens, right-padded) and the last token
-    (emitted, not yet in the target cache)."""
+    (emitted, not yet in the target cache); vocab_size: the target's V (drafters without a draft
+    model bound their tokens by it)."""
 
-    def __init__(self, tokens: torch.Tensor, lengths: torch.Tensor, N: int, room: int):
+    def __init__(self, tokens: torch.Tensor, lengths: torch.Tensor, N: int, room: int, vocab_size: int = 0):
         B, device = tokens.shape[0], tokens.device  # tokens [B, n] right-padded, lengths [B]
-        self.prompt_len, self.N = lengths, N
+        self.prompt_len, self.N, self.vocab_size = lengths, N, vocab_size
         self.ctx = torch.cat([tokens, tokens.new_zeros(B, N + room + 1)], dim=1)  # [B, W]
         self.ctx_len = lengths.clone()  # [B]
         self.row_id = torch.arange(B, device=device)  # original index of each active row
@@ -261,7 +274,7 @@ class _Run:
         self.drafter.start(draft, tokens, lengths, T, source, storage)
         self.prefill_s = time.perf_counter() - start
         self.prompt_call_tokens = torch.zeros(B, dtype=torch.long)  # emitted by the forward reading the prompt
-        self.rows = Rows(tokens, lengths, N, room=64)
+        self.rows = Rows(tokens, lengths, N, room=64, vocab_size=target.vocab_size)
         self.out = torch.zeros(B, N, dtype=torch.long)
         self.accepted, self.trace = [], []
 

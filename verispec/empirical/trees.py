@@ -7,6 +7,12 @@ verifies it in ONE target tree forward with sample-and-follow (`rules.nodes.Samp
     layer) -> TreeRecords -> node-layout DraftTree -> target tree forward -> sample-and-follow ->
     KV keep (target: the accepted path; draft: the accepted nodes it ran)
 
+As a method: `engine.decode(target, draft, prompts, methods.tree_method("opt_tree", node_budget=n),
+N, T)`; the drafter logs, per (row, iteration) in the order of `stats.accepted_lengths`,
+stats.logs["predicted_acceptance"] (float64: the tree's E[A] = sum of W over its nodes, the
+draft's own expected accepted length, OPT-Tree's objective), ["tree_sizes"] (int64: nodes drafted,
+<= n) and ["layers"] (int64: layers built = draft forwards that row's tree needed).
+
 Trees:
 
 - ``"opt_tree"``: OPT-Tree (Wang et al. 2024, arXiv 2406.17276, Algorithm 1), the same construction
@@ -42,52 +48,24 @@ T = 0, since a one-hot q would collapse every tree to a chain).
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from ..reference.drafters import check_threshold
-from .validation import check_pair, check_positive, check_prompt, check_temperature
+from .validation import check_positive, check_prompt, check_temperature
 from .drafters import DraftTree, ModelDrafter, probabilities
-from .engine import DecodeResult, DecodeStats, TorchMethod, decode
 from .model import CausalLM
-from .rules.nodes import SampleAndFollow
 
-__all__ = ["TREES", "EAGLE_RANK_PRIOR", "TreeDecodeStats", "TreeRecords", "TreeDrafter", "static_shape",
-           "draft_tree", "tree_speculative"]
+__all__ = ["TREES", "EAGLE_RANK_PRIOR", "TreeRecords", "TreeDrafter", "static_shape", "draft_tree"]
 
-#: The tree kinds of `tree_speculative`.
+#: The tree kinds of `TreeDrafter` (`verispec.empirical.methods.TREE_METHODS` names them as methods).
 TREES = ("opt_tree", "chain", "kary", "eagle")
 
 #: Fixed prior of the rank-r child (r = 0..3) for the EAGLE-style static tree: a node's static score is
 #: the product over its rank path; the tree is the n best-scoring rank paths (leftmost-biased, <= 4
 #: children per node, like EAGLE's hand-made top-4/top-3/top-2 trees).
 EAGLE_RANK_PRIOR = (0.6, 0.15, 0.07, 0.04)
-
-
-@dataclass
-class TreeDecodeStats(DecodeStats):
-    """`DecodeStats` plus per-(row, iteration) tree logs, in the order of `accepted_lengths`.
-
-    Attributes:
-        tree, node_budget: the tree kind and budget n.
-        predicted_acceptance: float64 [num_row_iterations]: the drafted tree's E[A] = sum of W over its
-            nodes (the draft's own expected accepted length, OPT-Tree's objective).
-        tree_sizes: int64 [num_row_iterations]: nodes drafted (<= n).
-        layers: int64 [num_row_iterations]: tree layers built = draft forwards that row's tree needed.
-    """
-
-    tree: str = "opt_tree"
-    node_budget: int = 0
-    predicted_acceptance: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
-    tree_sizes: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
-    layers: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
-
-    @property
-    def mean_predicted_acceptance(self) -> float:
-        """Mean predicted E[A] per iteration (compare with `mean_accepted`, the measured E[tau])."""
-        n = self.predicted_acceptance.numel()
-        return float(self.predicted_acceptance.mean()) if n else 0.0
 
 
 @dataclass
@@ -402,8 +380,9 @@ def _check_tree_args(tree, node_budget, threshold, max_depth, branching):
 def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget: int = 50,
                threshold: float = 0.0, max_depth: int = 10, draft_temperature: float = 1.0,
                branching: int = 2, *, prune: bool = True) -> TreeRecords:
-    """Draft one tree after `prefix_ids` (the drafting step of `tree_speculative`, exposed for tests
-    and analysis). Costs a prefill of all but the last prefix token plus one forward per layer.
+    """Draft one tree after `prefix_ids` (the drafting step of the tree methods,
+    `verispec.empirical.methods.tree_method`, exposed for tests and analysis). Costs a prefill of
+    all but the last prefix token plus one forward per layer.
 
     Args:
         draft: `CausalLM`. prefix_ids: int [B, n] or [n]. tree: one of `TREES`.
@@ -417,7 +396,9 @@ def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget:
         `TreeRecords` (use `.nodes(row)` for {node tuple: W} and `.predicted_acceptance`).
 
     Raises:
-        TypeError / ValueError: as `tree_speculative`.
+        TypeError / ValueError (naming the argument): a non-`CausalLM` draft, unknown tree,
+        node_budget / max_depth / branching < 1, threshold < 0, negative draft_temperature, bad
+        prefix.
 
     Source: Wang et al. 2024, "OPT-Tree", arXiv 2406.17276, Algorithm 1 (opt_tree).
     """
@@ -429,50 +410,3 @@ def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget:
     lengths = torch.full((prefix.shape[0],), prefix.shape[1], dtype=torch.long, device=prefix.device)
     drafter.start(draft, prefix, lengths, drafter.draft_temperature, None)
     return drafter.grow()
-
-
-def tree_speculative(target: CausalLM, draft: CausalLM, prompt_ids, max_new_tokens: int, tree: str = "opt_tree",
-                     node_budget: int = 50, threshold: float = 0.0, max_depth: int = 10,
-                     temperature: float = 0.0, uniforms=None, *, draft_temperature: float | None = None,
-                     branching: int = 2, prune: bool = True, storage: str = "padded") -> DecodeResult:
-    """Tree speculative decoding: a draft tree per iteration, verified in one target forward
-    (`engine.decode` with a `TreeDrafter` and sample-and-follow).
-
-    Args:
-        target, draft: `CausalLM`s over one vocabulary, on one device.
-        prompt_ids: int [B, n] or [n], or a list of 1-D prompts of different lengths (rows of a
-            batch are independent runs).
-        max_new_tokens: N >= 1 tokens per row (exactly N are returned).
-        tree: "opt_tree" (adaptive, arXiv 2406.17276 Algorithm 1), or a static baseline "chain",
-            "kary", "eagle" (`static_shape`) at the same node budget.
-        node_budget: n >= 1 draft tokens per tree. threshold: delta >= 0, OPT-Tree stops adding layers
-            when E[A] gains <= delta (static trees ignore it). max_depth: >= 1, caps every tree.
-        temperature: target temperature T >= 0 (0: greedy, the output is target-only greedy decoding).
-        uniforms: `UniformSource`, an int seed, or None (one uniform per visited tree node at T > 0;
-            a stream source such as `NumpyUniforms` reads them in the reference's order, B = 1).
-        draft_temperature: T_d of the q that shapes the trees (default T, or 1 at T = 0); any value
-            keeps the output law exact, sample-and-follow never reads q.
-        branching: k >= 1 children per node of the "kary" tree.
-        prune: opt_tree only: skip the draft rows of nodes whose descendants can never be chosen
-            (default; the tree is unchanged). False runs every top-n node, as the paper's code.
-        storage: the KV storage of both models (`verispec.empirical.kv.STORAGES`).
-
-    Returns:
-        `DecodeResult` with tokens int64 [B, N] and `TreeDecodeStats` (forwards, accepted lengths,
-        predicted E[A], tree sizes and layers per row and iteration).
-
-    Raises:
-        TypeError / ValueError (naming the argument): non-`CausalLM` models, vocabulary or device
-        mismatch, unknown tree, node_budget / max_depth / branching / max_new_tokens < 1,
-        threshold < 0, negative temperature, bad prompt, a stream source with B > 1.
-    """
-    check_pair(target, draft)
-    _check_tree_args(tree, node_budget, threshold, max_depth, branching)
-    if draft_temperature is not None:
-        check_temperature(draft_temperature, "draft_temperature")
-    method = TorchMethod(tree, lambda: TreeDrafter(tree, node_budget, threshold, max_depth, branching,
-                                                   draft_temperature, prune), SampleAndFollow())
-    result = decode(target, draft, prompt_ids, method, max_new_tokens, temperature, uniforms, storage)
-    s = result.stats
-    fields = {k: v for k, v in vars(s).items() if k != "logs"}
-    return DecodeResult(result.tokens, TreeDecodeStats(**fields, tree=tree, node_budget=node_budget, **s.logs))

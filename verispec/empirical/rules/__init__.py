@@ -9,7 +9,7 @@ tokens, uniforms): it returns the emitted tokens and how many uniforms each row 
 math mirrors `verispec.reference.verifiers` line for line, including the order in which uniforms
 are read, so that on the same tables, the same draft and the same uniform stream a torch rule and
 its reference emit the same tokens (tested in tests/empirical/test_rules_vs_reference.py).
-Plumbing (models, KV caches, drafting) lives in `verispec.empirical.decode`.
+Plumbing (models, KV caches, drafting) lives in `verispec.empirical.engine`, `kv` and `drafters`.
 
 Layouts (float tensors: float64 recommended; B = batch of independent instances):
 
@@ -45,7 +45,7 @@ from typing import Callable
 import torch
 
 from .block import block_rule
-# _Cursor and _representatives are re-exported for the decoders (decode.py, ouroboros.py).
+# _representatives is re-exported for drafters.py (the K paths' distinct nodes); _Cursor for older imports.
 from .common import (RuleOutput, _check_tensor, _Cursor, _representatives, accept_probability,  # noqa: F401
                      positive_mass, residual, stop_probability)
 from .gbv import gbv_rule, skewed_proposal

@@ -1,0 +1,389 @@
+"""The phrase-pool drafters of the engine (`OuroborosDrafter`, `PhraseOuroborosDrafter`,
+`LookaheadDrafter`; see the package docstring) and the factories of their methods
+(`ouroboros_method`, `ouroboros_phrase_method`, `lookahead_method`), each verified by
+point-mass tree verification (`verispec.empirical.rules.nodes.PointMassTree`).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..drafters import Drafter, DraftTree
+from ..engine import TorchMethod
+from ..rules.nodes import PointMassTree
+from ..validation import check_positive
+from .pool import PhrasePool, candidates, check_pool
+from .tree import DraftSequence, Tree
+from .windows import JacobiWindow, JacobiWindow2D
+
+__all__ = ["ouroboros_method", "ouroboros_phrase_method", "lookahead_method", "OuroborosDrafter",
+           "PhraseOuroborosDrafter", "LookaheadDrafter"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Drafting and pool refinement
+# ----------------------------------------------------------------------------------------------
+
+def _draft_forward(dcache: DraftSequence, context: list[int], pool: PhrasePool, window: JacobiWindow | None,
+                   room: int, num_candidates: int) -> tuple[list[int], int]:
+    """One draft forward: unseen tokens, then pool phrases keyed by the last token (trie, at most
+    room - 1 deep) and the Jacobi window. Returns (new draft tokens: the longest phrase prefix
+    matching the draft's argmax then its argmax after it, 1..room tokens; phrase tokens used)."""
+    tree = Tree()
+    pending = tree.add_chain(-1, context[len(dcache.tokens):])
+    anchor = pending[-1]
+    for phrase in candidates(pool, context[-1], num_candidates, room - 1, dcache.model.vocab_size):
+        tree.add_path(anchor, phrase)
+    slots = window.attach(tree, anchor) if window is not None else []
+    greedy = dcache.forward(tree).argmax(-1).tolist()  # [N], the draft's point-mass choices
+    path, node = [], anchor
+    while greedy[node] in tree.children[node]:  # longest phrase prefix the draft agrees with
+        node = tree.children[node][greedy[node]]
+        path.append(node)
+    dcache.commit(tree, pending + path)
+    if window is not None:
+        window.update([greedy[j] for j in slots], pool)
+    return [tree.tokens[j] for j in path] + [greedy[node]], len(path)
+
+
+def _draft(dcache, seq, pool, window, L, K, whole_phrases=False):
+    """Draft L tokens phrase by phrase (whole_phrases: at least L, the last phrase not cut, as
+    Ouroboros' draft does). Returns (draft, draft forwards, pool tokens used)."""
+    common = 0  # the draft cache must hold a proper prefix of seq (its last token is unseen)
+    limit = min(len(dcache.tokens), len(seq) - 1)
+    while common < limit and dcache.tokens[common] == seq[common]:
+        common += 1
+    dcache.rollback(common)
+    draft, forwards, used = [], 0, 0
+    while len(draft) < L:
+        room = pool.phrase_length + 1 if whole_phrases else L - len(draft)
+        new, from_pool = _draft_forward(dcache, seq + draft, pool, window, room, K)
+        draft += new
+        forwards, used = forwards + 1, used + from_pool
+    return draft, forwards, used
+
+
+def _check_window(value, name):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name}: must be >= 0, got {value}")
+    return value
+
+
+def _ouroboros_tree(last: int, proposal: list[int], pool: PhrasePool, K: int, vocab_size: int):
+    """The verification tree: root = last emitted token, then the draft, then the K newest pool
+    phrases keyed by the last draft token as a trie under it. Returns (tree, draft-end node)."""
+    tree = Tree()
+    anchor = tree.add_chain(-1, [last] + list(proposal))[-1]
+    for phrase in candidates(pool, proposal[-1], K, pool.phrase_length, vocab_size):
+        tree.add_path(anchor, phrase)
+    return tree, anchor
+
+
+def _lookahead_tree(last: int, pool: PhrasePool, K: int, vocab_size: int, window: JacobiWindow | None):
+    """Root = last emitted token; the K newest pool phrases keyed by it (trie); the Jacobi window
+    (not verifiable). Returns (tree, window slot nodes)."""
+    tree = Tree()
+    root = tree.add(last, -1)
+    for phrase in candidates(pool, last, K, pool.phrase_length, vocab_size):
+        tree.add_path(root, phrase)
+    return tree, (window.attach(tree, root) if window is not None else [])
+
+
+def _refine(pool: PhrasePool, tree: Tree, anchor: int, argmax: list[int]) -> None:
+    """Candidate refinement: for every pool phrase hung at `anchor`, the target's argmax after
+    the anchor and after each phrase token but the last is the target's own phrase for the
+    anchor's token; insert it (the newest entry). argmax: [N] over the tree's nodes."""
+    n = pool.phrase_length
+    for first in tree.children[anchor].values():
+        node, refined = first, [argmax[anchor]]
+        while len(refined) < n:
+            refined.append(argmax[node])
+            if not tree.children[node]:
+                break
+            node = next(iter(tree.children[node].values()))
+        if len(refined) == n:
+            pool._insert(tree.tokens[anchor], tuple(refined))
+
+
+def _guess_nodes(tree: Tree, anchor: int, phrase: Sequence[int]) -> list[int]:
+    """The trie nodes of `phrase` hung at `anchor` (as many as were added)."""
+    nodes, node = [], anchor
+    for t in phrase:
+        node = tree.children[node].get(int(t))
+        if node is None:
+            break
+        nodes.append(node)
+    return nodes
+
+
+def _correct_guesses(pool: PhrasePool, tree: Tree, anchor: int, guesses: list[tuple], argmax: list[int]) -> None:
+    """Ouroboros' refinement of the guesses it verified: each guess g hung at `anchor` is
+    replaced, at its place in the pool, by (argmax after the anchor, argmax after g_1, ...,
+    argmax after g_{n-1}): one Jacobi step of the target on g. argmax: [N] over the tree's nodes."""
+    key, n = tree.tokens[anchor], pool.phrase_length
+    for guess in guesses:
+        nodes = _guess_nodes(tree, anchor, guess)
+        if len(guess) == n and len(nodes) >= n - 1:
+            pool.replace(key, guess, (argmax[anchor],) + tuple(argmax[j] for j in nodes[:n - 1]))
+
+
+def _target_phrases(pool: PhrasePool, tree: Tree, anchor: int, argmax: list[int]) -> int:
+    """Phrases from the rejected part of the draft chain (nodes 1..anchor): from the first node
+    whose token is not the target's argmax at its parent, every chain node v gives the phrase
+    (argmax after v, then after each following node whose token equals the argmax before it),
+    keyed by v's token, when it reaches `phrase_length` tokens. Returns how many were added."""
+    n, added = pool.phrase_length, 0
+    first = next((j for j in range(1, anchor + 1) if tree.tokens[j] != argmax[tree.parents[j]]), None)
+    for v in range(first, anchor + 1) if first is not None else ():
+        phrase, node = [], v
+        while node is not None and len(phrase) < n:
+            phrase.append(argmax[node])
+            node = tree.children[node].get(argmax[node])  # along the draft, then the guesses
+        if len(phrase) == n:
+            pool._insert(tree.tokens[v], tuple(phrase))
+            added += 1
+    return added
+
+
+# ----------------------------------------------------------------------------------------------
+# The drafters
+# ----------------------------------------------------------------------------------------------
+
+class _PhraseDrafter(Drafter):
+    """Shared by both: one prompt, the pool, the emitted sequence, the target's argmax at every
+    node of the last tree forward (`observe`) and the pool counters."""
+
+    output_ngrams = True  # (b): the verified output's n-grams go to the pool
+    target_phrases = 0  # phrases the target's verification added (`PhraseOuroborosDrafter` only)
+
+    def __init__(self, pool: PhrasePool, K: int, W: int):
+        self.pool, self.K, self.W = pool, K, W
+        self.lookups, self.hits = pool.lookups, pool.hits
+        self.drafted = self.verified = 0
+
+    def start(self, draft, tokens, lengths, temperature, source, storage="sequence") -> None:
+        if tokens.shape[0] != 1:
+            raise ValueError(f"prompts: phrase-pool drafters decode one prompt (batch 1) per call, "
+                             f"got batch {tokens.shape[0]}")
+        super().start(draft, tokens, lengths, temperature, source, storage)
+        self.seq = tokens[0, :int(lengths[0])].tolist()
+        self.window = JacobiWindow(self.W, self.pool.phrase_length, self.seq) if self.W else None
+
+    def _draft_tree(self, tree: Tree, device) -> DraftTree:
+        """The `Tree` as a node-layout draft tree of point masses (window nodes not verifiable)."""
+        self.tree = tree
+        tokens, parents, verifiable = tree.tensors(device)
+        return DraftTree(tokens, parents, torch.ones_like(verifiable), None, point_mass=True, verifiable=verifiable)
+
+    def observe(self, logits, tree, rows) -> None:
+        self.argmax = logits[0].argmax(-1).tolist()  # [N], the target's choice after every node
+
+    def _emit(self, verdict) -> list[int]:
+        """Append the accepted tokens and y to the sequence and the output's n-grams to the pool
+        (b); returns the accepted node ids."""
+        nodes = [int(j) for j in verdict.nodes[0, :int(verdict.num_accepted[0])]]
+        before = len(self.seq)
+        self.seq += [self.tree.tokens[j] for j in nodes] + [int(verdict.token[0])]
+        if self.output_ngrams:
+            self.pool.add_ngrams(self.seq[max(0, before - self.pool.phrase_length):])
+        return nodes
+
+    def logs(self) -> dict:
+        return {"pool_lookups": self.pool.lookups - self.lookups, "pool_hits": self.pool.hits - self.hits,
+                "draft_pool_tokens": self.drafted, "verified_pool_tokens": self.verified,
+                "pool_phrases": len(self.pool), "target_phrases": self.target_phrases}
+
+
+class OuroborosDrafter(_PhraseDrafter):
+    """Ouroboros (package docstring): phrase-by-phrase drafting with the draft model, then the
+    draft plus the pool's suffixes keyed by its last token as one tree."""
+
+    needs_model = True
+
+    def __init__(self, pool: PhrasePool, L: int, K: int, W: int):
+        super().__init__(pool, K, W)
+        self.L = L
+
+    def start(self, draft, tokens, lengths, temperature, source, storage="sequence") -> None:
+        super().start(draft, tokens, lengths, temperature, source, storage)
+        self.dcache = DraftSequence(draft, self.seq[:-1])
+
+    def draft(self, rows) -> DraftTree:
+        proposal, _, used = _draft(self.dcache, self.seq, self.pool, self.window, self.L, self.K)
+        self.drafted += used
+        self.draft_rows = self.dcache.rows
+        tree, self.anchor = _ouroboros_tree(self.seq[-1], proposal, self.pool, self.K, self.dcache.model.vocab_size)
+        return self._draft_tree(tree, rows.last.device)
+
+    def accept(self, tree, verdict) -> None:
+        nodes = self._emit(verdict)  # (b) the verified output
+        self.verified += sum(1 for j in nodes if j > self.anchor)
+        _refine(self.pool, self.tree, self.anchor, self.argmax)  # (c) the target's continuations
+
+
+class PhraseOuroborosDrafter(_PhraseDrafter):
+    """Ouroboros as in the paper (package docstring, "Ouroboros, phrase by phrase"): whole-phrase
+    drafting (the chain is at least L tokens; the last phrase is not cut), the G newest phrases
+    checked per draft forward, the K newest hung after the chain, and the pool refined from the
+    target's verification (rejected-draft phrases, in-place guess corrections)."""
+
+    needs_model = True
+
+    def __init__(self, pool: PhrasePool, L: int, K: int, W: int, G: int, output_ngrams: bool = True,
+                 flat_window: bool = False):
+        super().__init__(pool, K, W)
+        self.L, self.G, self.output_ngrams, self.flat_window = L, G, output_ngrams, flat_window
+
+    def start(self, draft, tokens, lengths, temperature, source, storage="sequence") -> None:
+        super().start(draft, tokens, lengths, temperature, source, storage)
+        if self.W and not self.flat_window:
+            self.window = JacobiWindow2D(self.W, self.pool.phrase_length, self.seq)
+        self.dcache = DraftSequence(draft, self.seq[:-1])
+
+    def draft(self, rows) -> DraftTree:
+        chain, _, used = _draft(self.dcache, self.seq, self.pool, self.window, self.L, self.G, whole_phrases=True)
+        self.drafted += used
+        self.draft_rows = self.dcache.rows
+        V, n = self.dcache.model.vocab_size, self.pool.phrase_length
+        self.guesses = candidates(self.pool, chain[-1], self.K, n, V)  # point masses, fixed before verification
+        tree = Tree()
+        self.anchor = tree.add_chain(-1, [self.seq[-1]] + chain)[-1]
+        for guess in self.guesses:
+            tree.add_path(self.anchor, guess)
+        return self._draft_tree(tree, rows.last.device)
+
+    def accept(self, tree, verdict) -> None:
+        nodes = self._emit(verdict)
+        self.verified += sum(1 for j in nodes if j > self.anchor)
+        # the target's verification results refine the pool for LATER iterations only
+        self.target_phrases += _target_phrases(self.pool, self.tree, self.anchor, self.argmax)
+        _correct_guesses(self.pool, self.tree, self.anchor, self.guesses, self.argmax)
+
+
+class LookaheadDrafter(_PhraseDrafter):
+    """Lookahead-style (package docstring): the pool's phrases keyed by the last token and a
+    Jacobi window riding in the target's own tree forward; no draft model."""
+
+    def draft(self, rows) -> DraftTree:
+        tree, self.slots = _lookahead_tree(self.seq[-1], self.pool, self.K, rows.vocab_size, self.window)
+        return self._draft_tree(tree, rows.last.device)
+
+    def accept(self, tree, verdict) -> None:
+        if self.window is not None:
+            self.window.update([self.argmax[j] for j in self.slots], self.pool)
+        self.verified += int(verdict.num_accepted[0])
+        self._emit(verdict)
+
+
+# ----------------------------------------------------------------------------------------------
+# The methods
+# ----------------------------------------------------------------------------------------------
+
+def ouroboros_method(pool: PhrasePool | None = None, draft_length: int = 4, num_candidates: int = 3,
+                     window: int = 4) -> TorchMethod:
+    """Ouroboros (Zhao et al. 2024, arXiv 2402.13720), simplified, as a method of the engine:
+    `engine.decode(target, draft, prompt, ouroboros_method(), N, T, uniforms, "sequence")` decodes
+    one prompt (B = 1; a batch raises ValueError naming `prompts`).
+
+    See the `verispec.empirical.phrases` docstring for one iteration (phrase-by-phrase drafting
+    with the draft model, one target tree forward over the draft plus pool suffixes, point-mass
+    verification, pool filling and candidate refinement).
+
+    Args:
+        pool: a `PhrasePool` to read and fill (every decode with this method reads and fills it,
+            so it stays warm across prompts); None: a fresh `PhrasePool()` per decode call.
+        draft_length: L >= 1 draft tokens per iteration (Ouroboros' gamma).
+        num_candidates: K >= 1 newest pool phrases tried per lookup (draft side and target side).
+        window: W >= 0 Jacobi window slots in every draft forward (0: no draft lookahead).
+
+    Returns:
+        `TorchMethod` "ouroboros" (`OuroborosDrafter` + `rules.nodes.PointMassTree`); its stats.logs
+        hold the pool counters (`_PhraseDrafter.logs`).
+
+    Raises:
+        TypeError / ValueError (naming the argument): a pool that is not a `PhrasePool`, L / K < 1,
+        W < 0.
+    """
+    L, K, W = _phrase_args(draft_length, num_candidates, window)
+    check_pool(pool)
+    return TorchMethod("ouroboros", lambda: OuroborosDrafter(check_pool(pool), L, K, W), PointMassTree(),
+                       {"draft_length": L, "num_candidates": K, "window": W})
+
+
+def ouroboros_phrase_method(pool: PhrasePool | None = None, draft_length: int = 4, num_candidates: int = 3,
+                            guess_set: int = 8, window: int = 4, output_ngrams: bool = True,
+                            flat_window: bool = False) -> TorchMethod:
+    """Ouroboros (Zhao et al. 2024, arXiv 2402.13720, Algorithm 1 and Section 3) phrase by
+    phrase, as a method of the engine (`verispec.empirical.phrases` docstring, "Ouroboros, phrase
+    by phrase"); one prompt per decode call (B = 1), as `ouroboros_method`.
+
+    Args:
+        pool: a `PhrasePool` (warm across calls) or None (a fresh `PhrasePool()` per decode call).
+        draft_length: L >= 1, the paper's gamma: the draft chain holds at least L tokens and at
+            most L + phrase_length (whole phrases).
+        num_candidates: K >= 1 newest pool phrases hung after the chain (the paper's top-k).
+        guess_set: G >= 1 newest pool phrases the draft model checks in each draft forward (the
+            paper's guess set size, 20 there).
+        window: W >= 0 columns of lookahead decoding's 2D window in every draft forward, n - 1
+            levels deep (n = pool.phrase_length; (W - 1) + W (n - 1) rows); 0: none.
+        output_ngrams: also add the verified output's n-grams to the pool (not in the paper).
+        flat_window: a one-level window of W slots instead (`ouroboros_method`'s: W rows, each
+            phrase formed over n forwards).
+
+    Returns:
+        `TorchMethod` "ouroboros_phrase" (`PhraseOuroborosDrafter` + `rules.nodes.PointMassTree`);
+        stats.logs: the pool counters ("target_phrases": phrases the target's verification added).
+
+    Raises:
+        TypeError / ValueError: as `ouroboros_method`, and G < 1 or a non-bool output_ngrams /
+        flat_window.
+    """
+    L, K, W = _phrase_args(draft_length, num_candidates, window)
+    check_pool(pool)
+    G = check_positive(guess_set, "guess_set")
+    for flag, name in ((output_ngrams, "output_ngrams"), (flat_window, "flat_window")):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
+    return TorchMethod("ouroboros_phrase",
+                       lambda: PhraseOuroborosDrafter(check_pool(pool), L, K, W, G, output_ngrams, flat_window),
+                       PointMassTree(), {"draft_length": L, "num_candidates": K, "guess_set": G, "window": W})
+
+
+def _phrase_args(draft_length, num_candidates, window):
+    """(L, K, W) checked: L, K >= 1 and W >= 0."""
+    L = check_positive(draft_length, "draft_length")
+    K = check_positive(num_candidates, "num_candidates")
+    return L, K, _check_window(window, "window")
+
+
+def lookahead_method(pool: PhrasePool | None = None, num_candidates: int = 3, window: int = 4) -> TorchMethod:
+    """Lookahead-style decoding without a draft model (after Fu et al. 2024, arXiv 2402.02057), as
+    a method of the engine: `engine.decode(target, None, prompt, lookahead_method(), N, T,
+    uniforms, "sequence")` decodes one prompt (B = 1; a batch raises ValueError naming `prompts`).
+
+    Every iteration is ONE target tree forward of [last token, the K newest pool phrases keyed by
+    it (verification branches, a trie), a Jacobi window of W guesses (lookahead branch, never
+    accepted)]; point-mass verification of the branches; the window's argmax outputs become its
+    next guesses and, over `pool.phrase_length` forwards, pool phrases; the verified output's
+    n-grams are added too. Simplified (see the `verispec.empirical.phrases` docstring): one window
+    level per forward.
+
+    Args:
+        pool: a `PhrasePool` (kept warm across calls) or None (a fresh one per decode call).
+        num_candidates: K >= 1 verification branches. window: W >= 0 lookahead slots.
+
+    Returns:
+        `TorchMethod` "lookahead" (`LookaheadDrafter` + `rules.nodes.PointMassTree`); stats.logs:
+        the pool counters (draft_forwards = 0).
+
+    Raises:
+        TypeError / ValueError (naming the argument): a pool that is not a `PhrasePool`, K < 1, W < 0.
+    """
+    _, K, W = _phrase_args(1, num_candidates, window)
+    check_pool(pool)
+    return TorchMethod("lookahead", lambda: LookaheadDrafter(check_pool(pool), K, W), PointMassTree(),
+                       {"num_candidates": K, "window": W})
