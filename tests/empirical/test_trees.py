@@ -31,15 +31,15 @@ from verispec.empirical import methods as torch_methods  # noqa: E402
 from verispec.empirical.drafters import probabilities  # noqa: E402
 from verispec.empirical.model import CausalLM  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
-from verispec.reference import methods  # noqa: E402
+from verispec.reference import methods, registry  # noqa: E402
 from verispec.reference.drafters import opt_tree_structure  # noqa: E402
 from verispec.reference.models import LanguageModel  # noqa: E402
 from verispec.reference.randomness import Sampler  # noqa: E402
 
 from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
 
-#: tree kind (`trees.TREES`) -> its torch method name (`verispec.empirical.methods.TREE_METHODS`)
-TREE_METHOD = {kind: name for name, kind in torch_methods.TREE_METHODS.items()}
+#: tree kind (`trees.TREES`) -> its method name in the registry
+TREE_METHOD = {dict(e.torch_fixed)["kind"]: e.name for e in registry.REGISTRY.values() if "kind" in dict(e.torch_fixed)}
 
 
 def tree_method(tree, **params):

@@ -26,7 +26,8 @@ DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
 PEERS = ("hf", "hf_prompt_lookup")
 #: The method name of a user's reference Method given as ``pkg.module:attr`` (its label is the spec).
 USER_METHOD = "method"
-_OPTIONS = ("dq", "dv", "lin")
+#: Every method key in the registry -> what it is (for the error when a method lacks it).
+_ALL_KEYS = {p.key: p.doc for e in registry.REGISTRY.values() for p in e.params if p.key}
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def _takes_draft_vocab(name: str) -> bool:
 
 
 def _bad(item: str, text: str, known: dict) -> ValueError:
-    keys = ", ".join(list(known) + ["dq=8", "dv=k", f"lin={'|'.join(LAYOUTS)}"])
+    keys = ", ".join(list(known) + ["dq=8", "dv=k", f"lin= one of {', '.join(LAYOUTS)}"])
     return ValueError(f"methods: bad parameter {item!r} in {text!r} (this method takes {keys})")
 
 
@@ -89,11 +90,12 @@ def _read(name: str, params: str, text: str) -> tuple[dict, dict]:
             if parsed is None:
                 raise _bad(item, text, keys)
             values[keys[key]] = parsed
-        elif key == "K" and entry is not None and "num_paths" in dict(entry.torch_fixed):
+        elif key == "K" and dict(getattr(entry, "torch_fixed", ())).get("num_paths", 1) > 1:
             raise ValueError(f"methods: {name} drafts exactly K={dict(entry.torch_fixed)['num_paths']} paths; "
                              f"got {text!r}")
-        elif entry is not None and key in ("K", "W", "L", "n"):
-            raise ValueError(f"methods: {name} takes no {key} (its keys: {', '.join(keys) or 'none'}); got {text!r}")
+        elif key in _ALL_KEYS:  # another method's key
+            raise ValueError(f"methods: {name} takes no {key} ({_ALL_KEYS[key]}; its keys: "
+                             f"{', '.join(keys) or 'none'}); got {text!r}")
         else:
             raise _bad(item, text, keys)
     return values, options

@@ -32,7 +32,7 @@ from .rules.nodes import PathRule, SampleAndFollow
 __all__ = ["get", "names", "paths_method", "tree_method", "walk_method", "prompt_lookup"]
 
 
-def paths_method(name: str, draft_length: int, num_paths: int,
+def paths_method(name: str, draft_length: int = 4, num_paths: int = 1,
                  draft_temperature: float | None = None, iid: bool = True) -> TorchMethod:
     """A path method: K = num_paths draft paths of L = draft_length tokens, i.i.d. (`iid`) or
     without replacement (rrsw), verified by the rule `name` (`rules.nodes.PathRule`).
@@ -40,6 +40,9 @@ def paths_method(name: str, draft_length: int, num_paths: int,
     Raises:
         ValueError: L or K < 1, K > 1 for a chain method (token, block).
     """
+    path_methods = [n for n in names() if "iid" in dict(registry.spec(n).torch_fixed)]
+    if name not in path_methods:
+        raise ValueError(f"method: unknown path method {name!r}; known: {', '.join(path_methods)}")
     L = check_positive(draft_length, "draft_length")
     K = check_positive(num_paths, "num_paths")
     if name in ("token", "block") and K != 1:
@@ -48,14 +51,15 @@ def paths_method(name: str, draft_length: int, num_paths: int,
                        {"draft_length": L, "num_paths": K})
 
 
-def tree_method(name: str, node_budget: int, threshold: float, max_depth: int,
-                branching: int, draft_temperature: float | None = None, prune: bool = True,
+def tree_method(name: str, node_budget: int = 50, threshold: float = 0.0, max_depth: int = 10,
+                branching: int = 2, draft_temperature: float | None = None, prune: bool = True,
                 kind: str | None = None) -> TorchMethod:
     """A draft-tree method with sample-and-follow (OPT-Tree, arXiv 2406.17276): the tree `kind`
     of `trees.TREES` (default: `name`) with node budget n = node_budget."""
     from .trees import TreeDrafter, _check_tree_args
 
-    kind = name if kind is None else kind
+    if kind is None:  # the registry's tree kind of the method (chain_tree drafts a "chain")
+        kind = dict(registry.spec(name).torch_fixed).get("kind", name) if name in registry.REGISTRY else name
     _check_tree_args(kind, node_budget, threshold, max_depth, branching)
     return TorchMethod(name, lambda: TreeDrafter(kind, node_budget, threshold, max_depth, branching,
                                                  draft_temperature, prune), SampleAndFollow(),
@@ -70,7 +74,7 @@ def prompt_lookup(draft_length: int = 4, max_ngram: int = 3) -> TorchMethod:
                        {"draft_length": L, "max_ngram": n})
 
 
-def walk_method(name: str, draft_length: int, num_paths: int,
+def walk_method(name: str, draft_length: int = 4, num_paths: int = 2,
                 draft_temperature: float | None = None, truncation: int | None = None) -> TorchMethod:
     """A multi-draft selection method (khisti, optimal_is, spechub): the reference's one-step rule applied top-down on K
     paths of L = draft_length tokens (`rules.multistep.TopDownWalk`). `truncation` = s (khisti,

@@ -169,7 +169,7 @@ _ENTRIES = (
                torch="verispec.empirical.phrases:ouroboros_method", no_twin=_POOL_STATE),
     MethodSpec("ouroboros_phrase", "Ouroboros phrase by phrase: a guess set checked per draft forward, 2-D window, "
                "pool refinement (arXiv 2402.13720, Algorithm 1)",
-               (POOL, L, CANDIDATES, Param("guess_set", 8, "G", "pool phrases the draft checks per forward"), WINDOW,
+               (POOL, L, CANDIDATES, Param("guess_set", 8, "G", "the guess set: pool phrases the draft checks per forward"), WINDOW,
                 Param("output_ngrams", True, None, "also pool the verified output's n-grams"),
                 Param("flat_window", False, None, "a one-level window instead of the 2-D one")),
                torch="verispec.empirical.phrases:ouroboros_phrase_method", no_twin=_POOL_STATE),
