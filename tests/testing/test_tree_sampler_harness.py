@@ -29,8 +29,8 @@ from verispec.testing.tree_draws import flat_tree_law, proposals
 ROOT = Path(__file__).resolve().parents[2]
 FAST = dict(tv=0.05, families=("iid", "markov", "random_tree"), temperatures=(1, 0.5))  # alpha 1e-6, power 0.9
 EAGLE = drafters.ranked_tree(static_shape("eagle", 4, 2))
-DRAFTERS = {"iid_paths": drafters.iid_paths(2, 2), "paths_without_replacement": drafters.paths_without_replacement(2, 2),
-            "ranked_tree": EAGLE, "opt_tree": drafters.opt_tree(4, max_depth=2)}
+DRAFTERS = {"iid_paths": drafters.iid_paths(2, 2),
+            "paths_without_replacement": drafters.paths_without_replacement(2, 2), "ranked_tree": EAGLE, "opt_tree": drafters.opt_tree(4, max_depth=2)}
 
 
 def _random_parents(rng, batch, num_nodes):

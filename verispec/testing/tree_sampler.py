@@ -397,10 +397,8 @@ def assert_tree_sampler_lossless(fn, *, drafter, layout: str = "parents", determ
                                  tv: float = gtest.TV, num_samples: int | None = None, seed: int = 0,
                                  batch_size: int = 65_536, dtype=None, device="cpu",
                                  min_expected: float = gtest.MIN_EXPECTED) -> TreeSamplerReport:
-    """Check a batched tree sampler by sampling: the law of its first N emitted tokens must be the
-    target's (G-test, stated false-alarm rate and power). See the module docstring.
-
-    The function's contract, layout "parents" (EAGLE, vLLM)::
+    """Check a batched tree sampler by sampling (G-test of the first N emitted tokens' law against
+    the target's, stated alpha and power; see the module docstring). Layout "parents" (EAGLE, vLLM)::
 
         fn(tokens, parents, draft_probs, target_probs, generator) -> output_ids
             tokens:       int64 [batch, M]          node tokens, breadth first
@@ -418,9 +416,7 @@ def assert_tree_sampler_lossless(fn, *, drafter, layout: str = "parents", determ
             candidates: int64 [batch, M + 1] (index 0 the root: the last emitted token); node i is
             index i + 1 in every array; draft_probs [batch, M + 1, V] (row 0 zeros) or None.
 
-    One call per tree size M (rows are never padded with fake nodes).
-
-    Args:
+    One call per tree size M (rows are never padded with fake nodes). Args:
         fn: the function above. drafter: a reference drafter drawing the trees (`iid_paths(L, K)`,
             `paths_without_replacement(L, K)`, `ranked_tree(static_shape(...))`, `opt_tree(...)`).
         layout: "parents" or "next_sibling".
@@ -432,10 +428,7 @@ def assert_tree_sampler_lossless(fn, *, drafter, layout: str = "parents", determ
             instances, alpha, power, tv, num_samples, seed, batch_size, min_expected: as in
             `assert_sampler_lossless` (alpha for the whole run, Bonferroni over the instances).
 
-    Returns:
-        a `TreeSamplerReport` (``print(report)`` gives a table).
-
-    Raises:
+    Returns a `TreeSamplerReport` (``print(report)`` gives a table). Raises:
         SamplerLosslessnessError (an AssertionError): an impossible sequence was emitted, or the
             G-test rejected at level alpha / num_instances (its ``result.empirical_tv`` is the TV).
         SamplerContractError (TypeError and ValueError): the function raised, or its output has the
