@@ -7,6 +7,9 @@ Statistical design (docs/testing.md, "Checking a tree sampler"):
   and 11,596 at V = 3 for N = 4 tokens. A correct sampler fails a run with probability <= 1e-6.
 * Planted bugs (`verispec.testing.planted_trees`) and thresholds below 1 are further than 0.05
   from the target law on the first instances, so they are caught in well under a second each.
+* False-alarm rate: over 60 fixed seeds (one Markov V = 3 instance, N = 3, tv = 0.1, i.i.d. paths)
+  the p-values of the correct sampler must be uniform: at most 9 below 0.05 (binomial(60, 0.05)
+  exceeds 9 with probability 7e-4) and a KS test of uniformity must not reject at 1e-3.
 * No statistics inside hypothesis `@given`: the layout converters are checked on seeded random
   trees instead.
 """
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from verispec.reference import drafters, models
 from verispec.reference.static_trees import static_shape
@@ -30,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FAST = dict(tv=0.05, families=("iid", "markov", "random_tree"), temperatures=(1, 0.5))  # alpha 1e-6, power 0.9
 EAGLE = drafters.ranked_tree(static_shape("eagle", 4, 2))
 DRAFTERS = {"iid_paths": drafters.iid_paths(2, 2),
-            "paths_without_replacement": drafters.paths_without_replacement(2, 2), "ranked_tree": EAGLE, "opt_tree": drafters.opt_tree(4, max_depth=2)}
+            "paths_without_replacement": drafters.paths_without_replacement(2, 2), "ranked_tree": EAGLE,
+            "opt_tree": drafters.opt_tree(4, max_depth=2)}
 
 
 def _random_parents(rng, batch, num_nodes):
@@ -87,6 +92,15 @@ def test_reference_tree_sampler_passes_next_sibling_layout(name):
     report = assert_tree_sampler_lossless(reference_tree_sampler, drafter=DRAFTERS[name], layout="next_sibling", **FAST)
     assert len(report.results) == 12 and report.min_p_value > report.alpha / 12
     assert "assert_tree_sampler_lossless" in str(report)
+
+
+def test_p_values_of_the_correct_sampler_are_uniform():
+    target, draft = models.random_markov(3, seed=11), models.random_markov(3, seed=12)
+    p_values = [assert_tree_sampler_lossless(reference_tree_sampler, drafter=DRAFTERS["iid_paths"],
+                                             layout="next_sibling", target=target, draft=draft, num_tokens=3, tv=0.1,
+                                             seed=seed).min_p_value for seed in range(60)]
+    assert sum(p < 0.05 for p in p_values) <= 9
+    assert stats.kstest(p_values, "uniform").pvalue > 1e-3
 
 
 @pytest.mark.parametrize("name", ["iid_paths", "ranked_tree"])

@@ -15,7 +15,9 @@ EAGLE / vLLM / SGLang tree verification and computes the exact law of that flat 
 
 The law is computed exactly by running the drafter under the enumerator
 (`verispec.reference.randomness.enumerate_law`), so sampling trees from it is sampling the
-drafter itself. Sources: multi-draft speculative sampling, Miao et al. 2024 (SpecInfer,
+drafter itself. The number of distinct trees grows as V^(L K) for drawn drafters (81 at V = 3,
+L = K = 2; about 2 x 10^4 at L = K = 3, a second or so per prefix): keep the toy sizes small.
+Sources: multi-draft speculative sampling, Miao et al. 2024 (SpecInfer,
 arXiv:2305.09781) and Jeon et al. 2024 (without replacement, arXiv:2402.14160); static and
 dynamic trees, Li et al. 2024 (EAGLE, arXiv:2401.15077), Wang et al. 2024 (OPT-Tree,
 arXiv:2406.17276).
