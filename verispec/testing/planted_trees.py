@@ -56,7 +56,7 @@ def _eagle_tree():
     return drafters.ranked_tree(static_shape("eagle", 4, 2))
 
 
-#: name -> TreeBug (fresh objects on every call of the module's import; treat as read-only).
+#: name -> TreeBug (a constant registry: treat as read-only).
 TREE_BUGS = {
     bug.name: bug for bug in (
         TreeBug("sibling_residual_not_subtracted", SiblingResidualNotSubtracted(), _eagle_tree(), {},

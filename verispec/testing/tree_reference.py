@@ -91,7 +91,7 @@ class TreeRejectionSampler:
     def verify(self, candidates, next_token, next_sibling, draft_probs, target_probs, generator):
         """SGLang-style outputs: (predicts int64 [batch (M + 1)], accept_index int64 [batch, D + 1],
         accept_token_num int64 [batch]); see `verispec.testing.tree_layout`."""
-        candidates, next_token = np.asarray(candidates), np.asarray(next_token)
+        candidates, next_token, next_sibling = np.asarray(candidates), np.asarray(next_token), np.asarray(next_sibling)
         target_probs = np.asarray(target_probs, dtype=np.float64)
         B, M1, V = target_probs.shape
         target_only = draft_probs is None if self.target_only is None else self.target_only
@@ -119,7 +119,7 @@ class TreeRejectionSampler:
             r[a] = target_probs[a, current[a]]
             child[a] = next_token[a, current[a]]
             r[j] = self.residual(r[j], q[~accept])
-            child[j] = np.asarray(next_sibling)[j, c[~accept]]
+            child[j] = next_sibling[j, c[~accept]]
         self._final(predicts, r, current, previous, next_token, target_probs, generator)
         return predicts, accept_index, num
 
