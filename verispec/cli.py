@@ -8,6 +8,8 @@
     verispec prove METHOD|pkg.module:attr [--vocab-size V] [--draft-length L] [--num-paths K]
                    [--timeout S] [--target-temperature 0|1] [--json PATH]
                    (for every target/draft pair at V, L, K; exit 0 proved, 1 counterexample, 3 unknown)
+    verispec check-sampler transformers [--mode standard|diverse|both] [--tv 0.05] [--alpha A] [--power P]
+                   (the installed library's own sampler by the G-test harness; exit 0 standard passes)
     verispec bench [--prompts N] [--max-new-tokens N] [--methods a,b:K=3] [--temperatures 0,1] ...
                            (real models; needs the torch extra; first use downloads ~1.6 GB)
 """
@@ -201,6 +203,16 @@ def _add_prove(sub) -> None:
                        description="Symbolic execution of the method's own code on every target/draft pair "
                                    "of the closed simplex at a fixed small size, then one SMT query per output "
                                    "sequence: proved, a counterexample confirmed in exact arithmetic, or unknown.")
+    command.add_arguments(p)
+    p.set_defaults(func=command.run)
+
+
+def _add_check_sampler(sub) -> None:
+    from .integrations import command
+
+    p = sub.add_parser("check-sampler", help="check a library's own speculative sampler (G-test, alpha and power)",
+                       description="Run the installed library's sampler through verispec's black-box harness "
+                                   "(assert_sampler_lossless) and print the verdict with alpha, power and n.")
     command.add_arguments(p)
     p.set_defaults(func=command.run)
 
@@ -496,6 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_check(sub)
     _add_lp(sub)
     _add_prove(sub)
+    _add_check_sampler(sub)
     _add_bench(sub)
     return parser
 

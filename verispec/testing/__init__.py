@@ -14,22 +14,31 @@
 - `planted`: the planted bugs of docs/testing.md, to show that a check can fail.
 - `assert_sampler_lossless(fn, ...)`: a statistical check (G-test, stated false-alarm rate and power)
   of a batched torch/numpy sampler with its own RNG; `gtest`: the test, its sample size and power.
+- `assert_tree_sampler_lossless(fn, drafter=...)`: the same check for a batched tree (multi-draft)
+  sampler, in the parents (EAGLE, vLLM) or next-sibling (SGLang) layout; `tree_layout` converts
+  between them; `TreeRejectionSampler` / `reference_tree_sampler`: an SGLang-style tree sampler;
+  `planted_trees`: three planted tree-sampler bugs.
 - A pytest plugin (entry point ``verispec``) registers hypothesis profiles "verispec-ci" and
   "verispec-dev" and the fixtures ``assert_lossless`` and ``assert_not_worse``.
 """
 
-from . import gtest, planted, strategies
+from . import gtest, planted, planted_trees, strategies, tree_layout
 from .assertions import (LosslessnessError, LosslessReport, NotWorseError, RuleContractError, assert_lossless,
                          assert_not_worse, default_num_tokens, sweep)
 from .proofs import ProofError, assert_proved
 from .sampler import (SamplerContractError, SamplerLosslessnessError, SamplerReport, assert_sampler_lossless,
                       reference_sampler)
 from .strategies import Instance
+from .tree_reference import TreeRejectionSampler, parents_tree_sampler, reference_tree_sampler
+from .tree_sampler import TreeSamplerReport, assert_tree_sampler_lossless
 
 __all__ = ["assert_lossless", "assert_not_worse", "sweep", "default_num_tokens", "strategies", "planted",
            "Instance", "LosslessnessError", "LosslessReport", "NotWorseError", "RuleContractError",
            # black-box samplers (batched torch/numpy code with its own RNG): a G-test of the emitted law
            "assert_sampler_lossless", "reference_sampler", "SamplerReport", "SamplerLosslessnessError",
            "SamplerContractError", "gtest",
+           # black-box tree samplers (flattened node layouts of EAGLE / vLLM / SGLang)
+           "assert_tree_sampler_lossless", "TreeSamplerReport", "TreeRejectionSampler", "reference_tree_sampler",
+           "parents_tree_sampler", "tree_layout", "planted_trees",
            # a proof for every target/draft pair at a fixed small size
            "assert_proved", "ProofError"]

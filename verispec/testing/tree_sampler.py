@@ -1,0 +1,451 @@
+"""A black-box statistical check of a batched TREE (multi-draft) sampler: `assert_tree_sampler_lossless`.
+
+The chain harness (`verispec.testing.sampler`) hands a sampler one drafted chain per row; engines
+(EAGLE, vLLM, SGLang) verify draft trees in a flattened node layout. This harness:
+
+1. takes toy target/draft pairs (the default sweep of `assert_lossless`, or your instances);
+2. runs the draft-verify loop for ``n`` rows at once: each row's tree is drawn by a reference
+   drafter (`verispec.reference.drafters`: ``iid_paths``, ``paths_without_replacement``,
+   ``ranked_tree``, ``opt_tree``; exact tree laws from `verispec.testing.tree_draws`), the batch
+   goes to your function in the parents or next-sibling layout (`verispec.testing.tree_layout`),
+   what it emits is appended, until every row has N tokens;
+3. compares the empirical law of the first N emitted tokens with the exact target law by a
+   G-test (`verispec.testing.gtest`), with the sample size from alpha and power as the chain
+   harness computes it.
+
+A statistical check, not a proof: a correct sampler fails with probability <= alpha (by the
+G-test's chi-square approximation); one at TV >= tv (+ pooled mass) from the target on an
+instance passes with probability <= 1 - power.
+
+Sources: tree / multi-draft speculative sampling, Miao et al. 2024 (SpecInfer, arXiv:2305.09781),
+Jeon et al. 2024 (arXiv:2402.14160), Li et al. 2024 (EAGLE, arXiv:2401.15077); the G-test and its
+power, see `verispec.testing.gtest`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..reference.exact import target_distribution
+from ..reference.models import check_pair, check_positive_int, check_prefix
+from . import gtest
+from .assertions import DEFAULT_FAMILIES, sweep
+from .sampler import InstanceResult, SamplerContractError, SamplerLosslessnessError, SamplerReport
+from .strategies import Instance
+from .tree_draws import (DETERMINISTIC_DRAFTERS, check_drafter, drafter_depth, flat_tree_law, parent_distributions,
+                         proposals, target_rows)
+from .tree_layout import PLACEHOLDER, next_sibling_layout
+
+__all__ = ["assert_tree_sampler_lossless", "TreeSamplerReport", "LAYOUTS"]
+
+#: The calling conventions the harness speaks (see `assert_tree_sampler_lossless`).
+LAYOUTS = ("parents", "next_sibling")
+
+_MAX_CODE = 2 ** 62  # prefixes and paths are encoded as base-(V+1) integers in int64
+
+
+@dataclass
+class TreeSamplerReport(SamplerReport):
+    """`SamplerReport` of `assert_tree_sampler_lossless`, plus the drafter and the layout."""
+
+    drafter: str = ""
+    layout: str = "parents"
+
+    def __str__(self) -> str:
+        text = super().__str__().replace("assert_sampler_lossless:", "assert_tree_sampler_lossless:", 1)
+        head, _, rest = text.partition("\n")
+        return f"{head}\n  drafter {self.drafter}, layout {self.layout!r}\n{rest}"
+
+
+@dataclass
+class _Entry:
+    """One drafted tree at one prefix, as arrays: tokens / parents int64 [M], q float [M, V] or
+    None, p float [M + 1, V], depth, codes int64 [M] (each node's root path, base V + 1)."""
+
+    tokens: np.ndarray
+    parents: np.ndarray
+    q: np.ndarray | None
+    p: np.ndarray
+    depth: int
+    codes: np.ndarray
+
+
+class _Trees:
+    """The drafter's tree law at every prefix the loop reaches, computed once per prefix."""
+
+    def __init__(self, inst, drafter, soft, width, code_width):
+        self.inst, self.drafter, self.soft, self.width = inst, drafter, soft, width
+        self.name = check_drafter(drafter)
+        self.V = inst.vocab_size
+        self.powers = (self.V + 1) ** np.arange(max(width, code_width), dtype=np.int64)
+        self.entries: list[_Entry] = []
+        self.laws: dict = {}  # prefix code -> (entry ids, cumulative probabilities)
+        self.sizes: list[int] = []  # nodes of each entry
+
+    def _entry(self, tree, prefix):
+        model, deterministic = self.inst.draft, self.name in DETERMINISTIC_DRAFTERS
+        full = self.inst.context + prefix
+        if deterministic:
+            q = parent_distributions(tree, model, full) if self.soft else None
+        else:
+            q = proposals(tree, self.name, model, full)
+        tokens, parents = np.array(tree.tokens, dtype=np.int64), np.array(tree.parents, dtype=np.int64)
+        paths = [tree.path(i) for i in range(tree.num_nodes)]
+        codes = np.array([sum((t + 1) * int(self.powers[j]) for j, t in enumerate(path)) for path in paths],
+                         dtype=np.int64)
+        return _Entry(tokens, parents, q, target_rows(tree, self.inst.target, full), int(tree.depths().max()), codes)
+
+    def law(self, code, row_tokens):
+        if code not in self.laws:
+            prefix = tuple(int(t) for t in row_tokens if t >= 0)
+            law = flat_tree_law(self.drafter, self.inst.draft, self.inst.context + prefix)
+            ids = []
+            for tree in law:
+                self.entries.append(self._entry(tree, prefix))
+                self.sizes.append(tree.num_nodes)
+                ids.append(len(self.entries) - 1)
+            self.laws[code] = (np.array(ids), np.cumsum([float(v) for v in law.values()]))
+        return self.laws[code]
+
+    def draw(self, prefixes, rng):
+        """prefixes int64 [rows, width] (-1 padded) -> the entry id drawn for each row [rows]."""
+        codes = (prefixes + 1) @ self.powers[:self.width]
+        unique, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        out = np.empty(len(codes), dtype=np.int64)
+        for i, (code, row) in enumerate(zip(unique.tolist(), first.tolist())):
+            ids, cdf = self.law(code, prefixes[row])
+            rows = np.flatnonzero(inverse.reshape(-1) == i)
+            pick = np.searchsorted(cdf, rng.random(len(rows)) * cdf[-1], side="right")
+            out[rows] = ids[np.minimum(pick, len(ids) - 1)]
+        return out
+
+
+class _Convert:
+    """numpy arrays -> what the function receives (numpy, or torch tensors on a device)."""
+
+    def __init__(self, backend, dtype, device):
+        if backend not in ("numpy", "torch"):
+            raise ValueError(f"backend: expected 'numpy' or 'torch', got {backend!r}")
+        self.backend, self.device = backend, device
+        if backend == "torch":
+            import torch  # optional dependency: only this backend needs it
+
+            self.torch = torch
+            self.dtype = torch.float32 if dtype is None else dtype
+            if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
+                raise TypeError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
+        else:
+            self.dtype = np.dtype(np.float64 if dtype is None else dtype)
+            if self.dtype.kind != "f":
+                raise TypeError(f"dtype: expected a floating numpy dtype, got {dtype!r}")
+
+    def generator(self, seed):
+        if self.backend == "numpy":
+            return np.random.default_rng(seed)
+        return self.torch.Generator(device=self.device).manual_seed(int(seed))
+
+    def array(self, a):
+        if a is None:
+            return None
+        if self.backend == "numpy":
+            return a if a.dtype.kind in "iu" else a.astype(self.dtype)
+        t = self.torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+        return t if a.dtype.kind in "iu" else t.to(self.dtype)
+
+    def output(self, out):
+        if self.backend == "torch" and isinstance(out, self.torch.Tensor):
+            return out.detach().cpu().numpy()
+        return np.asarray(out)
+
+
+def _layout_args(layout, tokens, parents, q, p, root_tokens):
+    """The function's array arguments in `layout` (see `assert_tree_sampler_lossless`)."""
+    if layout == "parents":
+        return tokens, parents, q, p
+    next_token, next_sibling = next_sibling_layout(parents)
+    candidates = np.concatenate([root_tokens[:, None], tokens], axis=1)  # [batch, M + 1]
+    q = None if q is None else np.concatenate([np.zeros_like(q[:, :1]), q], axis=1)  # row 0: the root
+    return candidates, next_token, next_sibling, q, p
+
+
+def _contract(problem, where, row=None, tokens=None, parents=None, out=None):
+    name, inst = where
+    detail = "" if row is None else (f"row {row}: tokens = {tokens[row].tolist()}, parents = "
+                                     f"{parents[row].tolist()}, output = {out[row].tolist()}")
+    return SamplerContractError(problem, method=name, instance=inst, row=row, detail=detail)
+
+
+def _check_shape(out, shape, V, where):
+    if out.shape != shape:
+        raise _contract(f"output: expected shape [batch, max_depth + 1] = {list(shape)}, got {list(out.shape)}", where)
+    if out.dtype.kind not in "iu":
+        raise _contract(f"output: expected integer token ids, got dtype {out.dtype}", where)
+    out = out.astype(np.int64)
+    if ((out < PLACEHOLDER) | (out >= V)).any():
+        bad = int(np.flatnonzero(((out < PLACEHOLDER) | (out >= V)).any(axis=1))[0])
+        return out, bad
+    return out, None
+
+
+def _validate(out, batch, where, powers):
+    """Check the output contract; returns int64 [batch, D + 1] and the emitted counts [batch].
+    `batch` = (tokens, parents, node codes, row of each node's tree, row's tree index, depth)."""
+    tokens, parents, codes, code_tree, row_tree, D = batch
+    A, V = len(tokens), where[1].vocab_size
+    out, bad = _check_shape(out, (A, D + 1), V, where)
+    if bad is not None:
+        raise _contract(f"output: token id outside [0, {V}) that is not the placeholder {PLACEHOLDER}", where, bad,
+                        tokens, parents, out)
+    valid = out >= 0
+    k = valid.sum(axis=1)  # tokens emitted per row  # [batch]
+    problems = ((k == 0, "output: a row emitted no token (the correction/bonus token is missing)"),
+                ((valid != (np.arange(D + 1)[None, :] < k[:, None])).any(axis=1),
+                 f"output: the placeholder {PLACEHOLDER} comes before an emitted token"))
+    for mask, problem in problems:
+        if mask.any():
+            raise _contract(problem, where, int(np.flatnonzero(mask)[0]), tokens, parents, out)
+    accepted = np.arange(D)[None, :] < (k - 1)[:, None]  # [batch, D]
+    row_code = (np.where(accepted, out[:, :D], PLACEHOLDER) + 1) @ powers[:D]  # [batch]
+    span = int(powers[D])  # every code of a path of length <= D is below it
+    in_tree = (k == 1) | np.isin(row_tree * span + row_code, code_tree * span + codes)
+    if not in_tree.all():
+        raise _contract("output: the accepted tokens (all but the last emitted) are not a root path of the tree",
+                        where, int(np.flatnonzero(~in_tree)[0]), tokens, parents, out)
+    return out, k
+
+
+class _Loop:
+    """Runs the draft-verify loop with the function under test on one instance."""
+
+    def __init__(self, fn, inst, trees, convert, layout):
+        self.fn, self.inst, self.trees, self.convert, self.layout = fn, inst, trees, convert, layout
+        self.where = (_name(fn), inst)
+        self.seconds_in_fn, self.calls = 0.0, 0
+
+    def _batch(self, entry_ids):
+        """Stack the drawn trees of one size: arrays for the call and for `_validate`."""
+        unique, inverse = np.unique(entry_ids, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        es = [self.trees.entries[e] for e in unique.tolist()]
+        tokens = np.stack([e.tokens for e in es])[inverse]  # [batch, M]
+        parents = np.stack([e.parents for e in es])[inverse]  # [batch, M]
+        q = None if es[0].q is None else np.stack([e.q for e in es])[inverse]  # [batch, M, V]
+        p = np.stack([e.p for e in es])[inverse]  # [batch, M + 1, V]
+        codes = np.concatenate([e.codes for e in es])
+        code_tree = np.repeat(np.arange(len(es)), [len(e.codes) for e in es])
+        return (tokens, parents, q, p), (tokens, parents, codes, code_tree, inverse, max(e.depth for e in es))
+
+    def _call(self, entry_ids, root_tokens, generator):
+        (tokens, parents, q, p), check = self._batch(entry_ids)
+        args = [self.convert.array(a) for a in _layout_args(self.layout, tokens, parents, q, p, root_tokens)]
+        start = time.perf_counter()
+        try:
+            out = self.fn(*args, generator)
+        except Exception as err:  # a crash is a contract error, not a verdict on the law
+            raise _contract(f"the function raised {type(err).__name__}: {err}", self.where) from err
+        self.seconds_in_fn += time.perf_counter() - start
+        self.calls += 1
+        return _validate(self.convert.output(out), check, self.where, self.trees.powers)
+
+    def run(self, rows, draft_rng, generator):
+        """`rows` independent runs -> their first N tokens, int64 [rows, N]."""
+        N, D = self.inst.num_tokens, drafter_depth(self.trees.drafter)
+        emitted = np.full((rows, N + D + 1), PLACEHOLDER, dtype=np.int64)
+        length = np.zeros(rows, dtype=np.int64)
+        last = self.inst.context[-1] if self.inst.context else 0
+        while True:
+            active = np.flatnonzero(length < N)
+            if not active.size:
+                return emitted[:, :N]
+            entry_ids = self.trees.draw(emitted[active, :N - 1], draft_rng)
+            sizes = np.array(self.trees.sizes)[entry_ids]  # nodes of each row's tree
+            for size in np.unique(sizes).tolist():  # one call per tree size: no padding nodes
+                rows_m = active[sizes == size]
+                roots = np.where(length[rows_m] > 0, emitted[rows_m, np.maximum(length[rows_m] - 1, 0)], last)
+                out, k = self._call(entry_ids[sizes == size], roots, generator)
+                keep = np.arange(out.shape[1])[None, :] < k[:, None]
+                cols = length[rows_m][:, None] + np.arange(out.shape[1])[None, :]
+                emitted[np.repeat(rows_m, k), cols[keep]] = out[keep]
+                length[rows_m] += k
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(type(fn), "__qualname__", None) or repr(fn)
+
+
+def _target_law(inst):
+    """The exact target law of the first N tokens: float64 [V^N] (base-V order) and the dict."""
+    V, N = inst.vocab_size, inst.num_tokens
+    law = target_distribution(inst.target, inst.context, N)
+    probs = np.zeros(V ** N)
+    for seq, prob in law.items():
+        probs[int(np.ravel_multi_index(seq, (V,) * N))] = float(prob)
+    return probs, law
+
+
+def _check_number(value, name, low, high):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    if not low < value < high:
+        raise ValueError(f"{name}: must be in ({low}, {high}), got {value!r}")
+    return float(value)
+
+
+def _instances(target, draft, context, instances, sweep_args, N):
+    if target is not None:
+        if instances is not None:
+            raise ValueError("instances: pass either target/draft or instances, not both")
+        check_pair(target, draft)
+        return [Instance(target, draft, check_prefix(context, target.vocab_size, "context"), N, label="given instance")]
+    if draft is not None:
+        raise ValueError("target: pass target together with draft (draft alone is not an instance)")
+    if instances is None:
+        vocab_sizes, temperatures, families, seed = sweep_args
+        return sweep(vocab_sizes=vocab_sizes, temperatures=temperatures, num_tokens=N, context=context, seed=seed,
+                     families=families, exact=False)
+    todo = [instances] if isinstance(instances, Instance) else list(instances)
+    if not todo:
+        raise ValueError("instances: empty")
+    for i, inst in enumerate(todo):
+        if not isinstance(inst, Instance):
+            raise TypeError(f"instances: item {i} is a {type(inst).__name__}, not an Instance")
+        if inst.draft is None:
+            raise ValueError(f"instances: {inst.label} has no draft model; the drafter drafts from it")
+        check_pair(inst.target, inst.draft)
+    return [Instance(inst.target, inst.draft, inst.context, N, inst.complexity, inst.label) for inst in todo]
+
+
+def _run_instance(fn, inst, index, settings):
+    """Sample, test and return an `InstanceResult` (plus the two laws for a failure report)."""
+    alpha_i, power, tv, num_samples, seed, batch_size, min_expected, drafter, soft, layout, convert = settings
+    V, N, D = inst.vocab_size, inst.num_tokens, drafter_depth(drafter)
+    if (V + 1) ** max(N - 1, D + 1) >= _MAX_CODE // 2 ** 20:
+        raise ValueError(f"num_tokens: (V + 1)^max(N - 1, depth + 1) is too large for the harness (V = {V}, N = {N})")
+    probs, law = _target_law(inst)
+    support = probs > 0
+    n = num_samples or gtest.g_test_sample_size(int(support.sum()) - 1, tv, alpha_i, power)
+    start = time.perf_counter()
+    loop = _Loop(fn, inst, _Trees(inst, drafter, soft, N - 1, D + 1), convert, layout)
+    streams = np.random.SeedSequence([seed, index]).spawn(2)
+    draft_rng, generator = np.random.default_rng(streams[0]), convert.generator(streams[1].generate_state(1)[0])
+    counts = np.zeros(V ** N, dtype=np.int64)
+    for first in range(0, n, batch_size):
+        tokens = loop.run(min(batch_size, n - first), draft_rng, generator)  # [rows, N]
+        counts += np.bincount(np.ravel_multi_index(tokens.T, (V,) * N), minlength=V ** N)
+    test = gtest.g_test(counts[support], probs[support], min_expected)
+    impossible = {tuple(int(t) for t in np.unravel_index(i, (V,) * N)): int(counts[i])
+                  for i in np.flatnonzero(~support & (counts > 0))}
+    result = InstanceResult(
+        instance=inst, n=n, cells=int(support.sum()), df=test.df,
+        pooled_mass=gtest.pooled_mass(probs[support], n, min_expected), statistic=test.statistic,
+        p_value=0.0 if impossible else test.p_value, alpha=alpha_i,
+        detectable_tv=gtest.detectable_tv(n, test.df, alpha_i, power), impossible=impossible,
+        empirical_tv=0.5 * float(np.abs(counts / n - probs).sum()), seconds=time.perf_counter() - start,
+        seconds_in_fn=loop.seconds_in_fn, calls=loop.calls)
+    empirical = {tuple(int(t) for t in np.unravel_index(i, (V,) * N)): counts[i] / n for i in np.flatnonzero(counts)}
+    return result, empirical, law
+
+
+def _failure(fn, result, drafter, empirical, law):
+    inst = result.instance
+    if result.impossible:
+        why = f"emitted sequences of target probability 0: {result.impossible}"
+    else:
+        why = (f"G-test rejects the target law: G = {result.statistic:.2f}, df = {result.df}, "
+               f"p = {result.p_value:.3g} <= alpha = {result.alpha:.3g}")
+    keys = sorted(set(empirical) | set(law), key=lambda k: -abs(empirical.get(k, 0) - float(law.get(k, 0))))[:6]
+    rows = "\n".join(f"    {k}: empirical {empirical.get(k, 0):.5f}  target {float(law.get(k, 0)):.5f}" for k in keys)
+    return (f"{_name(fn)} is NOT lossless with {drafter!r} on {inst.label} (V = {inst.vocab_size}, "
+            f"N = {inst.num_tokens}): {why}\n"
+            f"  n = {result.n:,} runs of the loop; empirical TV = {result.empirical_tv:.4f}\n"
+            f"  outcomes where the laws differ most:\n{rows}\n"
+            + "\n".join("  " + line for line in inst.describe().splitlines()))
+
+
+def _settings(args):
+    """Check `assert_tree_sampler_lossless`'s arguments (its locals) -> (instances, settings)."""
+    if not callable(args["fn"]):
+        raise TypeError(f"fn: expected a callable, got {type(args['fn']).__name__}")
+    drafter, layout = args["drafter"], args["layout"]
+    check_drafter(drafter)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+    soft = args["deterministic_draft_probs"]
+    if soft not in ("none", "soft"):
+        raise ValueError(f"deterministic_draft_probs: expected 'none' or 'soft', got {soft!r}")
+    convert = _Convert(args["backend"], args["dtype"], args["device"])
+    N = args["num_tokens"]
+    N = drafter_depth(drafter) + 2 if N is None else check_positive_int(N, "num_tokens")
+    for name in ("alpha", "power", "tv"):
+        args[name] = _check_number(args[name], name, 0, 1)
+    num_samples = None if args["num_samples"] is None else check_positive_int(args["num_samples"], "num_samples")
+    seed, batch_size = check_positive_int(args["seed"], "seed", 0), check_positive_int(args["batch_size"], "batch_size")
+    min_expected = _check_number(args["min_expected"], "min_expected", 0, float("inf"))
+    todo = _instances(args["target"], args["draft"], args["context"], args["instances"],
+                      (args["vocab_sizes"], args["temperatures"], args["families"], seed), N)
+    return todo, (args["alpha"] / len(todo), args["power"], args["tv"], num_samples, seed, batch_size, min_expected,
+                  drafter, soft == "soft", layout, convert)
+
+
+def assert_tree_sampler_lossless(fn, *, drafter, layout: str = "parents", deterministic_draft_probs: str = "none",
+                                 backend: str = "numpy", num_tokens: int | None = None, vocab_sizes=(2, 3),
+                                 temperatures=(1, 0, 0.5), families=DEFAULT_FAMILIES, target=None, draft=None,
+                                 context=(), instances=None, alpha: float = gtest.ALPHA, power: float = gtest.POWER,
+                                 tv: float = gtest.TV, num_samples: int | None = None, seed: int = 0,
+                                 batch_size: int = 65_536, dtype=None, device="cpu",
+                                 min_expected: float = gtest.MIN_EXPECTED) -> TreeSamplerReport:
+    """Check a batched tree sampler by sampling (G-test of the first N emitted tokens' law against
+    the target's, stated alpha and power; see the module docstring). Layout "parents" (EAGLE, vLLM)::
+
+        fn(tokens, parents, draft_probs, target_probs, generator) -> output_ids
+            tokens:       int64 [batch, M]          node tokens, breadth first
+            parents:      int64 [batch, M]          parent node, -1 for the root's children
+            draft_probs:  float [batch, M, V]       node i's proposal (the law it was drawn from),
+                          or None for a deterministic tree (ranked_tree, opt_tree)
+            target_probs: float [batch, M + 1, V]   row 0 at the root, row i + 1 after node i
+            generator:    numpy.random.Generator (backend "numpy") or torch.Generator ("torch")
+            output_ids:   int   [batch, D + 1]      the accepted path's node tokens, one correction
+                          or bonus token, then -1 (D = the deepest path in the batch)
+
+    layout "next_sibling" (SGLang; `verispec.testing.tree_layout`)::
+
+        fn(candidates, retrive_next_token, retrive_next_sibling, draft_probs, target_probs, generator)
+            candidates: int64 [batch, M + 1] (index 0 the root: the last emitted token); node i is
+            index i + 1 in every array; draft_probs [batch, M + 1, V] (row 0 zeros) or None.
+
+    One call per tree size M (rows are never padded with fake nodes). Args:
+        fn: the function above. drafter: a reference drafter drawing the trees (`iid_paths(L, K)`,
+            `paths_without_replacement(L, K)`, `ranked_tree(static_shape(...))`, `opt_tree(...)`).
+        layout: "parents" or "next_sibling".
+        deterministic_draft_probs: "none" (deterministic trees get draft_probs None) or "soft"
+            (the draft model's distribution at each node's parent, what an EAGLE-style drafter
+            ranked the children by; a correct sampler must not use it as a proposal).
+        num_tokens: N >= 1 tokens compared; default the tree's depth + 2 (two iterations at least).
+        backend, dtype, device, vocab_sizes, temperatures, families, target, draft, context,
+            instances, alpha, power, tv, num_samples, seed, batch_size, min_expected: as in
+            `assert_sampler_lossless` (alpha for the whole run, Bonferroni over the instances).
+
+    Returns a `TreeSamplerReport` (``print(report)`` gives a table). Raises:
+        SamplerLosslessnessError (an AssertionError): an impossible sequence was emitted, or the
+            G-test rejected at level alpha / num_instances (its ``result.empirical_tv`` is the TV).
+        SamplerContractError (TypeError and ValueError): the function raised, or its output has the
+            wrong shape or dtype, a token outside the vocabulary, no token, or an accepted prefix
+            that is not a root path of the row's tree.
+        TypeError / ValueError: invalid arguments, naming the argument.
+    """
+    args = dict(locals())
+    todo, settings = _settings(args)
+    report = TreeSamplerReport(alpha=args["alpha"], power=args["power"], tv=args["tv"], drafter=repr(drafter),
+                               layout=layout)
+    start = time.perf_counter()
+    for index, inst in enumerate(todo):
+        result, empirical, law = _run_instance(fn, inst, index, settings)
+        report.results.append(result)
+        report.seconds = time.perf_counter() - start
+        if not result.passed:
+            raise SamplerLosslessnessError(_failure(fn, result, drafter, empirical, law), result, report, empirical,
+                                           law)
+    return report
