@@ -31,8 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("method", help="a built-in method name (token, block, gbv, ...) or 'pkg.module:attr' "
                                        "naming your own Method")
     parser.add_argument("--vocab-size", type=int, default=2, help="V >= 2 (default 2)")
-    parser.add_argument("--draft-length", type=int, default=1, help="L (default 1)")
-    parser.add_argument("--num-paths", type=int, default=1, help="K for multi-path methods (default 1)")
+    parser.add_argument("--draft-length", type=int, default=None,
+                        help="L (default: the method's own; 1 for a built-in name or a factory)")
+    parser.add_argument("--num-paths", type=int, default=None,
+                        help="K for multi-path methods (default: the method's own; 1 for a built-in name or a "
+                             "factory); a value that differs from the method's own is refused")
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds for the whole proof; running out answers 'unknown' (default 60)")
     parser.add_argument("--target-temperature", type=float, default=1, choices=(0, 1),
@@ -50,6 +53,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
+#: `prove`'s argument names as the flags that set them (its errors start with the argument's name).
+FLAGS = {"vocab_size": "--vocab-size", "draft_length": "--draft-length", "num_paths": "--num-paths",
+         "timeout": "--timeout", "target_temperature": "--target-temperature", "context": "--context",
+         "point_trials": "--point-trials", "workers": "--workers"}
+
+
+def _as_flag(message: str) -> str:
+    """An error of `prove` ("num_paths: 3 differs ...") as the flag that set it ("--num-paths: 3 ...")."""
+    name, sep, rest = message.partition(":")
+    return f"{FLAGS[name]}:{rest}" if sep and name in FLAGS else message
+
+
 def run(args) -> int:
     """Run one proof from parsed arguments; print the verdict; return the exit status."""
     temperature = int(args.target_temperature)
@@ -62,7 +77,7 @@ def run(args) -> int:
             # e.g. a division by a value that is 0 for some pair: no law to prove anything about
             print(f"verispec prove: rule contract error (not a lossless verdict): {err}", file=sys.stderr)
             return 3
-        print(f"verispec prove: {err}", file=sys.stderr)
+        print(f"verispec prove: {_as_flag(str(err))}", file=sys.stderr)
         return 2
     print(result.summary())
     if args.json:

@@ -161,7 +161,8 @@ def _jsonable(value):
 POINT_TRIALS = 32
 
 
-def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeout: float = 60.0,
+def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: int | None = None,
+          timeout: float = 60.0,
           target_temperature=1, draft_temperature=1, point_trials: int = POINT_TRIALS,
           context=(), workers=None) -> ProofResult:
     """Prove (or refute) that `method` is lossless for EVERY target/draft pair at (V, L, K).
@@ -169,8 +170,11 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
     Args:
         method: a `Method`, a built-in name (built with draft_length and num_paths) or
             ``"pkg.module:attr"``.
-        vocab_size: V >= 2. draft_length: L >= 1 (N = depth + 1 tokens are compared, the depth being
-            the method's declared draft length or max depth, else L). num_paths: K >= 1.
+        vocab_size: V >= 2.
+        draft_length, num_paths: L >= 1 and K >= 1, or None: the method's own (its declared draft
+            length or max depth, its or its drafter's ``num_paths``; `declared_sizes`), else 1. A
+            built-in name or a factory is built with them; a value that differs from what the
+            method declares raises ValueError naming it. N = L + 1 tokens are compared.
         timeout: seconds for the whole proof (exploration + queries); running out answers
             "unknown", never "proved".
         target_temperature, draft_temperature: 1 (default: every distribution on the closed simplex)
@@ -221,31 +225,31 @@ def _check_workers(workers) -> int:
 def _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperature, draft_temperature,
            point_trials, context, workers) -> ProofResult:
     spec = method
-    method, V, L, K, depth = check_args(method, vocab_size, draft_length, num_paths, timeout)
+    method, V, L, K, source = check_args(method, vocab_size, draft_length, num_paths, timeout)
     temperatures = (check_temperature(target_temperature, "target_temperature"),
                     check_temperature(draft_temperature, "draft_temperature"))
     if isinstance(point_trials, bool) or not isinstance(point_trials, int) or point_trials < 0:
         raise ValueError(f"point_trials: expected a non-negative int, got {point_trials!r}")
     context = models.check_prefix(context, V, "context")
     workers = _check_workers(workers)
-    N = depth + 1
+    N = L + 1
     start = time.perf_counter()
     deadline = time.monotonic() + timeout
-    result = ProofResult(repr(method), V, L, K, N, target_temperature, draft_temperature, "unknown", "",
+    result = ProofResult(source.label, V, L, K, N, target_temperature, draft_temperature, "unknown", "",
                          _claim(method, V, L, K, N, context), context=context)
     job = helper_job(spec, V, L, K, temperatures, context) if workers > 1 and V ** N >= PARALLEL_MIN_OUTPUTS \
         else None
     helper = Helper(job, V ** N, deadline) if job is not None else None
     try:
         if point_trials:
-            cx = points.search(method, V, depth, temperatures, int(point_trials),
-                               time.monotonic() + timeout / 10, context=context)
+            cx = points.search(method, V, L, temperatures, int(point_trials),
+                               time.monotonic() + timeout / 10, context=context, source=source)
             if cx is not None:
                 result.verdict, result.counterexample = "counterexample", cx
                 result.reason = (f"the law of {cx.output} differs on the pair below (found by the point "
                                  "search, confirmed in exact arithmetic)")
                 return result
-        _symbolic_run(result, method, temperatures, deadline, start, helper)
+        _symbolic_run(result, (method, source), temperatures, deadline, start, helper)
         return result
     finally:
         if helper is not None:
@@ -262,9 +266,10 @@ def _claim(method, V, L, K, N, context) -> str:
                          "reads the prefix itself)")
 
 
-def _symbolic_run(result, method, temperatures, deadline, start, helper) -> None:
-    """Explore the method and the target symbolically, then decide one query per output."""
-    V, N, context = result.vocab_size, result.num_tokens, result.context
+def _symbolic_run(result, named, temperatures, deadline, start, helper) -> None:
+    """Explore the method and the target symbolically, then decide one query per output.
+    `named`: (the Method, its `MethodSource`)."""
+    (method, source), V, N, context = named, result.vocab_size, result.num_tokens, result.context
     variables, bases, (target, draft) = symbolic_models(V, temperatures)
     try:
         tree = explore(method_program(method, target, draft, N, context), variables, deadline)
@@ -277,13 +282,14 @@ def _symbolic_run(result, method, temperatures, deadline, start, helper) -> None
         return
     except SymbolicZeroDivision as err:
         # Raises the exact engine's RuleContractError when the solver's pair confirms the crash.
-        result.reason = zero_division(err, variables, method, bases, temperatures, N, context)
+        result.reason = zero_division(err, variables, method, bases, temperatures, N, context, source)
         return
     result.exploration_seconds = time.perf_counter() - start
     result.branch_points, result.decisions = tree.branch_points, tree.decisions
     result.leaves, result.dead_paths, result.solver_checks = tree.leaves, tree.dead, tree.solver_checks
     result.variables = sum(len(free) for free in variables.groups.values())
-    _run_queries(result, tree, reference, variables, (method, bases, temperatures, context), deadline, helper)
+    _run_queries(result, tree, reference, variables, (method, bases, temperatures, context, source), deadline,
+                 helper)
 
 
 def _run_queries(result, tree, reference, variables, cx_args, deadline, helper=None):
@@ -336,10 +342,10 @@ def _settles(result, query, model, variables, cx_args) -> bool:
     confirmed counterexample (then the verdict is set); otherwise the query's reason says why not."""
     if query.result != "sat":
         return False
-    method, bases, temperatures, context = cx_args
+    method, bases, temperatures, context, source = cx_args
     try:
         cx = confirm_counterexample(model, variables, method, bases, temperatures, query.output, result.num_tokens,
-                             context)
+                                    context, source)
     except Exception as err:  # e.g. the rule divides by zero on the solver's pair
         query.reason = f"the exact engine raised on the solver's pair ({type(err).__name__}: {err})"
         return False

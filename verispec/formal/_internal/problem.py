@@ -17,9 +17,10 @@ from ..replay import Explorer
 from ..splitting import CellSplitter
 from ..symbolic import Sym
 from .laws import law_term, zero_if_none
+from .source import method_source
 
 __all__ = ["Variables", "SymbolicModel", "explore", "method_program", "target_program", "decide_output",
-           "check_args", "check_temperature", "wrap", "symbolic_models", "explore_job"]
+           "check_args", "declared_sizes", "check_temperature", "wrap", "symbolic_models", "explore_job"]
 
 
 class Variables:
@@ -116,20 +117,40 @@ def decide_output(tree, reference, output, variables, deadline):
     return CellSplitter(tree, ref, output, variables.constraints, deadline, tree.algebra or None).run()
 
 
+def declared_sizes(method) -> tuple:
+    """(L, K) a Method declares: L its draft depth (`Method.draft_length`), K the ``num_paths`` of
+    its params or else of its drafter's params; None for what it does not declare."""
+    K = method.params.get("num_paths")
+    drafter_params = getattr(method.draft, "params", None)
+    if K is None and isinstance(drafter_params, dict):
+        K = drafter_params.get("num_paths")
+    return method.draft_length, K
+
+
 def check_args(method, vocab_size, draft_length, num_paths, timeout):
-    """(method, V, L, K, depth) from `prove`'s arguments; ValueError/TypeError naming a bad one."""
+    """(method, V, L, K, source) from `prove`'s arguments; ValueError/TypeError naming a bad one.
+
+    L and K are the method's own (`declared_sizes`) where it declares them; draft_length or
+    num_paths given (not None) and different from the method's own raise ValueError naming them.
+    What the method does not declare comes from the arguments (1 when None); the depth of
+    the draft is L, so N = L + 1 tokens are compared. `source` is the
+    `MethodSource` of the resolved method (for the reproducing code).
+    """
     V = check_positive_int(vocab_size, "vocab_size", minimum=2)
-    L = check_positive_int(draft_length, "draft_length")
-    K = check_positive_int(num_paths, "num_paths")
+    given = {"draft_length": draft_length, "num_paths": num_paths}
+    given = {name: None if value is None else check_positive_int(value, name) for name, value in given.items()}
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
-    method = resolve(method, "method", draft_length=L, num_paths=K)
-    for name, value in (("draft_length", L), ("num_paths", K)):
-        declared = method.params.get(name)
-        if declared is not None and declared != value:
-            raise ValueError(f"{name}: {value} differs from the method's own {name}={declared}")
-    depth = method.draft_length if method.draft_length is not None else L
-    return method, V, L, K, int(depth)
+    params = {name: 1 if value is None else value for name, value in given.items()}
+    resolved = resolve(method, "method", **params)
+    own = dict(zip(given, declared_sizes(resolved)))
+    for name, value in given.items():
+        if value is not None and own[name] is not None and own[name] != value:
+            raise ValueError(f"{name}: {value} differs from the method's own {name}={own[name]} "
+                             f"({method if isinstance(method, str) else resolved!r}); leave it out or give "
+                             f"{own[name]}")
+    L, K = (int(own[name]) if own[name] is not None else params[name] for name in given)
+    return resolved, V, L, K, method_source(method, resolved, params)
 
 
 def check_temperature(value, name):
@@ -155,9 +176,9 @@ def symbolic_models(V, temperatures):
 def explore_job(job, deadline):
     """Explore the method and the target as `prove` does (what a helper process runs first).
     Returns (tree, reference tree, variables, the outputs in query order)."""
-    method, V, L, K, depth = check_args(job["spec"], job["V"], job["L"], job["K"], 1.0)
+    method, V, L, _, _ = check_args(job["spec"], job["V"], job["L"], job["K"], 1.0)
     variables, _, (target, draft) = symbolic_models(V, job["temperatures"])
-    N = depth + 1
+    N = L + 1
     tree = explore(method_program(method, target, draft, N, job["context"]), variables, deadline)
     reference = explore(target_program(target, N, job["context"]), variables, deadline)
     return tree, reference, variables, list(itertools.product(range(V), repeat=N))
