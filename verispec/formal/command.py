@@ -49,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help="processes deciding the output queries: 1 or 2 (default: 2 where the machine has "
                              "2 cores; a helper process explores the same rule itself and shares the outputs)")
+    parser.add_argument("--solvers", default=None, metavar="z3[,cvc5]",
+                        help="z3 alone, or z3 raced by cvc5 on the queries z3 does not answer at once (default: "
+                             "z3,cvc5 where cvc5 is installed, else z3); the report says which solver answered")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON (atomically)")
     return parser
 
@@ -56,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 #: `prove`'s argument names as the flags that set them (its errors start with the argument's name).
 FLAGS = {"vocab_size": "--vocab-size", "draft_length": "--draft-length", "num_paths": "--num-paths",
          "timeout": "--timeout", "target_temperature": "--target-temperature", "context": "--context",
-         "point_trials": "--point-trials", "workers": "--workers"}
+         "point_trials": "--point-trials", "workers": "--workers", "solvers": "--solvers"}
 
 
 def _as_flag(message: str) -> str:
@@ -71,7 +74,8 @@ def run(args) -> int:
     try:
         extra = {} if args.point_trials is None else {"point_trials": args.point_trials}
         result = prove(args.method, args.vocab_size, args.draft_length, args.num_paths, timeout=args.timeout,
-                       target_temperature=temperature, context=args.context, workers=args.workers, **extra)
+                       target_temperature=temperature, context=args.context, workers=args.workers,
+                       solvers=args.solvers, **extra)
     except (TypeError, ValueError) as err:
         if type(err).__name__ == "RuleContractError":
             # e.g. a division by a value that is 0 for some pair: no law to prove anything about

@@ -24,7 +24,7 @@ from fractions import Fraction
 
 import z3
 
-from ._internal.counterexamples import rational
+from ._internal.values import ValuesModel, model_values
 from ._internal.problem import decide_output, explore_job
 from .symbolic import building
 
@@ -34,30 +34,14 @@ __all__ = ["Helper", "ValuesModel", "helper_job", "output_group"]
 GRACE_S = 1.0
 
 
-class ValuesModel:
-    """A solver pair sent between processes ({variable name: Fraction}), read like a z3 model."""
-
-    def __init__(self, values: dict):
-        self.values = values
-
-    def eval(self, x, model_completion=True):
-        """The z3 value of the variable `x` (0 for a variable not sent), as z3's `Model.eval`."""
-        return z3.RealVal(self.values.get(str(x), Fraction(0)))
-
-
-def model_values(model, variables) -> dict:
-    """{variable name: Fraction} of a z3 model (algebraic values approximated)."""
-    return {str(x): rational(model.eval(x, model_completion=True))
-            for free in variables.groups.values() for x in free}
-
-
-def helper_job(spec, V, L, K, temperatures, context):
+def helper_job(spec, V, L, K, temperatures, context, solvers=("z3",)):
     """What a helper needs to rebuild the proof, or None when `spec` is not a name the helper can
     resolve itself (a built-in name or "pkg.module:attr"; a `Method` object may hold closures or
     live in a script the helper cannot import)."""
     if not isinstance(spec, str):
         return None
-    return {"spec": spec, "V": V, "L": L, "K": K, "temperatures": temperatures, "context": context}
+    return {"spec": spec, "V": V, "L": L, "K": K, "temperatures": temperatures, "context": context,
+            "solvers": solvers}
 
 
 class Helper:
@@ -148,6 +132,7 @@ def _explore_and_decide(job, counter, answers, deadline):
             break
         for index in indices:
             start = time.perf_counter()
-            status, model, calls, reason = decide_output(tree, reference, outputs[index], variables, deadline)
+            status, model, calls, reason, solver = decide_output(tree, reference, outputs[index], variables,
+                                                                 deadline, job.get("solvers", ("z3",)))
             values = model_values(model, variables) if model is not None else None
-            answers.put((index, (status, values, calls, reason, time.perf_counter() - start)))
+            answers.put((index, (status, values, calls, reason, time.perf_counter() - start, solver)))

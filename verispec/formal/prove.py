@@ -39,13 +39,15 @@ from ._internal.counterexamples import (FLOAT_CONFIRM_TV, Counterexample, confir
                                         zero_division)
 from ._internal.problem import (SymbolicModel, check_args, check_temperature, explore, method_program,
                                 symbolic_models, target_program, decide_output)
-from .parallel import Helper, ValuesModel, helper_job, output_group
+from ._internal.values import ValuesModel
+from .parallel import Helper, helper_job, output_group
+from .portfolio import check_solvers, portfolio_note
 from .replay import ExplorationTimeout
 from .symbolic import SymbolicError, SymbolicZeroDivision, building
 
 __all__ = ["prove", "ProofResult", "Query", "Counterexample", "SymbolicModel", "SOLVER"]
 
-#: What answers the queries (reported in every result).
+#: What answers the queries without the portfolio (`solvers=("z3",)`).
 SOLVER = f"z3 {z3.get_version_string()} default solver (nonlinear real arithmetic)"
 
 
@@ -58,6 +60,7 @@ class Query:
     seconds: float
     reason: str = ""
     solver_calls: int = 1  # > 1 when the query was split on comparisons
+    solver: str = "z3"  # the solver whose answer this is ("cvc5" when it won the race)
 
 
 @dataclass
@@ -73,7 +76,8 @@ class ProofResult:
         decisions: comparisons answered (forked or implied by the path condition).
         leaves / dead_paths: paths explored to their end / dropped as infeasible.
         variables: free real variables (V - 1 per conditional read).
-        queries: one per output sequence, with its result and time.
+        queries: one per output sequence, with its result, time and the solver that answered.
+        solver: the solvers, in words (z3 alone, or the z3 + cvc5 portfolio, `verispec.formal.portfolio`).
     """
 
     method: str
@@ -105,13 +109,22 @@ class ProofResult:
         return self.verdict == "proved"
 
     @property
+    def answered_by(self) -> dict:
+        """{solver name: queries it answered (sat or unsat)}."""
+        counts = {}
+        for query in self.queries:
+            if query.result in ("sat", "unsat"):
+                counts[query.solver] = counts.get(query.solver, 0) + 1
+        return counts
+
+    @property
     def max_query_seconds(self) -> float:
         """Seconds of the slowest query (0.0 without queries)."""
         return max((q.seconds for q in self.queries), default=0.0)
 
     def to_json(self) -> dict:
         """A JSON-ready dict (Fractions as "a/b" strings, tuples as lists)."""
-        return _jsonable(asdict(self))
+        return _jsonable({**asdict(self), "answered_by": self.answered_by})
 
     def summary(self) -> str:
         """The verdict, the tree's size, the costs and (for a counterexample) its reproducing code."""
@@ -124,7 +137,9 @@ class ProofResult:
         lines = [head,
                  f"  {self.branch_points} branch points, {self.decisions} decisions, {self.leaves} leaves, "
                  f"{self.dead_paths} infeasible paths, {self.variables} variables",
-                 f"  {len(self.queries)} queries ({self.solver}), slowest {self.max_query_seconds:.2f} s; "
+                 f"  {len(self.queries)} queries ({self.solver}; answered by "
+                 f"{', '.join(f'{k} {v}' for k, v in self.answered_by.items()) or 'none'}), "
+                 f"slowest {self.max_query_seconds:.2f} s; "
                  f"exploration {self.exploration_seconds:.2f} s, total {self.seconds:.2f} s"]
         if self.verdict == "proved":
             lines.append(f"  {self.claim}")
@@ -164,7 +179,7 @@ POINT_TRIALS = 32
 def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: int | None = None,
           timeout: float = 60.0,
           target_temperature=1, draft_temperature=1, point_trials: int = POINT_TRIALS,
-          context=(), workers=None) -> ProofResult:
+          context=(), workers=None, solvers=None) -> ProofResult:
     """Prove (or refute) that `method` is lossless for EVERY target/draft pair at (V, L, K).
 
     Args:
@@ -193,6 +208,9 @@ def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: i
             an output it has not answered by the time limit is "unknown". Used from
             `PARALLEL_MIN_OUTPUTS` outputs on, for a method given by name or a picklable `Method`.
 
+        solvers: None (default: z3 raced by cvc5 when cvc5 is installed, else z3 alone), ("z3",)
+            or ("z3", "cvc5") (`verispec.formal.portfolio`); each query reports which answered.
+
     Returns:
         a `ProofResult` (verdict "proved" / "counterexample" / "unknown" with its reason).
 
@@ -202,7 +220,7 @@ def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: i
     """
     with building():  # the z3 expressions built for this proof, dropped with it
         return _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperature,
-                      draft_temperature, point_trials, context, workers)
+                      draft_temperature, point_trials, context, (workers, solvers))
 
 
 #: Default ceiling of `prove(workers=None)` (one helper process per extra worker would re-explore).
@@ -223,7 +241,7 @@ def _check_workers(workers) -> int:
 
 
 def _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperature, draft_temperature,
-           point_trials, context, workers) -> ProofResult:
+           point_trials, context, processes) -> ProofResult:
     spec = method
     method, V, L, K, source = check_args(method, vocab_size, draft_length, num_paths, timeout)
     temperatures = (check_temperature(target_temperature, "target_temperature"),
@@ -231,13 +249,13 @@ def _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperat
     if isinstance(point_trials, bool) or not isinstance(point_trials, int) or point_trials < 0:
         raise ValueError(f"point_trials: expected a non-negative int, got {point_trials!r}")
     context = models.check_prefix(context, V, "context")
-    workers = _check_workers(workers)
+    workers, solvers = _check_workers(processes[0]), check_solvers(processes[1])
     N = L + 1
     start = time.perf_counter()
     deadline = time.monotonic() + timeout
     result = ProofResult(source.label, V, L, K, N, target_temperature, draft_temperature, "unknown", "",
-                         _claim(method, V, L, K, N, context), context=context)
-    job = helper_job(spec, V, L, K, temperatures, context) if workers > 1 and V ** N >= PARALLEL_MIN_OUTPUTS \
+                         _claim(method, V, L, K, N, context), context=context, solver=portfolio_note(solvers))
+    job = helper_job(spec, V, L, K, temperatures, context, solvers) if workers > 1 and V ** N >= PARALLEL_MIN_OUTPUTS \
         else None
     helper = Helper(job, V ** N, deadline) if job is not None else None
     try:
@@ -249,7 +267,7 @@ def _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperat
                 result.reason = (f"the law of {cx.output} differs on the pair below (found by the point "
                                  "search, confirmed in exact arithmetic)")
                 return result
-        _symbolic_run(result, (method, source), temperatures, deadline, start, helper)
+        _symbolic_run(result, (method, source, solvers), temperatures, deadline, start, helper)
         return result
     finally:
         if helper is not None:
@@ -268,8 +286,8 @@ def _claim(method, V, L, K, N, context) -> str:
 
 def _symbolic_run(result, named, temperatures, deadline, start, helper) -> None:
     """Explore the method and the target symbolically, then decide one query per output.
-    `named`: (the Method, its `MethodSource`)."""
-    (method, source), V, N, context = named, result.vocab_size, result.num_tokens, result.context
+    `named`: (the Method, its `MethodSource`, the solvers)."""
+    (method, source, solvers), V, N, context = named, result.vocab_size, result.num_tokens, result.context
     variables, bases, (target, draft) = symbolic_models(V, temperatures)
     try:
         tree = explore(method_program(method, target, draft, N, context), variables, deadline)
@@ -288,24 +306,24 @@ def _symbolic_run(result, named, temperatures, deadline, start, helper) -> None:
     result.branch_points, result.decisions = tree.branch_points, tree.decisions
     result.leaves, result.dead_paths, result.solver_checks = tree.leaves, tree.dead, tree.solver_checks
     result.variables = sum(len(free) for free in variables.groups.values())
-    _run_queries(result, tree, reference, variables, (method, bases, temperatures, context, source), deadline,
-                 helper)
+    _run_queries(result, tree, reference, variables, (method, bases, temperatures, context, source),
+                 (deadline, solvers), helper)
 
 
-def _run_queries(result, tree, reference, variables, cx_args, deadline, helper=None):
+def _run_queries(result, tree, reference, variables, cx_args, limits, helper=None):
     """One query per output; with a `helper` process the outputs are shared with it (each takes the
     next one from a shared counter). Fills result.queries (in output order) and the verdict."""
     outputs = list(itertools.product(range(result.vocab_size), repeat=result.num_tokens))
     answers = {}  # output index -> Query
     next_group = helper.claim if helper is not None else itertools.count().__next__
     while (indices := output_group(next_group(), result.vocab_size, len(outputs))):
-        if _decide_group(result, indices, outputs, answers, tree, reference, variables, cx_args, deadline):
+        if _decide_group(result, indices, outputs, answers, tree, reference, variables, cx_args, limits):
             break
     else:
         if helper is not None:
             for index, answer in helper.collect(set(range(len(outputs))) - answers.keys()).items():
-                status, values, calls, reason, seconds = answer
-                answers[index] = Query(outputs[index], status, seconds, reason, calls)
+                status, values, calls, reason, seconds, solver = answer
+                answers[index] = Query(outputs[index], status, seconds, reason, calls, solver)
                 model = ValuesModel(values) if values is not None else None
                 if _settles(result, answers[index], model, variables, cx_args):
                     break
@@ -326,12 +344,13 @@ def _run_queries(result, tree, reference, variables, cx_args, deadline, helper=N
     result.reason = ""
 
 
-def _decide_group(result, indices, outputs, answers, tree, reference, variables, cx_args, deadline) -> bool:
-    """Decide the outputs `indices` into `answers`; True when a counterexample settles the proof."""
+def _decide_group(result, indices, outputs, answers, tree, reference, variables, cx_args, limits) -> bool:
+    """Decide the outputs `indices` into `answers`; True when a counterexample settles the proof.
+    `limits`: (deadline, solvers)."""
     for index in indices:
         start = time.perf_counter()
-        status, model, calls, reason = decide_output(tree, reference, outputs[index], variables, deadline)
-        answers[index] = Query(outputs[index], status, time.perf_counter() - start, reason, calls)
+        status, model, calls, reason, solver = decide_output(tree, reference, outputs[index], variables, *limits)
+        answers[index] = Query(outputs[index], status, time.perf_counter() - start, reason, calls, solver)
         if _settles(result, answers[index], model, variables, cx_args):
             return True
     return False

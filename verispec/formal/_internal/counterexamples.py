@@ -14,6 +14,7 @@ from ..symbolic import SymbolicError
 from ...reference.methods import Method
 from .problem import method_program, wrap
 from .source import method_source
+from .values import rational
 
 __all__ = ["Counterexample", "FLOAT_CONFIRM_TV", "rational", "solver_point", "solver_tables", "table_model",
            "format_table", "format_fraction", "zero_division", "repro_code", "confirm_counterexample"]
@@ -51,16 +52,6 @@ class Counterexample:
     code: str
     found_by: str = "smt"
     arithmetic: str = "exact"  # "float64" when the rule computes in float64 for numbers (spectr's rho)
-
-
-def rational(value) -> Fraction:
-    """A z3 model's number as a Fraction (an algebraic one approximated to 1e-12); SymbolicError else."""
-    if z3.is_rational_value(value):
-        return Fraction(value.numerator_as_long(), value.denominator_as_long())
-    if z3.is_algebraic_value(value):
-        approx = value.approx(40)
-        return Fraction(approx.numerator_as_long(), approx.denominator_as_long()).limit_denominator(10 ** 12)
-    raise SymbolicError(f"the solver's value {value} is not a number")
 
 
 def solver_point(model, free) -> list:

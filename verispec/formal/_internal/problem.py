@@ -14,12 +14,13 @@ from ...reference.methods import resolve
 from ...reference.models import LanguageModel, check_positive_int
 from ..cells import Algebra
 from ..replay import Explorer
+from ..portfolio import Rival
 from ..splitting import CellSplitter
 from ..symbolic import Sym
 from .laws import law_term, zero_if_none
 from .source import method_source
 
-__all__ = ["Variables", "SymbolicModel", "explore", "method_program", "target_program", "decide_output",
+__all__ = ["Variables", "SymbolicModel", "explore", "method_program", "target_program", "decide_output", "query_constraints",
            "check_args", "declared_sizes", "check_temperature", "wrap", "symbolic_models", "explore_job"]
 
 
@@ -105,16 +106,20 @@ def target_program(target, num_tokens, context=()):
     return run
 
 
-def decide_output(tree, reference, output, variables, deadline):
+def decide_output(tree, reference, output, variables, deadline, solvers=("z3",)):
     """Is there a pair with law(output) != target law(output)? A `CellSplitter` (split on
-    comparisons, cells decided in exact algebra). Returns (result, model, solver calls, reason)."""
+    comparisons, cells decided in exact algebra), raced by cvc5 when `solvers` holds it
+    (`verispec.formal.portfolio`). Returns (result, model, solver calls, reason, the solver that
+    answered)."""
     ref = zero_if_none(law_term(reference.root, output, {}, {}))
     if tree.algebra is None:
         try:
             tree.algebra = Algebra(variables)  # memoised conversions, shared by the outputs
         except ImportError:  # sympy missing: z3 alone
             tree.algebra = False
-    return CellSplitter(tree, ref, output, variables.constraints, deadline, tree.algebra or None).run()
+    rival = Rival if "cvc5" in solvers else None
+    splitter = CellSplitter(tree, ref, output, variables.constraints, deadline, tree.algebra or None, rival)
+    return (*splitter.run(), splitter.solver)
 
 
 def declared_sizes(method) -> tuple:
@@ -125,6 +130,14 @@ def declared_sizes(method) -> tuple:
     if K is None and isinstance(drafter_params, dict):
         K = drafter_params.get("num_paths")
     return method.draft_length, K
+
+
+def query_constraints(tree, reference, output, variables) -> list:
+    """The whole query of one output as z3 constraints: the simplices and law(output) != target
+    law(output) (what z3 is asked first and what a rival solver races on)."""
+    law = zero_if_none(law_term(tree.root, output, {}, {}))
+    ref = zero_if_none(law_term(reference.root, output, {}, {}))
+    return [*variables.constraints, law != ref]
 
 
 def check_args(method, vocab_size, draft_length, num_paths, timeout):
