@@ -40,7 +40,7 @@ from ._internal.counterexamples import (FLOAT_CONFIRM_TV, Counterexample, confir
 from ._internal.problem import (SymbolicModel, check_args, check_temperature, explore, method_program,
                                 symbolic_models, target_program, decide_output)
 from ._internal.values import ValuesModel
-from .parallel import Helper, helper_job, output_group
+from .parallel import Workers, check_backend, helper_job, joblib_available, output_group
 from .portfolio import check_solvers, portfolio_note
 from .replay import ExplorationTimeout
 from .symbolic import SymbolicError, SymbolicZeroDivision, building
@@ -179,7 +179,7 @@ POINT_TRIALS = 32
 def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: int | None = None,
           timeout: float = 60.0,
           target_temperature=1, draft_temperature=1, point_trials: int = POINT_TRIALS,
-          context=(), workers=None, solvers=None) -> ProofResult:
+          context=(), workers=None, solvers=None, backend=None, cluster=None) -> ProofResult:
     """Prove (or refute) that `method` is lossless for EVERY target/draft pair at (V, L, K).
 
     Args:
@@ -202,11 +202,15 @@ def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: i
             p(. | context + u) are symbolic like the others. Matters for a method that reads the
             prefix itself (prompt lookup: a context with a repeated n-gram makes its draft
             non-empty); for the others the empty context already covers every context.
-        workers: processes deciding the output queries (default: the CPU count, at most
-            `MAX_WORKERS`; 1 = this process only). With 2, a helper process explores the same
-            program itself and takes outputs from a shared counter (`verispec.formal.parallel`);
-            an output it has not answered by the time limit is "unknown". Used from
-            `PARALLEL_MIN_OUTPUTS` outputs on, for a method given by name or a picklable `Method`.
+        workers: processes deciding the output queries, this one included (default: the CPU
+            count, at most `MAX_WORKERS`; 1 = this process only). Each other worker (joblib, see
+            `backend`) explores the same program itself and decides its share of the outputs
+            (`verispec.formal.parallel`); an output no worker answered by the time limit is
+            "unknown". Used from `PARALLEL_MIN_OUTPUTS` outputs on, for a method given by name or
+            "pkg.module:attr" (a Method object is decided in this process only).
+        backend, cluster: joblib's backend for the other workers: "loky" (default: processes on
+            this machine), "dask" (cluster: the scheduler's address; None starts a local cluster)
+            or "ray" (cluster: its address, default $RAY_ADDRESS).
 
         solvers: None (default: z3 raced by cvc5 when cvc5 is installed, else z3 alone), ("z3",)
             or ("z3", "cvc5") (`verispec.formal.portfolio`); each query reports which answered.
@@ -220,7 +224,7 @@ def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: i
     """
     with building():  # the z3 expressions built for this proof, dropped with it
         return _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperature,
-                      draft_temperature, point_trials, context, (workers, solvers))
+                      draft_temperature, point_trials, context, (workers, solvers, backend, cluster))
 
 
 #: Default ceiling of `prove(workers=None)` (one helper process per extra worker would re-explore).
@@ -232,11 +236,12 @@ PARALLEL_MIN_OUTPUTS = 8
 
 def _check_workers(workers) -> int:
     if workers is None:
-        return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+        # joblib is an extra (verispec[prove]): without it the default is this process alone
+        return max(1, min(os.cpu_count() or 1, MAX_WORKERS)) if joblib_available() else 1
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: expected a positive int or None, got {workers!r}")
-    if workers > 2:
-        raise ValueError(f"workers: at most 2 processes are supported, got {workers}")
+    if workers > 1 and not joblib_available():
+        raise ValueError(f"workers: {workers} processes need joblib (pip install verispec[prove])")
     return workers
 
 
@@ -250,6 +255,7 @@ def _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperat
         raise ValueError(f"point_trials: expected a non-negative int, got {point_trials!r}")
     context = models.check_prefix(context, V, "context")
     workers, solvers = _check_workers(processes[0]), check_solvers(processes[1])
+    backend, cluster = check_backend(*processes[2:])
     N = L + 1
     start = time.perf_counter()
     deadline = time.monotonic() + timeout
@@ -257,7 +263,7 @@ def _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperat
                          _claim(method, V, L, K, N, context), context=context, solver=portfolio_note(solvers))
     job = helper_job(spec, V, L, K, temperatures, context, solvers) if workers > 1 and V ** N >= PARALLEL_MIN_OUTPUTS \
         else None
-    helper = Helper(job, V ** N, deadline) if job is not None else None
+    helper = Workers(job, V ** N, deadline, workers, backend, cluster) if job is not None else None
     try:
         if point_trials:
             cx = points.search(method, V, L, temperatures, int(point_trials),
@@ -311,26 +317,21 @@ def _symbolic_run(result, named, temperatures, deadline, start, helper) -> None:
 
 
 def _run_queries(result, tree, reference, variables, cx_args, limits, helper=None):
-    """One query per output; with a `helper` process the outputs are shared with it (each takes the
-    next one from a shared counter). Fills result.queries (in output order) and the verdict."""
+    """One query per output; with `helper` (the other `Workers`) this process decides its share of
+    the outputs and collects the others'. Fills result.queries (in output order) and the verdict."""
     outputs = list(itertools.product(range(result.vocab_size), repeat=result.num_tokens))
     answers = {}  # output index -> Query
-    next_group = helper.claim if helper is not None else itertools.count().__next__
-    while (indices := output_group(next_group(), result.vocab_size, len(outputs))):
+    groups = helper.mine if helper is not None else range(-(-len(outputs) // result.vocab_size))
+    for group in groups:
+        indices = output_group(group, result.vocab_size, len(outputs))
         if _decide_group(result, indices, outputs, answers, tree, reference, variables, cx_args, limits):
             break
-    else:
-        if helper is not None:
-            for index, answer in helper.collect(set(range(len(outputs))) - answers.keys()).items():
-                status, values, calls, reason, seconds, solver = answer
-                answers[index] = Query(outputs[index], status, seconds, reason, calls, solver)
-                model = ValuesModel(values) if values is not None else None
-                if _settles(result, answers[index], model, variables, cx_args):
-                    break
+    if helper is not None:
+        _merge_workers(result, helper, outputs, answers, variables, cx_args)
     result.queries = [answers[i] for i in sorted(answers)]
     if result.verdict == "counterexample":
         return
-    missing = [Query(output, "unknown", 0.0, "timeout: the helper process did not answer in time", 0)
+    missing = [Query(output, "unknown", 0.0, "timeout: no worker (helper process) answered in time", 0)
                for i, output in enumerate(outputs) if i not in answers]
     result.queries = sorted(result.queries + missing, key=lambda q: q.output)
     unknown = [q for q in result.queries if q.result != "unsat"]
@@ -342,6 +343,18 @@ def _run_queries(result, tree, reference, variables, cx_args, limits, helper=Non
         return
     result.verdict = "proved"
     result.reason = ""
+
+
+def _merge_workers(result, helper, outputs, answers, variables, cx_args) -> None:
+    """Add the other workers' answers to `answers`. The counterexample reported is the confirmed one
+    of the lowest output, as one process deciding the outputs in order finds it."""
+    first = outputs.index(result.counterexample.output) if result.verdict == "counterexample" else len(outputs)
+    collected = helper.collect(set(range(len(outputs))) - answers.keys())
+    for index, (status, values, calls, reason, seconds, solver) in sorted(collected.items()):
+        answers[index] = Query(outputs[index], status, seconds, reason, calls, solver)
+        model = ValuesModel(values) if values is not None else None
+        if index < first and _settles(result, answers[index], model, variables, cx_args):
+            break
 
 
 def _decide_group(result, indices, outputs, answers, tree, reference, variables, cx_args, limits) -> bool:
