@@ -5,13 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-import z3
-
 from ...reference import exact, models
 from ...reference.contract import RuleContractError
-from ...reference.randomness import enumerate_law
-from ..symbolic import SymbolicError
 from ...reference.methods import Method
+from ...reference.randomness import enumerate_law
 from .problem import method_program, wrap
 from .source import method_source
 from .values import rational
