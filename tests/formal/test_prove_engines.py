@@ -7,7 +7,7 @@ import pytest
 
 from verispec.formal import prove
 from verispec.reference import exact
-from verispec.testing import planted
+from verispec.testing import assert_lossless, planted
 from verispec.testing.planted_engines import MIN_DRAFT_LENGTH
 
 
@@ -38,3 +38,9 @@ def test_engine_bug_is_refuted_at_its_smallest_size(name):
 def test_block_tokenwise_accept_is_token_verification_at_L1():
     # Why its smallest size is L = 2: at L = 1 the rule is token verification, proved lossless.
     assert prove(planted.ENGINES["block_tokenwise_accept"](1), 2, 1, point_trials=0, workers=1).proved
+
+
+@pytest.mark.parametrize("name", sorted(planted.ENGINES))
+def test_engine_bug_is_also_caught_by_the_default_sweep(name):
+    with pytest.raises(AssertionError):
+        assert_lossless(planted.ENGINES[name](MIN_DRAFT_LENGTH.get(name, 1)))
