@@ -227,10 +227,10 @@ def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: i
                       draft_temperature, point_trials, context, (workers, solvers, backend, cluster))
 
 
-#: Default ceiling of `prove(workers=None)` (one helper process per extra worker would re-explore).
+#: Default ceiling of `prove(workers=None)` (each worker but this process re-explores the rule).
 MAX_WORKERS = 2
 
-#: Fewer outputs than this are decided in this process only (a helper process must start and explore first).
+#: Fewer outputs than this are decided in this process only (a worker must start and explore first).
 PARALLEL_MIN_OUTPUTS = 8
 
 

@@ -1,5 +1,5 @@
 """The symbolic problem of one proof: models on the closed simplex, the programs, their exploration,
-and the query of one output (shared by `verispec.formal.prove` and its helper process)."""
+and the query of one output (shared by `verispec.formal.prove` and its workers)."""
 
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ def symbolic_models(V, temperatures):
 
 
 def explore_job(job, deadline):
-    """Explore the method and the target as `prove` does (what a helper process runs first).
+    """Explore the method and the target as `prove` does (what a worker runs first).
     Returns (tree, reference tree, variables, the outputs in query order)."""
     method, V, L, _, _ = check_args(job["spec"], job["V"], job["L"], job["K"], 1.0)
     variables, _, (target, draft) = symbolic_models(V, job["temperatures"])
