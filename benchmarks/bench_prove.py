@@ -62,6 +62,7 @@ def _record(name, V, L, K, timeout):
             "branch_points": result.branch_points, "decisions": result.decisions, "leaves": result.leaves,
             "dead_paths": result.dead_paths, "variables": result.variables,
             "counterexample_found_by": result.counterexample.found_by if result.counterexample else None,
+            "solvers": result.solver, "answered_by": result.answered_by,
             "load_average_before": load_before, "load_average_after": os.getloadavg()[0]}
 
 

@@ -340,29 +340,26 @@ def test_parallel_queries_give_the_sequential_verdicts():
 
 
 def test_a_helper_process_decides_outputs_like_this_one():
-    import time
+    from joblib import Parallel, delayed
 
-    from verispec.formal.parallel import Helper, helper_job
+    from verispec.formal.parallel import decide_share, helper_job
 
     job = helper_job("token", 2, 2, 1, (1, 1), ())
-    helper = Helper(job, 8, time.monotonic() + TIMEOUT)
-    try:
-        answers = helper.collect(range(8))  # this process claims nothing: the helper takes all 8
-    finally:
-        helper.close()
+    # one joblib worker process takes all 8 outputs (groups 0..3)
+    (answers,) = Parallel(n_jobs=2)(delayed(decide_share)(job, range(4), TIMEOUT) for _ in range(1))
     assert sorted(answers) == list(range(8))
-    assert all(status == "unsat" and calls >= 1 for status, _, calls, _, _ in answers.values())
+    assert all(status == "unsat" and calls >= 1 for status, _, calls, *_ in answers.values())
 
 
 def test_outputs_the_helper_does_not_answer_are_unknown(monkeypatch):
     from verispec.formal import parallel
 
-    def silent(self, indices):  # the helper answers nothing in time
+    def silent(self, indices=None):  # the workers answer nothing in time
         return {}
 
-    monkeypatch.setattr(parallel.Helper, "collect", silent)
-    # this process takes the odd groups of outputs; the even ones are left to the (silent) helper
-    monkeypatch.setattr(parallel.Helper, "claim", lambda self, n=iter(range(100)): 2 * next(n) + 1)
+    monkeypatch.setattr(parallel.Workers, "collect", silent)
+    # this process takes the odd groups of outputs (`parallel.shares`); the even ones are left to the
+    # (silent) worker
     result = prove("token", 2, 2, timeout=TIMEOUT, workers=2, point_trials=0)
     assert result.verdict == "unknown" and "helper" in result.reason
     assert len(result.queries) == 8

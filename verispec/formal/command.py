@@ -31,8 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("method", help="a built-in method name (token, block, gbv, ...) or 'pkg.module:attr' "
                                        "naming your own Method")
     parser.add_argument("--vocab-size", type=int, default=2, help="V >= 2 (default 2)")
-    parser.add_argument("--draft-length", type=int, default=1, help="L (default 1)")
-    parser.add_argument("--num-paths", type=int, default=1, help="K for multi-path methods (default 1)")
+    parser.add_argument("--draft-length", type=int, default=None,
+                        help="L (default: the method's own; 1 for a built-in name or a factory)")
+    parser.add_argument("--num-paths", type=int, default=None,
+                        help="K for multi-path methods (default: the method's own; 1 for a built-in name or a "
+                             "factory); a value that differs from the method's own is refused")
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds for the whole proof; running out answers 'unknown' (default 60)")
     parser.add_argument("--target-temperature", type=float, default=1, choices=(0, 1),
@@ -44,10 +47,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="structured pairs tried by the exact engine before the symbolic run "
                              "(default 32; 0 skips)")
     parser.add_argument("--workers", type=int, default=None, metavar="N",
-                        help="processes deciding the output queries: 1 or 2 (default: 2 where the machine has "
-                             "2 cores; a helper process explores the same rule itself and shares the outputs)")
+                        help="processes deciding the output queries, this one included (default: 2 where the machine "
+                             "has 2 cores; each other worker explores the same rule itself and decides its share)")
+    parser.add_argument("--backend", default=None, choices=("loky", "dask", "ray"),
+                        help="joblib backend of the other workers: loky (default; processes on this machine), "
+                             "dask or ray (a cluster: see --cluster)")
+    parser.add_argument("--cluster", default=None, metavar="ADDRESS",
+                        help="the cluster of --backend dask (scheduler address, e.g. tcp://10.0.0.5:8786; default: "
+                             "a local cluster) or ray (default: $RAY_ADDRESS); --workers counts this process too")
+    parser.add_argument("--solvers", default=None, metavar="z3[,cvc5]",
+                        help="z3 alone, or z3 raced by cvc5 on the queries z3 does not answer at once (default: "
+                             "z3,cvc5 where cvc5 is installed, else z3); the report says which solver answered")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON (atomically)")
     return parser
+
+
+#: `prove`'s argument names as the flags that set them (its errors start with the argument's name).
+FLAGS = {"vocab_size": "--vocab-size", "draft_length": "--draft-length", "num_paths": "--num-paths",
+         "timeout": "--timeout", "target_temperature": "--target-temperature", "context": "--context",
+         "point_trials": "--point-trials", "workers": "--workers", "solvers": "--solvers",
+         "backend": "--backend", "cluster": "--cluster"}
+
+
+def _as_flag(message: str) -> str:
+    """An error of `prove` ("num_paths: 3 differs ...") as the flag that set it ("--num-paths: 3 ...")."""
+    name, sep, rest = message.partition(":")
+    return f"{FLAGS[name]}:{rest}" if sep and name in FLAGS else message
 
 
 def run(args) -> int:
@@ -56,13 +81,14 @@ def run(args) -> int:
     try:
         extra = {} if args.point_trials is None else {"point_trials": args.point_trials}
         result = prove(args.method, args.vocab_size, args.draft_length, args.num_paths, timeout=args.timeout,
-                       target_temperature=temperature, context=args.context, workers=args.workers, **extra)
+                       target_temperature=temperature, context=args.context, workers=args.workers,
+                       solvers=args.solvers, backend=args.backend, cluster=args.cluster, **extra)
     except (TypeError, ValueError) as err:
         if type(err).__name__ == "RuleContractError":
             # e.g. a division by a value that is 0 for some pair: no law to prove anything about
             print(f"verispec prove: rule contract error (not a lossless verdict): {err}", file=sys.stderr)
             return 3
-        print(f"verispec prove: {err}", file=sys.stderr)
+        print(f"verispec prove: {_as_flag(str(err))}", file=sys.stderr)
         return 2
     print(result.summary())
     if args.json:

@@ -1,153 +1,190 @@
-"""Parallel queries: a helper process decides some of the outputs while this one decides the others.
+"""Parallel queries on joblib: other workers decide some outputs while this process decides the rest.
 
 The queries of different outputs are independent, so they can run at once. z3 objects cannot be
-sent between processes, and z3 is not safe to fork (its timeout timers run in threads), so the
-helper is a fresh process ("spawn") that rebuilds the symbolic models and explores the same program
-itself (in parallel with this process's own exploration), then takes outputs from a counter shared
-with this process until none is left. It sends back, per output, the verdict of its query and, for a
-satisfiable one, the solver's pair as exact rationals; this process confirms any counterexample
-with the exact engine as usual.
+sent between processes (and z3 is not safe to fork), so each worker receives a small job (the
+method's name or "pkg.module:attr", the size, the temperatures, the context, the solvers), rebuilds
+the symbolic models and explores the same program itself, then decides its share of the outputs.
+It sends back, per output, the verdict of its query and, for a satisfiable one, the solver's pair
+as exact rationals; this process confirms any counterexample with the exact engine as usual.
 
-Soundness does not depend on the helper: an output it has not answered by the deadline (a crash,
-a slow start, a timeout) counts as "unknown", never as "unsat", so the verdict can only be
-"proved" when every output was shown equal by one of the two processes.
+The outputs are dealt in groups of V (the outputs that share all but their last token split on the
+same comparisons, so one worker deciding a group reuses its region checks): group g goes to share
+g mod n, this process keeping the last share. The workers are joblib's (`joblib.Parallel`): the
+loky backend (fresh worker processes on this machine) by default; "dask" runs them on a Dask
+cluster (``cluster``: the scheduler's address, e.g. "tcp://10.0.0.5:8786"; None starts a local one);
+"ray" on a Ray cluster (``cluster``: its address, default the ``RAY_ADDRESS`` environment
+variable). Install the extras ``verispec[dask]`` / ``verispec[ray]``.
+
+Soundness does not depend on the workers: an output no worker answered by the deadline (a crash, a
+slow start, a timeout, a worker that stopped at a counterexample) counts as "unknown", never as
+"unsat", so the verdict can only be "proved" when every output was shown equal by some process.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import sys
-import types
-import queue as queue_module
+import contextlib
+import os
 import time
-from fractions import Fraction
+import warnings
 
-import z3
-
-from ._internal.counterexamples import rational
 from ._internal.problem import decide_output, explore_job
+from ._internal.values import model_values
 from .symbolic import building
 
-__all__ = ["Helper", "ValuesModel", "helper_job", "output_group"]
+__all__ = ["BACKENDS", "Workers", "check_backend", "decide_share", "helper_job", "joblib_available", "output_group",
+           "shares"]
 
-#: Seconds past the deadline this process waits for the helper's last answers.
+#: joblib backends `prove` can run its workers on.
+BACKENDS = ("loky", "dask", "ray")
+
+#: Seconds past the deadline this process waits for the workers' last answers.
 GRACE_S = 1.0
 
 
-class ValuesModel:
-    """A solver pair sent between processes ({variable name: Fraction}), read like a z3 model."""
-
-    def __init__(self, values: dict):
-        self.values = values
-
-    def eval(self, x, model_completion=True):
-        """The z3 value of the variable `x` (0 for a variable not sent), as z3's `Model.eval`."""
-        return z3.RealVal(self.values.get(str(x), Fraction(0)))
+def joblib_available() -> bool:
+    """True when joblib (the workers' engine, ``verispec[prove]``) is installed."""
+    try:
+        import joblib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
-def model_values(model, variables) -> dict:
-    """{variable name: Fraction} of a z3 model (algebraic values approximated)."""
-    return {str(x): rational(model.eval(x, model_completion=True))
-            for free in variables.groups.values() for x in free}
+def check_backend(backend, cluster) -> tuple:
+    """(backend, cluster) checked: backend one of `BACKENDS` (None: "loky"); cluster None or an
+    address string (not for loky). ValueError naming the argument."""
+    backend = "loky" if backend is None else backend
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    if cluster is not None and (not isinstance(cluster, str) or not cluster):
+        raise ValueError(f"cluster: expected an address string, got {cluster!r}")
+    if cluster is not None and backend == "loky":
+        raise ValueError("cluster: an address needs backend 'dask' or 'ray' (loky runs on this machine)")
+    return backend, cluster
 
 
-def helper_job(spec, V, L, K, temperatures, context):
-    """What a helper needs to rebuild the proof, or None when `spec` is not a name the helper can
+def helper_job(spec, V, L, K, temperatures, context, solvers=("z3",)):
+    """What a worker needs to rebuild the proof, or None when `spec` is not a name a worker can
     resolve itself (a built-in name or "pkg.module:attr"; a `Method` object may hold closures or
-    live in a script the helper cannot import)."""
+    live in a script the worker cannot import)."""
     if not isinstance(spec, str):
         return None
-    return {"spec": spec, "V": V, "L": L, "K": K, "temperatures": temperatures, "context": context}
-
-
-class Helper:
-    """A helper process deciding outputs claimed from a shared counter (`claim`)."""
-
-    def __init__(self, job, num_outputs: int, deadline: float):
-        context = multiprocessing.get_context("spawn")
-        self.num_outputs = num_outputs
-        self.counter = context.Value("i", 0)
-        self.answers = context.Queue()
-        self.deadline = deadline
-        self.process = context.Process(target=_main, daemon=True,
-                                       args=(job, self.counter, self.answers, deadline - time.monotonic()))
-        with _no_main_module():
-            self.process.start()
-
-    def claim(self) -> int:
-        """The next group of outputs nobody has taken (`output_group`)."""
-        with self.counter.get_lock():
-            index = self.counter.value
-            self.counter.value += 1
-        return index
-
-    def collect(self, indices) -> dict:
-        """{index: (status, values or None, solver calls, reason, seconds)} for the outputs the helper
-        took; waits until the deadline (+ GRACE_S); an output not answered by then is left out."""
-        wanted, answers = set(indices), {}
-        while wanted - answers.keys():
-            left = self.deadline + GRACE_S - time.monotonic()
-            if left <= 0:
-                break
-            try:
-                index, answer = self.answers.get(timeout=left)
-            except queue_module.Empty:
-                break
-            answers[index] = answer
-        return answers
-
-    def close(self) -> None:
-        """Stop the helper (it may still be exploring or deciding an output nobody waits for)."""
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(timeout=5)
-        self.answers.close()
+    return {"spec": spec, "V": V, "L": L, "K": K, "temperatures": temperatures, "context": context,
+            "solvers": solvers}
 
 
 def output_group(group: int, vocab_size: int, num_outputs: int) -> range:
-    """The output indices of claim number `group`: the V outputs that share all but their last
+    """The output indices of group number `group`: the V outputs that share all but their last
     token (in `itertools.product` order). Their queries split on the same comparisons, so one
     process deciding them all reuses its region checks (`Tree.regions`)."""
     return range(group * vocab_size, min((group + 1) * vocab_size, num_outputs))
 
 
-class _no_main_module:
-    """Hide the caller's __main__ while the helper starts: "spawn" would otherwise run the user's
-    script again in the helper (a script without an ``if __name__ == "__main__"`` guard would call
-    `prove` there too). The helper needs only verispec's own modules."""
-
-    def __enter__(self):
-        self.main = sys.modules.get("__main__")
-        sys.modules["__main__"] = types.ModuleType("__main__")
-
-    def __exit__(self, *exc):
-        if self.main is not None:
-            sys.modules["__main__"] = self.main
-        return False
+def shares(num_outputs: int, vocab_size: int, workers: int) -> list:
+    """[workers] lists of group numbers: group g in share g mod workers (this process: the last)."""
+    groups = range(-(-num_outputs // vocab_size))
+    return [[g for g in groups if g % workers == share] for share in range(workers)]
 
 
-def _main(job, counter, answers, seconds_left):
-    """The helper: explore, then decide claimed outputs until none is left (or the deadline)."""
-    with building():  # the z3 expressions built in this process, dropped at its end
-        _explore_and_decide(job, counter, answers, time.monotonic() + seconds_left)
+def decide_share(job, groups, seconds):
+    """A worker's task: explore `job`'s program, then decide the outputs of `groups` within
+    `seconds`. Returns {output index: (status, values or None, solver calls, reason, seconds,
+    solver)}; stops after the first satisfiable query (this process confirms it)."""
+    deadline = time.monotonic() + seconds
+    answers = {}
+    with building():  # the z3 expressions built for this task, dropped at its end
+        try:
+            tree, reference, variables, outputs = explore_job(job, deadline)
+        except Exception:  # noqa: BLE001 - this process reports what its own exploration finds
+            return answers
+        for group in groups:
+            for index in output_group(group, job["V"], len(outputs)):
+                if time.monotonic() >= deadline:
+                    return answers
+                start = time.perf_counter()
+                status, model, calls, reason, solver = decide_output(tree, reference, outputs[index], variables,
+                                                                     deadline, job["solvers"])
+                values = model_values(model, variables) if model is not None else None
+                answers[index] = (status, values, calls, reason, time.perf_counter() - start, solver)
+                if status == "sat":
+                    return answers
+    return answers
 
 
-def _explore_and_decide(job, counter, answers, deadline):
-    """The helper's work (see `_main`)."""
-    try:
-        tree, reference, variables, outputs = explore_job(job, deadline)
-    except Exception:  # noqa: BLE001 - this process reports what its own exploration finds
-        return
-    vocab_size = job["V"]
-    while time.monotonic() < deadline:
-        with counter.get_lock():
-            group = counter.value
-            counter.value += 1
-        indices = output_group(group, vocab_size, len(outputs))
-        if not indices:
-            break
-        for index in indices:
-            start = time.perf_counter()
-            status, model, calls, reason = decide_output(tree, reference, outputs[index], variables, deadline)
-            values = model_values(model, variables) if model is not None else None
-            answers.put((index, (status, values, calls, reason, time.perf_counter() - start)))
+class Workers:
+    """joblib workers deciding the shares of the outputs but this process's (`mine`)."""
+
+    def __init__(self, job, num_outputs: int, deadline: float, workers: int, backend="loky", cluster=None):
+        self.deadline, self.backend, self.finished = deadline, backend, False
+        all_shares = shares(num_outputs, job["V"], workers)
+        self.mine = all_shares[-1]
+        self.stack = contextlib.ExitStack()
+        try:
+            self.stack.enter_context(_backend(backend, cluster, workers))
+            from joblib import Parallel, delayed
+
+            seconds = deadline - time.monotonic()
+            tasks = [delayed(decide_share)(job, share, seconds) for share in all_shares[:-1] if share]
+            # A generator: the tasks are dispatched now and run while this process decides its share.
+            # n_jobs >= 2: joblib runs n_jobs = 1 in this process, one task after the other.
+            self.results = Parallel(n_jobs=max(2, len(tasks)), return_as="generator_unordered",
+                                    timeout=seconds + GRACE_S)(tasks)
+        except BaseException:
+            self.stack.close()
+            raise
+
+    def collect(self, indices=None) -> dict:
+        """{index: (status, values or None, solver calls, reason, seconds, solver)} of the workers'
+        outputs (those in `indices`, default all) answered by the deadline (+ GRACE_S); an output
+        not answered is left out."""
+        answers = {}
+        try:
+            for share_answers in self.results:
+                answers.update(share_answers)
+                if time.monotonic() > self.deadline + GRACE_S:
+                    break
+            else:
+                self.finished = True
+        except Exception:  # noqa: BLE001 - a lost or late worker: its outputs stay unanswered ("unknown")
+            pass
+        return {i: a for i, a in answers.items() if indices is None or i in indices}
+
+    def close(self) -> None:
+        """Stop the workers: loky's processes are killed when a task may still run (a counterexample
+        or the deadline came first); a cluster's tasks end at their own deadline."""
+        close = getattr(self.results, "close", None)
+        if close is not None:
+            with warnings.catch_warnings():  # "tasks executed but not used": by design (a counterexample came first)
+                warnings.simplefilter("ignore", UserWarning)
+                close()
+        if self.backend == "loky" and not self.finished:
+            from joblib.externals.loky import get_reusable_executor
+
+            get_reusable_executor().shutdown(wait=False, kill_workers=True)
+        self.stack.close()
+
+
+@contextlib.contextmanager
+def _backend(backend, cluster, workers):
+    """joblib's backend for the workers: loky here, or a Dask / Ray cluster at `cluster`."""
+    from joblib import parallel_config
+
+    if backend == "loky":
+        with parallel_config(backend="loky", n_jobs=workers - 1):
+            yield
+    elif backend == "dask":
+        from dask.distributed import Client
+
+        with Client(cluster) if cluster is not None else Client(processes=True, n_workers=workers - 1,
+                                                                threads_per_worker=1) as _client:
+            with parallel_config(backend="dask"):
+                yield
+    else:
+        import ray
+        from ray.util.joblib import register_ray
+
+        register_ray()
+        if not ray.is_initialized():
+            ray.init(address=cluster or os.environ.get("RAY_ADDRESS"))
+        with parallel_config(backend="ray"):
+            yield

@@ -55,13 +55,14 @@ def _prefixes(V: int, max_length: int):
 
 
 def search(method, V: int, depth: int, temperatures, trials: int, deadline: float, seed: int = 0,
-           context=()):
+           context=(), source=None):
     """Up to `trials` seeded structured pairs through the exact engine, stopping at `deadline`
     (one iteration from `context`, then the target, as `prove` compares them).
 
     Returns a confirmed `Counterexample` (``found_by="point search"``) or None. A pair on which the
     rule raises is skipped (the symbolic exploration reports crashes with their branch); a rule whose
     law is not exact (float64 inside) ends the search: its differences may be round-off.
+    `source`: the method's `MethodSource` for the reproducing code (default: named from `method`).
     """
     N = depth + 1
     rng = random.Random(seed)
@@ -88,6 +89,7 @@ def search(method, V: int, depth: int, temperatures, trials: int, deadline: floa
                               method_probability=Fraction(law.get(output, 0)),
                               target_probability=Fraction(ref.get(output, 0)),
                               tv_iteration=Fraction(tv), tv_loop=Fraction(exact.total_variation(loop, ref)),
-                              confirmed=True, code=repro_code(p_table, q_table, V, temperatures, N, method, context),
+                              confirmed=True, code=repro_code(p_table, q_table, V, temperatures, N, source or method,
+                                                               context),
                               found_by="point search")
     return None

@@ -39,13 +39,15 @@ from ._internal.counterexamples import (FLOAT_CONFIRM_TV, Counterexample, confir
                                         zero_division)
 from ._internal.problem import (SymbolicModel, check_args, check_temperature, explore, method_program,
                                 symbolic_models, target_program, decide_output)
-from .parallel import Helper, ValuesModel, helper_job, output_group
+from ._internal.values import ValuesModel
+from .parallel import Workers, check_backend, helper_job, joblib_available, output_group
+from .portfolio import check_solvers, portfolio_note
 from .replay import ExplorationTimeout
 from .symbolic import SymbolicError, SymbolicZeroDivision, building
 
 __all__ = ["prove", "ProofResult", "Query", "Counterexample", "SymbolicModel", "SOLVER"]
 
-#: What answers the queries (reported in every result).
+#: What answers the queries without the portfolio (`solvers=("z3",)`).
 SOLVER = f"z3 {z3.get_version_string()} default solver (nonlinear real arithmetic)"
 
 
@@ -58,6 +60,7 @@ class Query:
     seconds: float
     reason: str = ""
     solver_calls: int = 1  # > 1 when the query was split on comparisons
+    solver: str = "z3"  # the solver whose answer this is ("cvc5" when it won the race)
 
 
 @dataclass
@@ -73,7 +76,8 @@ class ProofResult:
         decisions: comparisons answered (forked or implied by the path condition).
         leaves / dead_paths: paths explored to their end / dropped as infeasible.
         variables: free real variables (V - 1 per conditional read).
-        queries: one per output sequence, with its result and time.
+        queries: one per output sequence, with its result, time and the solver that answered.
+        solver: the solvers, in words (z3 alone, or the z3 + cvc5 portfolio, `verispec.formal.portfolio`).
     """
 
     method: str
@@ -105,13 +109,22 @@ class ProofResult:
         return self.verdict == "proved"
 
     @property
+    def answered_by(self) -> dict:
+        """{solver name: queries it answered (sat or unsat)}."""
+        counts = {}
+        for query in self.queries:
+            if query.result in ("sat", "unsat"):
+                counts[query.solver] = counts.get(query.solver, 0) + 1
+        return counts
+
+    @property
     def max_query_seconds(self) -> float:
         """Seconds of the slowest query (0.0 without queries)."""
         return max((q.seconds for q in self.queries), default=0.0)
 
     def to_json(self) -> dict:
         """A JSON-ready dict (Fractions as "a/b" strings, tuples as lists)."""
-        return _jsonable(asdict(self))
+        return _jsonable({**asdict(self), "answered_by": self.answered_by})
 
     def summary(self) -> str:
         """The verdict, the tree's size, the costs and (for a counterexample) its reproducing code."""
@@ -124,7 +137,9 @@ class ProofResult:
         lines = [head,
                  f"  {self.branch_points} branch points, {self.decisions} decisions, {self.leaves} leaves, "
                  f"{self.dead_paths} infeasible paths, {self.variables} variables",
-                 f"  {len(self.queries)} queries ({self.solver}), slowest {self.max_query_seconds:.2f} s; "
+                 f"  {len(self.queries)} queries ({self.solver}; answered by "
+                 f"{', '.join(f'{k} {v}' for k, v in self.answered_by.items()) or 'none'}), "
+                 f"slowest {self.max_query_seconds:.2f} s; "
                  f"exploration {self.exploration_seconds:.2f} s, total {self.seconds:.2f} s"]
         if self.verdict == "proved":
             lines.append(f"  {self.claim}")
@@ -161,16 +176,20 @@ def _jsonable(value):
 POINT_TRIALS = 32
 
 
-def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeout: float = 60.0,
+def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: int | None = None,
+          timeout: float = 60.0,
           target_temperature=1, draft_temperature=1, point_trials: int = POINT_TRIALS,
-          context=(), workers=None) -> ProofResult:
+          context=(), workers=None, solvers=None, backend=None, cluster=None) -> ProofResult:
     """Prove (or refute) that `method` is lossless for EVERY target/draft pair at (V, L, K).
 
     Args:
         method: a `Method`, a built-in name (built with draft_length and num_paths) or
             ``"pkg.module:attr"``.
-        vocab_size: V >= 2. draft_length: L >= 1 (N = depth + 1 tokens are compared, the depth being
-            the method's declared draft length or max depth, else L). num_paths: K >= 1.
+        vocab_size: V >= 2.
+        draft_length, num_paths: L >= 1 and K >= 1, or None: the method's own (its declared draft
+            length or max depth, its or its drafter's ``num_paths``; `declared_sizes`), else 1. A
+            built-in name or a factory is built with them; a value that differs from what the
+            method declares raises ValueError naming it. N = L + 1 tokens are compared.
         timeout: seconds for the whole proof (exploration + queries); running out answers
             "unknown", never "proved".
         target_temperature, draft_temperature: 1 (default: every distribution on the closed simplex)
@@ -183,11 +202,18 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
             p(. | context + u) are symbolic like the others. Matters for a method that reads the
             prefix itself (prompt lookup: a context with a repeated n-gram makes its draft
             non-empty); for the others the empty context already covers every context.
-        workers: processes deciding the output queries (default: the CPU count, at most
-            `MAX_WORKERS`; 1 = this process only). With 2, a helper process explores the same
-            program itself and takes outputs from a shared counter (`verispec.formal.parallel`);
-            an output it has not answered by the time limit is "unknown". Used from
-            `PARALLEL_MIN_OUTPUTS` outputs on, for a method given by name or a picklable `Method`.
+        workers: processes deciding the output queries, this one included (default: the CPU
+            count, at most `MAX_WORKERS`; 1 = this process only). Each other worker (joblib, see
+            `backend`) explores the same program itself and decides its share of the outputs
+            (`verispec.formal.parallel`); an output no worker answered by the time limit is
+            "unknown". Used from `PARALLEL_MIN_OUTPUTS` outputs on, for a method given by name or
+            "pkg.module:attr" (a Method object is decided in this process only).
+        backend, cluster: joblib's backend for the other workers: "loky" (default: processes on
+            this machine), "dask" (cluster: the scheduler's address; None starts a local cluster)
+            or "ray" (cluster: its address, default $RAY_ADDRESS).
+
+        solvers: None (default: z3 raced by cvc5 when cvc5 is installed, else z3 alone), ("z3",)
+            or ("z3", "cvc5") (`verispec.formal.portfolio`); each query reports which answered.
 
     Returns:
         a `ProofResult` (verdict "proved" / "counterexample" / "unknown" with its reason).
@@ -198,54 +224,56 @@ def prove(method, vocab_size: int, draft_length: int, num_paths: int = 1, timeou
     """
     with building():  # the z3 expressions built for this proof, dropped with it
         return _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperature,
-                      draft_temperature, point_trials, context, workers)
+                      draft_temperature, point_trials, context, (workers, solvers, backend, cluster))
 
 
-#: Default ceiling of `prove(workers=None)` (one helper process per extra worker would re-explore).
+#: Default ceiling of `prove(workers=None)` (each worker but this process re-explores the rule).
 MAX_WORKERS = 2
 
-#: Fewer outputs than this are decided in this process only (a helper process must start and explore first).
+#: Fewer outputs than this are decided in this process only (a worker must start and explore first).
 PARALLEL_MIN_OUTPUTS = 8
 
 
 def _check_workers(workers) -> int:
     if workers is None:
-        return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+        # joblib is an extra (verispec[prove]): without it the default is this process alone
+        return max(1, min(os.cpu_count() or 1, MAX_WORKERS)) if joblib_available() else 1
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: expected a positive int or None, got {workers!r}")
-    if workers > 2:
-        raise ValueError(f"workers: at most 2 processes are supported, got {workers}")
+    if workers > 1 and not joblib_available():
+        raise ValueError(f"workers: {workers} processes need joblib (pip install verispec[prove])")
     return workers
 
 
 def _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperature, draft_temperature,
-           point_trials, context, workers) -> ProofResult:
+           point_trials, context, processes) -> ProofResult:
     spec = method
-    method, V, L, K, depth = check_args(method, vocab_size, draft_length, num_paths, timeout)
+    method, V, L, K, source = check_args(method, vocab_size, draft_length, num_paths, timeout)
     temperatures = (check_temperature(target_temperature, "target_temperature"),
                     check_temperature(draft_temperature, "draft_temperature"))
     if isinstance(point_trials, bool) or not isinstance(point_trials, int) or point_trials < 0:
         raise ValueError(f"point_trials: expected a non-negative int, got {point_trials!r}")
     context = models.check_prefix(context, V, "context")
-    workers = _check_workers(workers)
-    N = depth + 1
+    workers, solvers = _check_workers(processes[0]), check_solvers(processes[1])
+    backend, cluster = check_backend(*processes[2:])
+    N = L + 1
     start = time.perf_counter()
     deadline = time.monotonic() + timeout
-    result = ProofResult(repr(method), V, L, K, N, target_temperature, draft_temperature, "unknown", "",
-                         _claim(method, V, L, K, N, context), context=context)
-    job = helper_job(spec, V, L, K, temperatures, context) if workers > 1 and V ** N >= PARALLEL_MIN_OUTPUTS \
+    result = ProofResult(source.label, V, L, K, N, target_temperature, draft_temperature, "unknown", "",
+                         _claim(method, V, L, K, N, context), context=context, solver=portfolio_note(solvers))
+    job = helper_job(spec, V, L, K, temperatures, context, solvers) if workers > 1 and V ** N >= PARALLEL_MIN_OUTPUTS \
         else None
-    helper = Helper(job, V ** N, deadline) if job is not None else None
+    helper = Workers(job, V ** N, deadline, workers, backend, cluster) if job is not None else None
     try:
         if point_trials:
-            cx = points.search(method, V, depth, temperatures, int(point_trials),
-                               time.monotonic() + timeout / 10, context=context)
+            cx = points.search(method, V, L, temperatures, int(point_trials),
+                               time.monotonic() + timeout / 10, context=context, source=source)
             if cx is not None:
                 result.verdict, result.counterexample = "counterexample", cx
                 result.reason = (f"the law of {cx.output} differs on the pair below (found by the point "
                                  "search, confirmed in exact arithmetic)")
                 return result
-        _symbolic_run(result, method, temperatures, deadline, start, helper)
+        _symbolic_run(result, (method, source, solvers), temperatures, deadline, start, helper)
         return result
     finally:
         if helper is not None:
@@ -262,9 +290,10 @@ def _claim(method, V, L, K, N, context) -> str:
                          "reads the prefix itself)")
 
 
-def _symbolic_run(result, method, temperatures, deadline, start, helper) -> None:
-    """Explore the method and the target symbolically, then decide one query per output."""
-    V, N, context = result.vocab_size, result.num_tokens, result.context
+def _symbolic_run(result, named, temperatures, deadline, start, helper) -> None:
+    """Explore the method and the target symbolically, then decide one query per output.
+    `named`: (the Method, its `MethodSource`, the solvers)."""
+    (method, source, solvers), V, N, context = named, result.vocab_size, result.num_tokens, result.context
     variables, bases, (target, draft) = symbolic_models(V, temperatures)
     try:
         tree = explore(method_program(method, target, draft, N, context), variables, deadline)
@@ -277,36 +306,32 @@ def _symbolic_run(result, method, temperatures, deadline, start, helper) -> None
         return
     except SymbolicZeroDivision as err:
         # Raises the exact engine's RuleContractError when the solver's pair confirms the crash.
-        result.reason = zero_division(err, variables, method, bases, temperatures, N, context)
+        result.reason = zero_division(err, variables, method, bases, temperatures, N, context, source)
         return
     result.exploration_seconds = time.perf_counter() - start
     result.branch_points, result.decisions = tree.branch_points, tree.decisions
     result.leaves, result.dead_paths, result.solver_checks = tree.leaves, tree.dead, tree.solver_checks
     result.variables = sum(len(free) for free in variables.groups.values())
-    _run_queries(result, tree, reference, variables, (method, bases, temperatures, context), deadline, helper)
+    _run_queries(result, tree, reference, variables, (method, bases, temperatures, context, source),
+                 (deadline, solvers), helper)
 
 
-def _run_queries(result, tree, reference, variables, cx_args, deadline, helper=None):
-    """One query per output; with a `helper` process the outputs are shared with it (each takes the
-    next one from a shared counter). Fills result.queries (in output order) and the verdict."""
+def _run_queries(result, tree, reference, variables, cx_args, limits, helper=None):
+    """One query per output; with `helper` (the other `Workers`) this process decides its share of
+    the outputs and collects the others'. Fills result.queries (in output order) and the verdict."""
     outputs = list(itertools.product(range(result.vocab_size), repeat=result.num_tokens))
     answers = {}  # output index -> Query
-    next_group = helper.claim if helper is not None else itertools.count().__next__
-    while (indices := output_group(next_group(), result.vocab_size, len(outputs))):
-        if _decide_group(result, indices, outputs, answers, tree, reference, variables, cx_args, deadline):
+    groups = helper.mine if helper is not None else range(-(-len(outputs) // result.vocab_size))
+    for group in groups:
+        indices = output_group(group, result.vocab_size, len(outputs))
+        if _decide_group(result, indices, outputs, answers, tree, reference, variables, cx_args, limits):
             break
-    else:
-        if helper is not None:
-            for index, answer in helper.collect(set(range(len(outputs))) - answers.keys()).items():
-                status, values, calls, reason, seconds = answer
-                answers[index] = Query(outputs[index], status, seconds, reason, calls)
-                model = ValuesModel(values) if values is not None else None
-                if _settles(result, answers[index], model, variables, cx_args):
-                    break
+    if helper is not None:
+        _merge_workers(result, helper, outputs, answers, variables, cx_args)
     result.queries = [answers[i] for i in sorted(answers)]
     if result.verdict == "counterexample":
         return
-    missing = [Query(output, "unknown", 0.0, "timeout: the helper process did not answer in time", 0)
+    missing = [Query(output, "unknown", 0.0, "timeout: no worker (helper process) answered in time", 0)
                for i, output in enumerate(outputs) if i not in answers]
     result.queries = sorted(result.queries + missing, key=lambda q: q.output)
     unknown = [q for q in result.queries if q.result != "unsat"]
@@ -320,12 +345,25 @@ def _run_queries(result, tree, reference, variables, cx_args, deadline, helper=N
     result.reason = ""
 
 
-def _decide_group(result, indices, outputs, answers, tree, reference, variables, cx_args, deadline) -> bool:
-    """Decide the outputs `indices` into `answers`; True when a counterexample settles the proof."""
+def _merge_workers(result, helper, outputs, answers, variables, cx_args) -> None:
+    """Add the other workers' answers to `answers`. The counterexample reported is the confirmed one
+    of the lowest output, as one process deciding the outputs in order finds it."""
+    first = outputs.index(result.counterexample.output) if result.verdict == "counterexample" else len(outputs)
+    collected = helper.collect(set(range(len(outputs))) - answers.keys())
+    for index, (status, values, calls, reason, seconds, solver) in sorted(collected.items()):
+        answers[index] = Query(outputs[index], status, seconds, reason, calls, solver)
+        model = ValuesModel(values) if values is not None else None
+        if index < first and _settles(result, answers[index], model, variables, cx_args):
+            break
+
+
+def _decide_group(result, indices, outputs, answers, tree, reference, variables, cx_args, limits) -> bool:
+    """Decide the outputs `indices` into `answers`; True when a counterexample settles the proof.
+    `limits`: (deadline, solvers)."""
     for index in indices:
         start = time.perf_counter()
-        status, model, calls, reason = decide_output(tree, reference, outputs[index], variables, deadline)
-        answers[index] = Query(outputs[index], status, time.perf_counter() - start, reason, calls)
+        status, model, calls, reason, solver = decide_output(tree, reference, outputs[index], variables, *limits)
+        answers[index] = Query(outputs[index], status, time.perf_counter() - start, reason, calls, solver)
         if _settles(result, answers[index], model, variables, cx_args):
             return True
     return False
@@ -336,10 +374,10 @@ def _settles(result, query, model, variables, cx_args) -> bool:
     confirmed counterexample (then the verdict is set); otherwise the query's reason says why not."""
     if query.result != "sat":
         return False
-    method, bases, temperatures, context = cx_args
+    method, bases, temperatures, context, source = cx_args
     try:
         cx = confirm_counterexample(model, variables, method, bases, temperatures, query.output, result.num_tokens,
-                             context)
+                                    context, source)
     except Exception as err:  # e.g. the rule divides by zero on the solver's pair
         query.reason = f"the exact engine raised on the solver's pair ({type(err).__name__}: {err})"
         return False

@@ -40,14 +40,17 @@ class CellSplitter:
 
     tree: the merged branch tree (`verispec.formal.replay.Tree`); ref: the target's law of `output`
     (a z3 term); base: the simplex constraints; algebra: a `verispec.formal.cells.Algebra` or None
-    (z3 alone).
+    (z3 alone); rival: None, or a callable (constraints, seconds) -> `verispec.formal.portfolio.Rival`
+    started on the whole query when z3 does not answer it at once (the solver portfolio). `solver`
+    names the solver whose answer `run` returned.
     """
 
-    def __init__(self, tree, ref, output, base, deadline, algebra):
+    def __init__(self, tree, ref, output, base, deadline, algebra, rival=None):
         self.tree, self.ref, self.output = tree, ref, output
         # one conjunction: asserting it costs one call per fresh solver instead of one per constraint
         self.base, self.deadline, self.algebra = [z3.And(base)] if base else [], deadline, algebra
         self.calls = 0
+        self.rival, self.racing, self.solver = rival, None, "z3"
         self.witnesses = []  # recent models of base + some conditions (`_feasible`)
 
     def left(self) -> float:
@@ -65,12 +68,32 @@ class CellSplitter:
             self.calls += 1
             if result != "unknown" or condition is None:
                 return result, model, self.calls, reason or ("timeout" if result == "unknown" else "")
-        result, model, reason = self._split({}, [])
+        # A rival races only a query that z3 did not answer at once and that splits on comparisons.
+        result, model, reason = self._race(law) if condition is not None else self._split({}, [])
         return result, model, self.calls, reason
+
+    def _race(self, law):
+        """Split the query (z3, this process) while a rival solver decides it whole, when one is
+        given; the first definitive answer wins and the other is stopped."""
+        if self.rival is None:
+            return self._split({}, [])
+        self.racing = self.rival(self.base + [law != self.ref], self.left())
+        try:
+            result, model, reason = self._split({}, [])
+        finally:
+            self.racing.stop()
+        if result in ("sat", "unsat") and not self.racing.answered:
+            return result, model, reason
+        if self.racing.answered:
+            self.solver = "cvc5"
+            return self.racing.answer
+        return result, model, reason
 
     def _split(self, region, conditions):
         if self.left() <= 0:
             return "unknown", None, "timeout"
+        if self.racing is not None and self.racing.answered:
+            return "unknown", None, "canceled: the rival solver answered first"
         condition = split_condition(self.tree.root, self.output, region)
         if condition is None:
             return self._cell(region, conditions)

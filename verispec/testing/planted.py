@@ -36,9 +36,9 @@ from ..reference.methods import Method
 from ..reference.models import LanguageModel, Tempered, check_positive_int
 from ..reference.probability import accept_probability, align, residual
 from ..reference.verifiers import token_verify
-from . import planted_frontier, planted_narrow
+from . import planted_engines, planted_frontier, planted_narrow
 
-__all__ = ["BUGS", "LOSSY", "LOSSLESS_BUT_SLOWER", "MIN_DRAFT_LENGTH", "efficiency_gap", "top_k_proposal"]
+__all__ = ["BUGS", "ENGINES", "LOSSY", "LOSSLESS_BUT_SLOWER", "MIN_DRAFT_LENGTH", "efficiency_gap", "top_k_proposal"]
 
 
 def _chain_method(name: str, verify: Callable, draft_length: int, drafter: Drafter | None = None,
@@ -286,3 +286,8 @@ NARROW: dict[str, Callable[[int], Method]] = dict(planted_narrow.BUGS)
 
 #: The NARROW bugs that the default `assert_lossless` sweep passes (only `verispec prove` refutes them).
 SWEEP_PASSES = planted_narrow.SWEEP_PASSES
+
+# Bugs transcribed from serving engines' trackers (vllm-ascend #7807, transformers #47932), kept
+# rational so that `verispec prove` refutes each at its smallest size (tests/formal/test_prove_engines.py).
+#: {name: factory(draft_length) -> Method}; their smallest lossy draft length in planted_engines.MIN_DRAFT_LENGTH.
+ENGINES: dict[str, Callable[[int], Method]] = dict(planted_engines.BUGS)

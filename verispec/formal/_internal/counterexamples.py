@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-import z3
-
 from ...reference import exact, models
 from ...reference.contract import RuleContractError
+from ...reference.methods import Method
 from ...reference.randomness import enumerate_law
-from ..symbolic import SymbolicError
 from .problem import method_program, wrap
+from .source import method_source
+from .values import rational
 
 __all__ = ["Counterexample", "FLOAT_CONFIRM_TV", "rational", "solver_point", "solver_tables", "table_model",
            "format_table", "format_fraction", "zero_division", "repro_code", "confirm_counterexample"]
@@ -51,16 +51,6 @@ class Counterexample:
     arithmetic: str = "exact"  # "float64" when the rule computes in float64 for numbers (spectr's rho)
 
 
-def rational(value) -> Fraction:
-    """A z3 model's number as a Fraction (an algebraic one approximated to 1e-12); SymbolicError else."""
-    if z3.is_rational_value(value):
-        return Fraction(value.numerator_as_long(), value.denominator_as_long())
-    if z3.is_algebraic_value(value):
-        approx = value.approx(40)
-        return Fraction(approx.numerator_as_long(), approx.denominator_as_long()).limit_denominator(10 ** 12)
-    raise SymbolicError(f"the solver's value {value} is not a number")
-
-
 def solver_point(model, free) -> list:
     """The conditional [V] of a solver model: free coordinates clamped at 0, the last one = 1 - sum."""
     xs = [max(Fraction(0), rational(model.eval(x, model_completion=True))) for x in free]
@@ -98,12 +88,13 @@ def format_fraction(x: Fraction) -> str:
     return f"Fraction({x.numerator})" if x.denominator == 1 else f"Fraction({x.numerator}, {x.denominator})"
 
 
-def zero_division(err, variables, method, bases, temperatures, N, context) -> str:
+def zero_division(err, variables, method, bases, temperatures, N, context, source=None) -> str:
     """A division by a symbolic value that can be 0 on a branch of positive probability.
 
     The solver's pair (rationalised) is run through the exact engine: when the rule raises there,
     that is a rule contract error (as `verispec check` reports it), raised with the pair as code.
     Otherwise (no pair, or an irrational one) returns the reason of an "unknown" verdict.
+    `source`: the method's `MethodSource` for that code (default: named from `method`).
     """
     where = f"on the branch with choices {list(err.trace)}"
     if err.witness is None:
@@ -115,7 +106,7 @@ def zero_division(err, variables, method, bases, temperatures, N, context) -> st
     try:
         exact.output_distribution(target, draft, method, context, N)
     except RuleContractError as crash:
-        code = repro_code(p_table, q_table, V, temperatures, N, method, context)
+        code = repro_code(p_table, q_table, V, temperatures, N, source or method, context)
         raise RuleContractError(f"{crash.problem} (prove: {err} {where}; confirmed by the exact engine on "
                                 "the pair below)", method=crash.method, prefix=crash.prefix,
                                 probability=crash.probability, draws=crash.draws,
@@ -124,24 +115,32 @@ def zero_division(err, variables, method, bases, temperatures, N, context) -> st
             "(an irrational pair?)")
 
 
-def repro_code(p_table, q_table, V, temperatures, N, method, context=()) -> str:
-    """Python that reproduces a failure at the pair (p_table, q_table) with `assert_lossless`."""
+def repro_code(p_table, q_table, V, temperatures, N, source, context=()) -> str:
+    """Python that reproduces a failure at the pair (p_table, q_table) with `assert_lossless`.
+
+    `source`: the `MethodSource` of the method (its lines build ``method``: a built-in through
+    `methods.get`, a user's rule imported from its module), or a Method (then a built-in is rebuilt
+    by name, any other Method is named in a comment and must be in a variable ``method``).
+    """
+    if isinstance(source, Method):
+        source = method_source(source, source, {})
     at = f"context={tuple(context)!r}, " if context else ""
     wrap = [f"models.temperature({{}}, {t})" if t != 1 else "{}" for t in temperatures]
     return "\n".join([
         "from fractions import Fraction",
         "from verispec.reference import models",
         "from verispec.testing import assert_lossless",
+        *source.lines,
         f"target = {wrap[0].format(format_table(p_table, V))}",
         f"draft = {wrap[1].format(format_table(q_table, V))}",
-        f"assert_lossless(method, target=target, draft=draft, {at}num_tokens={N})  # method = {method!r}",
+        f"assert_lossless(method, target=target, draft=draft, {at}num_tokens={N})",
     ])
 
 
 def confirm_counterexample(model, variables, method, bases, temperatures, output, N,
-                           context=()) -> Counterexample:
+                           context=(), source=None) -> Counterexample:
     """The solver's pair, rationalised and run through the exact engine (`confirmed` says whether
-    the laws differ there)."""
+    the laws differ there); `source` names the method in its code (default: from `method`)."""
     V = bases[0].vocab_size
     p_table, q_table = solver_tables(model, variables)
     target = wrap(table_model(p_table, V), temperatures[0])
@@ -154,7 +153,7 @@ def confirm_counterexample(model, variables, method, bases, temperatures, output
     exact_law = all(isinstance(x, (Fraction, int)) for x in law.values())
     loop = exact.output_distribution(target, draft, method, context, N)
     tv_loop = exact.total_variation(loop, ref)
-    code = repro_code(p_table, q_table, V, temperatures, N, method, context)
+    code = repro_code(p_table, q_table, V, temperatures, N, source or method, context)
     return Counterexample(output=output, target=p_table, draft=q_table,
                           method_probability=Fraction(law.get(output, 0)),
                           target_probability=Fraction(ref.get(output, 0)),

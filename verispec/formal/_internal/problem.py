@@ -1,5 +1,5 @@
 """The symbolic problem of one proof: models on the closed simplex, the programs, their exploration,
-and the query of one output (shared by `verispec.formal.prove` and its helper process)."""
+and the query of one output (shared by `verispec.formal.prove` and its workers)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ from ...reference.methods import resolve
 from ...reference.models import LanguageModel, check_positive_int
 from ..cells import Algebra
 from ..replay import Explorer
+from ..portfolio import Rival
 from ..splitting import CellSplitter
 from ..symbolic import Sym
 from .laws import law_term, zero_if_none
+from .source import method_source
 
-__all__ = ["Variables", "SymbolicModel", "explore", "method_program", "target_program", "decide_output",
-           "check_args", "check_temperature", "wrap", "symbolic_models", "explore_job"]
+__all__ = ["Variables", "SymbolicModel", "explore", "method_program", "target_program", "decide_output", "query_constraints",
+           "check_args", "declared_sizes", "check_temperature", "wrap", "symbolic_models", "explore_job"]
 
 
 class Variables:
@@ -104,32 +106,64 @@ def target_program(target, num_tokens, context=()):
     return run
 
 
-def decide_output(tree, reference, output, variables, deadline):
+def decide_output(tree, reference, output, variables, deadline, solvers=("z3",)):
     """Is there a pair with law(output) != target law(output)? A `CellSplitter` (split on
-    comparisons, cells decided in exact algebra). Returns (result, model, solver calls, reason)."""
+    comparisons, cells decided in exact algebra), raced by cvc5 when `solvers` holds it
+    (`verispec.formal.portfolio`). Returns (result, model, solver calls, reason, the solver that
+    answered)."""
     ref = zero_if_none(law_term(reference.root, output, {}, {}))
     if tree.algebra is None:
         try:
             tree.algebra = Algebra(variables)  # memoised conversions, shared by the outputs
         except ImportError:  # sympy missing: z3 alone
             tree.algebra = False
-    return CellSplitter(tree, ref, output, variables.constraints, deadline, tree.algebra or None).run()
+    rival = Rival if "cvc5" in solvers else None
+    splitter = CellSplitter(tree, ref, output, variables.constraints, deadline, tree.algebra or None, rival)
+    return (*splitter.run(), splitter.solver)
+
+
+def declared_sizes(method) -> tuple:
+    """(L, K) a Method declares: L its draft depth (`Method.draft_length`), K the ``num_paths`` of
+    its params or else of its drafter's params; None for what it does not declare."""
+    K = method.params.get("num_paths")
+    drafter_params = getattr(method.draft, "params", None)
+    if K is None and isinstance(drafter_params, dict):
+        K = drafter_params.get("num_paths")
+    return method.draft_length, K
+
+
+def query_constraints(tree, reference, output, variables) -> list:
+    """The whole query of one output as z3 constraints: the simplices and law(output) != target
+    law(output) (what z3 is asked first and what a rival solver races on)."""
+    law = zero_if_none(law_term(tree.root, output, {}, {}))
+    ref = zero_if_none(law_term(reference.root, output, {}, {}))
+    return [*variables.constraints, law != ref]
 
 
 def check_args(method, vocab_size, draft_length, num_paths, timeout):
-    """(method, V, L, K, depth) from `prove`'s arguments; ValueError/TypeError naming a bad one."""
+    """(method, V, L, K, source) from `prove`'s arguments; ValueError/TypeError naming a bad one.
+
+    L and K are the method's own (`declared_sizes`) where it declares them; draft_length or
+    num_paths given (not None) and different from the method's own raise ValueError naming them.
+    What the method does not declare comes from the arguments (1 when None); the depth of
+    the draft is L, so N = L + 1 tokens are compared. `source` is the
+    `MethodSource` of the resolved method (for the reproducing code).
+    """
     V = check_positive_int(vocab_size, "vocab_size", minimum=2)
-    L = check_positive_int(draft_length, "draft_length")
-    K = check_positive_int(num_paths, "num_paths")
+    given = {"draft_length": draft_length, "num_paths": num_paths}
+    given = {name: None if value is None else check_positive_int(value, name) for name, value in given.items()}
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
-    method = resolve(method, "method", draft_length=L, num_paths=K)
-    for name, value in (("draft_length", L), ("num_paths", K)):
-        declared = method.params.get(name)
-        if declared is not None and declared != value:
-            raise ValueError(f"{name}: {value} differs from the method's own {name}={declared}")
-    depth = method.draft_length if method.draft_length is not None else L
-    return method, V, L, K, int(depth)
+    params = {name: 1 if value is None else value for name, value in given.items()}
+    resolved = resolve(method, "method", **params)
+    own = dict(zip(given, declared_sizes(resolved)))
+    for name, value in given.items():
+        if value is not None and own[name] is not None and own[name] != value:
+            raise ValueError(f"{name}: {value} differs from the method's own {name}={own[name]} "
+                             f"({method if isinstance(method, str) else resolved!r}); leave it out or give "
+                             f"{own[name]}")
+    L, K = (int(own[name]) if own[name] is not None else params[name] for name in given)
+    return resolved, V, L, K, method_source(method, resolved, params)
 
 
 def check_temperature(value, name):
@@ -153,11 +187,11 @@ def symbolic_models(V, temperatures):
 
 
 def explore_job(job, deadline):
-    """Explore the method and the target as `prove` does (what a helper process runs first).
+    """Explore the method and the target as `prove` does (what a worker runs first).
     Returns (tree, reference tree, variables, the outputs in query order)."""
-    method, V, L, K, depth = check_args(job["spec"], job["V"], job["L"], job["K"], 1.0)
+    method, V, L, _, _ = check_args(job["spec"], job["V"], job["L"], job["K"], 1.0)
     variables, _, (target, draft) = symbolic_models(V, job["temperatures"])
-    N = depth + 1
+    N = L + 1
     tree = explore(method_program(method, target, draft, N, job["context"]), variables, deadline)
     reference = explore(target_program(target, N, job["context"]), variables, deadline)
     return tree, reference, variables, list(itertools.product(range(V), repeat=N))
