@@ -23,6 +23,14 @@ import sys
 import time
 
 from . import __version__
+from .atomic import write_json_atomic
+from .check import DEFAULT_VOCAB_SIZES, plan_instances, run_check
+from .formal import command as prove_command
+from .integrations import command as sampler_command
+from .reference import methods
+from .reference.contract import RuleContractError
+from .testing.assertions import DEFAULT_BUDGET
+from .theory import certify
 
 
 def _int_at_least(minimum: int):
@@ -45,8 +53,6 @@ _nonnegative_int = _int_at_least(0)
 
 def _method_spec(text: str) -> str:
     """--method: a built-in name or 'pkg.module:attr' (loaded later, with a one-line error)."""
-    from .reference import methods
-
     if ":" in text or text in methods.names():
         return text
     raise argparse.ArgumentTypeError(f"unknown method {text!r}: expected a built-in name "
@@ -58,10 +64,6 @@ def _vocab_sizes(text: str) -> tuple:
 
 
 def _add_check(sub) -> None:
-    from .check import DEFAULT_VOCAB_SIZES
-    from .reference import methods
-    from .testing.assertions import DEFAULT_BUDGET
-
     p = sub.add_parser("check", help="check methods lossless (exact law) on seeded toy instances",
                        description="Exact enumeration of each method's output law vs the target's, on seeded "
                                    "instances: a check on those instances, not a proof for all distributions.")
@@ -110,10 +112,6 @@ def _run_check(args) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    from .atomic import write_json_atomic
-    from .check import DEFAULT_VOCAB_SIZES, plan_instances, run_check
-    from .reference import methods
-
     if args.vocab_size is not None and args.vocab_sizes is not None:
         print("verispec check: --vocab-size: give either --vocab-size V or --vocab-sizes V,V,..., not both",
               file=sys.stderr)
@@ -129,8 +127,6 @@ def _run_check(args) -> int:
                                 args.num_tokens, args.rational, progress=lambda name: progress.advance(task),
                                 budget=args.budget)
     except (ValueError, TypeError) as err:  # a --method that does not load, or no N for it
-        from .reference.contract import RuleContractError
-
         if isinstance(err, RuleContractError) or isinstance(err.__cause__, RuleContractError):
             # e.g. the user's module builds a Method whose verify has the wrong signature
             print(f"verispec check: rule contract error (not a lossless verdict): {err}", file=sys.stderr)
@@ -179,42 +175,26 @@ def _check_verdict(console, results) -> int:
 
 
 def _add_lp(sub) -> None:
-    try:
-        from .theory import certify
-    except ImportError as err:  # cvxpy missing: keep `verispec check` usable
-        reason = str(err)  # `err` itself is unbound once the except block ends
-
-        def unavailable(args) -> int:
-            print(f"verispec lp needs cvxpy and highspy: {reason}", file=sys.stderr)
-            return 2
-
-        p = sub.add_parser("lp", help=f"LP certificates (unavailable: {reason})")
-        p.set_defaults(func=unavailable)
-        return
     p = sub.add_parser("lp", help="LP certificates: BV = LP optimum, multi-path methods under the bound")
     certify.add_arguments(p)
     p.set_defaults(func=certify.run)
 
 
 def _add_prove(sub) -> None:
-    from .formal import command
-
     p = sub.add_parser("prove", help="prove a method lossless for every target/draft pair at V, L, K (z3)",
                        description="Symbolic execution of the method's own code on every target/draft pair "
                                    "of the closed simplex at a fixed small size, then one SMT query per output "
                                    "sequence: proved, a counterexample confirmed in exact arithmetic, or unknown.")
-    command.add_arguments(p)
-    p.set_defaults(func=command.run)
+    prove_command.add_arguments(p)
+    p.set_defaults(func=prove_command.run)
 
 
 def _add_check_sampler(sub) -> None:
-    from .integrations import command
-
     p = sub.add_parser("check-sampler", help="check a library's own speculative sampler (G-test, alpha and power)",
                        description="Run the installed library's sampler through verispec's black-box harness "
                                    "(assert_sampler_lossless) and print the verdict with alpha, power and n.")
-    command.add_arguments(p)
-    p.set_defaults(func=command.run)
+    sampler_command.add_arguments(p)
+    p.set_defaults(func=sampler_command.run)
 
 
 def _comma_list(text: str) -> tuple:

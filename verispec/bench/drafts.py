@@ -3,7 +3,9 @@ and held by the run that built them (no process-wide cache)."""
 
 from __future__ import annotations
 
+from ..empirical.speedups.quantize import quantize_draft
 from .spec import BenchMethod
+from .weights import ModelPair
 
 __all__ = ["QuantizedDrafts"]
 
@@ -27,9 +29,6 @@ class QuantizedDrafts:
         builds it, so it is never built inside a timed span)."""
         if not spec.draft_quant:
             return pair
-        from ..empirical.speedups.quantize import quantize_draft
-        from .weights import ModelPair
-
         key = id(pair.draft)
         if key not in self._copies:
             self._copies[key] = (pair.draft, quantize_draft(pair.draft, bits=spec.draft_quant))

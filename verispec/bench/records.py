@@ -12,6 +12,7 @@ import json
 import os
 
 from ..atomic import write_json_atomic
+from ..empirical.phrases import PhrasePool
 from .clocks import PeakMemory, PhaseClock
 from .spec import BenchMethod
 
@@ -99,8 +100,6 @@ def save_pool(results: dict, label: str, T, pool) -> None:
 def restore_pools(results) -> dict:
     """{(label, T): PhrasePool} of the phrase methods' pools saved in `results` (each the pool
     after that method's last record), so that a resumed run continues with warm pools."""
-    from ..empirical.phrases import PhrasePool
-
     out = {}
     for key, state in results.get("pools", {}).items():
         label, _, T = key.rpartition("|T=")

@@ -14,6 +14,9 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
+from ..empirical.speedups.hardware import host_info, resolve_dtype
+from ..empirical.speedups.linear_layout import DESCRIPTIONS
+from ..empirical.speedups.quantize import DESCRIPTION
 from .clocks import PeakMemory, PhaseClock, prefill_only_seconds
 from .dispatch import run_method
 from .drafts import QuantizedDrafts
@@ -21,7 +24,8 @@ from .records import (RECORD_SCHEMA, load_results, measured_record, record_key, 
                       save_results)
 from .report import FIELDS, plot_summary, summarize
 from .spec import DEFAULT_METHODS, draft_vocabulary, parse_method
-from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
+from .prompts import HUMANEVAL_SIZE, humaneval_prompts
+from .weights import DEFAULT_DRAFT, DEFAULT_TARGET, load_pair
 
 __all__ = ["BenchConfig", "run_bench", "resolved_dtype", "default_output", "environment", "prepare", "warm_up"]
 
@@ -70,8 +74,6 @@ def resolved_dtype(config, pair=None) -> tuple[str, str]:
     Raises:
         ValueError: `config.dtype` names a dtype other than the given pair's.
     """
-    from ..empirical.speedups.hardware import resolve_dtype
-
     actual = None if pair is None else str(pair.target.dtype).removeprefix("torch.")
     dtype, reason = resolve_dtype(config.dtype, config.device)
     if config.dtype == "auto" and actual is not None:
@@ -92,8 +94,6 @@ def default_output(device: str) -> str:
 def environment(config, threads: int, dtype_reason: str = "") -> dict:
     """What a results file records about the host and libraries it ran on (the JSON's "environment")."""
     import transformers
-
-    from ..empirical.speedups.hardware import host_info
 
     cpu = platform.processor()
     try:
@@ -126,8 +126,6 @@ def prepare(config, pair=None, prompts=None, first: int = 0):
     Raises:
         ValueError: `first` is not an int with first + config.prompts <= 164 (HumanEval's size).
     """
-    from .prompts import HUMANEVAL_SIZE, humaneval_prompts
-
     if prompts is None and (isinstance(first, bool) or not isinstance(first, int)
                             or not 0 <= first <= HUMANEVAL_SIZE - config.prompts):  # checked before the models load
         raise ValueError(f"first_prompt: expected an int in 0..{HUMANEVAL_SIZE - config.prompts} "
@@ -135,8 +133,6 @@ def prepare(config, pair=None, prompts=None, first: int = 0):
     if config.threads:
         torch.set_num_threads(config.threads)
     if pair is None:
-        from .weights import load_pair
-
         pair = load_pair(config.target, config.draft, dtype=getattr(torch, config.dtype), device=config.device,
                          device_map=config.device_map)
     if prompts is None:
@@ -190,12 +186,8 @@ def _run_environment(config, specs, dtype_reason: str) -> dict:
     """`environment`, plus what ``dq=8`` and each ``lin=`` layout of the run's methods mean."""
     results = environment(config, torch.get_num_threads(), dtype_reason)
     if any(spec.draft_quant for spec in specs):
-        from ..empirical.speedups.quantize import DESCRIPTION
-
         results["draft_quant"] = {"dq=8": DESCRIPTION, "quantized_engine": torch.backends.quantized.engine}
     if any(spec.linear_layout != "xw" for spec in specs):
-        from ..empirical.speedups.linear_layout import DESCRIPTIONS
-
         results["linear_layout"] = {f"lin={spec.linear_layout}": DESCRIPTIONS[spec.linear_layout]
                                     for spec in specs if spec.linear_layout != "xw"}
     return results

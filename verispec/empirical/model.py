@@ -24,6 +24,9 @@ import copy
 
 import torch
 
+from .speedups.draftvocab import check_subset
+from .speedups.int8_head import is_quantized_linear, subset_head
+
 __all__ = ["CausalLM", "tree_attention_mask", "tree_ancestors", "additive_mask", "cache_length", "crop_cache", "gather_cache",
            "select_cache_rows", "repeat_cache_rows"]
 
@@ -360,9 +363,6 @@ class CausalLM:
             TypeError: `subset` not integer ids, or a model without output embeddings.
             ValueError: `subset` empty, not 1-D, or an id outside [0, V).
         """
-        from .speedups.draftvocab import check_subset
-        from .speedups.quantize import is_quantized_linear, subset_head
-
         ids = check_subset(subset, self.vocab_size, "subset")
         full = self.model.get_output_embeddings() if hasattr(self.model, "get_output_embeddings") else None
         if not isinstance(full, torch.nn.Linear) and not is_quantized_linear(full):

@@ -396,38 +396,25 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
                     families=DEFAULT_FAMILIES, budget=DEFAULT_BUDGET) -> LosslessReport:
     """Assert that ``method`` is lossless: its output law equals the target's, exactly.
 
-    Two modes:
-
-    - **One instance**: pass ``target`` (and ``draft``; None only for draft-free methods such as
-      prompt lookup). The loop's law of the first ``num_tokens`` tokens from ``context`` is compared
-      with the target's.
-    - **Sweep** (no ``target``): a deterministic list of instances (`sweep`, or your own
-      ``instances``), checked from the smallest to the largest (V, then N, then model complexity:
-      i.i.d., Markov, random tree, each at every temperature). On failure the SMALLEST
-      counterexample is reported: the failing N is reduced to the least N whose laws differ
-      (laws at smaller N are marginals), and among the failing instances of the smallest V the one
-      with the least (N, complexity) wins.
-
-    The failure is a `LosslessnessError` (an AssertionError) whose message gives the models (as
-    copy-pasteable reprs), context, N, the TV, whether the arithmetic was exact, and the outcomes
-    where the two laws differ most; its attributes carry the same data.
+    One instance (pass ``target``, and ``draft`` unless the method drafts without one), or a sweep
+    (no ``target``): `sweep`'s deterministic instances, or your own, checked from the smallest up;
+    on failure the SMALLEST counterexample (least V, then N, then model complexity) is raised as a
+    `LosslessnessError` carrying the models as copy-pasteable reprs, the context, N, the TV and the
+    outcomes where the laws differ most (docs/testing.md). Cost is exponential in N; the
+    random-tree family dominates (``families=("iid", "markov")`` for quick checks).
 
     Args:
         method: a `verispec.reference.methods.Method`.
         target, draft: LanguageModels over one vocabulary (single-instance mode).
         context: tuple of token ids (also used by every sweep instance).
-        num_tokens: N >= 1; default ``L + 2`` with L the method's declared draft depth
-            (`default_num_tokens`): enough for two iterations, so bonus-token bugs show. A method
-            that declares no depth (a plain-function drafter) needs an explicit ``num_tokens``.
-        vocab_sizes: the sweep's vocabulary sizes (default 2..6; ignored with ``target`` or
-            ``instances``). A bug that needs size s (top-k with k = s, K paths, tree width s) is
-            found only by sizes larger than s.
+        num_tokens: N >= 1; default ``L + 2`` (`default_num_tokens`: two iterations, so bonus-token
+            bugs show); needed when the method declares no draft depth.
+        vocab_sizes: the sweep's vocabulary sizes (default 2..6): a bug that needs size s (top-k
+            with k = s, K paths) shows only at sizes above s.
         budget: the sweep's cost cap per vocabulary size above 3, in N-token outcomes V**N
             (default 1000: 9, 9, 3, 1, 1 instances at V = 2..6); see `sweep_plan`.
-        temperatures: the sweep's temperatures, applied to target and draft (0 = greedy; default
-            (1, 0, 0.5): temperature-handling bugs need a T other than 0 and 1).
-        instances: your own iterable of `verispec.testing.strategies.Instance` (sorted by
-            `Instance.sort_key` before checking).
+        temperatures: the sweep's temperatures of target and draft (0 = greedy; 0.5 finds T bugs).
+        instances: your own `verispec.testing.strategies.Instance`s (checked smallest first).
         seed: int >= 0 from which the sweep's models are derived.
         tol: the TV tolerance for float64 laws (exact laws must have TV == 0).
         exact: None (default) -> rational sweep models where possible, TV == 0 demanded for exact
@@ -441,17 +428,12 @@ def assert_lossless(method, *, target=None, draft=None, context=(), num_tokens=N
     Raises:
         LosslessnessError (AssertionError): the laws differ on an instance (only a well-formed rule
             whose law differs raises it).
-        RuleContractError (TypeError, ValueError): the rule broke its contract on an instance: it
-            raised, returned no correction/bonus token, a token outside the vocabulary, a path not in
-            the draft, more tokens than its declared depth allows, or has the wrong signature. The
-            message names the instance, the branch's probability and the draws that led there, and
-            says when the branch exists only through float64 rounding.
+        RuleContractError (TypeError, ValueError): the rule broke its contract on an instance (it
+            raised, emitted no correction/bonus token, a token outside the vocabulary or a path not
+            in the draft, or has the wrong signature); the message names the instance and the draws.
         TypeError / ValueError: invalid arguments, naming the argument (``num_tokens`` when the
             method declares no draft depth and none was given).
 
-    Cost: exponential in N. Chain methods with L <= 3 on the default sweep are cheap; the
-    random-tree family dominates (use ``families=("iid", "markov")`` for quick checks, a smaller
-    ``budget`` or ``vocab_sizes`` to stay below V = 6).
     """
     method = _check_method(method)
     tol = _check_tol(tol)

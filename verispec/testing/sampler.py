@@ -441,6 +441,17 @@ def _failure(fn, result, report, empirical, law):
             + "\n".join("  " + line for line in inst.describe().splitlines()))
 
 
+def _checked_settings(draft_length, num_tokens, alpha, power, tv, num_samples, seed, batch_size, min_expected):
+    """`assert_sampler_lossless`'s numeric arguments, checked (ValueError / TypeError naming each):
+    (L, N, alpha, power, tv, num_samples, seed, batch_size, min_expected), N defaulting to L + 2."""
+    L = check_positive_int(draft_length, "draft_length")
+    N = L + 2 if num_tokens is None else check_positive_int(num_tokens, "num_tokens")
+    return (L, N, _check_number(alpha, "alpha", 0, 1), _check_number(power, "power", 0, 1),
+            _check_number(tv, "tv", 0, 1), None if num_samples is None else check_positive_int(num_samples, "num_samples"),
+            check_positive_int(seed, "seed", 0), check_positive_int(batch_size, "batch_size"),
+            _check_number(min_expected, "min_expected", 0, float("inf")))
+
+
 def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2, num_tokens: int | None = None,
                             vocab_sizes=(2, 3), temperatures=(1, 0, 0.5), families=DEFAULT_FAMILIES,
                             target=None, draft=None, context=(), instances=None, alpha: float = gtest.ALPHA,
@@ -448,11 +459,8 @@ def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2
                             seed: int = 0, batch_size: int = 65_536, dtype=None, device="cpu",
                             min_expected: float = gtest.MIN_EXPECTED) -> SamplerReport:
     """Check a batched speculative sampler by sampling: the law of its first N emitted tokens must
-    be the target's (G-test, stated false-alarm rate and power). See the module docstring for what
-    a pass means.
-
-    The function's contract (the canonical signature; adapters for vLLM- and HF-style functions are
-    in ``examples/vllm_style_sampler.py`` and ``examples/hf_style_sampler.py``)::
+    be the target's (G-test, stated false-alarm rate and power; adapters for vLLM- and HF-style
+    functions in ``examples/``). The contract::
 
         fn(draft_ids, draft_probs, target_probs, generator) -> output_ids
             draft_ids:    int64   [batch, L]        tokens drawn from draft_probs
@@ -464,27 +472,21 @@ def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2
 
     Args:
         fn: the function above. Wrap other signatures with an adapter (see ``examples/``).
-        backend: "numpy" (numpy arrays and a numpy Generator) or "torch" (tensors on `device` and
-            a torch.Generator; needs torch installed).
+        backend: "numpy" (arrays, a numpy Generator) or "torch" (tensors, a torch.Generator).
         draft_length: L >= 1 tokens drafted per call.
-        num_tokens: N >= 1 tokens compared; default L + 2 (two iterations at least, so a wrong
-            bonus token or state carried between calls shows).
-        vocab_sizes, temperatures, families, seed: the instances, as in `assert_lossless`'s sweep
-            (float64 models; T = 0 is greedy: one-hot p and q). Ignored with target/instances.
+        num_tokens: N >= 1 tokens compared; default L + 2 (two iterations: bonus-token bugs show).
+        vocab_sizes, temperatures, families, seed: the instances, as `assert_lossless`'s sweep.
         target, draft, context: a single instance instead (LanguageModels over one vocabulary).
         instances: your own `Instance`s instead (their ``num_tokens`` is replaced by N).
-        alpha: false-alarm rate of the whole run, split evenly over the instances (Bonferroni).
-        power, tv: the power guaranteed against every law at total variation >= tv from the
-            target's (plus the pooled mass; see `InstanceResult.detectable_tv`).
-        num_samples: runs per instance; default the smallest n achieving `power` at `tv`
-            (`verispec.testing.gtest.g_test_sample_size`).
+        alpha: false-alarm rate of the whole run, split over the instances (Bonferroni).
+        power, tv: the power against every law at total variation >= tv (`InstanceResult.detectable_tv`).
+        num_samples: runs per instance; default the least n with `power` at `tv` (`gtest`).
         batch_size: rows per call of `fn` (rows still running; memory is O(batch_size L V)).
-        dtype: probabilities' dtype (default float64 for numpy, torch.float32 for torch).
-        device: torch device for the inputs and the generator. min_expected: pooling threshold.
+        dtype, device: the probabilities' dtype (numpy: float64, torch: float32) and torch device.
+        min_expected: the G-test's pooling threshold.
 
     Returns:
-        a `SamplerReport` (per instance: n, df, pooled mass, G, p-value, detectable TV, seconds;
-        ``print(report)`` gives a table).
+        a `SamplerReport` (per instance: n, df, pooled mass, G, p-value, detectable TV, seconds).
 
     Raises:
         SamplerLosslessnessError (a `LosslessnessError`, an AssertionError): an impossible
@@ -496,15 +498,8 @@ def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2
     if not callable(fn):
         raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
     runner = _Backend(backend, dtype, device)
-    L = check_positive_int(draft_length, "draft_length")
-    N = L + 2 if num_tokens is None else check_positive_int(num_tokens, "num_tokens")
-    alpha = _check_number(alpha, "alpha", 0, 1)
-    power = _check_number(power, "power", 0, 1)
-    tv = _check_number(tv, "tv", 0, 1)
-    num_samples = None if num_samples is None else check_positive_int(num_samples, "num_samples")
-    seed = check_positive_int(seed, "seed", 0)
-    batch_size = check_positive_int(batch_size, "batch_size")
-    min_expected = _check_number(min_expected, "min_expected", 0, float("inf"))
+    L, N, alpha, power, tv, num_samples, seed, batch_size, min_expected = _checked_settings(
+        draft_length, num_tokens, alpha, power, tv, num_samples, seed, batch_size, min_expected)
     todo = _instances(target, draft, context, instances, vocab_sizes, temperatures, families, N, seed)
     report = SamplerReport(alpha=alpha, power=power, tv=tv)
     settings = (alpha / len(todo), power, tv, num_samples, seed, batch_size, L, min_expected)

@@ -53,6 +53,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..model import CausalLM, cache_length
+from .counting_cache import CountingCache
+
 __all__ = ["PACKED_IMPLEMENTATIONS", "PackedRows", "packed_rows", "varlen_attention", "use_packed_attention",
            "packed_attention_mask", "packed_forward", "new_counting_cache"]
 
@@ -299,8 +302,6 @@ def use_packed_attention(lm) -> str:
         TypeError: `lm` is not a `CausalLM`.
         ValueError: an implementation other than sdpa / eager (e.g. FlashAttention).
     """
-    from ..model import CausalLM
-
     if not isinstance(lm, CausalLM):
         raise TypeError(f"lm: expected a CausalLM, got {type(lm).__name__}")
     current = lm.model.config._attn_implementation
@@ -345,8 +346,6 @@ def packed_forward(lm, tokens: torch.Tensor, cache, position_ids: torch.Tensor, 
         ValueError: tokens / position_ids not [1, Q], a cache of another length than `rows` says,
             `lm` not switched.
     """
-    from ..model import cache_length
-
     Q = rows.query_length
     for name, value in (("tokens", tokens), ("position_ids", position_ids)):
         if not isinstance(value, torch.Tensor) or tuple(value.shape) != (1, Q):
@@ -369,6 +368,4 @@ def new_counting_cache(lm):
     inputs actually written) and ``cache.slots_held() - sum of the rows' true lengths`` (masked
     slots still held after a commit).
     """
-    from .counting_cache import CountingCache  # imports transformers: only where a cache is made
-
     return CountingCache(config=lm.model.config)

@@ -35,13 +35,12 @@ probe, no torch.compile), and it would be one more dependency.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import warnings
 
 import torch
 
 from ..model import CausalLM
+from .int8_head import is_quantized_linear, quiet_quantization, subset_head
 
 __all__ = ["quantize_draft", "quantize_weights", "is_quantized_linear", "subset_head", "DESCRIPTION"]
 
@@ -53,22 +52,6 @@ DESCRIPTION = ("draft weights int8: every Linear of the draft (LM head included)
 
 # The deprecation notices torch 2.10+ prints for torch.ao's eager quantization API (matched by
 # message, so any other warning of that call still shows).
-_DEPRECATIONS = (r"torch\.ao\.quantization is deprecated", r".*quantized tensor creation functions")
-
-
-@contextlib.contextmanager
-def _quiet():
-    """Inside: torch.ao's deprecation notices ignored, every other warning as before."""
-    with warnings.catch_warnings():
-        for message in _DEPRECATIONS:
-            warnings.filterwarnings("ignore", message=message)
-        yield
-
-
-def is_quantized_linear(module) -> bool:
-    """True for a dynamically quantized linear layer (`torch.ao.nn.quantized.dynamic.Linear`)."""
-    return isinstance(module, torch.ao.nn.quantized.dynamic.Linear)
-
 
 def quantize_draft(draft: CausalLM, bits: int = 8) -> CausalLM:
     """An int8-weight copy of a draft model (the original is left as it is): `quantize_weights`.
@@ -115,56 +98,7 @@ def quantize_weights(model: CausalLM, bits: int = 8, role: str = "model") -> Cau
     if any(is_quantized_linear(m) for m in model.model.modules()):
         raise ValueError(f"{role}: already quantized")
     module = copy.deepcopy(model.model).float()  # quantize_dynamic takes float32 weights and activations
-    with _quiet():
+    with quiet_quantization():
         spec = {torch.nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig}  # one scale per output row
         module = torch.ao.quantization.quantize_dynamic(module, spec, dtype=torch.qint8, inplace=True)
     return CausalLM(module, name=f"{model.name} [int8 weights]")
-
-
-def _unpacked(head):
-    """(int8 [V, H], scales [V] or 0-dim, zero points [V] or 0-dim, bias [V] or None) of a
-    dynamic int8 linear. Unpacking a 151k-row head and dequantizing it cost seconds, so the result
-    is kept on the head itself (attribute ``_verispec_unpacked``): once per head, not once per
-    prompt's subset, and gone with the head (no process-wide cache)."""
-    cached = head.__dict__.get("_verispec_unpacked")
-    if cached is None:
-        weight = head.weight()  # qint8 [V, H], unpacked from the GEMM layout once
-        if weight.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
-            scales, zero_points = weight.q_per_channel_scales(), weight.q_per_channel_zero_points()  # [V], [V]
-        else:
-            scales, zero_points = torch.tensor(weight.q_scale()), torch.tensor(weight.q_zero_point())
-        cached = (weight.int_repr(), scales, zero_points, head.bias())
-        object.__setattr__(head, "_verispec_unpacked", cached)  # plain attribute: not a parameter or buffer
-    return cached
-
-
-def subset_head(head, ids: torch.Tensor):
-    """The output layer over the rows `ids` of a quantized head: a dynamic int8 linear whose
-    weight is rows `ids` of `head`'s int8 weight with the same scales and zero points (per
-    tensor, or those rows' per-channel ones), so the logits at ids are the full quantized
-    head's, and whose bias is the same rows of its bias.
-
-    Args:
-        head: a `torch.ao.nn.quantized.dynamic.Linear` [V, H]. ids: int64 [|S|] row indices.
-
-    Returns:
-        a dynamic int8 linear [|S|, H].
-
-    Raises:
-        TypeError: `head` is not a dynamic quantized linear.
-    """
-    if not is_quantized_linear(head):
-        raise TypeError(f"head: expected a dynamic quantized linear, got {type(head).__name__}")
-    int_rows, scales, zero_points, bias = _unpacked(head)  # int8 [V, H], [V] / scalars, [V] or None
-    index = ids.to(int_rows.device, torch.long)
-    rows = int_rows.index_select(0, index)  # int8 [|S|, H]: the same int8 values, no re-rounding
-    if scales.dim():  # per-channel: each row keeps its own scale and zero point
-        weight = torch._make_per_channel_quantized_tensor(
-            rows, scales.index_select(0, index), zero_points.index_select(0, index), 0)  # qint8 [|S|, H]
-    else:
-        weight = torch._make_per_tensor_quantized_tensor(rows, float(scales), int(zero_points))  # qint8 [|S|, H]
-    with _quiet():
-        out = torch.ao.nn.quantized.dynamic.Linear(head.in_features, index.numel(), bias_=bias is not None,
-                                                   dtype=torch.qint8)
-        out.set_weight_bias(weight, None if bias is None else bias.index_select(0, index))
-    return out

@@ -1,0 +1,77 @@
+"""The output layer of an int8 draft (`quantize.quantize_draft`): telling one apart, and taking its
+rows over a token subset (FR-Spec's draft vocabulary, `CausalLM.with_head_subset`) without
+re-rounding. Imports torch only, so the model wrapper can use it without importing `quantize`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import torch
+
+__all__ = ["is_quantized_linear", "subset_head", "quiet_quantization"]
+
+_DEPRECATIONS = (r"torch\.ao\.quantization is deprecated", r".*quantized tensor creation functions")
+
+
+@contextlib.contextmanager
+def quiet_quantization():
+    """Inside: torch.ao's deprecation notices ignored, every other warning as before."""
+    with warnings.catch_warnings():
+        for message in _DEPRECATIONS:
+            warnings.filterwarnings("ignore", message=message)
+        yield
+
+
+def is_quantized_linear(module) -> bool:
+    """True for a dynamically quantized linear layer (`torch.ao.nn.quantized.dynamic.Linear`)."""
+    return isinstance(module, torch.ao.nn.quantized.dynamic.Linear)
+
+
+def _unpacked(head):
+    """(int8 [V, H], scales [V] or 0-dim, zero points [V] or 0-dim, bias [V] or None) of a
+    dynamic int8 linear. Unpacking a vocabulary-sized head is costly, so the result is kept on the head itself (attribute ``_verispec_unpacked``): once per head, not once per
+    prompt's subset, and gone with the head (no process-wide cache)."""
+    cached = head.__dict__.get("_verispec_unpacked")
+    if cached is None:
+        weight = head.weight()  # qint8 [V, H], unpacked from the GEMM layout once
+        if weight.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+            scales, zero_points = weight.q_per_channel_scales(), weight.q_per_channel_zero_points()  # [V], [V]
+        else:
+            scales, zero_points = torch.tensor(weight.q_scale()), torch.tensor(weight.q_zero_point())
+        cached = (weight.int_repr(), scales, zero_points, head.bias())
+        object.__setattr__(head, "_verispec_unpacked", cached)  # plain attribute: not a parameter or buffer
+    return cached
+
+
+def subset_head(head, ids: torch.Tensor):
+    """The output layer over the rows `ids` of a quantized head: a dynamic int8 linear whose
+    weight is rows `ids` of `head`'s int8 weight with the same scales and zero points (per
+    tensor, or those rows' per-channel ones), so the logits at ids are the full quantized
+    head's, and whose bias is the same rows of its bias.
+
+    Args:
+        head: a `torch.ao.nn.quantized.dynamic.Linear` [V, H]. ids: int64 [|S|] row indices.
+
+    Returns:
+        a dynamic int8 linear [|S|, H].
+
+    Raises:
+        TypeError: `head` is not a dynamic quantized linear.
+    """
+    if not is_quantized_linear(head):
+        raise TypeError(f"head: expected a dynamic quantized linear, got {type(head).__name__}")
+    int_rows, scales, zero_points, bias = _unpacked(head)  # int8 [V, H], [V] / scalars, [V] or None
+    index = ids.to(int_rows.device, torch.long)
+    rows = int_rows.index_select(0, index)  # int8 [|S|, H]: the same int8 values, no re-rounding
+    if scales.dim():  # per-channel: each row keeps its own scale and zero point
+        weight = torch._make_per_channel_quantized_tensor(
+            rows, scales.index_select(0, index), zero_points.index_select(0, index), 0)  # qint8 [|S|, H]
+    else:
+        weight = torch._make_per_tensor_quantized_tensor(rows, float(scales), int(zero_points))  # qint8 [|S|, H]
+    with quiet_quantization():
+        out = torch.ao.nn.quantized.dynamic.Linear(head.in_features, index.numel(), bias_=bias is not None,
+                                                   dtype=torch.qint8)
+        out.set_weight_bias(weight, None if bias is None else bias.index_select(0, index))
+    return out
