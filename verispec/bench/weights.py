@@ -17,12 +17,10 @@ A cached file whose sha256 matches is reused without any download.
 `load_model` / `load_pair` then give `CausalLM` wrappers (and the tokenizer). A built-in model is
 converted once from its GGUF (``from_pretrained(dir, gguf_file=...)``, needs the ``gguf`` and
 ``accelerate`` packages) into a bfloat16 safetensors folder next to it, which is what later loads
-read (a few seconds instead of ~30-60 s). Any other name is a Hugging Face id or a local path
+read. Any other name is a Hugging Face id or a local path
 (a folder, or a ``.gguf`` file) passed straight to ``from_pretrained``, optionally with
 ``device_map="auto"`` for models larger than one device.
-
-Cache location: ``$VERISPEC_CACHE`` when set, else ``platformdirs.user_cache_dir("verispec")``;
-GGUF files go to ``<cache>/gguf/``, converted folders to ``<cache>/hf/``.
+Cache: ``$VERISPEC_CACHE``, else ``platformdirs.user_cache_dir("verispec")`` (gguf/ and hf/).
 """
 
 from __future__ import annotations

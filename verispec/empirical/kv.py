@@ -1,32 +1,23 @@
 """The KV state of one model for a batch of rows: append a token tree, keep the accepted path.
 
-Where it sits in one decoding iteration (`verispec.empirical.engine`):
+In one decoding iteration (`verispec.empirical.engine`): drafter (draft kv.append per layer) ->
+DraftTree -> target kv.append (ONE tree forward) -> p -> verifier -> accepted path ->
+target and draft kv.commit(path).
 
-    drafter --(draft kv.append per layer)--> DraftTree --(target kv.append: ONE tree forward)--> p
-        --> verifier --> accepted path --> target kv.commit(path), drafter's kv.commit(path)
+Every storage holds, per row, a *committed* prefix (tokens emitted) and an *uncommitted forest*
+(nodes appended since the last commit, each attached to the prefix or to an earlier uncommitted
+node). A node attends to its row's committed prefix, its ancestors and itself; its position id is
+the committed length plus its depth. `commit(keep)` keeps a root path per row and drops the rest.
 
-Every storage holds, per row, a *committed* prefix (tokens the row has emitted) and an
-*uncommitted forest*: the nodes appended since the last commit, numbered in append order, each
-attached to the committed prefix (parent -1) or to an earlier uncommitted node (possibly from an
-earlier forward: a draft tree grows one layer per forward). A node attends to its row's committed
-prefix, its ancestors and itself, never to a sibling; its position id is the committed length plus
-its depth. `commit(keep)` keeps, per row, a root path of uncommitted nodes and drops the rest.
+- `PaddedKV(model, batch, compact=True)`: a [B, S] cache and a slot validity mask (4D additive
+  mask). compact gathers each row's kept slots left at every commit; compact=False crops to the
+  longest kept length and leaves rejected slots masked (vanilla batching, EMS-SD's baseline).
+- `SequenceKV(model)`: one sequence (B = 1), always compact.
+- `PackedKV(model, batch)`: EMS-SD's unpadded KV and inputs (Ni et al. 2024, arXiv 2405.07542):
+  every row's slots in one sequence, owner[slot] = row, only real nodes fed.
 
-Storages (one interface: `prefill`, `append`, `commit`, `select`, counters):
-
-- `PaddedKV(model, batch, compact=True)`: a [B, S] `DynamicCache` and a per-slot validity mask;
-  4D additive float mask, explicit position ids (`verispec.empirical.model`). compact=True gathers
-  each row's kept slots to the left at every commit (a crop when the kept slots are a prefix);
-  compact=False crops to the *longest* kept length and leaves the other rows' rejected slots
-  written and masked (vanilla batching, the baseline of EMS-SD).
-- `SequenceKV(model)`: a single sequence (B = 1), always compact.
-- `PackedKV(model, batch)`: EMS-SD's "unpad KV cache" + "unpad input tokens" (Ni et al. 2024,
-  arXiv 2405.07542): batch dimension 1, every row's slots in one sequence, owner[slot] = row;
-  a forward feeds only the real nodes of all rows packed into one sequence.
-
-Counters: `padded_slots` counts the cache slots written that hold no real token of a row (fed
-padding) plus rejected slots a commit leaves in the cache (masked), read off the tensors actually
-fed and kept; `peak_slots` the most slots held (summed over rows) right after a forward.
+Counters: `padded_slots` (slots written that hold no real token, plus rejected slots left masked,
+read off the tensors fed and kept) and `peak_slots` (most slots held after a forward).
 """
 
 from __future__ import annotations

@@ -20,9 +20,7 @@ exact law is CHECKED on the default sweep of `verispec.testing.assert_lossless` 
 
 The empirical drafters also schedule the cap L from the acceptance history (as transformers
 does); a cap is fixed before its iteration's draws, so checking every cap checks the schedule.
-
-Planted bugs (each must fail `verispec.testing.assert_lossless`): `drop_low_confidence` and
-`stop_on_target`.
+Planted bugs that must fail `assert_lossless`: `drop_low_confidence`, `stop_on_target`.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ profiles, and offers fixtures that import verispec only when a test asks for the
   ``--verispec-budget N`` (see `pytest_addoption`): defaults of the ``assert_lossless`` fixture's
   sweeps (calls without ``target`` / ``instances``).
 
-The plugin needs pytest (``pip install verispec[dev]`` or ``pip install pytest``).
 """
 
 from __future__ import annotations

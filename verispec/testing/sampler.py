@@ -19,10 +19,7 @@ A statistical check, not a proof: a correct sampler fails with probability <= al
 G-test's chi-square approximation); one at TV >= tv (+ pooled mass) from the target on an
 instance passes with probability <= 1 - power. Smaller bugs, or bugs needing sizes the instances do not reach, can pass.
 
-The function's contract is in `assert_sampler_lossless` (adapters for vLLM- and HF-style
-functions are in ``examples/``).
-
-Sources: speculative sampling, Leviathan et al. 2023 (arXiv:2211.17192, Algorithm 1) and Chen et al.
+The contract: `assert_sampler_lossless`. Sources: speculative sampling, Leviathan et al. 2023 (arXiv:2211.17192, Algorithm 1) and Chen et al.
 2023 (arXiv:2302.01318, Algorithm 2); the G-test and its power, see `verispec.testing.gtest`.
 """
 

@@ -1,48 +1,26 @@
 """Per-row (varlen) attention for a packed batch: EMS-SD's unpadded layout as compute, not only layout.
 
-EMS-SD (Ni et al. 2024, arXiv 2405.07542, Sec. 3: "unpad KV cache" + "unpad input tokens") holds a
-batch of B rows whose lengths differ in ONE sequence: the KV cache has batch dimension 1 and
-`owner[slot]` says which row a slot belongs to; a forward feeds every row's new tokens packed into
-one [1, Q] input (Q = sum of the rows' new-token counts). A dense block-diagonal mask over that
-sequence makes every row's queries score every row's keys: Q x (K + Q) scores for sum_b q_b x k_b
-useful ones, about B times the work. Here each row attends to its own keys only:
+EMS-SD (Ni et al. 2024, arXiv 2405.07542, Sec. 3) holds a batch of rows of different lengths in
+ONE sequence (KV batch dimension 1, `owner[slot]` = the slot's row) and feeds every row's new
+tokens packed into one [1, Q] input. A dense block-diagonal mask would make every row's queries
+score every row's keys (about B times the work); here each row attends to its own keys only:
 
     for each row b:  out[b's queries] = SDPA(q_b [1, H, q_b, D], keys[index_b], values[index_b], mask_b)
 
-with index_b = b's cached slots followed by b's new tokens, and mask_b = [q_b, k_b] (b's committed
-cache; among the new tokens, the token's ancestors and itself: a chain by default, or a tree given
-by `parents`; with `forest`, uncommitted cached nodes of earlier forwards are seen only by their
-descendants, as when a draft tree grows one forward per layer). The cost is sum_b q_b k_b scores plus
-one gather of sum_b k_b keys per layer: it grows with the sum of the rows' lengths, not with B x the
-total.
-
-Where it sits in a decoding iteration (`verispec.empirical.engine`): drafter -> ONE target tree
-forward -> verifier -> KV keep; the packed storage (`verispec.empirical.kv.PackedKV`) runs its draft
-and target forwards through `packed_forward`.
-
-Use, on a `verispec.empirical.model.CausalLM` (transformers 5.x, models that call attention through
-`AttentionInterface`, e.g. Qwen2 and Llama):
+with index_b = b's cached slots then b's new tokens, and mask_b [q_b, k_b] its committed cache plus,
+among new tokens, ancestors and itself (a chain, a tree by `parents`, or with `forest` uncommitted
+nodes of earlier forwards seen by their descendants only). Cost grows with the sum of the rows'
+lengths, not B times it.
 
     use_packed_attention(lm)                              # once; forwards without PackedRows unchanged
-    rows = packed_rows(owner, new_rows, parents=None)     # once per packed forward (all layers share it)
+    rows = packed_rows(owner, new_rows, parents=None)     # once per packed forward
     logits = packed_forward(lm, tokens, cache, positions, rows)   # [1, Q, V]
 
-`use_packed_attention` registers an attention function (and the base implementation's mask
-function) with transformers' registries under ``"verispec_packed_sdpa"`` / ``"verispec_packed_eager"``
-and switches the model to it. That function runs the varlen path when the layer's attention mask is
-a `PackedRows`, and the model's previous implementation ("sdpa" or "eager") otherwise, so single and
-padded storages keep their 4D float masks and give the same numbers as before.
-
-Why not `flex_attention` with a document mask: uncompiled, torch runs it by materialising the dense
-Q x (K + Q) scores (the cost this module removes); compiled, it needs inductor and a C++ toolchain
-and compiles per (Q, K) shape, which changes every decode step (measured on this project's 2-core
-CPU, torch 2.13: 30.6 s for the first call at Q = 12, K + Q = 60; the output matched). Why not
-FlashAttention-2 varlen (`cu_seqlens`): GPU only, and it takes no per-row tree mask.
-
-KV-cache accounting: `CountingCache` (`verispec.empirical.speedups.counting_cache`) is a
-`DynamicCache` that counts the slots actually written (batch x new positions, once per forward:
-layer 0) and reports the slots it holds, so a storage's `padded_kv_slots` can be measured from its
-cache writes (`slots_written - real tokens fed`) rather than set by construction.
+`use_packed_attention` registers an attention function with transformers' `AttentionInterface`
+that runs the varlen path when the mask is a `PackedRows` and the model's own implementation
+otherwise. Why not flex_attention (dense scores uncompiled, a compile per shape) or FlashAttention
+varlen (GPU only, no tree mask): docs/ems_sd.md. `new_counting_cache` gives a cache that counts
+the slots it writes, so padded KV slots are measured, not set by construction.
 """
 
 from __future__ import annotations

@@ -1,32 +1,18 @@
 """The GEMM layout of a model's linear layers for a verification forward's few rows (CPU).
 
-A speculative decoder pays one target forward per iteration for 2-20 token rows (the draft and a
-bonus row), and its speed rests on that forward costing about as much as one row. torch computes
-`torch.nn.Linear` as ``X @ W^T`` (``xw``: X [rows, in], W [out, in]); on the 2-core AVX2 host of
-`benchmarks/results/bench_rows_layout_cpu_avx2.json` a float32 forward of the Qwen2.5-1.5B target
-for 4 new tokens took 1.26 s as ``xw`` and 0.66 s laid out as ``(W @ X^T)^T`` (``wx``), for 16
-new tokens 1.57 s and 0.84 s (0.44 s for one token). The two layouts compute the same sums in
-another order, so logits differ by float rounding only, as they already do between forwards of
-different row counts; the target's law is not changed. In bfloat16 on that host (emulated) ``wx``
-is slower than torch's own: the layout is a per-host, per-dtype choice, measured by
-`benchmarks/bench_rows.py`, not a default.
-
-``wxpad`` is ``wx`` with X's rows zero-padded to the next power of two (then the output's padding
-columns dropped): the same host's GEMM kernel is much cheaper at some column counts than at their
-neighbours (`benchmarks/results/bench_rows_wxpad_cpu_avx2.json`, float32, 2 threads: the target's
-MLP product 12.1 ms for 15 rows, 5.6 ms for 16; a target forward of 15 new tokens 1.43 s, of 16
-0.68 s, of 15 padded to 16 0.69 s), as CUDA engines pad a step's token count to their
-graph-capture sizes. A padding row is a zero input column, so every real row's output is the
-same sum as without it (float rounding of another kernel aside); nothing else in the forward (the
-attention, the norms, the KV cache) sees the padding.
+torch computes `torch.nn.Linear` as ``X @ W^T`` (``xw``: X [rows, in], W [out, in]). A verifying
+forward feeds 2-20 rows, and on some CPUs the BLAS kernel is much cheaper for that product laid
+out as ``(W @ X^T)^T`` (``wx``), or with X's rows zero-padded to the next power of two (``wxpad``:
+the padding columns of the output are dropped), as CUDA engines pad a step's token count to their
+graph sizes. Both compute the same sums in another order, so logits differ by float rounding only,
+as they already do between forwards of different row counts: the target's law is unchanged. The
+best layout is a per-host, per-dtype choice measured by `benchmarks/bench_rows.py`
+(docs/linear_layout.md), not a default.
 
 ``with linear_layout(target.model, "wx"):`` runs every plain `torch.nn.Linear` inside the module
-(subclasses and int8 dynamic linears keep their own forward) as ``wx`` for inputs of 2..max_rows
-rows on CPU, and as torch's own otherwise (one row is a matrix-vector product either way; a
-prompt's prefill has more rows than ``max_rows``). The layout is per module and per call site:
-the bench gives it to one method's target by its ``lin=wx`` parameter, the peer included
-(``hf:dq=8,lin=wx``), so a speedup can be split into what the layout gives and what the drafting
-gives.
+(subclasses and int8 linears keep their own forward) in that layout for 2..max_rows rows on CPU,
+and as torch's own otherwise. The bench gives it to one method's target by ``lin=wx`` /
+``lin=wxpad``, the peer included, so a speedup splits into what the layout and the drafting give.
 """
 
 from __future__ import annotations

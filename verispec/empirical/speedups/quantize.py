@@ -1,36 +1,20 @@
 """Int8 draft weights: a cheaper draft forward that leaves every lossless rule's output law fixed.
 
-`quantize_draft(draft)` returns an int8-weight copy of a DRAFT model: every `torch.nn.Linear`
-(attention and MLP projections and the LM head) becomes a dynamically quantized linear layer
-(`torch.ao.nn.quantized.dynamic.Linear`): weights stored as int8 with one float scale per output
-row (per-channel), activations quantized to 8 bits per call from their observed range, int8 x
-int8 GEMM with int32 accumulation, output dequantized to float32 (Jacob et al. 2018,
-"Quantization and Training of Neural Networks for Efficient Integer-Arithmetic-Only Inference",
-arXiv 1712.05877, Sec. 2; dynamic activation ranges as in torch's `quantize_dynamic`).
-Per-channel rather than one scale per tensor: on Qwen2.5-Coder-0.5B (one HumanEval prompt, 200
-positions) the mean total variation between the int8 and the bf16 draft's next-token laws is
-0.15 per-channel against 0.23 per-tensor (top-1 agreement 85% vs 80%); a draft closer to its
-float self is accepted more, and a contended probe put the two one-token forwards' costs within a
-few percent of each other (speed: measured by `verispec bench`). Everything else (token
-embedding, RMSNorms, rotary embedding, attention, the KV cache) runs in float32, the dtype the
-quantized layers take and return. The embedding stays a float `nn.Embedding` even when the
-model ties its LM head to it (Qwen2.5): only the head's copy is quantized.
+`quantize_draft(draft)` returns an int8-weight copy of a DRAFT model: every `torch.nn.Linear` (the
+LM head included) becomes a dynamically quantized linear (int8 weights, one scale per output row;
+activations quantized per call; int32 accumulation; float32 out), as torch's `quantize_dynamic`
+(Jacob et al. 2018, arXiv 1712.05877, Sec. 2). Per-channel scales keep the draft closer to its
+float self than one scale per tensor, so more drafts are accepted (docs/draft_quant.md).
 
-Why it is lossless: speculative decoding's verifiers read the draft distribution q that the
-drafted tokens were actually drawn from; the output law is the target's p whatever q is
-(Leviathan et al. 2023, arXiv 2211.17192, Thm. 1; the same for every rule verispec checks). An
-int8 draft is just another draft: it changes q, hence acceptance rates and speed, never the
-output law. The TARGET is never quantized here (that would change p, the law itself).
+Why it is lossless: a verifier reads the q the drafted tokens were actually drawn from, and the
+output law is the target's p whatever q is (Leviathan et al. 2023, arXiv 2211.17192, Thm. 1). An
+int8 draft changes q, hence acceptance and speed, never the output law. The TARGET is never
+quantized (that would change p).
 
-Draft vocabularies compose (FR-Spec, `CausalLM.with_head_subset`): `subset_head` takes the rows S
-of the quantized head's int8 weight with the same scales, so the view's logits over S are the
-quantized full head's logits at S (no re-quantization).
-
-Uses `torch.ao.quantization.quantize_dynamic`, which torch 2.10+ marks deprecated in favour of
-torchao; its deprecation warnings are silenced around that one call only. torchao (0.18, PyPI)
-was tried as the replacement: its int8 dynamic-activation/int8-weight config in eager mode ran a
-one-token draft forward about ten times slower than this on a 2-core AVX512 CPU (contended
-probe, no torch.compile), and it would be one more dependency.
+Draft vocabularies compose (FR-Spec, `CausalLM.with_head_subset`): `int8_head.subset_head` takes
+the quantized head's rows over S at the same scales (no re-quantization). torch marks
+`torch.ao.quantization` deprecated in favour of torchao; its notices are silenced around that one
+call (`int8_head.quiet_quantization`); the torch API needs no extra package.
 """
 
 from __future__ import annotations
