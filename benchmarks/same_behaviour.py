@@ -84,7 +84,8 @@ TINY_PROMPTS = [{"task_id": "t/0", "prompt": "def f(x):\n    return x + f(x - 1)
 
 def record(args) -> None:
     bench = _bench()
-    config = bench.BenchConfig(prompts=args.prompts, max_new_tokens=args.max_new_tokens, methods=tuple(args.methods),
+    config = bench.BenchConfig(prompts=args.prompts, first_prompt=args.first_prompt,
+                               max_new_tokens=args.max_new_tokens, methods=tuple(args.methods),
                                temperatures=(0.0, 1.0), draft_length=3, num_paths=2,
                                dtype="float32" if args.pair == "tiny" else "auto", threads=args.threads)
     pair, prompts = (_tiny_pair(), TINY_PROMPTS[:args.prompts]) if args.pair == "tiny" else (None, None)
@@ -96,11 +97,21 @@ def record(args) -> None:
         results = bench.run_bench(config, args.output + ".bench.json", pair=pair, prompts=prompts, plot=False)
     keep = {key: {field: value[field] for field in COMPARED + ("decode_s", "wall_s")}
             for key, value in results["records"].items()}
-    out = {"pair": args.pair, "methods": list(args.methods), "prompts": args.prompts,
+    out = {"pair": args.pair, "methods": list(args.methods), "prompts": args.prompts, "first_prompt": args.first_prompt,
+           "commit": _commit(), "environment": results.get("environment", {}),
            "max_new_tokens": args.max_new_tokens, "records": keep}
     with open(args.output, "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)
     print(f"{len(keep)} records -> {args.output}")
+
+
+def _commit() -> str:
+    """The checkout's HEAD commit (the code that recorded), or "" outside git."""
+    import subprocess
+
+    done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.abspath(__file__)))
+    return done.stdout.strip()
 
 
 def differences(before: dict, after: dict) -> list[str]:
@@ -124,7 +135,52 @@ def compare(args) -> int:
         after = json.load(f)
     lines = differences(before, after)
     print("\n".join(lines) if lines else f"same behaviour: {len(before['records'])} records, fields {', '.join(COMPARED)}")
+    if args.output:
+        summary = {"before_commit": before.get("commit", ""), "after_commit": after.get("commit", ""),
+                   "pair": before["pair"], "compared": list(COMPARED), "records": len(before["records"]),
+                   "differences": lines, "same": not lines, "before": before, "after": after}
+        with open(args.output, "w") as f:
+            json.dump(summary, f, indent=1, sort_keys=True)
     return 1 if lines else 0
+
+
+def alternate(args) -> int:
+    """Quiet timing: for each prompt, `record` it in the BEFORE checkout, then in the AFTER one (one
+    process each, so the two codes never share a process), and report every method's decode
+    tokens/s ratio after / before, with the behaviour compared as `compare` does."""
+    import subprocess
+
+    runs = {"before": {"records": {}}, "after": {"records": {}}}
+    for i in range(args.first_prompt, args.first_prompt + args.prompts):
+        for side, root in (("before", args.before), ("after", args.after)):
+            out = os.path.join(args.scratch, f"{side}_{i}.json")
+            subprocess.run([sys.executable, os.path.join(root, "benchmarks", "same_behaviour.py"), "record",
+                            "--pair", "real", "--first-prompt", str(i), "--prompts", "1", "--threads",
+                            str(args.threads), "--max-new-tokens", str(args.max_new_tokens), "--output", out,
+                            "--methods", *args.methods], check=True, env={**os.environ, "PYTHONPATH": root},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            with open(out) as f:
+                part = json.load(f)
+            runs[side]["records"].update(part["records"])
+            runs[side].update({k: part[k] for k in ("pair", "commit", "environment")})
+    rates = {}
+    for key, b in runs["before"]["records"].items():
+        a = runs["after"]["records"][key]
+        label = key.rsplit("|", 1)[0]
+        rates.setdefault(label, []).append((len(b["tokens"]) / b["decode_s"], len(a["tokens"]) / a["decode_s"]))
+    ratios = {label: sum(x[1] for x in v) / sum(x[0] for x in v) for label, v in rates.items()}
+    lines = differences(runs["before"], runs["after"])
+    summary = {"before_commit": runs["before"]["commit"], "after_commit": runs["after"]["commit"],
+               "environment": runs["after"]["environment"], "threads": args.threads,
+               "decode_tokens_per_s_ratio_after_over_before": ratios,
+               "ratio_is": "derived: mean decode tokens/s after / before over the prompts, per method|T",
+               "differences": lines, "same": not lines, "before": runs["before"], "after": runs["after"]}
+    with open(args.output, "w") as f:
+        json.dump(summary, f, indent=1, sort_keys=True)
+    for label, r in sorted(ratios.items()):
+        print(f"{label:45s} after/before decode tok/s {r:.3f}")
+    print("same behaviour" if not lines else "\n".join(lines))
+    return 0
 
 
 def main(argv=None) -> int:
@@ -133,6 +189,7 @@ def main(argv=None) -> int:
     rec = sub.add_parser("record")
     rec.add_argument("--pair", choices=("tiny", "real"), default="tiny")
     rec.add_argument("--prompts", type=int, default=2)
+    rec.add_argument("--first-prompt", type=int, default=0, help="HumanEval prompts skipped first (real pair)")
     rec.add_argument("--max-new-tokens", type=int, default=12)
     rec.add_argument("--threads", type=int, default=1)
     rec.add_argument("--methods", nargs="+", default=None, help="default: METHODS (tiny), REAL_METHODS (real)")
@@ -140,7 +197,20 @@ def main(argv=None) -> int:
     cmp = sub.add_parser("compare")
     cmp.add_argument("before")
     cmp.add_argument("after")
+    cmp.add_argument("--output", help="also write both record sets and the differences as one JSON")
+    alt = sub.add_parser("alternate")
+    alt.add_argument("--before", required=True, help="checkout of the commit before")
+    alt.add_argument("--after", required=True, help="checkout of the commit after")
+    alt.add_argument("--prompts", type=int, default=3)
+    alt.add_argument("--first-prompt", type=int, default=0)
+    alt.add_argument("--max-new-tokens", type=int, default=64)
+    alt.add_argument("--threads", type=int, default=2)
+    alt.add_argument("--methods", nargs="+", default=["target_only", "hf", "block", "gbv:K=2"])
+    alt.add_argument("--scratch", default=tempfile.gettempdir())
+    alt.add_argument("--output", required=True)
     args = parser.parse_args(argv)
+    if args.command == "alternate":
+        return alternate(args)
     if args.command == "record":
         args.methods = args.methods or list(METHODS if args.pair == "tiny" else REAL_METHODS)
         record(args)
