@@ -99,7 +99,7 @@ def save_pool(results: dict, label: str, T, pool) -> None:
 def restore_pools(results) -> dict:
     """{(label, T): PhrasePool} of the phrase methods' pools saved in `results` (each the pool
     after that method's last record), so that a resumed run continues with warm pools."""
-    from ..empirical.phrases import PhrasePool
+    from ..empirical.drafters.phrases import PhrasePool
 
     out = {}
     for key, state in results.get("pools", {}).items():

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import rules
-from .kv import new_kv
+from ..kv import new_kv
 from .lookup import prompt_lookup_batch
-from .uniforms import categorical
+from ..uniforms import categorical
+from ..verifiers.common import representatives
 
 __all__ = ["DraftTree", "Drafter", "ModelDrafter", "PathsDrafter", "PromptLookupDrafter", "RootOnly",
            "probabilities", "next_token_law", "draw"]
@@ -239,7 +239,7 @@ class PathsDrafter(ModelDrafter):
         self.fed = torch.full((B, N), -1, dtype=torch.long, device=device)
         parent_fed = root.unsqueeze(1).expand(B, K)  # forest id of each path's last node
         for d in range(1, L):
-            rep = rules._representatives(paths[:, :, :d], lengths.clamp(max=d))[:, :, d]  # [B, K]
+            rep = representatives(paths[:, :, :d], lengths.clamp(max=d))[:, :, d]  # [B, K]
             is_node = (rep == ks) & (lengths >= d)  # path k owns node (k, d)
             m = self.kv.uncommitted
             logits = self.kv.append(paths[:, :, d - 1], parent_fed, is_node)  # [B, K, V]
@@ -259,7 +259,7 @@ class PathsDrafter(ModelDrafter):
         """The node layout of K paths: tokens/parents/real [B, 1 + K L], paths -> node ids."""
         B, K, L = paths.shape
         device = paths.device
-        rep = rules._representatives(paths, lengths)[:, :, 1:]  # [B, K, L], owner of node (k, d)
+        rep = representatives(paths, lengths)[:, :, 1:]  # [B, K, L], owner of node (k, d)
         depth = torch.arange(1, L + 1, device=device)
         slot_of = 1 + (depth - 1).view(1, 1, L) * K + rep  # [B, K, L]: slot of path k's depth-d node
         own = (rep == torch.arange(K, device=device).view(1, K, 1)) & (depth <= lengths.unsqueeze(-1))

@@ -34,8 +34,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...reference.verifiers import importance as reference
 from ..uniforms import bernoulli, categorical
-from .importance import _single_draft, khisti_step, optimal_is_step
+from .importance import khisti_step, optimal_is_step, single_draft
 from .nodes import Verdict
 from .spechub import spechub_step
 
@@ -199,8 +200,6 @@ def _tables(name, p, q, drafts, truncation=None):
     """The reference's selection tables at one node (numpy float64 p, q [V]; drafts in path order):
     khisti -> (keeps [k - 1, V, V], q_I [V], drafts [k]); optimal_is -> (select [S],
     candidates [S], q_I [V]) for the sorted distinct drafts (s-truncated LP with `truncation`)."""
-    from ...reference.verifiers import importance as reference
-
     V = len(p)
     if name == "khisti":
         law, keeps = q, []
@@ -222,8 +221,6 @@ def _tables(name, p, q, drafts, truncation=None):
 def _truncated_tables(p, q, drafts, s):
     """khisti with the s-truncated LP at one node -> (keeps [k - 1, k]: round r's probability that
     the running winner, draft j <= r, keeps its place against draft r + 1; q_I [V]; drafts [k])."""
-    from ...reference.verifiers import importance as reference
-
     k = len(drafts)
     keeps, law = np.zeros((k - 1, k)), q
     for r in range(k - 1):  # the tournament's rounds, as the reference `khisti_truncated_step`
@@ -248,5 +245,5 @@ def _tournament_step(p, keeps, q_sel, drafts, u):
     win = torch.zeros(b, dtype=torch.long, device=p.device)  # [b], index of the running winner
     for r in range(k - 1):
         win = torch.where(bernoulli(keeps[rows, r, win], u[:, r]), win, r + 1)
-    out, take = _single_draft(p, q_sel, drafts[rows, win], u[:, k - 1], u[:, k])
+    out, take = single_draft(p, q_sel, drafts[rows, win], u[:, k - 1], u[:, k])
     return out, torch.where(take, k, k + 1)

@@ -104,7 +104,7 @@ Modules: pool (`PhrasePool`), tree (one forward's token trie, the draft's one-se
 windows (the Jacobi windows), drafters (the drafters and the factories of their methods).
 """
 
-from ..rules.pointmass import point_mass_tree_verify  # re-exported: the verification
+from ...verifiers.pointmass import point_mass_tree_verify  # re-exported: the verification
 from .drafters import (LookaheadDrafter, OuroborosDrafter, PhraseOuroborosDrafter, lookahead_method,
                        ouroboros_method, ouroboros_phrase_method)
 from .pool import PhrasePool

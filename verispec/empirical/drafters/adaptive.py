@@ -52,8 +52,11 @@ from __future__ import annotations
 
 import torch
 
-from .drafters import DraftTree, PathsDrafter, draw, next_token_law, probabilities
-from .lookup import _check_int, prompt_lookup_batch
+from ..engine import TorchMethod
+from ..validation import check_positive
+from ..verifiers.nodes import PathRule
+from .base import DraftTree, PathsDrafter, draw, next_token_law, probabilities
+from .lookup import check_int, prompt_lookup_batch
 
 __all__ = ["AdaptiveChainDrafter", "HybridDrafter", "SCHEDULES", "VERIFIERS", "adaptive_method", "hybrid_method"]
 
@@ -400,8 +403,6 @@ VERIFIERS = ("token", "block")
 
 
 def _check(draft_length, max_draft_length, threshold, schedule, verifier="token"):
-    from .validation import check_positive
-
     L = check_positive(draft_length, "draft_length")
     top = 4 * L if max_draft_length is None else check_positive(max_draft_length, "max_draft_length")
     if top < L:
@@ -428,11 +429,8 @@ def adaptive_method(draft_length: int = 4, max_draft_length: int | None = None, 
     Raises:
         ValueError: a parameter out of range. TypeError: a guess_length that is not an int.
     """
-    from .engine import TorchMethod
-    from .rules.nodes import PathRule
-
     L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
-    g = _check_int(guess_length, "guess_length", 0)
+    g = check_int(guess_length, "guess_length", 0)
     return TorchMethod("adaptive", lambda: AdaptiveChainDrafter(L, top, threshold, schedule, draft_temperature, g),
                        PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
                                             "schedule": schedule, "verifier": verifier, "guess_length": g})
@@ -448,13 +446,9 @@ def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, th
     Raises:
         ValueError: a parameter out of range. TypeError: a guess_length that is not an int.
     """
-    from .validation import check_positive
-    from .engine import TorchMethod
-    from .rules.nodes import PathRule
-
     L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
     n, k = check_positive(lookup_length, "lookup_length"), check_positive(max_ngram, "max_ngram")
-    g = _check_int(guess_length, "guess_length", 0)
+    g = check_int(guess_length, "guess_length", 0)
     return TorchMethod("hybrid", lambda: HybridDrafter(L, top, threshold, schedule, n, k, draft_temperature, g),
                        PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
                                             "schedule": schedule, "lookup_length": n, "max_ngram": k,

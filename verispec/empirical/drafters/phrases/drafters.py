@@ -10,12 +10,12 @@ from typing import Sequence
 
 import torch
 
-from ..drafters import Drafter, DraftTree
-from ..engine import TorchMethod
-from ..rules.nodes import PointMassTree
-from ..validation import check_positive
+from ..base import Drafter, DraftTree
+from ...engine import TorchMethod
+from ...verifiers.nodes import PointMassTree
+from ...validation import check_positive
 from .pool import PhrasePool, candidates, check_pool
-from .tree import DraftSequence, Tree
+from .token_tree import DraftSequence, Tree
 from .windows import JacobiWindow, JacobiWindow2D
 
 __all__ = ["ouroboros_method", "ouroboros_phrase_method", "lookahead_method", "OuroborosDrafter",

@@ -52,10 +52,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..reference.drafters import check_threshold
-from .validation import check_positive, check_prompt, check_temperature
-from .drafters import DraftTree, ModelDrafter, probabilities
-from .model import CausalLM
+from ...reference.drafters import check_threshold
+from ..validation import check_positive, check_prompt, check_temperature
+from .base import DraftTree, ModelDrafter, probabilities
+from ..model import CausalLM
 
 __all__ = ["TREES", "EAGLE_RANK_PRIOR", "TreeRecords", "TreeDrafter", "static_shape", "draft_tree"]
 
@@ -227,7 +227,7 @@ class TreeDrafter(ModelDrafter):
 
     def __init__(self, tree="opt_tree", node_budget=50, threshold=0.0, max_depth=10, branching=2,
                  draft_temperature=None, prune=True, keep_q=False):
-        self.tree, self.n, self.delta, self.depth, shape = _check_tree_args(
+        self.tree, self.n, self.delta, self.depth, shape = check_tree_args(
             tree, node_budget, threshold, max_depth, branching)
         self.shape = shape
         self.draft_temperature = None if draft_temperature is None else check_temperature(
@@ -363,7 +363,7 @@ class TreeDrafter(ModelDrafter):
 # Public API
 # ----------------------------------------------------------------------------------------------
 
-def _check_tree_args(tree, node_budget, threshold, max_depth, branching):
+def check_tree_args(tree, node_budget, threshold, max_depth, branching):
     """Validated (tree, n, threshold, max_depth, shape or None)."""
     if not isinstance(tree, str):
         raise TypeError(f"tree: expected a tree name string, got {type(tree).__name__}")
