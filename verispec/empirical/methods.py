@@ -28,6 +28,7 @@ from .validation import check_positive
 from .drafters import HubPairsDrafter, PathsDrafter, PromptLookupDrafter, TreeDrafter
 from .drafters.tree import check_tree_args
 from .engine import TorchMethod
+from .speedups.draftvocab import with_draft_vocab
 from .verifiers.multistep import TopDownWalk
 from .verifiers.nodes import PathRule, SampleAndFollow
 
@@ -115,8 +116,6 @@ def get(name: str, draft_vocab=None, **params) -> TorchMethod:
         ValueError: unknown name or a parameter out of range. TypeError: an unknown parameter.
     """
     if draft_vocab is not None:
-        from .speedups.draftvocab import with_draft_vocab
-
         return with_draft_vocab(get(name, **params), draft_vocab)
     if registry.spec(name).torch is None:
         raise ValueError(f"method: unknown method {name!r}; known: {', '.join(names())}")

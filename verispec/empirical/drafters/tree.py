@@ -92,9 +92,7 @@ class TreeRecords:
         return {paths[r]: weight[r] for r in paths}
 
 
-# ----------------------------------------------------------------------------------------------
-# Shapes and layers
-# ----------------------------------------------------------------------------------------------
+# --- Shapes and layers ---
 
 def static_shape(tree: str, node_budget: int, max_depth: int, branching: int = 2) -> list[tuple[int, ...]]:
     """The rank paths of a static tree, breadth first (depth, then lexicographic).
@@ -191,9 +189,7 @@ def _choose(cat: dict, tree: str, n: int) -> torch.Tensor:
 
 
 
-# ----------------------------------------------------------------------------------------------
-# The drafter: one draft forward per layer
-# ----------------------------------------------------------------------------------------------
+# --- The drafter: one draft forward per layer ---
 
 class TreeDrafter(ModelDrafter):
     """OPT-Tree or a static tree per row and iteration (module docstring).
@@ -345,9 +341,7 @@ class TreeDrafter(ModelDrafter):
         return DraftTree(tokens, parents, torch.cat([ones, is_node], dim=1), q)
 
 
-# ----------------------------------------------------------------------------------------------
-# Public API
-# ----------------------------------------------------------------------------------------------
+# --- Public API ---
 
 def check_tree_args(tree, node_budget, threshold, max_depth, branching):
     """Validated (tree, n, threshold, max_depth, shape or None)."""

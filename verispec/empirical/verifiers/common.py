@@ -24,9 +24,7 @@ class RuleOutput(NamedTuple):
     consumed: torch.Tensor
 
 
-# ----------------------------------------------------------------------------------------------
-# Shared math (elementwise / along the last axis); mirrors verispec.reference.probability
-# ----------------------------------------------------------------------------------------------
+# --- Shared math (elementwise / along the last axis); mirrors verispec.reference.probability ---
 
 def residual(p: torch.Tensor, q: torch.Tensor, weight=1.0) -> torch.Tensor:
     """norm(max(weight * p - q, 0)) along the last axis; `p` where that mass is 0.
@@ -79,9 +77,7 @@ def stop_probability(p_next: torch.Tensor, q_next: torch.Tensor, w: torch.Tensor
     return torch.where((w == 1) | (denominator == 0), torch.ones_like(h), h)
 
 
-# ----------------------------------------------------------------------------------------------
-# Helpers shared by the rule modules
-# ----------------------------------------------------------------------------------------------
+# --- Helpers shared by the rule modules ---
 
 def gather_last(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """t[..., index[...]]: t [..., V], index [...] -> [...] (every rule reads p(x), q(x) this way)."""
@@ -103,9 +99,7 @@ class Cursor:
         return value
 
 
-# ----------------------------------------------------------------------------------------------
-# Input checks (public boundary)
-# ----------------------------------------------------------------------------------------------
+# --- Input checks (public boundary) ---
 
 _SUM_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4}
 

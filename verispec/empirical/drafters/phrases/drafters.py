@@ -22,9 +22,7 @@ __all__ = ["ouroboros_method", "ouroboros_phrase_method", "lookahead_method", "O
            "PhraseOuroborosDrafter", "LookaheadDrafter"]
 
 
-# ----------------------------------------------------------------------------------------------
-# Drafting and pool refinement
-# ----------------------------------------------------------------------------------------------
+# --- Drafting and pool refinement ---
 
 def _draft_forward(dcache: DraftSequence, context: list[int], pool: PhrasePool, window: JacobiWindow | None,
                    room: int, num_candidates: int) -> tuple[list[int], int]:
@@ -149,9 +147,7 @@ def _target_phrases(pool: PhrasePool, tree: Tree, anchor: int, argmax: list[int]
     return added
 
 
-# ----------------------------------------------------------------------------------------------
-# The drafters
-# ----------------------------------------------------------------------------------------------
+# --- The drafters ---
 
 class _PhraseDrafter(Drafter):
     """Shared by both: one prompt, the pool, the emitted sequence, the target's argmax at every
@@ -358,9 +354,7 @@ class LookaheadDrafter(_PhraseDrafter):
         self._emit(verdict)
 
 
-# ----------------------------------------------------------------------------------------------
-# The methods
-# ----------------------------------------------------------------------------------------------
+# --- The methods ---
 
 def ouroboros_method(pool: PhrasePool | None = None, draft_length: int = 4, num_candidates: int = 3,
                      window: int = 4) -> TorchMethod:
