@@ -54,7 +54,7 @@ from verispec.empirical import methods as torch_methods  # noqa: E402
 from verispec.empirical.as_reference import TorchLanguageModel  # noqa: E402
 from verispec.empirical.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
 from verispec.empirical.model import CausalLM  # noqa: E402
-from verispec.empirical.trees import static_shape  # noqa: E402
+from verispec.empirical.drafters.tree import static_shape  # noqa: E402
 from verispec.reference import drafters as ref_drafters  # noqa: E402
 from verispec.reference import exact  # noqa: E402
 from verispec.reference import methods as ref_methods  # noqa: E402
@@ -354,7 +354,7 @@ def test_torch_language_model(models):
 @pytest.mark.parametrize("kind,n", [("kary", 6), ("eagle", 5), ("chain", 2), ("kary", 3)])
 def test_ranked_tree_is_the_static_torch_tree(models, kind, n):
     """The reference twin drafts exactly the torch static tree (same nodes) on the tiny draft."""
-    from verispec.empirical.trees import draft_tree
+    from verispec.empirical.drafters.tree import draft_tree
 
     draft = models[1]
     records = draft_tree(draft, torch.tensor([2, 0]), kind, n, max_depth=2, draft_temperature=TEMPERATURE)

@@ -1,6 +1,6 @@
 """Lookahead's drafting state (phrase pool + Jacobi window) against a cache-free twin.
 
-Lookahead (`verispec.empirical.phrases.LookaheadDrafter`) has no draft model: its drafts are
+Lookahead (`verispec.empirical.drafters.phrases.LookaheadDrafter`) has no draft model: its drafts are
 pool phrases, fed by the n-grams of the emitted text and by the trajectories of a Jacobi window
 whose guesses ride in the target's own tree forward. None of that state can break losslessness
 (every drafted token is a point mass), so, as with a draft KV cache, a bug in it only moves the
@@ -41,9 +41,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import engine, phrases as ob  # noqa: E402
-from verispec.empirical.phrases import windows as phrase_windows  # noqa: E402
-from verispec.empirical.phrases import drafters as phrase_drafters  # noqa: E402
+from verispec.empirical import engine  # noqa: E402
+from verispec.empirical.drafters import phrases as ob  # noqa: E402
+from verispec.empirical.drafters.phrases import windows as phrase_windows  # noqa: E402
+from verispec.empirical.drafters.phrases import drafters as phrase_drafters  # noqa: E402
 from verispec.empirical.as_reference import TorchLanguageModel  # noqa: E402
 
 from .test_accepted_length_exact import tiny  # noqa: E402

@@ -107,7 +107,8 @@ def test_reference_rejects_bad_parameters():
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from verispec.empirical import adaptive, engine, methods  # noqa: E402
+from verispec.empirical import engine, methods  # noqa: E402
+from verispec.empirical.drafters import adaptive  # noqa: E402
 
 from .test_decode_tiny import tiny  # noqa: E402
 
@@ -261,7 +262,7 @@ def test_bench_adaptive_ceiling_is_checked():
     assert bench.parse_method("adaptive", 4, 1).param("max_draft_length") is None  # the method's default, 4 L
     import inspect
 
-    from verispec.empirical import adaptive
+    from verispec.empirical.drafters import adaptive
 
     from verispec.reference import registry
 
@@ -345,7 +346,7 @@ def test_planted_ignored_confidence_is_caught(exact_models, monkeypatch):
 def test_planted_token_rule_under_the_block_name_is_caught(exact_models, monkeypatch):
     """Planted: the engine's chain verifier ignores `verifier` and always runs token
     verification; the block law's E[tau] differs enough for the Bernstein test to see it."""
-    from verispec.empirical.rules import nodes
+    from verispec.empirical.verifiers import nodes
 
     inner = nodes.PathRule.__init__
     monkeypatch.setattr(nodes.PathRule, "__init__", lambda self, name: inner(self, "token"))

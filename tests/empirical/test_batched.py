@@ -31,7 +31,7 @@ transformers = pytest.importorskip("transformers")
 
 from verispec.empirical import engine, kv, methods  # noqa: E402
 from verispec.empirical.drafters import PromptLookupDrafter, probabilities  # noqa: E402
-from verispec.empirical.rules.nodes import PathRule  # noqa: E402
+from verispec.empirical.verifiers.nodes import PathRule  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
 
 from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402

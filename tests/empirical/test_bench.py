@@ -22,7 +22,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from verispec import bench  # noqa: E402
-from verispec.empirical import engine, methods, phrases  # noqa: E402
+from verispec.empirical import engine, methods  # noqa: E402
+from verispec.empirical.drafters import phrases  # noqa: E402
 from verispec.reference import registry  # noqa: E402
 from verispec.bench.peer import hf_assisted  # noqa: E402
 

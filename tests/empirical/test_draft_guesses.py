@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from verispec import bench  # noqa: E402
-from verispec.empirical import adaptive, engine, methods  # noqa: E402
+from verispec.empirical import engine, methods  # noqa: E402
+from verispec.empirical.drafters import adaptive  # noqa: E402
 
 from .test_adaptive import PROMPTS, _check_tau_law, exact_models, pair  # noqa: E402,F401 (fixtures)
 from .test_decode_tiny import tiny  # noqa: E402

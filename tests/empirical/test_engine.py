@@ -31,7 +31,7 @@ pytest.importorskip("transformers")
 from verispec import bench  # noqa: E402
 from verispec.empirical import adapter, engine, kv as kv_module, methods  # noqa: E402
 from verispec.empirical.drafters import Drafter, DraftTree  # noqa: E402
-from verispec.empirical.rules.nodes import Verdict  # noqa: E402
+from verispec.empirical.verifiers.nodes import Verdict  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
 from verispec.reference import methods as reference_methods  # noqa: E402
 
@@ -320,7 +320,7 @@ class _BadDrafter(Drafter):
 @pytest.mark.parametrize("fault,words", [("parent after child", "parents"), ("token out of range", "token ids"),
                                          ("below padding", "padding"), ("two roots", "parents")])
 def test_malformed_draft_tree_is_an_error(pair, fault, words):
-    from verispec.empirical.rules.nodes import PointMassTree
+    from verispec.empirical.verifiers.nodes import PointMassTree
 
     method = engine.TorchMethod("bad", lambda: _BadDrafter(fault), PointMassTree())
     with pytest.raises(ValueError, match=f"draft tree: .*{words}"):

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from verispec.empirical.rules.importance import khisti_step, optimal_is_step  # noqa: E402
+from verispec.empirical.verifiers.importance import khisti_step, optimal_is_step  # noqa: E402
 from verispec.reference import drafters, models  # noqa: E402
 from verispec.reference.randomness import Sampler  # noqa: E402
 from verispec.reference.verifiers import importance as reference  # noqa: E402

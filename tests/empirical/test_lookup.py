@@ -1,4 +1,4 @@
-"""Prompt-lookup drafts on tensors (verispec.empirical.lookup) against the reference
+"""Prompt-lookup drafts on tensors (verispec.empirical.drafters.lookup) against the reference
 `verispec.reference.drafters.lookup_phrase`: same phrase on every small sequence tried (seeded
 random sequences over 2-5 tokens, lengths 0-14, n-gram 1-4, draft length 1-5), one row at a time
 and as a batch of right-padded rows; known cases; bad input."""
@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from verispec.empirical.lookup import prompt_lookup_batch, prompt_lookup_draft  # noqa: E402
+from verispec.empirical.drafters.lookup import prompt_lookup_batch, prompt_lookup_draft  # noqa: E402
 from verispec.reference.drafters import lookup_phrase  # noqa: E402
 
 

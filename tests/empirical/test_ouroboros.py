@@ -34,15 +34,16 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import engine, kv as kv_module, phrases, rules  # noqa: E402
-from verispec.empirical.phrases import tree as phrase_tree  # noqa: E402
-from verispec.empirical.phrases import windows as phrase_windows  # noqa: E402
-from verispec.empirical.phrases import drafters as phrase_drafters  # noqa: E402
+from verispec.empirical import engine, kv as kv_module, verifiers as rules  # noqa: E402
+from verispec.empirical.drafters import phrases  # noqa: E402
+from verispec.empirical.drafters.phrases import token_tree as phrase_tree  # noqa: E402
+from verispec.empirical.drafters.phrases import windows as phrase_windows  # noqa: E402
+from verispec.empirical.drafters.phrases import drafters as phrase_drafters  # noqa: E402
 from verispec.empirical.drafters import probabilities  # noqa: E402
-from verispec.empirical.rules import pointmass  # noqa: E402
+from verispec.empirical.verifiers import pointmass  # noqa: E402
 from verispec.empirical.model import CausalLM  # noqa: E402
-from verispec.empirical.phrases import PhrasePool, lookahead_method, ouroboros_method  # noqa: E402
-from verispec.empirical.rules.pointmass import point_mass_tree_uniforms, point_mass_tree_verify  # noqa: E402
+from verispec.empirical.drafters.phrases import PhrasePool, lookahead_method, ouroboros_method  # noqa: E402
+from verispec.empirical.verifiers.pointmass import point_mass_tree_uniforms, point_mass_tree_verify  # noqa: E402
 from verispec.empirical.uniforms import TorchUniforms, categorical  # noqa: E402
 
 from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402

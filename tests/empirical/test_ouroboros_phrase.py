@@ -22,14 +22,15 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import engine, phrases  # noqa: E402
-from verispec.empirical.phrases import tree as phrase_tree  # noqa: E402
-from verispec.empirical.phrases import windows as phrase_windows  # noqa: E402
-from verispec.empirical.phrases import drafters as phrase_drafters  # noqa: E402
+from verispec.empirical import engine  # noqa: E402
+from verispec.empirical.drafters import phrases  # noqa: E402
+from verispec.empirical.drafters.phrases import token_tree as phrase_tree  # noqa: E402
+from verispec.empirical.drafters.phrases import windows as phrase_windows  # noqa: E402
+from verispec.empirical.drafters.phrases import drafters as phrase_drafters  # noqa: E402
 from verispec.empirical.as_reference import TorchLanguageModel  # noqa: E402
 from verispec.empirical.drafters import probabilities  # noqa: E402
-from verispec.empirical.phrases import PhrasePool, ouroboros_phrase_method  # noqa: E402
-from verispec.empirical.rules import pointmass  # noqa: E402
+from verispec.empirical.drafters.phrases import PhrasePool, ouroboros_phrase_method  # noqa: E402
+from verispec.empirical.verifiers import pointmass  # noqa: E402
 from verispec.reference import ouroboros as ref  # noqa: E402
 from verispec.reference.randomness import Sampler  # noqa: E402
 

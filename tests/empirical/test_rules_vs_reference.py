@@ -21,7 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from verispec.empirical import rules  # noqa: E402
+from verispec.empirical import verifiers as rules  # noqa: E402
 from verispec.empirical.uniforms import (NumpyUniforms, ReplayUniforms, TorchUniforms,  # noqa: E402
                                          categorical)
 from verispec.reference import drafters, exact, methods, models  # noqa: E402

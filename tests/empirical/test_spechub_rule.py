@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from verispec.empirical.rules.spechub import spechub_step  # noqa: E402
+from verispec.empirical.verifiers.spechub import spechub_step  # noqa: E402
 from verispec.reference.randomness import Sampler  # noqa: E402
 from verispec.reference.verifiers import spechub as reference  # noqa: E402
 

@@ -26,7 +26,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import engine, kv as kv_module, trees  # noqa: E402
+from verispec.empirical import engine, kv as kv_module  # noqa: E402
+from verispec.empirical.drafters import tree as trees  # noqa: E402
 from verispec.empirical import methods as torch_methods  # noqa: E402
 from verispec.empirical.drafters import probabilities  # noqa: E402
 from verispec.empirical.model import CausalLM  # noqa: E402

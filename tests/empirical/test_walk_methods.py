@@ -26,8 +26,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from verispec import bench  # noqa: E402
-from verispec.empirical import engine, hubpairs, methods  # noqa: E402
-from verispec.empirical.rules import multistep  # noqa: E402
+from verispec.empirical import engine, methods  # noqa: E402
+from verispec.empirical.drafters import hub_pairs as hubpairs  # noqa: E402
+from verispec.empirical.verifiers import multistep  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms  # noqa: E402
 from verispec.reference import methods as reference_methods  # noqa: E402
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..empirical import methods
 from ..empirical.engine import decode
-from ..empirical.phrases import PhrasePool
+from ..empirical.drafters.phrases import PhrasePool
 from ..empirical.speedups.linear_layout import linear_layout
 from ..reference import registry
 from ..reference.methods import load

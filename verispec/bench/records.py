@@ -12,7 +12,7 @@ import json
 import os
 
 from ..atomic import write_json_atomic
-from ..empirical.phrases import PhrasePool
+from ..empirical.drafters.phrases import PhrasePool
 from .clocks import PeakMemory, PhaseClock
 from .spec import BenchMethod
 

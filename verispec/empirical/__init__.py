@@ -30,10 +30,10 @@ except ImportError as err:  # pragma: no cover - exercised only without torch
     raise ImportError("verispec.empirical needs torch: pip install 'verispec[torch]' "
                       "(on CPU-only machines: pip install torch==2.13.0 first)") from err
 
-from . import rules, uniforms  # noqa: E402
+from . import uniforms, verifiers  # noqa: E402
 from .engine import DecodeResult, DecodeStats, TorchMethod, decode  # noqa: E402
-from .rules import RULES, RuleOutput, uniforms_needed, verify  # noqa: E402
+from .verifiers import RULES, RuleOutput, uniforms_needed, verify  # noqa: E402
 from .uniforms import NumpyUniforms, ReplayUniforms, TorchUniforms, UniformSource  # noqa: E402
 
-__all__ = ["decode", "DecodeResult", "DecodeStats", "TorchMethod", "rules", "uniforms", "RULES", "RuleOutput",
+__all__ = ["decode", "DecodeResult", "DecodeStats", "TorchMethod", "verifiers", "uniforms", "RULES", "RuleOutput",
            "uniforms_needed", "verify", "NumpyUniforms", "ReplayUniforms", "TorchUniforms", "UniformSource"]

@@ -38,9 +38,9 @@ from ..reference.drafters import Draft
 from ..reference.methods import Method
 from ..reference.models import LanguageModel
 from ..reference.randomness import Sampler
-from .drafters import PathsDrafter, PromptLookupDrafter
+from .drafters import HubPairsDrafter, PathsDrafter, PromptLookupDrafter, TreeDrafter
 from .engine import TorchMethod
-from .rules.nodes import Verdict
+from .verifiers.nodes import Verdict
 
 __all__ = ["OffTreeError", "ReferenceVerifier", "torch_method", "twin_drafter"]
 
@@ -200,8 +200,6 @@ def twin_drafter(method: Method) -> Callable:
     Raises:
         ValueError: a drafter without a torch twin (pass `drafter=` to `torch_method`).
     """
-    from .trees import TreeDrafter
-
     drafter = method.draft
     name, params = getattr(drafter, "name", None), dict(getattr(drafter, "params", {}))
     L = params.get("draft_length")
@@ -216,8 +214,6 @@ def twin_drafter(method: Method) -> Callable:
     if name == "prompt_lookup":
         return lambda: PromptLookupDrafter(L, params["max_ngram"])
     if name == "hub_pairs":  # SpecHub's hub-pair paths
-        from .hubpairs import HubPairsDrafter
-
         return lambda: HubPairsDrafter(L)
     raise ValueError(f"method: {method.name!r} drafts with {drafter!r}, which has no torch twin; pass "
                      "drafter= (a factory of verispec.empirical.drafters.Drafter)")

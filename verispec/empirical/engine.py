@@ -38,7 +38,7 @@ from .validation import check_pair, check_positive, check_prompt, check_prompts,
 from .drafters import Drafter, DraftTree, RootOnly, probabilities
 from .kv import STORAGES, new_kv
 from .model import CausalLM
-from .rules.nodes import SampleAndFollow
+from .verifiers.nodes import SampleAndFollow
 
 __all__ = ["TorchMethod", "DecodeStats", "DecodeResult", "Rows", "decode", "target_only_method"]
 

@@ -25,9 +25,12 @@ from __future__ import annotations
 
 from ..reference import registry
 from .validation import check_positive
-from .drafters import PathsDrafter, PromptLookupDrafter
+from .drafters import HubPairsDrafter, PathsDrafter, PromptLookupDrafter, TreeDrafter
+from .drafters.tree import check_tree_args
 from .engine import TorchMethod
-from .rules.nodes import PathRule, SampleAndFollow
+from .speedups.draftvocab import with_draft_vocab
+from .verifiers.multistep import TopDownWalk
+from .verifiers.nodes import PathRule, SampleAndFollow
 
 __all__ = ["get", "names", "paths_method", "tree_method", "walk_method", "prompt_lookup"]
 
@@ -56,11 +59,10 @@ def tree_method(name: str, node_budget: int = 50, threshold: float = 0.0, max_de
                 kind: str | None = None) -> TorchMethod:
     """A draft-tree method with sample-and-follow (OPT-Tree, arXiv 2406.17276): the tree `kind`
     of `trees.TREES` (default: `name`) with node budget n = node_budget."""
-    from .trees import TreeDrafter, _check_tree_args
 
     if kind is None:  # the registry's tree kind of the method (chain_tree drafts a "chain")
         kind = dict(registry.spec(name).torch_fixed).get("kind", name) if name in registry.REGISTRY else name
-    _check_tree_args(kind, node_budget, threshold, max_depth, branching)
+    check_tree_args(kind, node_budget, threshold, max_depth, branching)
     return TorchMethod(name, lambda: TreeDrafter(kind, node_budget, threshold, max_depth, branching,
                                                  draft_temperature, prune), SampleAndFollow(),
                        {"node_budget": node_budget, "threshold": threshold, "max_depth": max_depth})
@@ -85,8 +87,6 @@ def walk_method(name: str, draft_length: int = 4, num_paths: int = 2,
         TypeError: L, K or s not an int. ValueError: unknown name, L, K or s < 1, K != 2 for
             spechub, truncation for spechub.
     """
-    from .hubpairs import HubPairsDrafter
-    from .rules.multistep import TopDownWalk
 
     L = check_positive(draft_length, "draft_length")
     K = check_positive(num_paths, "num_paths")
@@ -116,8 +116,6 @@ def get(name: str, draft_vocab=None, **params) -> TorchMethod:
         ValueError: unknown name or a parameter out of range. TypeError: an unknown parameter.
     """
     if draft_vocab is not None:
-        from .speedups.draftvocab import with_draft_vocab
-
         return with_draft_vocab(get(name, **params), draft_vocab)
     if registry.spec(name).torch is None:
         raise ValueError(f"method: unknown method {name!r}; known: {', '.join(names())}")

@@ -157,25 +157,25 @@ _ENTRIES = (
                torch_fixed=(("name", "spechub"), ("num_paths", 2), ("truncation", None)), torch_only=("draft_temperature",)),
     MethodSpec("adaptive", "a confidence-stopped chain + token or block verification (transformers' heuristic)",
                (L, CAP, CONFIDENCE, SCHEDULE, T_DRAFT, VERIFIER, GUESSES),
-               reference="verispec.reference.adaptive:adaptive_method", torch="verispec.empirical.adaptive:adaptive_method",
+               reference="verispec.reference.adaptive:adaptive_method", torch="verispec.empirical.drafters.adaptive:adaptive_method",
                torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length")),
     MethodSpec("hybrid", "a prompt-lookup phrase when the context has one, else the adaptive chain",
                (L, CAP, CONFIDENCE, SCHEDULE, Param("lookup_length", 10, None, "tokens of a lookup phrase"), NGRAM,
                 T_DRAFT, VERIFIER, GUESSES),
-               reference="verispec.reference.adaptive:hybrid_method", torch="verispec.empirical.adaptive:hybrid_method",
+               reference="verispec.reference.adaptive:hybrid_method", torch="verispec.empirical.drafters.adaptive:hybrid_method",
                torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length")),
     MethodSpec("ouroboros", "draft-model phrases + pool suffixes, point-mass tree verification (Zhao et al., "
                "arXiv 2402.13720), one Jacobi level", (POOL, L, CANDIDATES, WINDOW),
-               torch="verispec.empirical.phrases:ouroboros_method", no_twin=_POOL_STATE),
+               torch="verispec.empirical.drafters.phrases:ouroboros_method", no_twin=_POOL_STATE),
     MethodSpec("ouroboros_phrase", "Ouroboros phrase by phrase: a guess set checked per draft forward, 2-D window, "
                "pool refinement (arXiv 2402.13720, Algorithm 1)",
                (POOL, L, CANDIDATES, Param("guess_set", 8, "G", "the guess set: pool phrases the draft checks per forward"), WINDOW,
                 Param("output_ngrams", True, None, "also pool the verified output's n-grams"),
                 Param("flat_window", False, None, "a one-level window instead of the 2-D one")),
-               torch="verispec.empirical.phrases:ouroboros_phrase_method", no_twin=_POOL_STATE),
+               torch="verispec.empirical.drafters.phrases:ouroboros_phrase_method", no_twin=_POOL_STATE),
     MethodSpec("lookahead", "no draft model: pool phrases from a one-level Jacobi window, point-mass tree "
                "verification (after Fu et al., arXiv 2402.02057)", (POOL, CANDIDATES, WINDOW), needs_draft=False,
-               torch="verispec.empirical.phrases:lookahead_method", no_twin=_POOL_STATE),
+               torch="verispec.empirical.drafters.phrases:lookahead_method", no_twin=_POOL_STATE),
 )
 
 #: name -> MethodSpec, in the order of docs/algorithms.md.

@@ -23,7 +23,9 @@ import torch
 __all__ = ["prompt_lookup_draft", "prompt_lookup_batch"]
 
 
-def _check_int(value, name: str, minimum: int) -> int:
+def check_int(value, name: str, minimum: int) -> int:
+    """`value` if it is an int >= `minimum`, else TypeError / ValueError naming `name` (the
+    drafters' integer parameters: n-gram sizes, lengths)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
     if value < minimum:
@@ -58,8 +60,8 @@ def prompt_lookup_draft(context_ids: torch.Tensor, max_ngram: int, draft_length:
         ValueError: context_ids not 1-D, max_ngram or draft_length < 1.
     """
     _check_ids(context_ids, "context_ids", 1)
-    N = _check_int(max_ngram, "max_ngram", 1)
-    L = _check_int(draft_length, "draft_length", 1)
+    N = check_int(max_ngram, "max_ngram", 1)
+    L = check_int(draft_length, "draft_length", 1)
     ctx = context_ids.long()
     n_ctx = ctx.numel()
     for n in range(min(N, n_ctx - 1), 0, -1):
@@ -92,14 +94,14 @@ def prompt_lookup_batch(contexts: torch.Tensor, context_lengths: torch.Tensor, m
     """
     _check_ids(contexts, "contexts", 2)
     _check_ids(context_lengths, "context_lengths", 1)
-    L = _check_int(draft_length, "draft_length", 1)
+    L = check_int(draft_length, "draft_length", 1)
     B, S = contexts.shape
     if S == 0:
         raise ValueError("contexts: expected at least one column")
     if context_lengths.shape[0] != B or bool(((context_lengths < 0) | (context_lengths > S)).any()):
         raise ValueError(f"context_lengths: expected {B} lengths in [0, {S}]")
-    N = _check_int(max_ngram, "max_ngram", 1)
-    n_min = _check_int(min_ngram, "min_ngram", 1)
+    N = check_int(max_ngram, "max_ngram", 1)
+    n_min = check_int(min_ngram, "min_ngram", 1)
     ctx, length = contexts.long(), context_lengths.long().to(contexts.device)  # [B, S], [B]
     start = torch.full((B,), -1, dtype=torch.long, device=ctx.device)  # first drafted index; -1: none
     for n in range(min(N, S - 1), n_min - 1, -1):  # longest n first: rows matched at a longer n keep it

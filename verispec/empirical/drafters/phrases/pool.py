@@ -11,7 +11,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ..validation import check_positive
+from ...validation import check_positive
 
 __all__ = ["PhrasePool", "check_pool", "candidates"]
 

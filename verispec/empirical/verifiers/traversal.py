@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..uniforms import bernoulli, categorical
-from .common import (RuleOutput, _check_tree, _Cursor, _emit, _gather_last, _representatives, accept_probability,
+from .common import (RuleOutput, check_tree, Cursor, emit, gather_last, representatives, accept_probability,
                      residual, stop_probability)
 
 
@@ -107,13 +107,13 @@ def traversal_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -
 
     Returns / Raises: as `rrs_rule`.
     """
-    lengths = _check_tree(p, q, paths, uniforms, lengths, lambda L, K: K * L + 2, validate)
+    lengths = check_tree(p, q, paths, uniforms, lengths, lambda L, K: K * L + 2, validate)
     B, K, L = paths.shape
     V = p.shape[-1]
     L1 = L + 1
     rows = torch.arange(B, device=p.device)
     paths = paths.long()
-    rep = _representatives(paths, lengths)  # [B, K, L+1]
+    rep = representatives(paths, lengths)  # [B, K, L+1]
     ev_k, ev_d, ev_exit, ev_valid = _euler_events(rep, lengths)  # [B, E] each
     num_events = int(ev_valid.sum(-1).max())
     P = p.reshape(B, K * L1, V).clone()  # current p of node (k, d) at row k * L1 + d
@@ -121,7 +121,7 @@ def traversal_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -
     W = torch.ones(B, K * L1, dtype=p.dtype, device=p.device)
     ev_token, ev_me, ev_pp, ev_pq = _event_rows(rep, paths, ev_k, ev_d)  # [B, E] each
 
-    cursor = _Cursor(uniforms)
+    cursor = Cursor(uniforms)
     done = torch.zeros(B, dtype=torch.bool, device=p.device)
     tau, last, path_index = (torch.zeros(B, dtype=torch.long, device=p.device) for _ in range(3))  # [B] each
     for e in range(num_events):
@@ -133,7 +133,7 @@ def traversal_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -
         leave = active & is_exit
         if bool(enter.any()):  # entering (k, d): its weight from the parent's current state
             p_parent, q_parent, w_parent = _rows_of(P, pp), _rows_of(Q, pq), W.gather(1, pp.unsqueeze(1)).squeeze(1)
-            w_new = accept_probability(_gather_last(p_parent, token), _gather_last(q_parent, token), w_parent)
+            w_new = accept_probability(gather_last(p_parent, token), gather_last(q_parent, token), w_parent)
             W.scatter_(1, me, torch.where(enter, w_new, w_me).unsqueeze(1))
         if not bool(leave.any()):
             continue
@@ -149,6 +149,6 @@ def traversal_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -
         if bool(rejected.any()):  # the subtree of (k, d) was rejected: update its parent
             _reject_child(P, Q, W, pp, pq, token, rejected)
     prefix = paths[rows, path_index]  # [B, L]
-    return RuleOutput(_emit(prefix, tau, last), tau, path_index, cursor.pos)
+    return RuleOutput(emit(prefix, tau, last), tau, path_index, cursor.pos)
 
 

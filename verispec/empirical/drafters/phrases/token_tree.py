@@ -8,8 +8,8 @@ from typing import Sequence
 
 import torch
 
-from ..kv import SequenceKV
-from ..model import CausalLM
+from ...kv import SequenceKV
+from ...model import CausalLM
 
 __all__ = ["Tree", "DraftSequence"]
 

@@ -1,4 +1,4 @@
-"""Drafters of the torch engine: each proposes a node-layout draft tree per row and iteration.
+"""The drafter protocol of the torch engine, its draft tree, and the path and lookup drafters.
 
 Data flow (`verispec.empirical.engine`): drafter.draft(rows) -> `DraftTree` -> ONE target tree
 forward -> verifier -> drafter.accept(tree, verdict) (the draft model's KV keeps the accepted
@@ -9,22 +9,17 @@ target cache does not hold yet):
 
 - tokens int64 [B, N]; parents int64 [B, N] (-1 at the root, parents[b, j] < j); real bool [B, N]
   (False: padding, rows draft trees of different sizes);
-- q float64 [B, N, V] or None: q[b, j] = the law node j's children were drawn from (the q of the
-  rules; zero rows where no child was drawn); `point_mass=True` with q None: deterministic drafts
-  (prompt lookup, phrase pools: q = one-hot of each drafted child);
+- q float64 [B, N, V] or None: q[b, j] = the law node j's children were drawn from (zero rows
+  where no child was drawn); `point_mass=True` with q None: deterministic drafts (prompt lookup,
+  phrase pools: q = one-hot of each drafted child);
 - paths int64 [B, K, L] or None: node id of path k's (d+1)-th token (-1 past its end) for drafters
   of K ordered paths (the layout of the multi-path rules); verifiable bool [B, N] or None.
 
-Drafters (the same drafting schemes as `verispec.reference.drafters`):
-
-- `PathsDrafter(L, K, replacement)`: K paths of L tokens from the draft model, i.i.d.
-  (`iid_paths`, K = 1 is `chain`) or with distinct first tokens (`paths_without_replacement`);
-  one draft forward per depth, each feeding the distinct nodes of that depth as a tree layer.
-- `verispec.empirical.trees.TreeDrafter(kind, n, threshold, max_depth)`: OPT-Tree (Wang et al.
-  2024, arXiv 2406.17276, Algorithm 1) and static trees at node budget n ("chain", "kary",
-  "eagle"); one draft forward per layer.
-- `PromptLookupDrafter(L, max_ngram)`: n-gram drafts from the row's own context (point masses).
-- phrase pools (Ouroboros, lookahead): `verispec.empirical.phrases`.
+Drafters here (the drafting schemes of `verispec.reference.drafters`): `PathsDrafter(L, K,
+replacement)`: K paths of L tokens from the draft model, i.i.d. (`iid_paths`, K = 1 is `chain`)
+or with distinct first tokens (`paths_without_replacement`), one draft forward per depth;
+`PromptLookupDrafter(L, max_ngram)`: n-gram drafts from the row's own context (point masses);
+`RootOnly`: no draft (target-only decoding). Trees: `verispec.empirical.drafters.tree`.
 """
 
 from __future__ import annotations
@@ -33,10 +28,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import rules
-from .kv import new_kv
+from ..kv import new_kv
 from .lookup import prompt_lookup_batch
-from .uniforms import categorical
+from ..uniforms import categorical
+from ..verifiers.common import representatives
 
 __all__ = ["DraftTree", "Drafter", "ModelDrafter", "PathsDrafter", "PromptLookupDrafter", "RootOnly",
            "probabilities", "next_token_law", "draw"]
@@ -139,7 +134,7 @@ class Drafter:
         """See the target's logits [B, N, V] of the tree forward (phrase pools learn from them)."""
 
     def accept(self, tree: DraftTree, verdict) -> None:
-        """Update the drafter's state with the verdict (`rules.Verdict`)."""
+        """Update the drafter's state with the verdict (`verifiers.nodes.Verdict`)."""
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only batch rows `rows`."""
@@ -239,7 +234,7 @@ class PathsDrafter(ModelDrafter):
         self.fed = torch.full((B, N), -1, dtype=torch.long, device=device)
         parent_fed = root.unsqueeze(1).expand(B, K)  # forest id of each path's last node
         for d in range(1, L):
-            rep = rules._representatives(paths[:, :, :d], lengths.clamp(max=d))[:, :, d]  # [B, K]
+            rep = representatives(paths[:, :, :d], lengths.clamp(max=d))[:, :, d]  # [B, K]
             is_node = (rep == ks) & (lengths >= d)  # path k owns node (k, d)
             m = self.kv.uncommitted
             logits = self.kv.append(paths[:, :, d - 1], parent_fed, is_node)  # [B, K, V]
@@ -259,7 +254,7 @@ class PathsDrafter(ModelDrafter):
         """The node layout of K paths: tokens/parents/real [B, 1 + K L], paths -> node ids."""
         B, K, L = paths.shape
         device = paths.device
-        rep = rules._representatives(paths, lengths)[:, :, 1:]  # [B, K, L], owner of node (k, d)
+        rep = representatives(paths, lengths)[:, :, 1:]  # [B, K, L], owner of node (k, d)
         depth = torch.arange(1, L + 1, device=device)
         slot_of = 1 + (depth - 1).view(1, 1, L) * K + rep  # [B, K, L]: slot of path k's depth-d node
         own = (rep == torch.arange(K, device=device).view(1, K, 1)) & (depth <= lengths.unsqueeze(-1))

@@ -8,8 +8,8 @@ here -> `Verdict` (accepted node ids, tau, correction/bonus token) -> KV keep.
   paths: p / q are gathered into the path layout of the rules (p [B, K, L+1, V], q [B, K, L, V]);
   chain rules (token, block) accept drafts of different lengths per row (prompt lookup), grouped
   by length; point-mass drafts get q = one-hot.
-- `SampleAndFollow()`: OPT-Tree's rule on any tree (`rules.tree`).
-- `PointMassTree()`: recursive rejection with one-hot proposals on a trie (`rules.pointmass`).
+- `SampleAndFollow()`: OPT-Tree's rule on any tree (`verifiers.sample_and_follow`).
+- `PointMassTree()`: recursive rejection with one-hot proposals on a trie (`verifiers.pointmass`).
 
 Uniforms: each verifier peeks the most its rule can read and advances by what each row consumed,
 so a stream source (`NumpyUniforms`) is read in the reference's order.
@@ -23,8 +23,9 @@ import torch
 
 from ..model import tree_ancestors
 from ..uniforms import categorical
-from .pointmass import _child_table, _height, _walk
-from .tree import sample_and_follow_nodes
+from .pointmass import child_table, point_mass_walk, tree_height
+from .registry import CHAIN_RULES, RULES, uniforms_needed, verify
+from .sample_and_follow import sample_and_follow_nodes
 
 __all__ = ["Verdict", "PathRule", "SampleAndFollow", "PointMassTree"]
 
@@ -49,13 +50,11 @@ def _verdict(path: torch.Tensor, tau: torch.Tensor, y: torch.Tensor) -> Verdict:
 
 
 class PathRule:
-    """A torch rule of `verispec.empirical.rules.RULES` on the tree's K ordered paths."""
+    """A torch rule of `verispec.empirical.verifiers.RULES` on the tree's K ordered paths."""
 
     needs_q = True
 
     def __init__(self, name: str):
-        from . import RULES
-
         if name not in RULES or name == "sample_and_follow":
             raise ValueError(f"name: not a path rule: {name!r}")
         self.name = name
@@ -73,8 +72,6 @@ class PathRule:
                                                       lengths[:, 0], source.peek(B, L + 1, p.device))
             k_star = torch.zeros_like(tau)
         else:
-            from . import uniforms_needed, verify
-
             p_tab, q_tab, drafted = _path_tables(p, tree, paths, loose=False)
             full = bool((lengths == L).all()) or self.name == "gbv"
             u = source.peek(B, uniforms_needed(self.name, L, K), p.device)
@@ -118,8 +115,6 @@ def _chain_by_length(name, p, q, draft, lengths, u):
     """A chain rule per row with its own draft length: rows grouped by length (length 0 draws
     straight from p, one uniform). p [B, l+1, V], q [B, l, V], draft [B, l], lengths [B],
     u [B, >= l+1] -> (tau [B], emitted [B, l+1] (-1 padded), consumed [B])."""
-    from . import CHAIN_RULES
-
     B, width = p.shape[:2]
     tau = torch.zeros(B, dtype=torch.long, device=p.device)
     emitted = torch.full((B, width), -1, dtype=torch.long, device=p.device)
@@ -162,9 +157,9 @@ class PointMassTree:
 
     def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
         verifiable = tree.real if tree.verifiable is None else tree.verifiable & tree.real
-        kids = _child_table(torch.where(tree.real, tree.parents, -1), verifiable)  # [B, N, C]
-        height = _height(torch.where(tree.real, tree.parents, -1), verifiable)
+        kids = child_table(torch.where(tree.real, tree.parents, -1), verifiable)  # [B, N, C]
+        height = tree_height(torch.where(tree.real, tree.parents, -1), verifiable)
         u = source.peek(p.shape[0], height * kids.shape[-1] + 1, p.device)
-        path, tau, y, consumed = _walk(p.double(), tree.tokens, kids, u)
+        path, tau, y, consumed = point_mass_walk(p.double(), tree.tokens, kids, u)
         source.advance(consumed)
         return _verdict(path, tau, y)

@@ -16,7 +16,7 @@ from ..uniforms import bernoulli, categorical
 from .common import accept_probability, residual
 
 
-def _single_draft(p, q_sel, y, u_accept, u_correction):
+def single_draft(p, q_sel, y, u_accept, u_correction):
     """Single-draft speculative sampling of y ~ q_sel against p -> (token [B], accepted [B])."""
     rows = torch.arange(p.shape[0], device=p.device)
     take = bernoulli(accept_probability(p[rows, y], q_sel[rows, y]), u_accept)
@@ -38,7 +38,7 @@ def optimal_is_step(p: torch.Tensor, q_sel: torch.Tensor, candidates: torch.Tens
     """
     pick = categorical(select, u[:, 0])  # [B]
     y = candidates.gather(1, pick.unsqueeze(1)).squeeze(1)  # [B]
-    out, take = _single_draft(p, q_sel, y, u[:, 1], u[:, 2])
+    out, take = single_draft(p, q_sel, y, u[:, 1], u[:, 2])
     return out, torch.where(take, 2, 3)
 
 
@@ -61,5 +61,5 @@ def khisti_step(p: torch.Tensor, keeps: torch.Tensor, q_sel: torch.Tensor, draft
         challenger = drafts[:, r + 1]
         keep = keeps[rows, r, winner, challenger]  # [B]
         winner = torch.where(bernoulli(keep, u[:, r]), winner, challenger)
-    out, take = _single_draft(p, q_sel, winner, u[:, K - 1], u[:, K])
+    out, take = single_draft(p, q_sel, winner, u[:, K - 1], u[:, K])
     return out, torch.where(take, K, K + 1)

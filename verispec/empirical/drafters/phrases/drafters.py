@@ -1,7 +1,7 @@
 """The phrase-pool drafters of the engine (`OuroborosDrafter`, `PhraseOuroborosDrafter`,
-`LookaheadDrafter`; see the package docstring) and the factories of their methods
+`LookaheadDrafter`; one iteration of each in its docstring) and the factories of their methods
 (`ouroboros_method`, `ouroboros_phrase_method`, `lookahead_method`), each verified by
-point-mass tree verification (`verispec.empirical.rules.nodes.PointMassTree`).
+point-mass tree verification (`verispec.empirical.verifiers.nodes.PointMassTree`).
 """
 
 from __future__ import annotations
@@ -10,21 +10,19 @@ from typing import Sequence
 
 import torch
 
-from ..drafters import Drafter, DraftTree
-from ..engine import TorchMethod
-from ..rules.nodes import PointMassTree
-from ..validation import check_positive
+from ..base import Drafter, DraftTree
+from ...engine import TorchMethod
+from ...verifiers.nodes import PointMassTree
+from ...validation import check_positive
 from .pool import PhrasePool, candidates, check_pool
-from .tree import DraftSequence, Tree
+from .token_tree import DraftSequence, Tree
 from .windows import JacobiWindow, JacobiWindow2D
 
 __all__ = ["ouroboros_method", "ouroboros_phrase_method", "lookahead_method", "OuroborosDrafter",
            "PhraseOuroborosDrafter", "LookaheadDrafter"]
 
 
-# ----------------------------------------------------------------------------------------------
-# Drafting and pool refinement
-# ----------------------------------------------------------------------------------------------
+# --- Drafting and pool refinement ---
 
 def _draft_forward(dcache: DraftSequence, context: list[int], pool: PhrasePool, window: JacobiWindow | None,
                    room: int, num_candidates: int) -> tuple[list[int], int]:
@@ -149,9 +147,7 @@ def _target_phrases(pool: PhrasePool, tree: Tree, anchor: int, argmax: list[int]
     return added
 
 
-# ----------------------------------------------------------------------------------------------
-# The drafters
-# ----------------------------------------------------------------------------------------------
+# --- The drafters ---
 
 class _PhraseDrafter(Drafter):
     """Shared by both: one prompt, the pool, the emitted sequence, the target's argmax at every
@@ -199,8 +195,38 @@ class _PhraseDrafter(Drafter):
 
 
 class OuroborosDrafter(_PhraseDrafter):
-    """Ouroboros (package docstring): phrase-by-phrase drafting with the draft model, then the
-    draft plus the pool's suffixes keyed by its last token as one tree."""
+    """Ouroboros, simplified: phrase-by-phrase drafting with the draft model, then the draft plus
+    the pool's suffixes keyed by its last token as one tree.
+
+    The drafter of `ouroboros_method` (Zhao et al. 2024, arXiv 2402.13720; phrases cut at L, the K
+    newest phrases checked by the draft, the target's continuations inserted as new phrases), one
+    iteration:
+
+    1. Draft, phrase by phrase: every draft forward is one tree forward of the draft model holding
+       the tokens it has not seen yet, the newest pool phrases keyed by the last token (a trie) and a
+       Jacobi window. Walking the trie along the draft's own argmax accepts the longest matching
+       phrase prefix, then the draft's argmax after it: one forward yields several draft tokens.
+       Repeat until the draft holds `draft_length` tokens.
+    2. Verify: ONE target tree forward over [last token, draft, pool phrases keyed by the last draft
+       token hung after the draft] (4D float mask, position ids = prefix length + depth); the target
+       KV cache keeps the accepted path by a gather.
+    3. Fill the pool: the draft's Jacobi window trajectories (a), the n-grams of the verified output
+       (b), and the target's own argmax continuations of the pool phrases it just scored (candidate
+       refinement, c). The pool object outlives the call (warm start across prompts).
+
+    Differences from the original Ouroboros code (thunlp/Ouroboros, read, not copied):
+    - its draft runs full lookahead decoding (2D window: 20 slots x 6 levels, guess set 20) and checks
+      pool phrases in the same forward; here the draft forward holds one Jacobi level (`window`
+      slots) and the K newest phrases as a trie.
+    - its target corrections are n-grams of the target's argmax along a rejected draft suffix and
+      refined guesses written over the newest pool entries; here (b) is the n-grams of the committed
+      output and (c) inserts the target's continuation of every scored phrase as the newest entry.
+    - on full acceptance it keeps the longest matching guess; the T = 0 walk here does the same.
+    - it stops at EOS and is greedy only; here no EOS stop, and T > 0 is supported (lossless).
+    - defaults: its gamma 4, window 20, lookahead level 7 (phrases of 6), guess set 20, top-k 3; here
+      draft_length 4, window 4, phrase_length 4, max_phrases_per_key 20, num_candidates 3 (small
+      trees: CPU forwards cost grows with rows).
+    """
 
     needs_model = True
 
@@ -226,10 +252,49 @@ class OuroborosDrafter(_PhraseDrafter):
 
 
 class PhraseOuroborosDrafter(_PhraseDrafter):
-    """Ouroboros as in the paper (package docstring, "Ouroboros, phrase by phrase"): whole-phrase
-    drafting (the chain is at least L tokens; the last phrase is not cut), the G newest phrases
-    checked per draft forward, the K newest hung after the chain, and the pool refined from the
-    target's verification (rejected-draft phrases, in-place guess corrections)."""
+    """Ouroboros as in the paper: whole-phrase drafting (the chain is at least L tokens; the last
+    phrase is not cut), the G newest phrases checked per draft forward, the K newest hung after
+    the chain, and the pool refined from the target's verification (rejected-draft phrases,
+    in-place guess corrections).
+
+    The drafter of `ouroboros_phrase_method`: Ouroboros phrase by phrase, as the paper's
+    Algorithm 1 and the public code (thunlp/Ouroboros, read, not copied) do it, one iteration:
+
+    1. Draft phrase by phrase: each draft forward holds the tokens the draft has not seen, the G
+       newest pool phrases keyed by the last token (whole phrases, a trie; the paper's guess set) and
+       lookahead decoding's 2D window (W columns, n - 1 levels; `JacobiWindow2D`), whose W
+       new n-grams per forward go to the pool. The draft's argmax walks the trie: the longest
+       phrase prefix it agrees with plus its argmax after it are drafted, so a forward yields
+       1 + (matched) tokens, all of them the draft's greedy continuation. Forwards repeat until the chain holds >= L tokens (gamma); the
+       last phrase is not cut, so the chain may reach L + phrase_length - 1 + 1 tokens.
+    2. Lengthen and verify: ONE target tree forward over [last token, chain, the K newest phrases
+       keyed by the chain's last token as a trie] (the paper's top-k), point-mass verification.
+    3. Refine the pool from the target's verification (for later iterations only): (i) from the
+       first chain token that is not the target's argmax at its parent, every chain node v gives the
+       phrase "target argmax after v, then after each following node whose token equals the argmax
+       before it", keyed by v's token (the paper's "generating phrases from verification results");
+       (ii) each of the K phrases g hung after the chain is replaced, at its place in the pool, by
+       (argmax after the chain, argmax after g_1, ..., after g_{n-1}): one Jacobi step of the target
+       on g; (iii) the 2D window's n-grams (step 1), and (unless output_ngrams=False) the verified
+       output's n-grams.
+
+    Its reference twin, checked lossless by exact enumeration, is
+    `verispec.reference.ouroboros.ouroboros_method`: the drafts are the same function of the context
+    and the pool snapshot (tested on every iteration of engine runs). How it still differs from the
+    paper and its code:
+    - the 2D window is seeded with the context's last tokens and adds phrases from the n-th forward
+      on (the code seeds it with random prompt tokens and fills it level by level);
+    - the draft checks the G newest phrases (the code: all of the key's guess set, up to 20);
+    - the phrases of (i) may continue into the pool tails after the chain (the code stops at the
+      chain's end); (iii)'s output n-grams are not in the paper (output_ngrams=False drops them);
+    - pool phrases have one length n (PhrasePool.phrase_length, default 4; the code's 6), and the
+      draft's phrases are checked by the draft's argmax on the trie (the code: one chain per phrase);
+    - verification: the paper's is greedy (longest prefix equal to the target's argmax); here
+      point-mass recursive rejection, identical at T = 0 and lossless at any T > 0;
+    - no EOS stop; defaults L 4, K 3, G 8, W 4 (the code: gamma 4, top-k 3, guess set 20, window 20)
+      because CPU forwards cost grows with rows: up to G n + W n - 1 rows ride in every draft forward
+      (W = 0 or flat_window=True for fewer).
+    """
 
     needs_model = True
 
@@ -265,8 +330,18 @@ class PhraseOuroborosDrafter(_PhraseDrafter):
 
 
 class LookaheadDrafter(_PhraseDrafter):
-    """Lookahead-style (package docstring): the pool's phrases keyed by the last token and a
-    Jacobi window riding in the target's own tree forward; no draft model."""
+    """Lookahead-style: the pool's phrases keyed by the last token and a Jacobi window riding in
+    the target's own tree forward; no draft model.
+
+    The drafter of `lookahead_method`: a simplified lookahead decoding (Fu et al. 2024, arXiv 2402.02057),
+    target only: each target forward holds [last token, the pool phrases keyed by it (verification
+    branches), a Jacobi window of W guesses (lookahead branch)]; the window's outputs become the next
+    guesses and their trajectories over `phrase_length` steps become pool phrases; the verified
+    output's n-grams are added too. Not implemented from the paper: the 2D window of N - 1 levels
+    decoded in one forward (here one level; the trajectories are collected over consecutive
+    forwards, the window shifting by one slot per forward whatever was accepted), and its custom
+    kernels / multi-device lookahead parallelism.
+    """
 
     def draft(self, rows) -> DraftTree:
         tree, self.slots = _lookahead_tree(self.seq[-1], self.pool, self.K, rows.vocab_size, self.window)
@@ -279,9 +354,7 @@ class LookaheadDrafter(_PhraseDrafter):
         self._emit(verdict)
 
 
-# ----------------------------------------------------------------------------------------------
-# The methods
-# ----------------------------------------------------------------------------------------------
+# --- The methods ---
 
 def ouroboros_method(pool: PhrasePool | None = None, draft_length: int = 4, num_candidates: int = 3,
                      window: int = 4) -> TorchMethod:
@@ -289,7 +362,7 @@ def ouroboros_method(pool: PhrasePool | None = None, draft_length: int = 4, num_
     `engine.decode(target, draft, prompt, ouroboros_method(), N, T, uniforms, "sequence")` decodes
     one prompt (B = 1; a batch raises ValueError naming `prompts`).
 
-    See the `verispec.empirical.phrases` docstring for one iteration (phrase-by-phrase drafting
+    See `OuroborosDrafter` for one iteration (phrase-by-phrase drafting
     with the draft model, one target tree forward over the draft plus pool suffixes, point-mass
     verification, pool filling and candidate refinement).
 
@@ -301,7 +374,7 @@ def ouroboros_method(pool: PhrasePool | None = None, draft_length: int = 4, num_
         window: W >= 0 Jacobi window slots in every draft forward (0: no draft lookahead).
 
     Returns:
-        `TorchMethod` "ouroboros" (`OuroborosDrafter` + `rules.nodes.PointMassTree`); its stats.logs
+        `TorchMethod` "ouroboros" (`OuroborosDrafter` + `verifiers.nodes.PointMassTree`); its stats.logs
         hold the pool counters (`_PhraseDrafter.logs`).
 
     Raises:
@@ -318,8 +391,8 @@ def ouroboros_phrase_method(pool: PhrasePool | None = None, draft_length: int = 
                             guess_set: int = 8, window: int = 4, output_ngrams: bool = True,
                             flat_window: bool = False) -> TorchMethod:
     """Ouroboros (Zhao et al. 2024, arXiv 2402.13720, Algorithm 1 and Section 3) phrase by
-    phrase, as a method of the engine (`verispec.empirical.phrases` docstring, "Ouroboros, phrase
-    by phrase"); one prompt per decode call (B = 1), as `ouroboros_method`.
+    phrase, as a method of the engine (one iteration: `PhraseOuroborosDrafter`); one prompt per
+    decode call (B = 1), as `ouroboros_method`.
 
     Args:
         pool: a `PhrasePool` (warm across calls) or None (a fresh `PhrasePool()` per decode call).
@@ -335,7 +408,7 @@ def ouroboros_phrase_method(pool: PhrasePool | None = None, draft_length: int = 
             phrase formed over n forwards).
 
     Returns:
-        `TorchMethod` "ouroboros_phrase" (`PhraseOuroborosDrafter` + `rules.nodes.PointMassTree`);
+        `TorchMethod` "ouroboros_phrase" (`PhraseOuroborosDrafter` + `verifiers.nodes.PointMassTree`);
         stats.logs: the pool counters ("target_phrases": phrases the target's verification added).
 
     Raises:
@@ -369,7 +442,7 @@ def lookahead_method(pool: PhrasePool | None = None, num_candidates: int = 3, wi
     it (verification branches, a trie), a Jacobi window of W guesses (lookahead branch, never
     accepted)]; point-mass verification of the branches; the window's argmax outputs become its
     next guesses and, over `pool.phrase_length` forwards, pool phrases; the verified output's
-    n-grams are added too. Simplified (see the `verispec.empirical.phrases` docstring): one window
+    n-grams are added too. Simplified (see `LookaheadDrafter`): one window
     level per forward.
 
     Args:
@@ -377,7 +450,7 @@ def lookahead_method(pool: PhrasePool | None = None, num_candidates: int = 3, wi
         num_candidates: K >= 1 verification branches. window: W >= 0 lookahead slots.
 
     Returns:
-        `TorchMethod` "lookahead" (`LookaheadDrafter` + `rules.nodes.PointMassTree`); stats.logs:
+        `TorchMethod` "lookahead" (`LookaheadDrafter` + `verifiers.nodes.PointMassTree`); stats.logs:
         the pool counters (draft_forwards = 0).
 
     Raises:

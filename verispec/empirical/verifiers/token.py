@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..uniforms import bernoulli, categorical
-from .common import RuleOutput, _check_chain, _emit, _gather_last, accept_probability, residual
+from .common import RuleOutput, check_chain, emit, gather_last, accept_probability, residual
 
 
 def token_rule(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: torch.Tensor,
@@ -30,12 +30,12 @@ def token_rule(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: 
         TypeError: non-tensors or wrong dtypes. ValueError: bad shapes (named), probabilities not
         summing to 1, out-of-range ids or uniforms, too few uniforms.
     """
-    _check_chain(p, q, draft, uniforms, validate)
+    check_chain(p, q, draft, uniforms, validate)
     B, L = draft.shape
     rows = torch.arange(B, device=p.device)
     draft = draft.long()
-    p_x = _gather_last(p[:, :L], draft)  # [B, L]
-    q_x = _gather_last(q, draft)  # [B, L]
+    p_x = gather_last(p[:, :L], draft)  # [B, L]
+    q_x = gather_last(q, draft)  # [B, L]
     ok = bernoulli(accept_probability(p_x, q_x), uniforms[:, :L])  # [B, L]
     tau = ok.long().cumprod(-1).sum(-1)  # [B], accepted before the first rejection
     p_tau = p[rows, tau]  # [B, V]
@@ -43,6 +43,6 @@ def token_rule(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: 
     dist = torch.where((tau < L).unsqueeze(1), residual(p_tau, q_tau), p_tau)  # [B, V]
     at = (tau + 1).clamp(max=L)  # [B], index of the categorical's uniform
     y = categorical(dist, uniforms[rows, at])  # [B]
-    return RuleOutput(_emit(draft, tau, y), tau, torch.zeros_like(tau), at + 1)
+    return RuleOutput(emit(draft, tau, y), tau, torch.zeros_like(tau), at + 1)
 
 

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import torch
 
+
 class RuleOutput(NamedTuple):
     """What one verification emits, per row.
 
@@ -23,9 +24,7 @@ class RuleOutput(NamedTuple):
     consumed: torch.Tensor
 
 
-# ----------------------------------------------------------------------------------------------
-# Shared math (elementwise / along the last axis); mirrors verispec.reference.probability
-# ----------------------------------------------------------------------------------------------
+# --- Shared math (elementwise / along the last axis); mirrors verispec.reference.probability ---
 
 def residual(p: torch.Tensor, q: torch.Tensor, weight=1.0) -> torch.Tensor:
     """norm(max(weight * p - q, 0)) along the last axis; `p` where that mass is 0.
@@ -78,12 +77,14 @@ def stop_probability(p_next: torch.Tensor, q_next: torch.Tensor, w: torch.Tensor
     return torch.where((w == 1) | (denominator == 0), torch.ones_like(h), h)
 
 
-def _gather_last(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """t[..., index[...]]: t [..., V], index [...] -> [...]."""
+# --- Helpers shared by the rule modules ---
+
+def gather_last(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """t[..., index[...]]: t [..., V], index [...] -> [...] (every rule reads p(x), q(x) this way)."""
     return t.gather(-1, index.unsqueeze(-1)).squeeze(-1)
 
 
-class _Cursor:
+class Cursor:
     """Per-row read position into uniforms [B, n]; `take(active)` reads one uniform per row and
     advances only the active rows (so each row consumes exactly the draws its reference makes)."""
 
@@ -98,14 +99,14 @@ class _Cursor:
         return value
 
 
-# ----------------------------------------------------------------------------------------------
-# Input checks (public boundary)
-# ----------------------------------------------------------------------------------------------
+# --- Input checks (public boundary) ---
 
 _SUM_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4}
 
 
-def _check_tensor(t, name, ndim, dtype_kind):
+def check_tensor(t, name, ndim, dtype_kind):
+    """TypeError / ValueError naming `name` unless t is a tensor of `ndim` dims and dtype kind
+    "float" or "int" (shared by every rule's boundary check and `verify`)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.dim() != ndim:
@@ -133,7 +134,7 @@ def _check_probs(t: torch.Tensor, name: str, used: torch.Tensor | None = None) -
 
 
 def _check_uniforms(uniforms, B, needed, device):
-    _check_tensor(uniforms, "uniforms", 2, "float")
+    check_tensor(uniforms, "uniforms", 2, "float")
     if uniforms.shape[0] != B:
         raise ValueError(f"uniforms: expected {B} rows (the batch), got {uniforms.shape[0]}")
     if uniforms.shape[1] < needed:
@@ -144,10 +145,12 @@ def _check_uniforms(uniforms, B, needed, device):
         raise ValueError("uniforms: values must lie in [0, 1)")
 
 
-def _check_chain(p, q, draft, uniforms, validate):
-    _check_tensor(p, "p", 3, "float")
-    _check_tensor(q, "q", 3, "float")
-    _check_tensor(draft, "draft", 2, "int")
+def check_chain(p, q, draft, uniforms, validate):
+    """The chain rules' (token, block) input check: shapes, dtypes, devices, uniforms and, if
+    `validate`, probability rows and token ids; raises ValueError / TypeError naming the argument."""
+    check_tensor(p, "p", 3, "float")
+    check_tensor(q, "q", 3, "float")
+    check_tensor(draft, "draft", 2, "int")
     B, L = draft.shape
     if L < 1:
         raise ValueError("draft: draft_length must be >= 1")
@@ -166,10 +169,12 @@ def _check_chain(p, q, draft, uniforms, validate):
             raise ValueError(f"draft: token ids must lie in [0, {V})")
 
 
-def _check_tree(p, q, paths, uniforms, lengths, needed_fn, validate):
-    _check_tensor(p, "p", 4, "float")
-    _check_tensor(q, "q", 4, "float")
-    _check_tensor(paths, "paths", 3, "int")
+def check_tree(p, q, paths, uniforms, lengths, needed_fn, validate):
+    """The tree rules' input check (as `check_chain`, K paths, `needed_fn(L, K)` uniforms per row);
+    returns lengths [B, K] int64 (all L when None)."""
+    check_tensor(p, "p", 4, "float")
+    check_tensor(q, "q", 4, "float")
+    check_tensor(paths, "paths", 3, "int")
     B, K, L = paths.shape
     if K < 1:
         raise ValueError("paths: num_paths must be >= 1")
@@ -185,7 +190,7 @@ def _check_tree(p, q, paths, uniforms, lengths, needed_fn, validate):
     if lengths is None:
         lengths = torch.full((B, K), L, dtype=torch.long, device=p.device)
     else:
-        _check_tensor(lengths, "lengths", 2, "int")
+        check_tensor(lengths, "lengths", 2, "int")
         if tuple(lengths.shape) != (B, K):
             raise ValueError(f"lengths: expected shape [B={B}, K={K}], got {tuple(lengths.shape)}")
         if bool(((lengths < 0) | (lengths > L)).any()):
@@ -202,8 +207,9 @@ def _check_tree(p, q, paths, uniforms, lengths, needed_fn, validate):
     return lengths
 
 
-def _emit(prefix: torch.Tensor, tau: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """[B, L+1] rows: prefix[:tau], y, then -1. prefix [B, L], tau [B], y [B]."""
+def emit(prefix: torch.Tensor, tau: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """[B, L+1] rows: prefix[:tau], y, then -1. prefix [B, L], tau [B], y [B] (every rule's
+    `RuleOutput.tokens`)."""
     B, L = prefix.shape
     position = torch.arange(L + 1, device=prefix.device)  # [L+1]
     padded = torch.cat([prefix, prefix.new_full((B, 1), -1)], dim=1)  # [B, L+1]
@@ -211,16 +217,16 @@ def _emit(prefix: torch.Tensor, tau: torch.Tensor, y: torch.Tensor) -> torch.Ten
     return torch.where(position == tau.unsqueeze(1), y.unsqueeze(1), out)
 
 
-
-def _first_true(mask: torch.Tensor) -> torch.Tensor:
-    """Index of the first True along the last axis (0 if none): [B, K] -> [B]."""
+def first_true(mask: torch.Tensor) -> torch.Tensor:
+    """Index of the first True along the last axis (0 if none): [B, K] -> [B] (the accepted
+    candidate of a multi-draft selection)."""
     return mask.long().argmax(-1)
 
 
-
-def _representatives(paths: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+def representatives(paths: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """rep [B, K, L+1]: the lowest path index k' with lengths[k'] >= d sharing path k's first d
-    tokens (the node id of position (k, d)); only meaningful where d <= lengths[k]."""
+    tokens (the node id of position (k, d)); only meaningful where d <= lengths[k]. Shared by the
+    rules and the drafters, which must read one row per tree node."""
     B, K, L = paths.shape
     same_token = paths.unsqueeze(2) == paths.unsqueeze(1)  # [B, K, K', L]
     same_prefix = torch.cat([torch.ones_like(same_token[..., :1]), same_token.long().cumprod(-1).bool()], -1)

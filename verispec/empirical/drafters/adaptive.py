@@ -1,64 +1,38 @@
 """Cheaper drafts on the engine: adaptive chains and hybrid (n-gram or draft model) chains.
 
-Two levers against the cost of drafting (one draft forward per drafted token), both verified by
-token-level speculative sampling (Leviathan et al. 2023, arXiv 2211.17192, Algorithm 1) or, with
-``verifier="block"``, by block verification (Sun et al. 2024, arXiv 2403.10444, Algorithm 2: at
-least as many tokens per target call in expectation from the same chain, no forward more);
-lossless at every temperature (block verification: checked, not proved, see below):
+Verified by token-level speculative sampling (Leviathan et al. 2023, arXiv 2211.17192) or, with
+``verifier="block"``, block verification (Sun et al. 2024, arXiv 2403.10444); lossless at every
+temperature (token: for any stopping time; block: proved for fixed-length chains, checked exactly
+on these ones by the reference twins `verispec.reference.adaptive.adaptive_chain` / `hybrid`).
 
-- `AdaptiveChainDrafter`: a chain from the draft model that stops after a token whose draft
-  confidence falls below `threshold` (transformers' ``assistant_confidence_threshold``), with a
-  per-row length cap that follows the acceptance history (transformers' "heuristic" schedule:
-  +2 after an iteration that accepted every drafted token, -1 otherwise, within
-  [1, max_draft_length]; a chain is also cut to the tokens its row still needs). The stop is
-  decided AFTER the token is drawn and keeps it: whether to draft one more token is then a
-  function of the drafted prefix, which token verification allows (a chain's length may be any
-  stopping time of its own tokens). Dropping the
-  low-confidence token instead would condition its law on q(x) >= threshold while the verifier
-  divides by the unconditioned q: biased (`verispec.reference.adaptive` plants exactly that).
-  The cap is fixed before an iteration's draws, so every iteration is the reference
-  `adaptive_chain(cap, threshold)` for some cap.
-  Confidence: q of the drawn token at the draft temperature; at draft temperature 0 (greedy
-  drafts, q one-hot) the softmax of the draft logits at temperature 1, as transformers does.
-- Guesses (``guess_length`` k > 0, both drafters; bench ``g=k``): each draft forward also holds
-  up to k prompt-lookup tokens (the tokens after the latest earlier occurrence of the suffix
-  n-gram, n = 3 then 2, of the context plus the chain so far; Saxena 2023) hung as a chain below
-  the token it feeds, in the draft's tree attention. A guess column's logits are the draft's
-  next-token logits after that guess: when the token drawn from the previous column (with the
-  uniform of its depth) equals the guess, the next token is drawn from the guess column's q in
-  the same forward, and so on until a draw differs from its guess. Tokens are always drawn from
-  q, never taken from the guess, so the chain is the function of the uniforms that the
-  one-token-per-forward chain is (same tokens and q rows, up to the float rounding of a wider
-  forward): the draft-side phrase check of Ouroboros (Zhao et al. 2024, arXiv 2402.13720) made
-  exact under sampling. With an int8 draft (`quantize.quantize_draft`) the activation scale of a
-  forward spans all its rows, so q also depends on the guesses beside it; the guesses are a
-  function of the drafted prefix, so q is still the law each token was drawn from given its
-  prefix, which is all the verifiers read. Unmatched guess nodes are never committed to the
-  draft cache. 1-gram matches are not used (`GUESS_MIN_NGRAM`): over the ten committed
-  target-only T = 0 outputs, a 1-gram lookup's 8-token guess matched 0.66 following tokens on
-  average, a 2-gram's 1.50 and a 3-gram's 4.15, and each guess costs a draft row.
-- `HybridDrafter`: per row and iteration, the prompt-lookup phrase (Saxena 2023) when the context
-  has an n-gram match (a point-mass chain, q one-hot: no draft forward), the adaptive chain of the
-  draft model otherwise. Tokens emitted while the draft model was idle are fed to it, all in one
-  forward, the next time it drafts ("pending" tokens, any number per row).
+- `AdaptiveChainDrafter`: a draft-model chain that stops after a token whose draft confidence
+  falls below `threshold` (transformers' ``assistant_confidence_threshold``), with a per-row cap
+  that follows the acceptance history (`SCHEDULES`).
+- Guesses (``guess_length`` k > 0; bench ``g=k``): each draft forward also holds up to k
+  prompt-lookup tokens (Saxena 2023) hung as a chain below the token it feeds, so several tokens
+  can be drawn in one forward while the draws match the guesses; tokens are always drawn from q,
+  never taken from a guess: the draft-side phrase check of Ouroboros (Zhao et al. 2024, arXiv
+  2402.13720) made exact under sampling.
+- `HybridDrafter`: per row and iteration, the prompt-lookup phrase when the context has an n-gram
+  match (a point-mass chain: no draft forward), the adaptive chain otherwise.
 
-Reference twins (exact laws checked by `verispec.testing.assert_lossless`):
-`verispec.reference.adaptive.adaptive_chain` / `hybrid`. Token verification of these chains is
-lossless for any stopping time; block verification is proved for fixed-length chains and its law
-on these ones is checked exactly, not proved (`verispec.reference.adaptive`).
+`adaptive_method` / `hybrid_method` build them as `TorchMethod`s ("adaptive", "hybrid").
 """
 
 from __future__ import annotations
 
 import torch
 
-from .drafters import DraftTree, PathsDrafter, draw, next_token_law, probabilities
-from .lookup import _check_int, prompt_lookup_batch
+from ..engine import TorchMethod
+from ..validation import check_positive
+from ..verifiers.nodes import PathRule
+from .base import DraftTree, PathsDrafter, draw, next_token_law, probabilities
+from .lookup import check_int, prompt_lookup_batch
 
 __all__ = ["AdaptiveChainDrafter", "HybridDrafter", "SCHEDULES", "VERIFIERS", "adaptive_method", "hybrid_method"]
 
-#: Guesses come from suffix n-grams of at least this length: a 1-gram match is a weak guess (module
-#: docstring), and every guessed token costs a row of the draft's forward.
+#: Guesses come from suffix n-grams of at least this length (n = 3 then 2): a 1-gram match is a
+#: weak guess, and every guessed token costs a row of the draft's forward.
 GUESS_MIN_NGRAM = 2
 
 #: Length-cap schedules: transformers' "heuristic" (+2 when every drafted token was accepted,
@@ -119,13 +93,33 @@ class _Chain:
 
 
 class AdaptiveChainDrafter(PathsDrafter):
-    """A draft-model chain with a confidence stop and a scheduled length cap (module docstring).
+    """A draft-model chain with a confidence stop and a scheduled length cap.
+
+    The "heuristic" schedule is transformers': +2 after an iteration that accepted every drafted
+    token, -1 otherwise, within [1, max_draft_length]; a chain is also cut to the tokens its row
+    still needs. The stop is decided AFTER the token is drawn and keeps it, so whether to draft
+    one more token is a function of the drafted prefix, which token verification allows (a
+    chain's length may be any stopping time of its own tokens). Dropping the low-confidence token
+    instead would condition its law on q(x) >= threshold while the verifier divides by the
+    unconditioned q: biased (`verispec.reference.adaptive` plants exactly that). The cap is fixed
+    before an iteration's draws, so every iteration is the reference `adaptive_chain(cap,
+    threshold)` for some cap. Confidence: q of the drawn token at the draft temperature; at draft
+    temperature 0 the softmax of the draft logits at temperature 1, as transformers does.
+
+    Guesses: a guess column's logits are the draft's next-token logits after that guess; when the
+    token drawn from the previous column (with the uniform of its depth) equals the guess, the next
+    token is drawn from the guess column's q in the same forward, until a draw differs from its
+    guess. The chain is the same function of the uniforms as the one-token-per-forward chain (up to
+    the float rounding of a wider forward). With an int8 draft the activation scale spans all rows
+    of a forward, so q also depends on the guesses beside it; the guesses are a function of the
+    drafted prefix, so q is still the law each token was drawn from given its prefix, which is all
+    the verifiers read. Unmatched guess nodes are never committed to the draft cache.
 
     Args:
         draft_length: the initial cap L0 >= 1. max_draft_length: the cap's ceiling (>= L0).
         threshold: stop after a drafted token of confidence < threshold (0: never stop).
         schedule: one of `SCHEDULES`. draft_temperature: as `PathsDrafter` (default: T).
-        guess_length: prompt-lookup tokens per draft forward (0: none; module docstring).
+        guess_length: prompt-lookup tokens per draft forward (0: none; see above).
         max_ngram: the longest suffix n-gram the guesses look up.
 
     Logs: "chain_lengths" (tokens drafted per row and iteration), "caps" (the cap in force).
@@ -254,7 +248,7 @@ class AdaptiveChainDrafter(PathsDrafter):
         """caps [B] cut to the tokens each row still needs, less the correction/bonus token the
         verification adds (at least 1, which costs no forward beyond the pending tokens' one):
         tokens past max_new_tokens would be thrown away after costing draft forwards and target
-        rows. The cut is fixed before the iteration's draws, so the law is kept (module docstring);
+        rows. The cut is fixed before the iteration's draws, so the law is kept;
         transformers' assistant cuts its drafts the same way."""
         remaining = getattr(rows, "remaining", None)  # [B]; the engine's `Rows` has it
         return caps if remaining is None else torch.minimum(caps, (remaining - 1).clamp(min=1))
@@ -315,8 +309,9 @@ class AdaptiveChainDrafter(PathsDrafter):
 
 class HybridDrafter(AdaptiveChainDrafter):
     """Prompt lookup where the context has an n-gram match, the adaptive draft-model chain
-    elsewhere (module docstring). Rows of one batch may differ; the draft model runs only when
-    some row needs it.
+    elsewhere. Rows of one batch may differ; the draft model runs only when some row needs it.
+    Tokens emitted while the draft model was idle are fed to it, all in one forward, the next time
+    it drafts ("pending" tokens, any number per row).
 
     Args (besides `AdaptiveChainDrafter`'s): lookup_length: tokens of a lookup phrase (>= 1);
     max_ngram: the longest suffix n-gram looked up. Logs also "lookup" (bool per row and iteration).
@@ -400,8 +395,6 @@ VERIFIERS = ("token", "block")
 
 
 def _check(draft_length, max_draft_length, threshold, schedule, verifier="token"):
-    from .validation import check_positive
-
     L = check_positive(draft_length, "draft_length")
     top = 4 * L if max_draft_length is None else check_positive(max_draft_length, "max_draft_length")
     if top < L:
@@ -428,11 +421,8 @@ def adaptive_method(draft_length: int = 4, max_draft_length: int | None = None, 
     Raises:
         ValueError: a parameter out of range. TypeError: a guess_length that is not an int.
     """
-    from .engine import TorchMethod
-    from .rules.nodes import PathRule
-
     L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
-    g = _check_int(guess_length, "guess_length", 0)
+    g = check_int(guess_length, "guess_length", 0)
     return TorchMethod("adaptive", lambda: AdaptiveChainDrafter(L, top, threshold, schedule, draft_temperature, g),
                        PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
                                             "schedule": schedule, "verifier": verifier, "guess_length": g})
@@ -448,13 +438,9 @@ def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, th
     Raises:
         ValueError: a parameter out of range. TypeError: a guess_length that is not an int.
     """
-    from .validation import check_positive
-    from .engine import TorchMethod
-    from .rules.nodes import PathRule
-
     L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
     n, k = check_positive(lookup_length, "lookup_length"), check_positive(max_ngram, "max_ngram")
-    g = _check_int(guess_length, "guess_length", 0)
+    g = check_int(guess_length, "guess_length", 0)
     return TorchMethod("hybrid", lambda: HybridDrafter(L, top, threshold, schedule, n, k, draft_temperature, g),
                        PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
                                             "schedule": schedule, "lookup_length": n, "max_ngram": k,

@@ -2,31 +2,26 @@
 `optimal_is` and `spechub` (torch twins of `verispec.reference.verifiers.importance.khisti_verify`,
 `optimal_is_verify` and `verispec.reference.verifiers.spechub.spechub_verify`).
 
-Each reference verifier walks the draft tree from the root. At a node with drafted children it
-applies its one-step rule to the k drafted next tokens of the paths through the node (in path
-order), which emits one token y. If y is a drafted child, the walk enters it; otherwise y is the
-correction token and the walk stops. At a leaf it draws the bonus token from p (one uniform).
+Each walks the draft tree from the root. At a node with drafted children it applies its one-step
+rule to the k drafted next tokens of the paths through the node (in path order), which emits one
+token y: a drafted child is entered, any other y is the correction and the walk stops; at a leaf
+the bonus token is drawn from p (one uniform).
 
 - `khisti`: Khisti et al.'s importance-sampling (IS) selection, a pairwise tournament for k > 2,
-  then single-draft speculative sampling (arXiv 2410.18234; `rules.importance.khisti_step`).
+  then single-draft speculative sampling (arXiv 2410.18234; `importance.khisti_step`).
 - `optimal_is`: the alpha*-optimal IS selection law among the distinct drafted tokens, then
-  single-draft speculative sampling (arXiv 2502.18779 / 2410.18234; `rules.importance.optimal_is_step`).
+  single-draft speculative sampling (arXiv 2502.18779 / 2410.18234; `importance.optimal_is_step`).
 - `spechub`: SpecHub's hub-pair transport at the root, single-draft speculative sampling on each
-  path below it (Sun et al. 2024, arXiv 2411.05289; `rules.spechub.spechub_step`).
+  path below it (Sun et al. 2024, arXiv 2411.05289; `spechub.spechub_step`).
 
 The IS selection tables come from the reference's linear programs (`pair_selection`,
-`optimal_selection`), solved on the CPU per node in float64 with scipy HiGHS, as the GBV authors'
-public code does. Those LPs are over the full vocabulary (V(V - 1) variables for `khisti`, one
-variable per drafted token set for `optimal_is`), so they are refused above `MAX_LP_VOCAB`.
-With `truncation` = s the LP covers s tokens only: `khisti` the s tokens of largest p - q_1 q_2
-(`verispec.reference.verifiers.importance.TruncatedSelection`), `optimal_is` the token sets inside
-the s tokens of largest p - q^k (`TruncatedSetSelection`); O(V log V) per node, any V.
+`optimal_selection`), solved per node in float64 with scipy HiGHS as the GBV authors' code does;
+they are over the full vocabulary, so refused above `MAX_LP_VOCAB`. With `truncation` = s the LP
+covers s tokens only (`TruncatedSelection`, `TruncatedSetSelection` of the reference): any V.
 
-Uniforms: a row reads its step's uniforms in the reference's order (tournament bernoullis, the
-selection draw, the acceptance test, the correction), node after node, then the bonus draw; the
-walk peeks the most a row can read and advances each row by what it consumed. Fed the same
-stream (`NumpyUniforms`, B = 1), the walk and the reference rule through
-`verispec.empirical.adapter` emit the same tokens.
+Uniforms: a row reads its step's uniforms in the reference's order, node after node, then the
+bonus draw; the walk peeks the most a row can read and advances each row by what it consumed, so
+fed the same stream (`NumpyUniforms`, B = 1) it emits the tokens of the reference rule.
 """
 
 from __future__ import annotations
@@ -34,8 +29,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...reference.verifiers import importance as reference
 from ..uniforms import bernoulli, categorical
-from .importance import _single_draft, khisti_step, optimal_is_step
+from .importance import khisti_step, optimal_is_step, single_draft
 from .nodes import Verdict
 from .spechub import spechub_step
 
@@ -199,8 +195,6 @@ def _tables(name, p, q, drafts, truncation=None):
     """The reference's selection tables at one node (numpy float64 p, q [V]; drafts in path order):
     khisti -> (keeps [k - 1, V, V], q_I [V], drafts [k]); optimal_is -> (select [S],
     candidates [S], q_I [V]) for the sorted distinct drafts (s-truncated LP with `truncation`)."""
-    from ...reference.verifiers import importance as reference
-
     V = len(p)
     if name == "khisti":
         law, keeps = q, []
@@ -222,8 +216,6 @@ def _tables(name, p, q, drafts, truncation=None):
 def _truncated_tables(p, q, drafts, s):
     """khisti with the s-truncated LP at one node -> (keeps [k - 1, k]: round r's probability that
     the running winner, draft j <= r, keeps its place against draft r + 1; q_I [V]; drafts [k])."""
-    from ...reference.verifiers import importance as reference
-
     k = len(drafts)
     keeps, law = np.zeros((k - 1, k)), q
     for r in range(k - 1):  # the tournament's rounds, as the reference `khisti_truncated_step`
@@ -248,5 +240,5 @@ def _tournament_step(p, keeps, q_sel, drafts, u):
     win = torch.zeros(b, dtype=torch.long, device=p.device)  # [b], index of the running winner
     for r in range(k - 1):
         win = torch.where(bernoulli(keeps[rows, r, win], u[:, r]), win, r + 1)
-    out, take = _single_draft(p, q_sel, drafts[rows, win], u[:, k - 1], u[:, k])
+    out, take = single_draft(p, q_sel, drafts[rows, win], u[:, k - 1], u[:, k])
     return out, torch.where(take, k, k + 1)

@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 
 from ..uniforms import bernoulli, categorical
-from .common import RuleOutput, _check_tree, _Cursor, _emit, _first_true, accept_probability, residual
+from .common import RuleOutput, check_tree, Cursor, emit, first_true, accept_probability, residual
 
 
 def _nss_step(p, q, tokens, drafting, cursor, rows_mask):
@@ -120,11 +120,11 @@ def _spectr_step(p, q, tokens, drafting, cursor, rows_mask):
 
 def _top_down(step: Callable, p, q, paths, uniforms, lengths, validate, needed_fn) -> RuleOutput:
     """Apply a one-step rule at each node from the root down (reference `top_down`)."""
-    lengths = _check_tree(p, q, paths, uniforms, lengths, needed_fn, validate)
+    lengths = check_tree(p, q, paths, uniforms, lengths, needed_fn, validate)
     B, K, L = paths.shape
     rows = torch.arange(B, device=p.device)
     paths = paths.long()
-    cursor = _Cursor(uniforms)
+    cursor = Cursor(uniforms)
     alive = torch.ones(B, K, dtype=torch.bool, device=p.device)  # paths through the current node
     done = torch.zeros(B, dtype=torch.bool, device=p.device)
     tau = torch.zeros(B, dtype=torch.long, device=p.device)
@@ -132,7 +132,7 @@ def _top_down(step: Callable, p, q, paths, uniforms, lengths, validate, needed_f
     path_index = torch.zeros(B, dtype=torch.long, device=p.device)
     for d in range(L + 1):
         active = ~done
-        node = _first_true(alive)  # [B]
+        node = first_true(alive)  # [B]
         p_d = p[rows, node, d]  # [B, V]
         drafting = alive & (lengths > d) & active.unsqueeze(1)  # [B, K], paths with a child here
         has_children = drafting.any(-1)
@@ -146,7 +146,7 @@ def _top_down(step: Callable, p, q, paths, uniforms, lengths, validate, needed_f
         inner = active & has_children
         if d == L or not bool(inner.any()):
             continue
-        q_d = q[rows, _first_true(drafting), d]  # [B, V]
+        q_d = q[rows, first_true(drafting), d]  # [B, V]
         tokens = paths[:, :, d]  # [B, K]
         y = step(p_d, q_d, tokens, drafting, cursor, inner)  # [B]
         matched = drafting & (tokens == y.unsqueeze(1))  # [B, K]
@@ -158,10 +158,12 @@ def _top_down(step: Callable, p, q, paths, uniforms, lengths, validate, needed_f
         done = done | stop
         alive = torch.where(enter.unsqueeze(1), matched, alive)
     prefix = paths[rows, path_index]  # [B, L]
-    return RuleOutput(_emit(prefix, tau, last), tau, path_index, cursor.pos)
+    return RuleOutput(emit(prefix, tau, last), tau, path_index, cursor.pos)
 
 
-def _top_down_needed(L, K):
+def top_down_needed(L, K):
+    """Uniforms one row of a top-down multi-draft rule (nss, rrs, rrsw, spectr) can read: L levels of
+    K + 1 draws, then the bonus token."""
     return L * (K + 1) + 1
 
 
@@ -208,14 +210,14 @@ def rrs_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> Rule
     Raises:
         TypeError / ValueError: as `gbv_rule`.
     """
-    return _top_down(_rrs_step, p, q, paths, uniforms, lengths, validate, _top_down_needed)
+    return _top_down(_rrs_step, p, q, paths, uniforms, lengths, validate, top_down_needed)
 
 
 def rrsw_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> RuleOutput:
     """RRS without replacement (Jeon et al. 2024, arXiv 2402.14160; Sequoia): as `rrs_rule`, but
     after rejecting x_j also set q(x_j) = 0 and renormalise q. Drafts: K paths whose first tokens
     are distinct draws without replacement. Args / Returns / Raises: as `rrs_rule`."""
-    return _top_down(_rrsw_step, p, q, paths, uniforms, lengths, validate, _top_down_needed)
+    return _top_down(_rrsw_step, p, q, paths, uniforms, lengths, validate, top_down_needed)
 
 
 def spectr_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> RuleOutput:
@@ -224,6 +226,6 @@ def spectr_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> R
     x_j is accepted w.p. min(1, p(x_j) / (rho q(x_j))) in order, else
     Y ~ norm(max(p - min(p/rho, q) (1 - (1 - beta)^k) / beta, 0)).
     Args / Returns / Raises: as `rrs_rule`."""
-    return _top_down(_spectr_step, p, q, paths, uniforms, lengths, validate, _top_down_needed)
+    return _top_down(_spectr_step, p, q, paths, uniforms, lengths, validate, top_down_needed)
 
 

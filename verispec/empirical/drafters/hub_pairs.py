@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from .drafters import PathsDrafter
-from .uniforms import categorical
+from .base import PathsDrafter
+from ..uniforms import categorical
 
 __all__ = ["HubPairsDrafter", "hub_pair"]
 

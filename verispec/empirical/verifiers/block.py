@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..uniforms import bernoulli, categorical
-from .common import RuleOutput, _check_chain, _emit, _gather_last, accept_probability, residual, stop_probability
+from .common import RuleOutput, check_chain, emit, gather_last, accept_probability, residual, stop_probability
 
 
 def block_rule(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: torch.Tensor,
@@ -29,12 +29,12 @@ def block_rule(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: 
     Raises:
         TypeError / ValueError: as `token_rule`.
     """
-    _check_chain(p, q, draft, uniforms, validate)
+    check_chain(p, q, draft, uniforms, validate)
     B, L = draft.shape
     rows = torch.arange(B, device=p.device)
     draft = draft.long()
-    p_x = _gather_last(p[:, :L], draft)  # [B, L]
-    q_x = _gather_last(q, draft)  # [B, L]
+    p_x = gather_last(p[:, :L], draft)  # [B, L]
+    q_x = gather_last(q, draft)  # [B, L]
     w = [torch.ones(B, dtype=p.dtype, device=p.device)]
     for i in range(L):
         w.append(accept_probability(p_x[:, i], q_x[:, i], w[i]))
@@ -53,6 +53,6 @@ def block_rule(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: 
     q_tau = q[rows, tau.clamp(max=L - 1)]  # [B, V]
     dist = torch.where((tau == L).unsqueeze(1), p_tau, residual(p_tau, q_tau, weights[rows, tau]))
     y = categorical(dist, uniforms[rows, at])  # [B]
-    return RuleOutput(_emit(draft, tau, y), tau, torch.zeros_like(tau), at + 1)
+    return RuleOutput(emit(draft, tau, y), tau, torch.zeros_like(tau), at + 1)
 
 

@@ -1,48 +1,28 @@
 """Draft trees on real causal LMs: OPT-Tree (adaptive) and static baselines, as drafters of the engine.
 
-`TreeDrafter` drafts one tree per row and iteration; the engine (`verispec.empirical.engine`)
-verifies it in ONE target tree forward with sample-and-follow (`rules.nodes.SampleAndFollow`):
+`TreeDrafter` drafts one tree per row and iteration; the engine verifies it in ONE target tree
+forward with sample-and-follow (`verifiers.nodes.SampleAndFollow`). As a method:
+`engine.decode(target, draft, prompts, methods.tree_method("opt_tree", node_budget=n), N, T)`; the
+drafter logs per (row, iteration) stats.logs["predicted_acceptance"] (float64: the tree's E[A] =
+sum of W over its nodes, OPT-Tree's objective), ["tree_sizes"] (int64: nodes drafted, <= n) and
+["layers"] (int64: draft forwards that row's tree needed).
 
-    TreeDrafter.draft: pending tokens -> q at the root -> layer by layer (one draft forward per
-    layer) -> TreeRecords -> node-layout DraftTree -> target tree forward -> sample-and-follow ->
-    KV keep (target: the accepted path; draft: the accepted nodes it ran)
+Trees (`TREES`), every one capped at `max_depth`:
 
-As a method: `engine.decode(target, draft, prompts, methods.tree_method("opt_tree", node_budget=n),
-N, T)`; the drafter logs, per (row, iteration) in the order of `stats.accepted_lengths`,
-stats.logs["predicted_acceptance"] (float64: the tree's E[A] = sum of W over its nodes, the
-draft's own expected accepted length, OPT-Tree's objective), ["tree_sizes"] (int64: nodes drafted,
-<= n) and ["layers"] (int64: layers built = draft forwards that row's tree needed).
+- ``"opt_tree"``: OPT-Tree (Wang et al. 2024, arXiv 2406.17276, Algorithm 1), as the reference
+  `verispec.reference.drafters.opt_tree_structure`: W = the product of draft probabilities on a
+  node's root path; each layer = the global top-n by W over the top-n children of the previous
+  layer's nodes; stop when the gain of E[A] (the n largest W so far) is <= threshold; the tree =
+  the n largest-W nodes (ties go to the shallower node).
+- static baselines at node budget n (`static_shape`): ``"chain"`` (the draft's top-1 path),
+  ``"kary"`` (top-k children of every node, breadth first) and ``"eagle"`` (the n rank paths with
+  the largest product of the fixed rank priors `EAGLE_RANK_PRIOR`).
 
-Trees:
-
-- ``"opt_tree"``: OPT-Tree (Wang et al. 2024, arXiv 2406.17276, Algorithm 1), the same construction
-  as the reference `verispec.reference.drafters.opt_tree_structure`: a node's weight W is the product
-  of draft probabilities on its root path; layer 1 = the top-n children of the root, each next layer
-  = the global top-n by W over the top-n children of every node of the previous layer; after each
-  layer E[A] = sum of the n largest W seen so far, stop when its gain is <= threshold or at max_depth;
-  the tree = the n largest-W nodes (a subtree: W shrinks along paths, ties go to the shallower node).
-- static baselines at the same node budget n (`static_shape`): ``"chain"`` (the draft's top-1 path),
-  ``"kary"`` (the top-k children of every node, breadth first, until n nodes) and ``"eagle"`` (a
-  fixed EAGLE-style shape, at most 4 children per node and biased to the leftmost child: the n
-  rank paths with the largest product of the fixed rank priors `EAGLE_RANK_PRIOR`).
-
-Every tree is capped at `max_depth`. Drafting costs exactly ONE draft forward per layer: the first
-runs the tokens emitted last iteration that the draft cache lacks ("pending", 1 or 2) and gives the
-root's q; each later one runs the nodes of the previous layer as children of their parents in the
-draft KV's uncommitted forest (`verispec.empirical.kv`: a node sees the prefix, its ancestors and
-itself, never a sibling). The deepest layer is never forwarded (its q is not needed).
-
-Exact pruning (default, `prune=True`): a layer forward feeds only the nodes whose children can
-still matter. Once n nodes are recorded, a node x with W_x <= the n-th largest W so far is not run:
-each descendant has W <= W_x and n earlier records rank ahead of it (ties go to earlier records),
-so it can never be chosen nor raise E[A]; removing such candidates only ever lets in others that are
-dominated the same way. The final tree and E[A] are the same as without pruning (tested), a layer
-costs its useful rows instead of n (the first layer keeps all n), and drafting stops as soon as a
-layer has nothing worth running.
-
-Verification never reads q, so the drafts are deterministic top-n trees at every temperature and
-the draft temperature (the q that shapes the tree and gives E[A]) is free (default: T, or 1 at
-T = 0, since a one-hot q would collapse every tree to a chain).
+ONE draft forward per layer: the first runs the pending tokens and gives the root's q; each later
+one runs the previous layer as children in the draft KV's uncommitted forest (`verispec.empirical.kv`).
+Verification never reads q, so the drafts are deterministic top-n trees at every temperature; the
+draft temperature only shapes the tree (default: T, or 1 at T = 0, where a one-hot q would collapse
+every tree to a chain).
 """
 
 from __future__ import annotations
@@ -52,10 +32,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..reference.drafters import check_threshold
-from .validation import check_positive, check_prompt, check_temperature
-from .drafters import DraftTree, ModelDrafter, probabilities
-from .model import CausalLM
+from ...reference.drafters import check_threshold
+from ..validation import check_positive, check_prompt, check_temperature
+from .base import DraftTree, ModelDrafter, probabilities
+from ..model import CausalLM
 
 __all__ = ["TREES", "EAGLE_RANK_PRIOR", "TreeRecords", "TreeDrafter", "static_shape", "draft_tree"]
 
@@ -112,9 +92,7 @@ class TreeRecords:
         return {paths[r]: weight[r] for r in paths}
 
 
-# ----------------------------------------------------------------------------------------------
-# Shapes and layers
-# ----------------------------------------------------------------------------------------------
+# --- Shapes and layers ---
 
 def static_shape(tree: str, node_budget: int, max_depth: int, branching: int = 2) -> list[tuple[int, ...]]:
     """The rank paths of a static tree, breadth first (depth, then lexicographic).
@@ -211,12 +189,16 @@ def _choose(cat: dict, tree: str, n: int) -> torch.Tensor:
 
 
 
-# ----------------------------------------------------------------------------------------------
-# The drafter: one draft forward per layer
-# ----------------------------------------------------------------------------------------------
+# --- The drafter: one draft forward per layer ---
 
 class TreeDrafter(ModelDrafter):
     """OPT-Tree or a static tree per row and iteration (module docstring).
+
+    Exact pruning (`prune=True`, the default): a layer forward feeds only the nodes whose children
+    can still matter. Once n nodes are recorded, a node x with W_x <= the n-th largest W so far is
+    not run: each descendant has W <= W_x and n earlier records rank ahead of it (ties go to earlier
+    records), so it can never be chosen nor raise E[A]. The final tree and E[A] are the same as
+    without pruning (tested); drafting stops as soon as a layer has nothing worth running.
 
     Args:
         tree: one of `TREES`. node_budget: n >= 1. threshold: OPT-Tree's E[A]-gain threshold >= 0.
@@ -227,7 +209,7 @@ class TreeDrafter(ModelDrafter):
 
     def __init__(self, tree="opt_tree", node_budget=50, threshold=0.0, max_depth=10, branching=2,
                  draft_temperature=None, prune=True, keep_q=False):
-        self.tree, self.n, self.delta, self.depth, shape = _check_tree_args(
+        self.tree, self.n, self.delta, self.depth, shape = check_tree_args(
             tree, node_budget, threshold, max_depth, branching)
         self.shape = shape
         self.draft_temperature = None if draft_temperature is None else check_temperature(
@@ -359,11 +341,9 @@ class TreeDrafter(ModelDrafter):
         return DraftTree(tokens, parents, torch.cat([ones, is_node], dim=1), q)
 
 
-# ----------------------------------------------------------------------------------------------
-# Public API
-# ----------------------------------------------------------------------------------------------
+# --- Public API ---
 
-def _check_tree_args(tree, node_budget, threshold, max_depth, branching):
+def check_tree_args(tree, node_budget, threshold, max_depth, branching):
     """Validated (tree, n, threshold, max_depth, shape or None)."""
     if not isinstance(tree, str):
         raise TypeError(f"tree: expected a tree name string, got {type(tree).__name__}")
@@ -390,7 +370,7 @@ def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget:
         max_depth: >= 1. draft_temperature: >= 0 (q = softmax(logits / T_d); 0: one-hot argmax).
         branching: k >= 1 children per node ("kary" only).
         prune: opt_tree only; False runs every top-n node of every layer, as the paper's code
-            (the same tree, more draft rows; see the module docstring).
+            (the same tree, more draft rows; see `TreeDrafter`).
 
     Returns:
         `TreeRecords` (use `.nodes(row)` for {node tuple: W} and `.predicted_acceptance`).

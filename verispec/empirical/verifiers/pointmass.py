@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..uniforms import bernoulli, categorical
-from .common import _Cursor, residual
+from .common import Cursor, residual
 
 __all__ = ["point_mass_tree_verify", "point_mass_tree_uniforms"]
 
@@ -26,7 +26,7 @@ def _point_mass_accept(current: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return current.gather(1, x.unsqueeze(1)).squeeze(1)
 
 
-def _child_table(parents: torch.Tensor, verifiable: torch.Tensor) -> torch.Tensor:
+def child_table(parents: torch.Tensor, verifiable: torch.Tensor) -> torch.Tensor:
     """children [B, N, C] of every node (verifiable children only, in index order, -1 padded).
 
     A stable sort of the nodes by parent groups siblings in index order; a node's slot is its
@@ -48,7 +48,7 @@ def _child_table(parents: torch.Tensor, verifiable: torch.Tensor) -> torch.Tenso
     return kids[:, :N]
 
 
-def _height(parents: torch.Tensor, verifiable: torch.Tensor) -> int:
+def tree_height(parents: torch.Tensor, verifiable: torch.Tensor) -> int:
     """Largest depth (root 0) of a verifiable node. parents [B, N] with parents[:, j] < j."""
     depth = torch.zeros_like(parents)
     for j in range(1, parents.shape[1]):
@@ -96,7 +96,7 @@ def point_mass_tree_uniforms(parents: torch.Tensor, verifiable: torch.Tensor | N
     children (at most C tries per node entered, then one draw). parents int64 [B, N]."""
     if verifiable is None:
         verifiable = torch.ones_like(parents, dtype=torch.bool)
-    return _height(parents, verifiable) * _child_table(parents, verifiable).shape[-1] + 1
+    return tree_height(parents, verifiable) * child_table(parents, verifiable).shape[-1] + 1
 
 
 def point_mass_tree_verify(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor,
@@ -129,18 +129,18 @@ def point_mass_tree_verify(p: torch.Tensor, tokens: torch.Tensor, parents: torch
         token ids outside [0, V), p rows that are not distributions, uniforms outside [0, 1).
     """
     verifiable = _check_verify_input(p, tokens, parents, uniforms, verifiable)
-    kids = _child_table(parents, verifiable)  # [B, N, C]
-    needed = _height(parents, verifiable) * kids.shape[-1] + 1
+    kids = child_table(parents, verifiable)  # [B, N, C]
+    needed = tree_height(parents, verifiable) * kids.shape[-1] + 1
     if uniforms.shape[1] < needed:
         raise ValueError(f"uniforms: need at least {needed} per row, got {uniforms.shape[1]}")
-    return _walk(p, tokens, kids, uniforms)
+    return point_mass_walk(p, tokens, kids, uniforms)
 
 
-def _walk(p, tokens, kids, uniforms):
-    """The walk of `point_mass_tree_verify` on checked input; kids [B, N, C] from `_child_table`."""
+def point_mass_walk(p, tokens, kids, uniforms):
+    """The walk of `point_mass_tree_verify` on checked input; kids [B, N, C] from `child_table`."""
     B, N, V = p.shape
     rows = torch.arange(B, device=p.device)
-    cursor = _Cursor(uniforms.to(p.device, torch.float64))
+    cursor = Cursor(uniforms.to(p.device, torch.float64))
     node = torch.zeros(B, dtype=torch.long, device=p.device)
     done = torch.zeros(B, dtype=torch.bool, device=p.device)
     y = torch.zeros(B, dtype=torch.long, device=p.device)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .block import block_rule
-from .common import RuleOutput, _check_tree
+from .common import RuleOutput, check_tree
 
 
 def _rank(p: torch.Tensor, q: torch.Tensor):
@@ -72,7 +72,7 @@ def gbv_rule(p: torch.Tensor, q: torch.Tensor, paths: torch.Tensor, uniforms: to
     Raises:
         TypeError / ValueError: as `token_rule`, for the tree layout.
     """
-    _check_tree(p, q, paths, uniforms, None, lambda L, K: L + 1, validate)
+    check_tree(p, q, paths, uniforms, None, lambda L, K: L + 1, validate)
     B, K, L = paths.shape
     rows = torch.arange(B, device=p.device)
     paths = paths.long()

@@ -9,7 +9,7 @@ from collections import deque
 from typing import Sequence
 
 from .pool import PhrasePool
-from .tree import Tree
+from .token_tree import Tree
 
 __all__ = ["JacobiWindow", "JacobiWindow2D"]
 
