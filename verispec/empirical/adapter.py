@@ -39,7 +39,7 @@ from ..reference.methods import Method
 from ..reference.models import LanguageModel
 from ..reference.randomness import Sampler
 from .drafters import HubPairsDrafter, PathsDrafter, PromptLookupDrafter, TreeDrafter
-from .engine import TorchMethod
+from .torch_method import TorchMethod
 from .verifiers.nodes import Verdict
 
 __all__ = ["OffTreeError", "ReferenceVerifier", "torch_method", "twin_drafter"]

@@ -30,15 +30,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
 from .validation import check_pair, check_positive, check_prompt, check_prompts, check_source, check_temperature
-from .drafters import Drafter, DraftTree, RootOnly, probabilities
+from .drafters import DraftTree, probabilities
 from .kv import STORAGES, new_kv
+from .torch_method import TorchMethod, target_only_method
+from .adapter import torch_method
+from ..reference.methods import Method
 from .model import CausalLM
-from .verifiers.nodes import SampleAndFollow
 
 __all__ = ["TorchMethod", "DecodeStats", "DecodeResult", "Rows", "decode", "target_only_method"]
 
@@ -108,35 +109,6 @@ class DecodeResult:
 
     tokens: torch.Tensor
     stats: DecodeStats
-
-
-@dataclass(frozen=True)
-class TorchMethod:
-    """A drafter paired with a verifier (the torch mirror of `verispec.reference.methods.Method`).
-
-    Args:
-        name: a label. drafter: a callable returning a fresh `Drafter` (drafters keep per-call
-            state: the draft cache, pools). verifier: `verifier(p, tree, source, temperature,
-            rows) -> rules.Verdict` with attribute `needs_q` (reads the tree's q).
-        params: the parameters it was built with (for reports).
-        observe: optional `observe(logits [B, N, V], tree, rows)` called after every target
-            forward (diagnostics, e.g. target-only's top-2 logit margins).
-    """
-
-    name: str
-    drafter: Callable[[], Drafter]
-    verifier: Callable
-    params: dict = field(default_factory=dict)
-    observe: Callable | None = None
-
-
-def target_only_method() -> TorchMethod:
-    """Plain autoregressive decoding as a method (the baseline every method must match): no draft
-    (`drafters.RootOnly`: the tree is the root alone), so an iteration is one target forward and
-    one draw from p by sample-and-follow (greedy at T = 0, one uniform per token and row at
-    T > 0). `decode(target, None, prompts, target_only_method(), N, T)` returns tokens [B, N] and
-    stats.logs["top2_margins"] / ["runner_up_tokens"] [B, N] (near-tie diagnostics)."""
-    return TorchMethod("target_only", RootOnly, SampleAndFollow())
 
 
 class Rows:
@@ -385,11 +357,7 @@ def _as_method(method) -> TorchMethod:
     """A TorchMethod as is; a reference Method through the adapter."""
     if isinstance(method, TorchMethod):
         return method
-    from ..reference.methods import Method
-
     if isinstance(method, Method):
-        from .adapter import torch_method
-
         return torch_method(method)
     raise TypeError(f"method: expected a TorchMethod or a verispec.reference.methods.Method, "
                     f"got {type(method).__name__}")

@@ -27,7 +27,7 @@ from ..reference import registry
 from .validation import check_positive
 from .drafters import HubPairsDrafter, PathsDrafter, PromptLookupDrafter, TreeDrafter
 from .drafters.tree import check_tree_args
-from .engine import TorchMethod
+from .torch_method import TorchMethod
 from .speedups.draftvocab import with_draft_vocab
 from .verifiers.multistep import TopDownWalk
 from .verifiers.nodes import PathRule, SampleAndFollow

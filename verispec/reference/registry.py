@@ -129,7 +129,7 @@ def _static_tree(name: str, doc: str, kind: str) -> MethodSpec:
 
 _ENTRIES = (
     MethodSpec("target_only", "no draft: one target forward and one draw from p per token (the baseline)", (),
-               needs_draft=False, reference=f"{_REF}:target_only", torch="verispec.empirical.engine:target_only_method"),
+               needs_draft=False, reference=f"{_REF}:target_only", torch="verispec.empirical.torch_method:target_only_method"),
     _path("token", "a chain + token-level rejection sampling (Leviathan et al., arXiv 2211.17192)", False),
     _path("block", "a chain + block verification (Sun et al., arXiv 2403.10444, Algorithm 2)", False),
     _path("gbv", "K i.i.d. paths + greedy multi-path block verification (Thomas & Pal, arXiv 2602.16961)", True),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine import TorchMethod
+from ..torch_method import TorchMethod
 from ..validation import check_positive
 from ..verifiers.nodes import PathRule
 from .base import DraftTree, PathsDrafter, draw, next_token_law, probabilities

@@ -11,7 +11,7 @@ from typing import Sequence
 import torch
 
 from ..base import Drafter, DraftTree
-from ...engine import TorchMethod
+from ...torch_method import TorchMethod
 from ...verifiers.nodes import PointMassTree
 from ...validation import check_positive
 from .pool import PhrasePool, candidates, check_pool
