@@ -27,25 +27,20 @@ every tree to a chain).
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 import torch
 
 from ...reference.drafters import check_threshold
+from ...reference.static_trees import EAGLE_RANK_PRIOR, static_shape
 from ..validation import check_positive, check_prompt, check_temperature
 from .base import DraftTree, ModelDrafter, probabilities
 from ..model import CausalLM
 
 __all__ = ["TREES", "EAGLE_RANK_PRIOR", "TreeRecords", "TreeDrafter", "static_shape", "draft_tree"]
 
-#: The tree kinds of `TreeDrafter` (`verispec.empirical.methods.TREE_METHODS` names them as methods).
+#: The tree kinds of `TreeDrafter` (the method registry names them: chain_tree drafts a "chain").
 TREES = ("opt_tree", "chain", "kary", "eagle")
-
-#: Fixed prior of the rank-r child (r = 0..3) for the EAGLE-style static tree: a node's static score is
-#: the product over its rank path; the tree is the n best-scoring rank paths (leftmost-biased, <= 4
-#: children per node, like EAGLE's hand-made top-4/top-3/top-2 trees).
-EAGLE_RANK_PRIOR = (0.6, 0.15, 0.07, 0.04)
 
 
 @dataclass
@@ -94,48 +89,6 @@ class TreeRecords:
 
 # --- Shapes and layers ---
 
-def static_shape(tree: str, node_budget: int, max_depth: int, branching: int = 2) -> list[tuple[int, ...]]:
-    """The rank paths of a static tree, breadth first (depth, then lexicographic).
-
-    A rank path (r_1, .., r_d) is the node reached by taking the r_1-th most likely child of the root
-    under the draft, then the r_2-th most likely child of that, ... (rank 0 = the draft's argmax).
-
-    Args:
-        tree: "chain" (min(n, max_depth) nodes), "kary" (every node has `branching` children, filled
-            breadth first), or "eagle" (the n rank paths with the largest product of `EAGLE_RANK_PRIOR`).
-        node_budget: n >= 1. max_depth: >= 1. branching: k >= 1 (kary only).
-
-    Returns:
-        list of at most n rank-path tuples, closed under taking parents.
-
-    Raises:
-        ValueError: unknown static tree. TypeError / ValueError: non-positive ints.
-    """
-    n = check_positive(node_budget, "node_budget")
-    depth = check_positive(max_depth, "max_depth")
-    k = check_positive(branching, "branching")
-    if tree == "chain":
-        return [(0,) * d for d in range(1, min(n, depth) + 1)]
-    if tree == "kary":
-        out: list[tuple[int, ...]] = []
-        frontier: list[tuple[int, ...]] = [()]
-        while frontier and len(out) < n:
-            nxt = [u + (r,) for u in frontier if len(u) < depth for r in range(k)]
-            out += nxt[:n - len(out)]
-            frontier = nxt
-        return out
-    if tree == "eagle":
-        heap = [(-EAGLE_RANK_PRIOR[r], 1, (r,)) for r in range(len(EAGLE_RANK_PRIOR))]
-        heapq.heapify(heap)
-        out = []
-        while heap and len(out) < n:  # best first: scores shrink along paths, so a subtree
-            neg, d, u = heapq.heappop(heap)
-            out.append(u)
-            if d < depth:
-                for r, prior in enumerate(EAGLE_RANK_PRIOR):
-                    heapq.heappush(heap, (neg * prior, d + 1, u + (r,)))
-        return sorted(out, key=lambda u: (len(u), u))
-    raise ValueError(f"tree: unknown static tree {tree!r}; known: chain, kary, eagle")
 
 
 def _shape_layers(paths: list[tuple[int, ...]], device) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..uniforms import bernoulli, categorical
-from .common import RuleOutput, check_chain, emit, gather_last, accept_probability, residual, stop_probability
+from .common import RuleOutput, accept_probability, chain_probabilities, emit, residual, stop_probability
 
 
 def block_rule(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: torch.Tensor,
@@ -29,12 +29,8 @@ def block_rule(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: 
     Raises:
         TypeError / ValueError: as `token_rule`.
     """
-    check_chain(p, q, draft, uniforms, validate)
+    rows, draft, p_x, q_x = chain_probabilities(p, q, draft, uniforms, validate)  # [B], [B, L] x 3
     B, L = draft.shape
-    rows = torch.arange(B, device=p.device)
-    draft = draft.long()
-    p_x = gather_last(p[:, :L], draft)  # [B, L]
-    q_x = gather_last(q, draft)  # [B, L]
     w = [torch.ones(B, dtype=p.dtype, device=p.device)]
     for i in range(L):
         w.append(accept_probability(p_x[:, i], q_x[:, i], w[i]))

@@ -238,3 +238,10 @@ def representatives(paths: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return torch.where(same_prefix & long_enough, candidate, K).amin(2).clamp(max=K - 1)  # [B, K, L+1]
 
 
+def chain_probabilities(p, q, draft, uniforms, validate: bool):
+    """A chain rule's inputs, checked (`check_chain`): (rows int64 [B], draft int64 [B, L],
+    p_x [B, L], q_x [B, L]), the target's and the draft's probability of each drafted token."""
+    check_chain(p, q, draft, uniforms, validate)
+    B, L = draft.shape
+    draft = draft.long()
+    return torch.arange(B, device=p.device), draft, gather_last(p[:, :L], draft), gather_last(q, draft)

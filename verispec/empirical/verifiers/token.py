@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..uniforms import bernoulli, categorical
-from .common import RuleOutput, check_chain, emit, gather_last, accept_probability, residual
+from .common import RuleOutput, accept_probability, chain_probabilities, emit, residual
 
 
 def token_rule(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: torch.Tensor,
@@ -30,12 +30,8 @@ def token_rule(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: 
         TypeError: non-tensors or wrong dtypes. ValueError: bad shapes (named), probabilities not
         summing to 1, out-of-range ids or uniforms, too few uniforms.
     """
-    check_chain(p, q, draft, uniforms, validate)
+    rows, draft, p_x, q_x = chain_probabilities(p, q, draft, uniforms, validate)  # [B], [B, L] x 3
     B, L = draft.shape
-    rows = torch.arange(B, device=p.device)
-    draft = draft.long()
-    p_x = gather_last(p[:, :L], draft)  # [B, L]
-    q_x = gather_last(q, draft)  # [B, L]
     ok = bernoulli(accept_probability(p_x, q_x), uniforms[:, :L])  # [B, L]
     tau = ok.long().cumprod(-1).sum(-1)  # [B], accepted before the first rejection
     p_tau = p[rows, tau]  # [B, V]
