@@ -1,27 +1,20 @@
 """Torch backend: the reference rules as batched tensor functions, run on real causal LMs.
 
-    from verispec.empirical import rules, uniforms          # pure rules on probability tensors
+    from verispec.empirical import decode, methods           # THE entry point; methods by name
     from verispec.empirical.model import CausalLM            # thin transformers wrapper (KV cache, trees)
-    from verispec.empirical import decode                    # THE decode entry point: drafter -> one
-                                                             # target tree forward -> verifier -> KV keep
-    from verispec.empirical import methods                   # built-in TorchMethods by name
     from verispec.empirical.adapter import torch_method      # any reference Method on real models
 
-`decode(target, draft, prompts, method, N, T, uniforms, storage)` runs every method: single
-prompts and batches (storage "sequence", "padded", "vanilla", or "packed" = EMS-SD), path methods
-and trees (`methods.get(name, ...)`), target-only (`engine.target_only_method()`), phrase pools
-(`phrases.ouroboros_method()`, `ouroboros_phrase_method()`, `lookahead_method()`); one
+`decode(target, draft, prompts, method, N, T, uniforms, storage)` runs every method (drafter ->
+one target tree forward -> verifier -> KV keep): single prompts and batches (storage "sequence",
+"padded", "vanilla", or "packed" = EMS-SD), built by name from the registry
+(`methods.get(name, ...)`, `methods.get("target_only")`) or a user's reference Method; one
 `DecodeStats` holds every method's counters (method-specific ones in `stats.logs`).
 
-Modules: engine (the loop), drafters / trees / phrases (drafters), kv (KV storages: sequence,
-padded, packed), rules (every verification), adapter (reference Methods), attention (per-row
-attention of the packed layout), draftvocab (the draft's LM head over a token subset, FR-Spec),
-linear_layout (a target's linear layers as (W @ X^T)^T for a verification forward's few rows on CPU),
-bench / bench_batched (`verispec bench`).
-
-Needs the optional extras `torch` (and `transformers` to load models); importing this
-package without torch raises an ImportError naming the extra. `verispec.reference` never imports
-this package.
+Modules: engine (the loop), torch_method (`TorchMethod`), drafters/ (chains, paths, trees, lookup,
+adaptive chains, phrase pools), verifiers/ (every verification rule), kv (KV storages), model,
+uniforms, adapter (reference Methods), methods (by name), speedups/ (the lossless speed options).
+The benchmark harness is `verispec.bench`. Needs the optional extra `torch`; `verispec.reference`
+never imports this package.
 """
 
 try:

@@ -7,7 +7,7 @@ it on real causal LMs; one iteration, for every active row at once:
                                                or point masses, paths [B, K, L]  (`drafters`)
     target kv.append(tree)                  -> ONE target forward over the tree -> p [B, N, V]
     verifier(p, tree, uniforms)             -> Verdict: accepted nodes, tau, correction/bonus token
-                                               (`rules.nodes`, or `adapter.ReferenceVerifier` for
+                                               (`verifiers.nodes`, or `adapter.ReferenceVerifier` for
                                                any reference Method)
     target kv.commit(root + accepted path)  -> the target cache keeps exactly the emitted prefix
     drafter.accept(tree, verdict)           -> the draft cache keeps what it ran of the path

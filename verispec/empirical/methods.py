@@ -1,24 +1,20 @@
-"""Built-in torch methods by name: the same names and parameters as `verispec.reference.methods`.
+"""Built-in torch methods by name, read from the method registry (`verispec.reference.registry`):
+the same names, parameters and defaults as `verispec.reference.methods`.
 
-Each is a `TorchMethod` = a drafter (`verispec.empirical.drafters`, `trees`) + a verifier
-(`verispec.empirical.rules.nodes`), run by `verispec.empirical.engine.decode`:
+Each is a `TorchMethod` = a drafter (`verispec.empirical.drafters`) + a verifier
+(`verispec.empirical.verifiers`), run by `verispec.empirical.engine.decode`:
 
     get("block", draft_length=4)                     chain + block verification
-    get("gbv", draft_length=4, num_paths=3)          K i.i.d. paths + GBV (also nss, rrs, spectr,
-                                                     traversal; rrsw: paths without replacement)
-    get("opt_tree", node_budget=50, max_depth=10)    OPT-Tree + sample-and-follow
-    get("kary" | "eagle" | "chain_tree", node_budget=n)   static trees + sample-and-follow
-    get("prompt_lookup", draft_length=4, max_ngram=3)     n-gram point masses + token verification
-    get("adaptive", draft_length=4, threshold=0.4)   confidence-stopped chain, scheduled cap
-    get("hybrid", draft_length=4, lookup_length=10)  lookup phrase when the context has one, else
-                                                     the adaptive chain (`verispec.empirical.adaptive`)
-    get("khisti", draft_length=4, num_paths=2)       K i.i.d. paths + a top-down walk of one-step
-                                                     IS selection (also optimal_is; spechub: the
-                                                     hub pair, K = 2) (`rules.multistep`)
-    get("hybrid", draft_vocab=32768)                 any draft-model method with the draft's head
-                                                     over a token subset (FR-Spec, `draftvocab`)
+    get("gbv", draft_length=4, num_paths=3)          K i.i.d. paths + GBV (also nss, rrs, rrsw, spectr, traversal)
+    get("opt_tree", node_budget=50)                  OPT-Tree + sample-and-follow (kary, eagle, chain_tree: static)
+    get("khisti", draft_length=4, num_paths=2)       multi-draft selection top down (optimal_is; spechub: K = 2)
+    get("adaptive", draft_length=4, threshold=0.4)   confidence-stopped chain (hybrid: a lookup phrase first)
+    get("ouroboros_phrase", pool=PhrasePool())       phrase pools (ouroboros, lookahead)
+    get("target_only")                               no draft: the baseline
+    get("hybrid", draft_vocab=32768)                 the draft's head over a token subset (FR-Spec)
 
-A researcher's own reference `Method` runs through `verispec.empirical.adapter.torch_method`.
+`paths_method`, `tree_method`, `walk_method` and `prompt_lookup` are the builders the registry
+names; a researcher's own reference `Method` runs through `verispec.empirical.adapter.torch_method`.
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ __all__ = ["get", "names", "paths_method", "tree_method", "walk_method", "prompt
 def paths_method(name: str, draft_length: int = 4, num_paths: int = 1,
                  draft_temperature: float | None = None, iid: bool = True) -> TorchMethod:
     """A path method: K = num_paths draft paths of L = draft_length tokens, i.i.d. (`iid`) or
-    without replacement (rrsw), verified by the rule `name` (`rules.nodes.PathRule`).
+    without replacement (rrsw), verified by the rule `name` (`verifiers.nodes.PathRule`).
 
     Raises:
         ValueError: L or K < 1, K > 1 for a chain method (token, block).
@@ -79,7 +75,7 @@ def prompt_lookup(draft_length: int = 4, max_ngram: int = 3) -> TorchMethod:
 def walk_method(name: str, draft_length: int = 4, num_paths: int = 2,
                 draft_temperature: float | None = None, truncation: int | None = None) -> TorchMethod:
     """A multi-draft selection method (khisti, optimal_is, spechub): the reference's one-step rule applied top-down on K
-    paths of L = draft_length tokens (`rules.multistep.TopDownWalk`). `truncation` = s (khisti,
+    paths of L = draft_length tokens (`verifiers.multistep.TopDownWalk`). `truncation` = s (khisti,
     optimal_is): the selection LP over s tokens, for large vocabularies (the reference's
     `methods.khisti(L, K, truncation=s)`, `methods.optimal_is(L, K, truncation=s)`).
 
@@ -110,7 +106,7 @@ def get(name: str, draft_vocab=None, **params) -> TorchMethod:
 
     `draft_vocab` (every method with a draft model): the draft's logits over a token subset only
     (FR-Spec, arXiv 2502.14856): an int k (the k lowest ids and the prompts' ids), a
-    `verispec.empirical.draftvocab.DraftVocab`, or a sequence of ids (`draftvocab.with_draft_vocab`).
+    `verispec.empirical.speedups.draftvocab.DraftVocab`, or a sequence of ids (`draftvocab.with_draft_vocab`).
 
     Raises:
         ValueError: unknown name or a parameter out of range. TypeError: an unknown parameter.

@@ -1,4 +1,4 @@
-"""Adaptive and hybrid chain drafts: the reference twins of `verispec.empirical.adaptive`.
+"""Adaptive and hybrid chain drafts: the reference twins of `verispec.empirical.drafters.adaptive`.
 
 - `adaptive_chain(L, threshold)`: a chain X_1, X_2, ... ~ q (the draft model) that ends after
   X_d when q(X_d | context, X_<d) < threshold, or at depth L. transformers' assisted generation

@@ -424,7 +424,7 @@ def ranked_tree(rank_paths) -> Drafter:
     r_2-th most likely child of that, and so on. A rank past the tokens of positive probability
     is no node (nor are its descendants). The children are chosen, not drawn: the nodes carry no
     proposal (see `Draft`), so the tree is verified by `verifiers.sample_and_follow`. The torch
-    twin is `verispec.empirical.trees.TreeDrafter` with a static shape.
+    twin is `verispec.empirical.drafters.tree.TreeDrafter` with a static shape.
 
     Args:
         rank_paths: iterable of rank tuples, closed under taking parents (every prefix of a

@@ -20,7 +20,7 @@ first and re-applies T: restricting a greedy point mass after the fact would los
 - `draft_vocab(method, subset)`: any reference `Method` with its draft model restricted to S
   (both in drafting and wherever the verifier reads the draft model).
 
-The torch engine's version: `verispec.empirical.draftvocab` (`methods.get(name, draft_vocab=k)`).
+The torch engine's version: `verispec.empirical.speedups.draftvocab` (`methods.get(name, draft_vocab=k)`).
 """
 
 from __future__ import annotations

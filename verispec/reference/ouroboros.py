@@ -1,5 +1,5 @@
 """Ouroboros' phrase drafts and their point-mass tree verification: the reference twin of
-`verispec.empirical.phrases.PhraseOuroborosDrafter`.
+`verispec.empirical.drafters.phrases.PhraseOuroborosDrafter`.
 
 Ouroboros (Zhao et al. 2024, "Ouroboros: Generating Longer Drafts Phrase by Phrase for Faster
 Speculative Decoding", arXiv 2402.13720) drafts with the draft model phrase by phrase. One draft

@@ -3,7 +3,7 @@
 A rank path (r_1, .., r_d) names the node reached by taking the r_1-th most likely child of the
 root under the draft model, then the r_2-th most likely child of that, and so on (rank 0 = the
 draft's argmax). `drafters.ranked_tree(static_shape(...))` drafts such a tree; the torch twin is
-`verispec.empirical.trees.TreeDrafter`. These are the fixed-shape baselines OPT-Tree (Wang et al.,
+`verispec.empirical.drafters.tree.TreeDrafter`. These are the fixed-shape baselines OPT-Tree (Wang et al.,
 arXiv 2406.17276) is measured against; EAGLE's hand-made trees (Li et al., arXiv 2401.15077) rank
 children top-4 / top-3 / top-2, which the fixed prior below reproduces.
 """

@@ -291,7 +291,7 @@ def _draw_without_replacement(q, K, u):
 class PromptLookupDrafter(Drafter):
     """Prompt lookup (Saxena 2023; `verispec.reference.drafters.prompt_lookup`): the tokens that
     followed the latest earlier occurrence of the row's longest recurring suffix n-gram, as a
-    point-mass chain of 0..L nodes (`verispec.empirical.lookup.prompt_lookup_batch`)."""
+    point-mass chain of 0..L nodes (`verispec.empirical.drafters.lookup.prompt_lookup_batch`)."""
 
     def __init__(self, draft_length: int, max_ngram: int = 3):
         self.L, self.max_ngram = draft_length, max_ngram

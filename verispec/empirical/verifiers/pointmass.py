@@ -1,7 +1,7 @@
 """Point-mass tree verification: recursive rejection with a one-hot proposal per child.
 
 The verifier of deterministic drafts arranged as a trie (phrase pools: Ouroboros, lookahead;
-`verispec.empirical.phrases`), on the node layout of the engine: p [B, N, V] from the one target
+`verispec.empirical.drafters.phrases`), on the node layout of the engine: p [B, N, V] from the one target
 tree forward, tokens / parents [B, N] (node 0 = the root). At each node, children x are tried in
 index order with acceptance p'(x) (p' = p at first, p' <- norm(max(p' - one-hot(x), 0)) after a
 rejection); if none is accepted the correction is drawn from p', at a leaf the bonus from p. This
