@@ -306,7 +306,7 @@ def khisti_truncated_step(p, q, drafts, rand, s: int) -> int:
 def khisti_truncated_verify(s: int):
     """Khisti et al.'s IS verifier with the s-truncated LP, top-down on the tree of K i.i.d. paths."""
     def verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
-        return walk_top_down(target, context, draft, rand,
+        return _walk(target, context, draft, rand,
                      lambda p, q, node, counts: khisti_truncated_step(p, q, draft.tokens(node), rand, s))
 
     return verify
@@ -533,7 +533,7 @@ def optimal_is_truncated_step(p, q, drafted_set, k, rand, s: int) -> int:
 def optimal_is_truncated_verify(s: int):
     """The s-truncated optimal IS verifier, top-down on the tree of K i.i.d. paths."""
     def verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
-        return walk_top_down(target, context, draft, rand, lambda p, q, node, counts: optimal_is_truncated_step(
+        return _walk(target, context, draft, rand, lambda p, q, node, counts: optimal_is_truncated_step(
             p, q, tuple(sorted(counts)), sum(counts.values()), rand, s))
 
     return verify
@@ -550,11 +550,7 @@ def optimal_is_step(p, q, drafted_set, k, rand) -> int:
 # Tree verifiers (top-down: enter the child equal to the emitted token)
 
 
-def walk_top_down(target, context, draft, rand, step):
-    """A tree verifier applied top down: at each node, ``step(p, q, node, counts)`` picks the
-    emitted token (p, q: [V] target and proposal there; counts: `Draft.counts(node)`); a drafted
-    child is entered, any other token is the correction token, and a leaf emits a bonus token ~ p.
-    Returns the emitted tokens (the path, then the correction or bonus token)."""
+def _walk(target, context, draft, rand, step):
     node = ()
     while True:
         counts = draft.counts(node)
@@ -569,12 +565,12 @@ def walk_top_down(target, context, draft, rand, step):
 
 def khisti_verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
     """Khisti et al.'s IS verifier applied top-down on the tree of K i.i.d. paths."""
-    return walk_top_down(target, context, draft, rand,
+    return _walk(target, context, draft, rand,
                  lambda p, q, node, counts: khisti_step(p, q, draft.tokens(node), rand))
 
 
 def optimal_is_verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
     """The alpha*-optimal IS verifier applied top-down on the tree of K i.i.d. paths (reads only
     the set of drafted children and how many paths pass through the node)."""
-    return walk_top_down(target, context, draft, rand,
+    return _walk(target, context, draft, rand,
                  lambda p, q, node, counts: optimal_is_step(p, q, tuple(sorted(counts)), sum(counts.values()), rand))

@@ -31,7 +31,7 @@ import numpy as np
 from ..drafters import Draft, Drafter, require_draft_model
 from ..models import check_positive_int
 from ..probability import accept_probability, argmax, residual
-from .importance import walk_top_down
+from .multidraft import top_down
 
 
 def hub_proposals(q):
@@ -127,9 +127,11 @@ def hub_pairs(draft_length: int) -> Drafter:
     return Drafter("hub_pairs", build, draft_length=L, num_paths=2)
 
 
+_spechub_top_down = top_down(spechub_step)
+
+
 def spechub_verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
     """SpecHub at the root pair, single-draft speculative sampling on each path below it: each of
     the two paths continues as its own chain from q (token verification), as in the public code's
     binary trees with two candidates at the first branching."""
-    return walk_top_down(target, context, draft, rand,
-                         lambda p, q, node, counts: spechub_step(p, q, draft.tokens(node), rand))
+    return _spechub_top_down(target, draft_model, context, draft, rand)
