@@ -26,6 +26,7 @@ from ..reference.exact import expected_accepted_length, output_distribution, tar
 from ..reference.methods import Method
 from ..reference.models import check_pair, check_positive_int, check_prefix
 from ..reference.randomness import law_is_exact
+from ._internal.arguments import as_tuple
 from ._internal.instances import instance_items
 from .strategies import Instance, check_vocab_sizes
 
@@ -107,14 +108,8 @@ def _check_method(method, name="method") -> Method:
 
 
 def _check_temperatures(temperatures) -> tuple:
-    if isinstance(temperatures, Real) and not isinstance(temperatures, bool):
-        temperatures = (temperatures,)
-    try:
-        temps = tuple(temperatures)
-    except TypeError:
-        raise TypeError(f"temperatures: expected a sequence of numbers, got {type(temperatures).__name__}") from None
-    if not temps:
-        raise ValueError("temperatures: at least one temperature is needed (1 = no temperature wrapper)")
+    temps = as_tuple(temperatures, "temperatures", lambda t: isinstance(t, Real) and not isinstance(t, bool),
+                     "a sequence of numbers", "at least one temperature is needed (1 = no temperature wrapper)")
     out = []
     for t in temps:
         if isinstance(t, bool) or not isinstance(t, Real):
