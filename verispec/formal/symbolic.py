@@ -115,6 +115,33 @@ def is_symbolic(value) -> bool:
     return isinstance(value, Sym)
 
 
+def _operand(other):
+    """The other operand of a Sym operation: its z3 expression (a Sym), an exact Fraction (a
+    concrete number), or None (anything else: the operation returns NotImplemented)."""
+    return other.expr if isinstance(other, Sym) else _constant(other)
+
+
+def _arithmetic(name):
+    """Sym's operator `name` ("add", "sub", "mul", "div") and its reflected form, both through
+    `Sym._binary` (``__add__`` and ``__radd__``, ...)."""
+    def forward(self, other):
+        return self._binary(other, name)
+
+    def reflected(self, other):
+        return self._binary(other, name, True)
+
+    return forward, reflected
+
+
+def _comparison(op, infinite):
+    """Sym's comparison `op` ("lt", ...) through `Sym._compare`; ``infinite(positive)`` is its
+    answer against a float infinity of that sign."""
+    def compare(self, other):
+        return self._compare(other, op, infinite)
+
+    return compare
+
+
 class Sym:
     """A real number given by a z3 expression over the models' probability variables."""
 
@@ -125,44 +152,23 @@ class Sym:
 
     # -- arithmetic ------------------------------------------------------------------------
     def _binary(self, other, name, reflected=False):
-        if isinstance(other, Sym):
-            o = other.expr
-        else:
-            constant = _constant(other)
-            if constant is None:
-                return NotImplemented
-            shortcut = _shortcut(self, constant, name, reflected)
+        o = _operand(other)
+        if o is None:
+            return NotImplemented
+        if isinstance(o, Fraction):
+            shortcut = _shortcut(self, o, name, reflected)
             if shortcut is not None:
                 return shortcut
-            o = real(constant)
+            o = real(o)
         a, b = (o, self.expr) if reflected else (self.expr, o)
         if name == "div":
             _check_divisor(b)
         return Sym(build(name, a, b))
 
-    def __add__(self, other):
-        return self._binary(other, "add")
-
-    def __radd__(self, other):
-        return self._binary(other, "add", True)
-
-    def __sub__(self, other):
-        return self._binary(other, "sub")
-
-    def __rsub__(self, other):
-        return self._binary(other, "sub", True)
-
-    def __mul__(self, other):
-        return self._binary(other, "mul")
-
-    def __rmul__(self, other):
-        return self._binary(other, "mul", True)
-
-    def __truediv__(self, other):
-        return self._binary(other, "div")
-
-    def __rtruediv__(self, other):
-        return self._binary(other, "div", True)
+    __add__, __radd__ = _arithmetic("add")
+    __sub__, __rsub__ = _arithmetic("sub")
+    __mul__, __rmul__ = _arithmetic("mul")
+    __truediv__, __rtruediv__ = _arithmetic("div")
 
     def __pow__(self, exponent):
         if isinstance(exponent, (int, np.integer)) and not isinstance(exponent, bool):
@@ -195,32 +201,19 @@ class Sym:
     def _compare(self, other, op, infinite):
         if isinstance(other, (float, np.floating)) and math.isinf(other):
             return infinite(other > 0)
-        if isinstance(other, Sym):
-            o = other.expr
-        else:
-            constant = _constant(other)
-            if constant is None:
-                return NotImplemented
-            o = real(constant)
+        o = _operand(other)
+        if o is None:
+            return NotImplemented
+        if isinstance(o, Fraction):
+            o = real(o)
         return current_replay().decide(build(op, self.expr, o))
 
-    def __lt__(self, other):
-        return self._compare(other, "lt", lambda pos: pos)
-
-    def __le__(self, other):
-        return self._compare(other, "le", lambda pos: pos)
-
-    def __gt__(self, other):
-        return self._compare(other, "gt", lambda pos: not pos)
-
-    def __ge__(self, other):
-        return self._compare(other, "ge", lambda pos: not pos)
-
-    def __eq__(self, other):
-        return self._compare(other, "eq", lambda pos: False)
-
-    def __ne__(self, other):
-        return self._compare(other, "ne", lambda pos: True)
+    __lt__ = _comparison("lt", lambda pos: pos)
+    __le__ = _comparison("le", lambda pos: pos)
+    __gt__ = _comparison("gt", lambda pos: not pos)
+    __ge__ = _comparison("ge", lambda pos: not pos)
+    __eq__ = _comparison("eq", lambda pos: False)
+    __ne__ = _comparison("ne", lambda pos: True)
 
     def __bool__(self):
         return current_replay().decide(self.expr != 0)

@@ -26,6 +26,8 @@ from ..reference.exact import expected_accepted_length, output_distribution, tar
 from ..reference.methods import Method
 from ..reference.models import check_pair, check_positive_int, check_prefix
 from ..reference.randomness import law_is_exact
+from ._internal.arguments import as_tuple
+from ._internal.instances import instance_items
 from .strategies import Instance, check_vocab_sizes
 
 __all__ = ["assert_lossless", "assert_not_worse", "sweep", "sweep_plan", "default_num_tokens", "LosslessnessError",
@@ -106,14 +108,8 @@ def _check_method(method, name="method") -> Method:
 
 
 def _check_temperatures(temperatures) -> tuple:
-    if isinstance(temperatures, Real) and not isinstance(temperatures, bool):
-        temperatures = (temperatures,)
-    try:
-        temps = tuple(temperatures)
-    except TypeError:
-        raise TypeError(f"temperatures: expected a sequence of numbers, got {type(temperatures).__name__}") from None
-    if not temps:
-        raise ValueError("temperatures: at least one temperature is needed (1 = no temperature wrapper)")
+    temps = as_tuple(temperatures, "temperatures", lambda t: isinstance(t, Real) and not isinstance(t, bool),
+                     "a sequence of numbers", "at least one temperature is needed (1 = no temperature wrapper)")
     out = []
     for t in temps:
         if isinstance(t, bool) or not isinstance(t, Real):
@@ -509,11 +505,7 @@ def _user_instances(instances) -> list[Instance]:
         todo = list(instances)
     except TypeError:
         raise TypeError(f"instances: expected an iterable of Instance, got {type(instances).__name__}") from None
-    if not todo:
-        raise ValueError("instances: empty")
-    for i, inst in enumerate(todo):
-        if not isinstance(inst, Instance):
-            raise TypeError(f"instances: item {i} is a {type(inst).__name__}, not an Instance")
+    for i, inst in instance_items(todo):
         check_pair(inst.target, inst.draft)
         check_prefix(inst.context, inst.vocab_size, f"instances[{i}].context")
     todo.sort(key=Instance.sort_key)

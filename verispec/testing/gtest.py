@@ -72,6 +72,11 @@ def _check_df(df):
     return int(df)
 
 
+def _check_n_df(n, df, *probabilities):
+    """(n, df, the probabilities), checked in that order; `probabilities` are (value, name) pairs."""
+    return (_check_n(n), _check_df(df), *(_check_probability(value, name) for value, name in probabilities))
+
+
 def g_test_power(n: int, df: int, tv: float = TV, alpha: float = ALPHA) -> float:
     """Asymptotic power of the level-`alpha` G-test with `df` degrees of freedom and `n` samples,
     against the worst law at total variation `tv` (noncentrality 4 n tv^2; see the module docstring).
@@ -82,10 +87,7 @@ def g_test_power(n: int, df: int, tv: float = TV, alpha: float = ALPHA) -> float
     Raises:
         TypeError / ValueError: n < 1, df < 0, tv or alpha outside (0, 1).
     """
-    n = _check_n(n)
-    df = _check_df(df)
-    tv = _check_probability(tv, "tv")
-    alpha = _check_probability(alpha, "alpha")
+    n, df, tv, alpha = _check_n_df(n, df, (tv, "tv"), (alpha, "alpha"))
     if df == 0:
         return 1.0 - (1.0 - tv) ** int(n)
     return float(ncx2.sf(chi2.isf(alpha, df), df, 4.0 * int(n) * tv * tv))
@@ -198,10 +200,7 @@ def detectable_tv(n: int, df: int, alpha: float = ALPHA, power: float = POWER) -
     Raises:
         TypeError / ValueError: n < 1, df < 0, alpha or power outside (0, 1).
     """
-    n = _check_n(n)
-    df = _check_df(df)
-    alpha = _check_probability(alpha, "alpha")
-    power = _check_probability(power, "power")
+    n, df, alpha, power = _check_n_df(n, df, (alpha, "alpha"), (power, "power"))
     if df == 0:
         return float(-math.expm1(math.log1p(-power) / int(n)))
     critical = chi2.isf(alpha, df)

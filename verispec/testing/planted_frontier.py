@@ -32,7 +32,7 @@ from ..reference import drafters
 from ..reference.methods import Method
 from ..reference.models import check_positive_int
 from ..reference.probability import accept_probability, align, as_float, is_symbolic, residual
-from ..reference.verifiers.block import path_distributions, stop_probability
+from ..reference.verifiers.block import block_output, last_stop, path_distributions, path_weights, stop_probability
 from ..reference.verifiers.hsd import hsd_rule
 from ..reference.verifiers.importance import optimal_selection
 from ..reference.verifiers.multidraft import spectr_rho, top_down
@@ -177,24 +177,11 @@ def _spechub_stale_step(p, q, drafts, rand):
     return rand.categorical(p2 / p2.sum() if p2.sum() > 0 else p)
 
 
-def _spechub_stale(target, draft_model, context, draft, rand):
-    node = ()
-    while True:
-        drafts = draft.tokens(node)
-        if not drafts:
-            return node + (rand.categorical(target.probs(context + node)),)
-        p, q = align(target.probs(context + node), draft.proposal(node))  # [V], [V]
-        y = _spechub_stale_step(p, q, drafts, rand)
-        node = node + (y,)
-        if y not in drafts:
-            return node
-
-
 def spechub_stale_hub_target(draft_length: int) -> Method:
     """SpecHub (arXiv 2411.05289) whose hub test for the pair (i, a) compares against p(a) instead
     of the residual left after the (a, i) pairs took their share of a: the hub is over-accepted."""
     L = check_positive_int(draft_length, "draft_length")
-    return Method("planted.spechub_stale_hub_target", hub_pairs(L), _spechub_stale,
+    return Method("planted.spechub_stale_hub_target", hub_pairs(L), top_down(_spechub_stale_step),
                   {"draft_length": L, "num_paths": 2}, model_state_only=True)
 
 
@@ -206,20 +193,11 @@ def _block_scalar_q(target, draft_model, context, draft, rand):
     path = draft.paths[0]
     ps, qs = path_distributions(target, context, path, draft.proposal)
     L = len(path)
-    w = [1]
-    for i in range(L):
-        w.append(accept_probability(ps[i][path[i]], qs[i][path[i]], w[i]))
-    tau = 0
-    for i in range(L, 0, -1):
-        # BUG: the residual mass Z_i is computed against the scalar fallback q(x) = 1 for every x
-        # (only q(X_i) = 1 is known for a point-mass draft), so Z_i = 0 and h_i = 0 for i < L.
-        h = w[L] if i == L else stop_probability(ps[i], ps[i] * 0 + 1, w[i])
-        if rand.bernoulli(h):
-            tau = i
-            break
-    if tau == L:
-        return tuple(path) + (rand.categorical(ps[L]),)
-    return tuple(path[:tau]) + (rand.categorical(residual(ps[tau], qs[tau], w[tau])),)
+    w = path_weights(ps, qs, path)
+    # BUG: the residual mass Z_i is computed against the scalar fallback q(x) = 1 for every x
+    # (only q(X_i) = 1 is known for a point-mass draft), so Z_i = 0 and h_i = 0 for i < L.
+    tau = last_stop(L, lambda i: w[L] if i == L else stop_probability(ps[i], ps[i] * 0 + 1, w[i]), rand)
+    return block_output(ps, qs, path, w, tau, rand)
 
 
 def block_point_mass_scalar_q(draft_length: int) -> Method:

@@ -25,16 +25,16 @@ The contract: `assert_sampler_lossless`. Sources: speculative sampling, Leviatha
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..reference.contract import RuleContractError
-from ..reference.exact import target_distribution
-from ..reference.models import check_pair, check_positive_int, check_prefix
+from ..reference.models import check_positive_int
 from . import gtest
-from .assertions import DEFAULT_FAMILIES, LosslessnessError, sweep
+from ._internal.harness import (Backend, TimedLoop, check_number, failure_message, harness_instances, sample_instance,
+                                timed_results)
+from .assertions import DEFAULT_FAMILIES, LosslessnessError
 from .strategies import Instance
 
 __all__ = ["assert_sampler_lossless", "reference_sampler", "SamplerReport", "InstanceResult",
@@ -186,45 +186,6 @@ def reference_sampler(draft_ids, draft_probs, target_probs, generator):
 
 
 # --------------------------------------------------------------------------------------------------
-# backends: what the function receives
-
-class _Backend:
-    def __init__(self, name, dtype, device):
-        if name not in ("numpy", "torch"):
-            raise ValueError(f"backend: expected 'numpy' or 'torch', got {name!r}")
-        self.name, self.device = name, device
-        if name == "torch":
-            import torch  # optional dependency: only this backend needs it
-
-            self.torch = torch
-            self.dtype = torch.float32 if dtype is None else dtype
-            if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
-                raise TypeError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
-        else:
-            self.dtype = np.dtype(np.float64 if dtype is None else dtype)
-            if self.dtype.kind != "f":
-                raise TypeError(f"dtype: expected a floating numpy dtype, got {dtype!r}")
-
-    def generator(self, seed):
-        if self.name == "numpy":
-            return np.random.default_rng(seed)
-        return self.torch.Generator(device=self.device).manual_seed(int(seed))
-
-    def inputs(self, draft_ids, draft_probs, target_probs):
-        if self.name == "numpy":
-            return draft_ids, draft_probs.astype(self.dtype), target_probs.astype(self.dtype)
-        t = self.torch
-        return (t.from_numpy(draft_ids).to(self.device),
-                t.from_numpy(draft_probs).to(device=self.device, dtype=self.dtype),
-                t.from_numpy(target_probs).to(device=self.device, dtype=self.dtype))
-
-    def output(self, out):
-        if self.name == "torch" and isinstance(out, self.torch.Tensor):
-            return out.detach().cpu().numpy()
-        return np.asarray(out)
-
-
-# --------------------------------------------------------------------------------------------------
 # the draft-verify loop on many independent rows
 
 class _PrefixTable:
@@ -286,14 +247,14 @@ def _validate(out, draft_ids, where):
     return out, k
 
 
-class _Loop:
+class _Loop(TimedLoop):
     """Runs the draft-verify loop with the function under test on one instance."""
 
     def __init__(self, fn, inst, backend, L, tables):
+        super().__init__()
         self.fn, self.inst, self.backend, self.L = fn, inst, backend, L
         self.where = (_name(fn), inst)
         self.target_table, self.draft_table = tables
-        self.seconds_in_fn, self.calls = 0.0, 0
 
     def _draft(self, emitted, length, draft_rng):
         """Draft L tokens from q for each row; returns draft_ids, q and p (see the module docstring)."""
@@ -313,14 +274,8 @@ class _Loop:
         return draft_ids, q, p
 
     def _call(self, draft_ids, q, p, generator):
-        args = self.backend.inputs(draft_ids, q, p)
-        start = time.perf_counter()
-        try:
-            out = self.fn(*args, generator)
-        except Exception as err:  # a crash is a contract error, not a verdict on the law
-            raise _contract(f"the function raised {type(err).__name__}: {err}", self.where) from err
-        self.seconds_in_fn += time.perf_counter() - start
-        self.calls += 1
+        args = [self.backend.array(a) for a in (draft_ids, q, p)]
+        out = self.call_fn(self.fn, args, generator, lambda problem: _contract(problem, self.where))
         return _validate(self.backend.output(out), draft_ids, self.where)
 
     def run(self, rows, draft_rng, generator):
@@ -343,99 +298,25 @@ class _Loop:
 # --------------------------------------------------------------------------------------------------
 # the check
 
-def _target_law_array(inst):
-    """The exact target law of the first N tokens as float64 [V^N] (base-V order, first token most
-    significant) and the same as a dict."""
-    V, N = inst.vocab_size, inst.num_tokens
-    law = target_distribution(inst.target, inst.context, N)
-    probs = np.zeros(V ** N)
-    for seq, prob in law.items():
-        probs[int(np.ravel_multi_index(seq, (V,) * N))] = float(prob)
-    return probs, law
-
-
-def _check_number(value, name, low, high):
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
-    if not low < value < high:
-        raise ValueError(f"{name}: must be in ({low}, {high}), got {value!r}")
-    return float(value)
-
-
-def _instances(target, draft, context, instances, vocab_sizes, temperatures, families, N, seed):
-    if target is not None:
-        if instances is not None:
-            raise ValueError("instances: pass either target/draft or instances, not both")
-        check_pair(target, draft)
-        return [Instance(target, draft, check_prefix(context, target.vocab_size, "context"), N,
-                         label="given instance")]
-    if draft is not None:
-        raise ValueError("target: pass target together with draft (draft alone is not an instance)")
-    if instances is None:
-        return sweep(vocab_sizes=vocab_sizes, temperatures=temperatures, num_tokens=N, context=context,
-                     seed=seed, families=families, exact=False)
-    todo = [instances] if isinstance(instances, Instance) else list(instances)
-    if not todo:
-        raise ValueError("instances: empty")
-    for i, inst in enumerate(todo):
-        if not isinstance(inst, Instance):
-            raise TypeError(f"instances: item {i} is a {type(inst).__name__}, not an Instance")
-        check_pair(inst.target, inst.draft)
-    return [Instance(inst.target, inst.draft, inst.context, N, inst.complexity, inst.label) for inst in todo]
-
-
-def _run_instance(fn, inst, index, settings, backend):
-    """Sample, test and return an `InstanceResult` (plus the two laws for a failure report)."""
-    alpha_i, power, tv, num_samples, seed, batch_size, L, min_expected = settings
+def _run_instance(fn, inst, index, numbers, L, backend):
+    """Sample, test and return an `InstanceResult` (plus the two laws for a failure report);
+    ``numbers`` as `sample_instance` takes them."""
     if inst.draft is None:
         raise ValueError(f"instances: {inst.label} has no draft model; the harness drafts from it")
     V, N = inst.vocab_size, inst.num_tokens
     if (V + 1) ** (N - 1 + L) >= _MAX_CODE:
         raise ValueError(f"num_tokens: (V + 1)^(N - 1 + L) = {V + 1}^{N - 1 + L} is too large for the harness")
-    probs, law = _target_law_array(inst)
-    support = probs > 0
-    n = num_samples or gtest.g_test_sample_size(int(support.sum()) - 1, tv, alpha_i, power)
-    start = time.perf_counter()
-    tables = tuple(_PrefixTable(m, inst.context, V, N - 1 + L) for m in (inst.target, inst.draft))
-    loop = _Loop(fn, inst, backend, L, tables)
-    streams = np.random.SeedSequence([seed, index]).spawn(2)
-    draft_rng, generator = np.random.default_rng(streams[0]), backend.generator(streams[1].generate_state(1)[0])
-    counts = np.zeros(V ** N, dtype=np.int64)
-    for first in range(0, n, batch_size):
-        tokens = loop.run(min(batch_size, n - first), draft_rng, generator)  # [rows, N]
-        counts += np.bincount(np.ravel_multi_index(tokens.T, (V,) * N), minlength=V ** N)
-    test = gtest.g_test(counts[support], probs[support], min_expected)
-    impossible = {np.unravel_index(i, (V,) * N): int(counts[i]) for i in np.flatnonzero(~support & (counts > 0))}
-    result = InstanceResult(
-        instance=inst, n=n, cells=int(support.sum()), df=test.df,
-        pooled_mass=gtest.pooled_mass(probs[support], n, min_expected), statistic=test.statistic,
-        p_value=0.0 if impossible else test.p_value, alpha=alpha_i,
-        detectable_tv=gtest.detectable_tv(n, test.df, alpha_i, power),
-        impossible={tuple(int(t) for t in k): c for k, c in impossible.items()},
-        empirical_tv=0.5 * float(np.abs(counts / n - probs).sum()), seconds=time.perf_counter() - start,
-        seconds_in_fn=loop.seconds_in_fn, calls=loop.calls)
-    empirical = {tuple(int(t) for t in np.unravel_index(i, (V,) * N)): counts[i] / n for i in np.flatnonzero(counts)}
-    return result, empirical, law
+
+    def make_loop():
+        tables = tuple(_PrefixTable(m, inst.context, V, N - 1 + L) for m in (inst.target, inst.draft))
+        return _Loop(fn, inst, backend, L, tables)
+
+    fields, empirical, law = sample_instance(inst, index, numbers, make_loop, backend)
+    return InstanceResult(**fields), empirical, law
 
 
 def _name(fn) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
-
-
-def _failure(fn, result, report, empirical, law):
-    inst = result.instance
-    name = _name(fn)
-    if result.impossible:
-        why = f"emitted sequences of target probability 0: {result.impossible}"
-    else:
-        why = (f"G-test rejects the target law: G = {result.statistic:.2f}, df = {result.df}, "
-               f"p = {result.p_value:.3g} <= alpha = {result.alpha:.3g}")
-    keys = sorted(set(empirical) | set(law), key=lambda k: -abs(empirical.get(k, 0) - float(law.get(k, 0))))[:6]
-    rows = "\n".join(f"    {k}: empirical {empirical.get(k, 0):.5f}  target {float(law.get(k, 0)):.5f}" for k in keys)
-    return (f"{name} is NOT lossless on {inst.label} (V = {inst.vocab_size}, N = {inst.num_tokens}): {why}\n"
-            f"  n = {result.n:,} runs of the loop; empirical TV = {result.empirical_tv:.4f}\n"
-            f"  outcomes where the laws differ most:\n{rows}\n"
-            + "\n".join("  " + line for line in inst.describe().splitlines()))
 
 
 def _checked_settings(draft_length, num_tokens, alpha, power, tv, num_samples, seed, batch_size, min_expected):
@@ -443,10 +324,10 @@ def _checked_settings(draft_length, num_tokens, alpha, power, tv, num_samples, s
     (L, N, alpha, power, tv, num_samples, seed, batch_size, min_expected), N defaulting to L + 2."""
     L = check_positive_int(draft_length, "draft_length")
     N = L + 2 if num_tokens is None else check_positive_int(num_tokens, "num_tokens")
-    return (L, N, _check_number(alpha, "alpha", 0, 1), _check_number(power, "power", 0, 1),
-            _check_number(tv, "tv", 0, 1), None if num_samples is None else check_positive_int(num_samples, "num_samples"),
+    return (L, N, check_number(alpha, "alpha", 0, 1), check_number(power, "power", 0, 1),
+            check_number(tv, "tv", 0, 1), None if num_samples is None else check_positive_int(num_samples, "num_samples"),
             check_positive_int(seed, "seed", 0), check_positive_int(batch_size, "batch_size"),
-            _check_number(min_expected, "min_expected", 0, float("inf")))
+            check_number(min_expected, "min_expected", 0, float("inf")))
 
 
 def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2, num_tokens: int | None = None,
@@ -494,18 +375,15 @@ def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2
     """
     if not callable(fn):
         raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
-    runner = _Backend(backend, dtype, device)
+    runner = Backend(backend, dtype, device)
     L, N, alpha, power, tv, num_samples, seed, batch_size, min_expected = _checked_settings(
         draft_length, num_tokens, alpha, power, tv, num_samples, seed, batch_size, min_expected)
-    todo = _instances(target, draft, context, instances, vocab_sizes, temperatures, families, N, seed)
+    todo = harness_instances(target, draft, context, instances, (vocab_sizes, temperatures, families, seed), N)
     report = SamplerReport(alpha=alpha, power=power, tv=tv)
-    settings = (alpha / len(todo), power, tv, num_samples, seed, batch_size, L, min_expected)
-    start = time.perf_counter()
-    for index, inst in enumerate(todo):
-        result, empirical, law = _run_instance(fn, inst, index, settings, runner)
-        report.results.append(result)
-        report.seconds = time.perf_counter() - start
+    numbers = (alpha / len(todo), power, tv, num_samples, seed, batch_size, min_expected)
+    for result, empirical, law in timed_results(
+            todo, lambda index, inst: _run_instance(fn, inst, index, numbers, L, runner), report):
         if not result.passed:
-            raise SamplerLosslessnessError(_failure(fn, result, report, empirical, law), result, report,
+            raise SamplerLosslessnessError(failure_message(_name(fn), result, empirical, law), result, report,
                                            empirical, law)
     return report

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from ..reference import models
 from ..reference.models import LanguageModel
+from ._internal.arguments import as_tuple
 
 __all__ = ["Instance", "distributions", "language_models", "model_pairs", "temperatures", "instances",
            "FAMILIES", "NEAR_ZERO", "register_profiles"]
@@ -74,14 +75,8 @@ def _vocab_strategy(vocab_size, name="vocab_size"):
 
 
 def _check_families(families):
-    if isinstance(families, str):
-        families = (families,)
-    try:
-        families = tuple(families)
-    except TypeError:
-        raise TypeError(f"families: expected a sequence of family names, got {type(families).__name__}") from None
-    if not families:
-        raise ValueError("families: at least one family is needed")
+    families = as_tuple(families, "families", lambda f: isinstance(f, str), "a sequence of family names",
+                        "at least one family is needed")
     for fam in families:
         if fam not in FAMILIES:
             raise ValueError(f"families: unknown family {fam!r}; known: {', '.join(FAMILIES)}")
@@ -414,14 +409,8 @@ def check_vocab_sizes(vocab_sizes) -> tuple[int, ...]:
     Raises:
         TypeError: not an int or a sequence of ints. ValueError: empty, or a size < 1.
     """
-    if isinstance(vocab_sizes, (int, np.integer)) and not isinstance(vocab_sizes, bool):
-        vocab_sizes = (vocab_sizes,)
-    try:
-        sizes = tuple(vocab_sizes)
-    except TypeError:
-        raise TypeError(f"vocab_sizes: expected a sequence of ints, got {type(vocab_sizes).__name__}") from None
-    if not sizes:
-        raise ValueError("vocab_sizes: at least one vocabulary size is needed")
+    sizes = as_tuple(vocab_sizes, "vocab_sizes", lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool),
+                     "a sequence of ints", "at least one vocabulary size is needed")
     for v in sizes:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise TypeError(f"vocab_sizes: expected ints, got {v!r}")

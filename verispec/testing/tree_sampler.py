@@ -24,17 +24,16 @@ power, see `verispec.testing.gtest`.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..reference.exact import target_distribution
-from ..reference.models import check_pair, check_positive_int, check_prefix
+from ..reference.models import check_positive_int
 from . import gtest
-from .assertions import DEFAULT_FAMILIES, sweep
+from ._internal.harness import (Backend, TimedLoop, check_number, failure_message, harness_instances, sample_instance,
+                                timed_results)
+from .assertions import DEFAULT_FAMILIES
 from .sampler import InstanceResult, SamplerContractError, SamplerLosslessnessError, SamplerReport
-from .strategies import Instance
 from .tree_draws import (DETERMINISTIC_DRAFTERS, check_drafter, drafter_depth, flat_tree_law, parent_distributions,
                          proposals, target_rows)
 from .tree_layout import PLACEHOLDER, next_sibling_layout
@@ -123,44 +122,6 @@ class _Trees:
         return out
 
 
-class _Convert:
-    """numpy arrays -> what the function receives (numpy, or torch tensors on a device)."""
-
-    def __init__(self, backend, dtype, device):
-        if backend not in ("numpy", "torch"):
-            raise ValueError(f"backend: expected 'numpy' or 'torch', got {backend!r}")
-        self.backend, self.device = backend, device
-        if backend == "torch":
-            import torch  # optional dependency: only this backend needs it
-
-            self.torch = torch
-            self.dtype = torch.float32 if dtype is None else dtype
-            if not isinstance(self.dtype, torch.dtype) or not self.dtype.is_floating_point:
-                raise TypeError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
-        else:
-            self.dtype = np.dtype(np.float64 if dtype is None else dtype)
-            if self.dtype.kind != "f":
-                raise TypeError(f"dtype: expected a floating numpy dtype, got {dtype!r}")
-
-    def generator(self, seed):
-        if self.backend == "numpy":
-            return np.random.default_rng(seed)
-        return self.torch.Generator(device=self.device).manual_seed(int(seed))
-
-    def array(self, a):
-        if a is None:
-            return None
-        if self.backend == "numpy":
-            return a if a.dtype.kind in "iu" else a.astype(self.dtype)
-        t = self.torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
-        return t if a.dtype.kind in "iu" else t.to(self.dtype)
-
-    def output(self, out):
-        if self.backend == "torch" and isinstance(out, self.torch.Tensor):
-            return out.detach().cpu().numpy()
-        return np.asarray(out)
-
-
 def _layout_args(layout, tokens, parents, q, p, root_tokens):
     """The function's array arguments in `layout` (see `assert_tree_sampler_lossless`)."""
     if layout == "parents":
@@ -217,13 +178,13 @@ def _validate(out, batch, where, powers):
     return out, k
 
 
-class _Loop:
+class _Loop(TimedLoop):
     """Runs the draft-verify loop with the function under test on one instance."""
 
     def __init__(self, fn, inst, trees, convert, layout):
+        super().__init__()
         self.fn, self.inst, self.trees, self.convert, self.layout = fn, inst, trees, convert, layout
         self.where = (_name(fn), inst)
-        self.seconds_in_fn, self.calls = 0.0, 0
 
     def _batch(self, entry_ids):
         """Stack the drawn trees of one size: arrays for the call and for `_validate`."""
@@ -241,13 +202,7 @@ class _Loop:
     def _call(self, entry_ids, root_tokens, generator):
         (tokens, parents, q, p), check = self._batch(entry_ids)
         args = [self.convert.array(a) for a in _layout_args(self.layout, tokens, parents, q, p, root_tokens)]
-        start = time.perf_counter()
-        try:
-            out = self.fn(*args, generator)
-        except Exception as err:  # a crash is a contract error, not a verdict on the law
-            raise _contract(f"the function raised {type(err).__name__}: {err}", self.where) from err
-        self.seconds_in_fn += time.perf_counter() - start
-        self.calls += 1
+        out = self.call_fn(self.fn, args, generator, lambda problem: _contract(problem, self.where))
         return _validate(self.convert.output(out), check, self.where, self.trees.powers)
 
     def run(self, rows, draft_rng, generator):
@@ -276,93 +231,16 @@ def _name(fn) -> str:
     return getattr(fn, "__qualname__", None) or getattr(type(fn), "__qualname__", None) or repr(fn)
 
 
-def _target_law(inst):
-    """The exact target law of the first N tokens: float64 [V^N] (base-V order) and the dict."""
-    V, N = inst.vocab_size, inst.num_tokens
-    law = target_distribution(inst.target, inst.context, N)
-    probs = np.zeros(V ** N)
-    for seq, prob in law.items():
-        probs[int(np.ravel_multi_index(seq, (V,) * N))] = float(prob)
-    return probs, law
-
-
-def _check_number(value, name, low, high):
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
-    if not low < value < high:
-        raise ValueError(f"{name}: must be in ({low}, {high}), got {value!r}")
-    return float(value)
-
-
-def _instances(target, draft, context, instances, sweep_args, N):
-    if target is not None:
-        if instances is not None:
-            raise ValueError("instances: pass either target/draft or instances, not both")
-        check_pair(target, draft)
-        return [Instance(target, draft, check_prefix(context, target.vocab_size, "context"), N, label="given instance")]
-    if draft is not None:
-        raise ValueError("target: pass target together with draft (draft alone is not an instance)")
-    if instances is None:
-        vocab_sizes, temperatures, families, seed = sweep_args
-        return sweep(vocab_sizes=vocab_sizes, temperatures=temperatures, num_tokens=N, context=context, seed=seed,
-                     families=families, exact=False)
-    todo = [instances] if isinstance(instances, Instance) else list(instances)
-    if not todo:
-        raise ValueError("instances: empty")
-    for i, inst in enumerate(todo):
-        if not isinstance(inst, Instance):
-            raise TypeError(f"instances: item {i} is a {type(inst).__name__}, not an Instance")
-        if inst.draft is None:
-            raise ValueError(f"instances: {inst.label} has no draft model; the drafter drafts from it")
-        check_pair(inst.target, inst.draft)
-    return [Instance(inst.target, inst.draft, inst.context, N, inst.complexity, inst.label) for inst in todo]
-
-
 def _run_instance(fn, inst, index, settings):
     """Sample, test and return an `InstanceResult` (plus the two laws for a failure report)."""
-    alpha_i, power, tv, num_samples, seed, batch_size, min_expected, drafter, soft, layout, convert = settings
+    numbers, (drafter, soft, layout, convert) = settings[:7], settings[7:]
     V, N, D = inst.vocab_size, inst.num_tokens, drafter_depth(drafter)
     if (V + 1) ** max(N - 1, D + 1) >= _MAX_CODE // 2 ** 20:
         raise ValueError(f"num_tokens: (V + 1)^max(N - 1, depth + 1) is too large for the harness (V = {V}, N = {N})")
-    probs, law = _target_law(inst)
-    support = probs > 0
-    n = num_samples or gtest.g_test_sample_size(int(support.sum()) - 1, tv, alpha_i, power)
-    start = time.perf_counter()
-    loop = _Loop(fn, inst, _Trees(inst, drafter, soft, N - 1, D + 1), convert, layout)
-    streams = np.random.SeedSequence([seed, index]).spawn(2)
-    draft_rng, generator = np.random.default_rng(streams[0]), convert.generator(streams[1].generate_state(1)[0])
-    counts = np.zeros(V ** N, dtype=np.int64)
-    for first in range(0, n, batch_size):
-        tokens = loop.run(min(batch_size, n - first), draft_rng, generator)  # [rows, N]
-        counts += np.bincount(np.ravel_multi_index(tokens.T, (V,) * N), minlength=V ** N)
-    test = gtest.g_test(counts[support], probs[support], min_expected)
-    impossible = {tuple(int(t) for t in np.unravel_index(i, (V,) * N)): int(counts[i])
-                  for i in np.flatnonzero(~support & (counts > 0))}
-    result = InstanceResult(
-        instance=inst, n=n, cells=int(support.sum()), df=test.df,
-        pooled_mass=gtest.pooled_mass(probs[support], n, min_expected), statistic=test.statistic,
-        p_value=0.0 if impossible else test.p_value, alpha=alpha_i,
-        detectable_tv=gtest.detectable_tv(n, test.df, alpha_i, power), impossible=impossible,
-        empirical_tv=0.5 * float(np.abs(counts / n - probs).sum()), seconds=time.perf_counter() - start,
-        seconds_in_fn=loop.seconds_in_fn, calls=loop.calls)
-    empirical = {tuple(int(t) for t in np.unravel_index(i, (V,) * N)): counts[i] / n for i in np.flatnonzero(counts)}
-    return result, empirical, law
-
-
-def _failure(fn, result, drafter, empirical, law):
-    inst = result.instance
-    if result.impossible:
-        why = f"emitted sequences of target probability 0: {result.impossible}"
-    else:
-        why = (f"G-test rejects the target law: G = {result.statistic:.2f}, df = {result.df}, "
-               f"p = {result.p_value:.3g} <= alpha = {result.alpha:.3g}")
-    keys = sorted(set(empirical) | set(law), key=lambda k: -abs(empirical.get(k, 0) - float(law.get(k, 0))))[:6]
-    rows = "\n".join(f"    {k}: empirical {empirical.get(k, 0):.5f}  target {float(law.get(k, 0)):.5f}" for k in keys)
-    return (f"{_name(fn)} is NOT lossless with {drafter!r} on {inst.label} (V = {inst.vocab_size}, "
-            f"N = {inst.num_tokens}): {why}\n"
-            f"  n = {result.n:,} runs of the loop; empirical TV = {result.empirical_tv:.4f}\n"
-            f"  outcomes where the laws differ most:\n{rows}\n"
-            + "\n".join("  " + line for line in inst.describe().splitlines()))
+    fields, empirical, law = sample_instance(
+        inst, index, numbers, lambda: _Loop(fn, inst, _Trees(inst, drafter, soft, N - 1, D + 1), convert, layout),
+        convert)
+    return InstanceResult(**fields), empirical, law
 
 
 def _settings(args):
@@ -376,16 +254,17 @@ def _settings(args):
     soft = args["deterministic_draft_probs"]
     if soft not in ("none", "soft"):
         raise ValueError(f"deterministic_draft_probs: expected 'none' or 'soft', got {soft!r}")
-    convert = _Convert(args["backend"], args["dtype"], args["device"])
+    convert = Backend(args["backend"], args["dtype"], args["device"])
     N = args["num_tokens"]
     N = drafter_depth(drafter) + 2 if N is None else check_positive_int(N, "num_tokens")
     for name in ("alpha", "power", "tv"):
-        args[name] = _check_number(args[name], name, 0, 1)
+        args[name] = check_number(args[name], name, 0, 1)
     num_samples = None if args["num_samples"] is None else check_positive_int(args["num_samples"], "num_samples")
     seed, batch_size = check_positive_int(args["seed"], "seed", 0), check_positive_int(args["batch_size"], "batch_size")
-    min_expected = _check_number(args["min_expected"], "min_expected", 0, float("inf"))
-    todo = _instances(args["target"], args["draft"], args["context"], args["instances"],
-                      (args["vocab_sizes"], args["temperatures"], args["families"], seed), N)
+    min_expected = check_number(args["min_expected"], "min_expected", 0, float("inf"))
+    todo = harness_instances(args["target"], args["draft"], args["context"], args["instances"],
+                             (args["vocab_sizes"], args["temperatures"], args["families"], seed), N,
+                             no_draft="the drafter drafts from it")
     return todo, (args["alpha"] / len(todo), args["power"], args["tv"], num_samples, seed, batch_size, min_expected,
                   drafter, soft == "soft", layout, convert)
 
@@ -440,12 +319,9 @@ def assert_tree_sampler_lossless(fn, *, drafter, layout: str = "parents", determ
     todo, settings = _settings(args)
     report = TreeSamplerReport(alpha=args["alpha"], power=args["power"], tv=args["tv"], drafter=repr(drafter),
                                layout=layout)
-    start = time.perf_counter()
-    for index, inst in enumerate(todo):
-        result, empirical, law = _run_instance(fn, inst, index, settings)
-        report.results.append(result)
-        report.seconds = time.perf_counter() - start
+    for result, empirical, law in timed_results(
+            todo, lambda index, inst: _run_instance(fn, inst, index, settings), report):
         if not result.passed:
-            raise SamplerLosslessnessError(_failure(fn, result, drafter, empirical, law), result, report, empirical,
-                                           law)
+            raise SamplerLosslessnessError(failure_message(_name(fn), result, empirical, law, f" with {drafter!r}"),
+                                           result, report, empirical, law)
     return report

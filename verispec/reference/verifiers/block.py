@@ -40,18 +40,33 @@ def block_rule(ps, qs, path, rand) -> tuple[int, ...]:
         X_1..X_tau followed by the correction (tau < L) or bonus (tau = L) token.
     """
     L = len(path)
+    w = path_weights(ps, qs, path)
+    tau = last_stop(L, lambda i: w[L] if i == L else stop_probability(ps[i], qs[i], w[i]), rand)
+    return block_output(ps, qs, path, w, tau, rand)
+
+
+def path_weights(ps, qs, path) -> list:
+    """[w_0 = 1, w_1, ..., w_L]: w_i = min(1, w_{i-1} p_i(X_i) / q_i(X_i)) (`block_rule`'s args)."""
     w = [1]
-    for i in range(L):
+    for i in range(len(path)):
         w.append(accept_probability(ps[i][path[i]], qs[i][path[i]], w[i]))
-    # eta_L, eta_{L-1}, ... : the first success from the end is the LAST i with eta_i <= h_i.
-    tau = 0
+    return w
+
+
+def last_stop(L, h, rand) -> int:
+    """tau = the LAST i in 1..L with eta_i <= h(i) (0 if none), drawing eta_L, eta_{L-1}, ...: the
+    first success from the end is the last one, so no draw below it is made."""
     for i in range(L, 0, -1):
-        h = w[L] if i == L else stop_probability(ps[i], qs[i], w[i])
-        if rand.bernoulli(h):
-            tau = i
-            break
-    if tau == L:
-        return tuple(path) + (rand.categorical(ps[L]),)  # bonus token
+        if rand.bernoulli(h(i)):
+            return i
+    return 0
+
+
+def block_output(ps, qs, path, w, tau, rand) -> tuple[int, ...]:
+    """X_1..X_tau, then the bonus token ~ p(. | X^L) (tau = L) or the correction token ~
+    norm(max(w_tau p(. | X^tau) - q(. | X^tau), 0))."""
+    if tau == len(path):
+        return tuple(path) + (rand.categorical(ps[tau]),)  # bonus token
     return tuple(path[:tau]) + (rand.categorical(residual(ps[tau], qs[tau], w[tau])),)
 
 

@@ -30,7 +30,8 @@ import numpy as np
 
 from ..drafters import Draft, Drafter, require_draft_model
 from ..models import check_positive_int
-from ..probability import accept_probability, align, argmax, residual
+from ..probability import accept_probability, argmax, residual
+from .multidraft import top_down
 
 
 def hub_proposals(q):
@@ -126,17 +127,11 @@ def hub_pairs(draft_length: int) -> Drafter:
     return Drafter("hub_pairs", build, draft_length=L, num_paths=2)
 
 
+_spechub_top_down = top_down(spechub_step)
+
+
 def spechub_verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
     """SpecHub at the root pair, single-draft speculative sampling on each path below it: each of
     the two paths continues as its own chain from q (token verification), as in the public code's
     binary trees with two candidates at the first branching."""
-    node = ()
-    while True:
-        drafts = draft.tokens(node)
-        if not drafts:
-            return node + (rand.categorical(target.probs(context + node)),)  # bonus token
-        p, q = align(target.probs(context + node), draft.proposal(node))  # [V], [V]
-        y = spechub_step(p, q, drafts, rand)
-        node = node + (y,)
-        if y not in drafts:
-            return node  # correction token
+    return _spechub_top_down(target, draft_model, context, draft, rand)
