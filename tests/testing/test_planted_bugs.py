@@ -124,6 +124,12 @@ BUILTIN = [
     ("khisti", dict(draft_length=2, num_paths=2), CHEAP),
     ("optimal_is", dict(draft_length=2, num_paths=2), CHEAP),
     ("spechub", dict(draft_length=2), CHEAP),
+    ("target_only", dict(), {}),
+    ("kary", dict(node_budget=3, max_depth=2), CHEAP),
+    ("eagle", dict(node_budget=3, max_depth=2), CHEAP),
+    ("chain_tree", dict(node_budget=3, max_depth=2), CHEAP),
+    ("adaptive", dict(draft_length=2), CHEAP),
+    ("hybrid", dict(draft_length=2, lookup_length=2), CHEAP),
 ]
 
 

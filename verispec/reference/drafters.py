@@ -305,7 +305,7 @@ def iid_paths(draft_length: int, num_paths: int) -> Drafter:
 
 def root_only() -> Drafter:
     """The empty draft tree (the root alone): the verifier emits one token from p. Reads no model."""
-    return Drafter("root_only", lambda draft_model, context, rand: _fixed_tree({}))
+    return Drafter("root_only", lambda draft_model, context, rand: _fixed_tree({}), draft_length=0)
 
 
 def chain(draft_length: int) -> Drafter:

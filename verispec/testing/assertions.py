@@ -377,7 +377,7 @@ def default_num_tokens(method) -> int:
             tree checked with N = 4 would leave its second iteration unchecked.
     """
     L = method.draft_length
-    if isinstance(L, (int, np.integer)) and not isinstance(L, bool) and L >= 1:
+    if isinstance(L, (int, np.integer)) and not isinstance(L, bool) and L >= 0:  # 0: no draft (target-only)
         return int(L) + 2
     raise ValueError(
         f"num_tokens: {method!r} declares no draft depth (got {L!r}), so the number of tokens N to check "
