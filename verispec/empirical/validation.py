@@ -7,7 +7,7 @@ import torch
 from .model import CausalLM
 from .uniforms import as_uniform_source
 
-__all__ = ["check_temperature", "check_positive", "check_pair", "check_prompt", "check_prompts", "check_source"]
+__all__ = ["check_temperature", "check_int", "check_positive", "check_pair", "check_prompt", "check_prompts", "check_source"]
 
 
 def check_temperature(value, name):
@@ -18,12 +18,18 @@ def check_temperature(value, name):
     return float(value)
 
 
-def check_positive(value, name):
+def check_int(value, name: str, minimum: int) -> int:
+    """`value` if it is an int >= `minimum`, else TypeError / ValueError naming `name`."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name}: must be >= 1, got {value}")
+    if value < minimum:
+        raise ValueError(f"{name}: must be >= {minimum}, got {value}")
     return value
+
+
+def check_positive(value, name):
+    """`value` if it is an int >= 1, else TypeError / ValueError naming `name`."""
+    return check_int(value, name, 1)
 
 
 def check_pair(target, draft) -> None:

@@ -27,7 +27,8 @@ from ..torch_method import TorchMethod
 from ..validation import check_positive
 from ..verifiers.nodes import PathRule
 from .base import DraftTree, PathsDrafter, draw, next_token_law, probabilities
-from .lookup import check_int, prompt_lookup_batch
+from ..validation import check_int
+from .lookup import prompt_lookup_batch
 
 __all__ = ["AdaptiveChainDrafter", "HybridDrafter", "SCHEDULES", "VERIFIERS", "adaptive_method", "hybrid_method"]
 

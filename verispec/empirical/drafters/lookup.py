@@ -20,17 +20,9 @@ from __future__ import annotations
 
 import torch
 
+from ..validation import check_int
+
 __all__ = ["prompt_lookup_draft", "prompt_lookup_batch"]
-
-
-def check_int(value, name: str, minimum: int) -> int:
-    """`value` if it is an int >= `minimum`, else TypeError / ValueError naming `name` (the
-    drafters' integer parameters: n-gram sizes, lengths)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name}: must be >= {minimum}, got {value}")
-    return value
 
 
 def _check_ids(t, name: str, ndim: int) -> None:

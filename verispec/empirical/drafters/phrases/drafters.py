@@ -13,7 +13,7 @@ import torch
 from ..base import Drafter, DraftTree
 from ...torch_method import TorchMethod
 from ...verifiers.nodes import PointMassTree
-from ...validation import check_positive
+from ...validation import check_int, check_positive
 from .pool import PhrasePool, candidates, check_pool
 from .token_tree import DraftSequence, Tree
 from .windows import JacobiWindow, JacobiWindow2D
@@ -61,14 +61,6 @@ def _draft(dcache, seq, pool, window, L, K, whole_phrases=False):
         draft += new
         forwards, used = forwards + 1, used + from_pool
     return draft, forwards, used
-
-
-def _check_window(value, name):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name}: must be >= 0, got {value}")
-    return value
 
 
 def _ouroboros_tree(last: int, proposal: list[int], pool: PhrasePool, K: int, vocab_size: int):
@@ -430,7 +422,7 @@ def _phrase_args(draft_length, num_candidates, window):
     """(L, K, W) checked: L, K >= 1 and W >= 0."""
     L = check_positive(draft_length, "draft_length")
     K = check_positive(num_candidates, "num_candidates")
-    return L, K, _check_window(window, "window")
+    return L, K, check_int(window, "window", 0)
 
 
 def lookahead_method(pool: PhrasePool | None = None, num_candidates: int = 3, window: int = 4) -> TorchMethod:
