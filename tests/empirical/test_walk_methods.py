@@ -197,7 +197,7 @@ def test_bench_runs_the_walk_methods(pair, tmp_path):
 
 def test_bad_parameters_are_clear_errors():
     with pytest.raises(ValueError, match="num_paths: method 'spechub' drafts exactly 2 paths"):
-        methods.walk_method("spechub", 3, 3)
+        methods.selection_method("spechub", 3, 3)
     with pytest.raises(TypeError, match="num_paths: not a parameter of method 'spechub'"):
         methods.get("spechub", draft_length=3, num_paths=3)
     with pytest.raises(ValueError, match="draft_length"):

@@ -4,11 +4,11 @@ the same batch size B, as in EMS-SD's Figure 1 (speedup vs B).
 
 The first `prompts` HumanEval prompts (P, at least the largest B) are cut into consecutive batches
 of B (P rounded down to a multiple of B), so every B decodes the same prompts. Per batch and
-temperature, runners: ``target_only`` and, for every method (``token``,
+temperature, methods: ``target_only`` and, for every method (``token``,
 ``block``: draft-model chains; ``prompt_lookup``: n-gram drafts verified by the token rule), both
 implementations (KV storages of `verispec.empirical.engine.decode`). Times are wall-clock of the
-whole call (prefill included, the same prompts for all runners of a B); speedup = target-only's
-time / the runner's at the same B and T. Each record also keeps the KV accounting (padded slots
+whole call (prefill included, the same prompts for all methods of a B); speedup = target-only's
+time / the method's at the same B and T. Each record also keeps the KV accounting (padded slots
 written, peak slots) and, at T = 0, whether every row equals batched target-only greedy.
 
 Results: JSON written atomically after every record, resumable like `verispec bench`
@@ -80,20 +80,21 @@ class BatchedBenchConfig:
             raise ValueError(f"prompts: {self.prompts} prompts cannot fill a batch of {max(self.batch_sizes)}")
 
 
-def _runners(config):
+def _methods(config):
+    """The labels run per batch: target_only, then "name/implementation" for every method."""
     return ["target_only"] + [f"{m}/{impl}" for m in config.methods for impl in IMPLEMENTATIONS]
 
 
-def _run(runner, pair, batch, config, T):
-    """One batch through the engine's entry point: target-only on a padded KV, or method/implementation
-    with the implementation's KV storage (vanilla: padded; ems: packed, EMS-SD)."""
+def _run(label, pair, batch, config, T):
+    """One batch through the engine's entry point: target-only on a padded KV, or a method with the
+    implementation's KV storage (vanilla: padded; ems: packed, EMS-SD)."""
     N = config.max_new_tokens
-    if runner == "target_only":
+    if label == "target_only":
         return decode(pair.target, None, batch, target_only_method(), N, T, uniforms=config.seed, storage="vanilla")
-    name, implementation = runner.split("/")
-    method = methods.get(name, draft_length=config.draft_length)
+    name, implementation = label.split("/")
     draft = pair.draft if registry.spec(name).needs_draft else None
-    return decode(pair.target, draft, batch, method, N, T, uniforms=config.seed, storage=STORAGES[implementation])
+    return decode(pair.target, draft, batch, methods.get(name, draft_length=config.draft_length), N, T,
+                  uniforms=config.seed, storage=STORAGES[implementation])
 
 
 def _record(result, memory) -> dict:
@@ -123,19 +124,19 @@ def run_batched_bench(config: BatchedBenchConfig, output: str | None = None, *, 
     ids = [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids[0] for p in prompts]  # each [n_i]
     results["environment"] = environment(config, torch.get_num_threads(), dtype_reason)
     small = BatchedBenchConfig(**{**asdict(config), "max_new_tokens": 2})
-    for runner in _runners(config):  # warm-up
-        _run(runner, pair, ids[:2], small, 1.0)
+    for method in _methods(config):  # warm-up
+        _run(method, pair, ids[:2], small, 1.0)
     for B in config.batch_sizes:
         for i in range(min(len(ids) // B, config.batches or len(ids))):
             for T in config.temperatures:
-                for runner in _runners(config):
-                    key = f"{runner}|B={B}|T={float(T):g}|{i}"
+                for method in _methods(config):
+                    key = f"{method}|B={B}|T={float(T):g}|{i}"
                     if key in results["records"]:
                         continue
                     if progress:
-                        progress(f"B={B} batch {i} {runner} T={float(T):g}")
+                        progress(f"B={B} batch {i} {method} T={float(T):g}")
                     with PeakMemory(config.device) as memory:
-                        result = _run(runner, pair, ids[i * B:(i + 1) * B], config, float(T))
+                        result = _run(method, pair, ids[i * B:(i + 1) * B], config, float(T))
                     results["records"][key] = _record(result, memory)
                     save_results(output, results)
     results["summary"] = summarize_batched(results)
@@ -152,16 +153,16 @@ def _decode_s(record: dict) -> float:
 
 
 def summarize_batched(results: dict) -> list[dict]:
-    """One row per (runner, B, T): tokens/s, speedup over target-only at the same B and T (over
+    """One row per (method, B, T): tokens/s, speedup over target-only at the same B and T (over
     the batches both ran; `speedup` end to end, `decode_speedup` without the prompt prefills),
     block efficiency, padded KV slots per batch, peak KV slots, peak memory, and at T = 0 the
     fraction of rows equal to batched target-only greedy."""
     groups: dict = {}
     for key, record in results["records"].items():
-        runner, B, T, batch = key.split("|")
-        groups.setdefault((runner, int(B[2:]), float(T[2:])), {})[batch] = record
+        method, B, T, batch = key.split("|")
+        groups.setdefault((method, int(B[2:]), float(T[2:])), {})[batch] = record
     rows = []
-    for (runner, B, T), done in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0] != "target_only")):
+    for (method, B, T), done in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0] != "target_only")):
         base = groups.get(("target_only", B, T), {})
         common = [b for b in done if b in base]
         if not common:
@@ -170,11 +171,11 @@ def summarize_batched(results: dict) -> list[dict]:
         wall = sum(done[b]["wall_s"] for b in common)
         decode = sum(_decode_s(done[b]) for b in common)
         count = sum(done[b]["accepted_count"] for b in common)
-        row = {"runner": runner, "batch_size": B, "temperature": T, "batches": len(common), "tokens": tokens,
+        row = {"runner": method, "batch_size": B, "temperature": T, "batches": len(common), "tokens": tokens,
                "tokens_per_s": tokens / wall, "speedup": sum(base[b]["wall_s"] for b in common) / wall,
                "decode_speedup": sum(_decode_s(base[b]) for b in common) / decode,
                "block_efficiency": (sum(done[b]["accepted_sum"] for b in common) / count + 1.0)
-               if runner != "target_only" and count else 1.0,
+               if method != "target_only" and count else 1.0,
                "padded_kv_slots": sum(done[b]["padded_kv_slots"] for b in common) / len(common),
                "peak_kv_slots": max(done[b]["peak_kv_slots"] for b in common),
                "peak_memory_mb": max((done[b]["peak_memory_mb"] or 0.0) for b in common)}
@@ -199,7 +200,7 @@ def format_batched_table(summary: list[dict], title: str = "verispec bench --bat
 
 
 def plot_batched(summary: list[dict], path: str) -> str | None:
-    """Speedup over batched target-only vs B, one line per (runner, T); left end to end, right the
+    """Speedup over batched target-only vs B, one line per (method, T); left end to end, right the
     decode phase (prompt prefills excluded) -> PNG path (None without matplotlib)."""
     plt = pyplot()
     if plt is None:
@@ -208,10 +209,10 @@ def plot_batched(summary: list[dict], path: str) -> str | None:
     lines = sorted({(r["runner"], r["temperature"]) for r in summary if r["runner"] != "target_only"})
     for ax, key, title in ((axes[0], "speedup", "end to end (prefill included)"),
                            (axes[1], "decode_speedup", "decode phase (prefill excluded)")):
-        for runner, T in lines:
+        for method, T in lines:
             pts = sorted((r["batch_size"], r.get(key, r["speedup"])) for r in summary
-                         if (r["runner"], r["temperature"]) == (runner, T))
-            ax.plot([b for b, _ in pts], [s for _, s in pts], marker="o", label=f"{runner} T={T:g}")
+                         if (r["runner"], r["temperature"]) == (method, T))
+            ax.plot([b for b, _ in pts], [s for _, s in pts], marker="o", label=f"{method} T={T:g}")
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size B")

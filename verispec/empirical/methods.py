@@ -13,7 +13,7 @@ Each is a `TorchMethod` = a drafter (`verispec.empirical.drafters`) + a verifier
     get("target_only")                               no draft: the baseline
     get("hybrid", draft_vocab=32768)                 the draft's head over a token subset (FR-Spec)
 
-`paths_method`, `tree_method`, `walk_method` and `prompt_lookup` are the builders the registry
+`paths_method`, `tree_method`, `selection_method` and `prompt_lookup` are the builders the registry
 names; a researcher's own reference `Method` runs through `verispec.empirical.adapter.torch_method`.
 """
 
@@ -28,7 +28,7 @@ from .speedups.draftvocab import with_draft_vocab
 from .verifiers.multistep import TopDownWalk
 from .verifiers.nodes import PathRule, SampleAndFollow
 
-__all__ = ["get", "names", "paths_method", "tree_method", "walk_method", "prompt_lookup"]
+__all__ = ["get", "names", "paths_method", "tree_method", "selection_method", "prompt_lookup"]
 
 
 def paths_method(name: str, draft_length: int = 4, num_paths: int = 1,
@@ -72,7 +72,7 @@ def prompt_lookup(draft_length: int = 4, max_ngram: int = 3) -> TorchMethod:
                        {"draft_length": L, "max_ngram": n})
 
 
-def walk_method(name: str, draft_length: int = 4, num_paths: int = 2,
+def selection_method(name: str, draft_length: int = 4, num_paths: int = 2,
                 draft_temperature: float | None = None, truncation: int | None = None) -> TorchMethod:
     """A multi-draft selection method (khisti, optimal_is, spechub): the reference's one-step rule applied top-down on K
     paths of L = draft_length tokens (`verifiers.multistep.TopDownWalk`). `truncation` = s (khisti,
