@@ -32,7 +32,8 @@ import numpy as np
 
 from ..draft_sets import draft_set_law
 from ..models import check_positive_int
-from ..probability import accept_probability, align, is_exact, residual
+from ..probability import accept_probability, is_exact, residual
+from .multidraft import top_down
 
 #: Denominator used to turn LP selection probabilities into exact Fractions.
 _GRID = 10 ** 12
@@ -305,11 +306,10 @@ def khisti_truncated_step(p, q, drafts, rand, s: int) -> int:
 
 def khisti_truncated_verify(s: int):
     """Khisti et al.'s IS verifier with the s-truncated LP, top-down on the tree of K i.i.d. paths."""
-    def verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
-        return _walk(target, context, draft, rand,
-                     lambda p, q, node, counts: khisti_truncated_step(p, q, draft.tokens(node), rand, s))
+    def khisti_truncated(p, q, drafts, rand) -> int:
+        return khisti_truncated_step(p, q, drafts, rand, s)
 
-    return verify
+    return top_down(khisti_truncated)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -532,11 +532,10 @@ def optimal_is_truncated_step(p, q, drafted_set, k, rand, s: int) -> int:
 
 def optimal_is_truncated_verify(s: int):
     """The s-truncated optimal IS verifier, top-down on the tree of K i.i.d. paths."""
-    def verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
-        return _walk(target, context, draft, rand, lambda p, q, node, counts: optimal_is_truncated_step(
-            p, q, tuple(sorted(counts)), sum(counts.values()), rand, s))
+    def optimal_is_truncated(p, q, counts, rand) -> int:
+        return optimal_is_truncated_step(p, q, tuple(sorted(counts)), sum(counts.values()), rand, s)
 
-    return verify
+    return top_down(optimal_is_truncated, counts=True)
 
 
 def optimal_is_step(p, q, drafted_set, k, rand) -> int:
@@ -550,27 +549,13 @@ def optimal_is_step(p, q, drafted_set, k, rand) -> int:
 # Tree verifiers (top-down: enter the child equal to the emitted token)
 
 
-def _walk(target, context, draft, rand, step):
-    node = ()
-    while True:
-        counts = draft.counts(node)
-        if not counts:
-            return node + (rand.categorical(target.probs(context + node)),)  # bonus token
-        p, q = align(target.probs(context + node), draft.proposal(node))  # [V], [V]
-        y = step(p, q, node, counts)
-        node = node + (y,)
-        if y not in counts:
-            return node  # correction token
+def _optimal_is_node(p, q, counts, rand) -> int:
+    """`optimal_is_step` on a node's drafted set and its number of i.i.d. drafts."""
+    return optimal_is_step(p, q, tuple(sorted(counts)), sum(counts.values()), rand)
 
 
-def khisti_verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
-    """Khisti et al.'s IS verifier applied top-down on the tree of K i.i.d. paths."""
-    return _walk(target, context, draft, rand,
-                 lambda p, q, node, counts: khisti_step(p, q, draft.tokens(node), rand))
-
-
-def optimal_is_verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
-    """The alpha*-optimal IS verifier applied top-down on the tree of K i.i.d. paths (reads only
-    the set of drafted children and how many paths pass through the node)."""
-    return _walk(target, context, draft, rand,
-                 lambda p, q, node, counts: optimal_is_step(p, q, tuple(sorted(counts)), sum(counts.values()), rand))
+khisti_verify = top_down(khisti_step)
+khisti_verify.__doc__ = "Khisti et al.'s IS verifier applied top-down on the tree of K i.i.d. paths."
+optimal_is_verify = top_down(_optimal_is_node, counts=True)
+optimal_is_verify.__doc__ = ("The alpha*-optimal IS verifier applied top-down on the tree of K i.i.d. paths (reads "
+                             "only the set of drafted children and how many paths pass through the node).")

@@ -112,24 +112,28 @@ def spectr_step(p, q, drafts, rand) -> int:
     return rand.categorical(residual(p, accepted * (1 - (1 - beta) ** K) / beta))
 
 
-def top_down(step, ordered: bool = True):
-    """Lift a one-step rule `step(p, q, drafts, rand) -> token` to a tree verifier.
+def top_down(step, ordered: bool = True, counts: bool = False):
+    """Lift a one-step rule `step(p, q, drafts, rand) -> token` to a tree verifier: at each node
+    the rule emits a token; a drafted child is entered, any other token is the correction, and a
+    leaf emits the bonus token from p.
 
     `ordered=False` declares that `step` reads only the set of drafted tokens (it then receives
-    them in token order), so the enumerator never draws the order of exchangeable drafts.
+    them in token order), so the enumerator never draws the order of exchangeable drafts;
+    `counts=True` hands it {drafted token: paths through it} instead (a rule reading how many
+    i.i.d. drafts there are, as the optimal selection does).
     """
 
     def verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
         node = ()
         while True:
-            counts = draft.counts(node)
-            if not counts:
+            drafted = draft.counts(node)
+            if not drafted:
                 return node + (rand.categorical(target.probs(context + node)),)  # bonus token
-            drafts = draft.tokens(node) if ordered else tuple(counts)
+            drafts = drafted if counts else draft.tokens(node) if ordered else tuple(drafted)
             p, q = align(target.probs(context + node), draft.proposal(node))  # [V], [V]
             y = step(p, q, drafts, rand)
             node = node + (y,)
-            if y not in counts:
+            if y not in drafted:
                 return node  # y was the correction token
 
     verify.__name__ = f"top_down_{step.__name__}"
