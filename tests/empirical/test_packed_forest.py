@@ -110,7 +110,7 @@ def test_tree_layers_below_siblings_run_per_row(model, monkeypatch):
         return packed_rows(owner, rows, parents, forest)
 
     monkeypatch.setattr(kv_module.PackedKV, "_attention_mask", _no_dense)
-    monkeypatch.setattr(attention_module, "packed_rows", spy)
+    monkeypatch.setattr(kv_module, "packed_rows", spy)  # the name the packed KV calls
     worst = run_layers(model)
     assert worst <= ATOL, f"largest logit difference to plain per-row forwards: {worst:.2e}"
     assert forests == [False, False, True, True, False]  # prefill, root layer, 2 layers below siblings, after
@@ -139,7 +139,7 @@ _PACKED_ROWS = attention_module.packed_rows
 
 
 @pytest.mark.parametrize("owner,name,bug", [(kv_module.PackedKV, "_forest", _siblings_chained),
-                                            (attention_module, "packed_rows", _other_row)])
+                                            (kv_module, "packed_rows", _other_row)])
 def test_planted_forest_bugs_are_caught(model, monkeypatch, owner, name, bug):
     monkeypatch.setattr(owner, name, bug)
     assert run_layers(model) > 1e-3  # a well-formed spec (packed_rows accepts it), wrong visibility

@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from verispec import bench  # noqa: E402
+from verispec.bench import drafts as bench_drafts  # noqa: E402
 from verispec.empirical.speedups import quantize  # noqa: E402
 from verispec.empirical import adapter, engine, methods  # noqa: E402
 from verispec.empirical.drafters import probabilities  # noqa: E402
@@ -190,7 +191,7 @@ def test_bench_builds_the_int8_draft_once_and_resumes_an_older_file(pair, tmp_pa
         built.append(model)
         return quantize_draft(model, bits)
 
-    monkeypatch.setattr(quantize, "quantize_draft", counted)
+    monkeypatch.setattr(bench_drafts, "quantize_draft", counted)  # the name the bench calls
     tiny_pair = type("Pair", (), {"target": target, "draft": draft, "tokenizer": CharTokenizer(16)})()
     prompts = [{"task_id": "t/0", "prompt": "abcab"}, {"task_id": "t/1", "prompt": "cabbage"}]
     output = str(tmp_path / "dq.json")
