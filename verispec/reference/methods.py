@@ -351,7 +351,7 @@ def get_compatible(name: str, **params) -> Method:
     passes one set of --draft-length/--num-paths to every method). Trees get node_budget = L * K
     and max_depth = L when not given."""
     accepted = set(parameters(name))
-    if name == "opt_tree":
+    if "node_budget" in accepted:  # a tree: as many nodes as L x K paths, as deep as L
         L, K = params.get("draft_length", 3), params.get("num_paths", 1)
         params = {"node_budget": L * K, "max_depth": L, **params}
     return get(name, **{k: v for k, v in params.items() if k in accepted})
