@@ -27,7 +27,7 @@ from .atomic import write_json_atomic
 from .check import DEFAULT_VOCAB_SIZES, plan_instances, run_check
 from .formal import command as prove_command
 from .integrations import command as sampler_command
-from .reference import methods
+from .reference import methods, registry
 from .reference.contract import RuleContractError
 from .testing.assertions import DEFAULT_BUDGET
 from .theory import certify
@@ -69,7 +69,8 @@ def _add_check(sub) -> None:
                                    "instances: a check on those instances, not a proof for all distributions.")
     p.add_argument("--method", action="append", type=_method_spec, metavar="NAME|pkg.module:attr",
                    help="method to check (repeatable): a built-in name or your own Method as "
-                        f"'pkg.module:attr' (default all built-ins: {', '.join(methods.names())})")
+                        f"'pkg.module:attr' (default every built-in but the slow ones: "
+                        f"{', '.join(registry.quick_check_names())})")
     p.add_argument("--vocab-size", type=_positive_int, default=None,
                    help="check this one V only (shorthand for --vocab-sizes V)")
     sizes = ",".join(map(str, DEFAULT_VOCAB_SIZES))
@@ -117,7 +118,7 @@ def _run_check(args) -> int:
               file=sys.stderr)
         return 2
     sizes = (args.vocab_size,) if args.vocab_size is not None else (args.vocab_sizes or DEFAULT_VOCAB_SIZES)
-    names = args.method or methods.names()
+    names = args.method or registry.quick_check_names()
     console = Console(width=max(Console().width, 100))
     start = time.perf_counter()
     try:

@@ -19,7 +19,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Param", "MethodSpec", "REGISTRY", "spec", "names", "build", "resolve_factory", "markdown_table"]
+__all__ = ["Param", "MethodSpec", "REGISTRY", "spec", "names", "quick_check_names", "build", "resolve_factory", "markdown_table"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ class MethodSpec:
         torch_fixed: keyword arguments the torch factory always gets (e.g. the rule's name).
         torch_only: parameter names only the torch twin takes (engine options, see module doc).
         no_twin: why a torch method has no reference twin (empty when it has one).
+        quick_check: False for a method whose exact law costs minutes on the default instances
+            (`verispec check` without --method skips it; name it to check it).
     """
 
     name: str
@@ -71,6 +73,7 @@ class MethodSpec:
     torch_fixed: tuple[tuple[str, Any], ...] = ()
     torch_only: tuple[str, ...] = ()
     no_twin: str = ""
+    quick_check: bool = True
 
     def defaults(self, backend: str) -> dict:
         """{parameter: default} of the parameters `backend` ("reference" or "torch") takes."""
@@ -163,6 +166,7 @@ _ENTRIES = (
                (L, CAP, CONFIDENCE, SCHEDULE, Param("lookup_length", 10, None, "tokens of a lookup phrase"), NGRAM,
                 T_DRAFT, VERIFIER, GUESSES),
                reference="verispec.reference.adaptive:hybrid_method", torch="verispec.empirical.drafters.adaptive:hybrid_method",
+               quick_check=False,
                torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length")),
     MethodSpec("ouroboros", "draft-model phrases + pool suffixes, point-mass tree verification (Zhao et al., "
                "arXiv 2402.13720), one Jacobi level", (POOL, L, CANDIDATES, WINDOW),
@@ -191,6 +195,12 @@ def names(backend: str | None = None) -> list[str]:
     if backend not in (None, "reference", "torch"):
         raise ValueError(f"backend: expected 'reference', 'torch' or None, got {backend!r}")
     return [name for name, entry in REGISTRY.items() if backend is None or getattr(entry, backend)]
+
+
+def quick_check_names() -> list[str]:
+    """The reference methods `verispec check` runs by default: all but those whose exact law costs
+    minutes (hybrid: its lookup reads the whole prefix, so every prefix is enumerated)."""
+    return [name for name in names("reference") if REGISTRY[name].quick_check]
 
 
 def spec(name: str) -> MethodSpec:
