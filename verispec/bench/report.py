@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from rich.table import Table
+
 from .spec import parse_method
 
 __all__ = ["summarize", "greedy_match", "format_table", "table", "display_name", "plot_summary", "pyplot",
@@ -180,8 +182,6 @@ def display_name(label: str) -> str:
 def table(columns, summary: list[dict], title: str, caption: str | None = None):
     """A `rich.table.Table` of summary rows; columns: (header, key, format) triples, "-" where a
     row lacks the key; an optional caption under it."""
-    from rich.table import Table
-
     out = Table(title=title, caption=caption)
     for header, _, _ in columns:
         out.add_column(header, justify="left" if header == "runner" else "right")
