@@ -34,7 +34,7 @@ from . import __version__
 from .atomic import write_json_atomic
 from .check import DEFAULT_VOCAB_SIZES, plan_instances, run_check
 from .formal import command as prove_command
-from .integrations import command as sampler_command
+from .integrations import check_sampler
 from .reference import methods, registry
 from .reference.contract import RuleContractError
 from .testing.assertions import DEFAULT_BUDGET
@@ -195,8 +195,8 @@ def _add_check_sampler(sub) -> None:
     p = sub.add_parser("check-sampler", help="check a library's own speculative sampler (G-test, alpha and power)",
                        description="Run the installed library's sampler through verispec's black-box harness "
                                    "(assert_sampler_lossless) and print the verdict with alpha, power and n.")
-    sampler_command.add_arguments(p)
-    p.set_defaults(func=sampler_command.run)
+    check_sampler.add_arguments(p)
+    p.set_defaults(func=check_sampler.run)
 
 
 def _comma_list(text: str) -> tuple:

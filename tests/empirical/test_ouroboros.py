@@ -38,7 +38,7 @@ from verispec.empirical import engine, kv as kv_module, verifiers as rules  # no
 from verispec.empirical.drafters import phrases  # noqa: E402
 from verispec.empirical.drafters.phrases import token_tree as phrase_tree  # noqa: E402
 from verispec.empirical.drafters.phrases import windows as phrase_windows  # noqa: E402
-from verispec.empirical.drafters.phrases import drafters as phrase_drafters  # noqa: E402
+from verispec.empirical.drafters.phrases import phrase_drafters  # noqa: E402
 from verispec.empirical.drafters import probabilities  # noqa: E402
 from verispec.empirical.verifiers import pointmass  # noqa: E402
 from verispec.empirical.model import CausalLM  # noqa: E402
