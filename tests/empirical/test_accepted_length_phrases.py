@@ -44,7 +44,7 @@ pytest.importorskip("transformers")
 from verispec.empirical import engine  # noqa: E402
 from verispec.empirical.drafters import phrases as ob  # noqa: E402
 from verispec.empirical.drafters.phrases import windows as phrase_windows  # noqa: E402
-from verispec.empirical.drafters.phrases import drafters as phrase_drafters  # noqa: E402
+from verispec.empirical.drafters.phrases import phrase_drafters  # noqa: E402
 from verispec.empirical.as_reference import TorchLanguageModel  # noqa: E402
 
 from .test_accepted_length_exact import tiny  # noqa: E402

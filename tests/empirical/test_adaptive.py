@@ -12,7 +12,7 @@ import pytest
 from verispec.reference import adaptive as ref
 from verispec.reference import models
 from verispec.reference.randomness import Sampler
-from verispec.testing import assert_lossless
+from verispec.testing import assert_lossless, planted_drafters
 
 QUICK = dict(families=("iid", "markov"), vocab_sizes=(2, 3))
 
@@ -60,7 +60,7 @@ def test_the_confidence_stop_really_stops():
 @pytest.mark.parametrize("verifier", ["token", "block"])
 def test_planted_drop_of_the_low_confidence_token_is_caught(verifier):
     with pytest.raises(AssertionError, match="NOT lossless"):
-        assert_lossless(ref.drop_low_confidence(2, 0.4, verifier), **QUICK)
+        assert_lossless(planted_drafters.drop_low_confidence(2, 0.4, verifier), **QUICK)
 
 
 @pytest.mark.parametrize("verifier", ["token", "block"])
@@ -69,7 +69,7 @@ def test_planted_stop_on_the_targets_probability_is_caught(verifier):
     draft = models.iid([F(1, 4), F(1, 4), F(1, 2)], rational=True)
     assert_lossless(ref.adaptive_method(2, 0.3, verifier=verifier), target=target, draft=draft)  # the honest stop
     with pytest.raises(AssertionError, match="NOT lossless"):
-        assert_lossless(ref.stop_on_target(target, 2, 0.3, verifier), target=target, draft=draft)
+        assert_lossless(planted_drafters.stop_on_target(target, 2, 0.3, verifier), target=target, draft=draft)
 
 
 def test_block_verification_emits_more_than_token_verification_of_the_same_chain():

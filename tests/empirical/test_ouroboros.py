@@ -38,7 +38,7 @@ from verispec.empirical import engine, kv as kv_module, verifiers as rules  # no
 from verispec.empirical.drafters import phrases  # noqa: E402
 from verispec.empirical.drafters.phrases import token_tree as phrase_tree  # noqa: E402
 from verispec.empirical.drafters.phrases import windows as phrase_windows  # noqa: E402
-from verispec.empirical.drafters.phrases import drafters as phrase_drafters  # noqa: E402
+from verispec.empirical.drafters.phrases import phrase_drafters  # noqa: E402
 from verispec.empirical.drafters import probabilities  # noqa: E402
 from verispec.empirical.verifiers import pointmass  # noqa: E402
 from verispec.empirical.model import CausalLM  # noqa: E402
@@ -213,12 +213,13 @@ def test_verification_step_follows_target_law(law_pair, kind, T):
 
 
 def _always_accept(current, x):
-    """Planted: a point-mass draft accepted with probability 1."""
+    """Planted in place of the walk's read of p'(x): a point-mass draft accepted with probability 1."""
     return torch.ones(x.shape, dtype=current.dtype)
 
 
 def _accept_argmax(current, x):
-    """Planted: the paper's greedy rule at T > 0: x accepted exactly when it is the argmax of p'."""
+    """Planted in place of the walk's read of p'(x): the paper's greedy rule at T > 0, x accepted
+    exactly when it is the argmax of p'."""
     return (current.argmax(-1) == x).to(current.dtype)
 
 
@@ -235,7 +236,7 @@ def _chain_mask_forward(self, tree):
 
 
 @pytest.mark.parametrize("owner,name,bug", [
-    (pointmass, "_point_mass_accept", _always_accept), (pointmass, "_point_mass_accept", _accept_argmax),
+    (pointmass, "gather_last", _always_accept), (pointmass, "gather_last", _accept_argmax),
     (pointmass, "residual", _residual_is_p), (phrase_tree.DraftSequence, "forward", _chain_mask_forward)],
     ids=["accept_1", "greedy_match", "residual_p", "chain_mask"])
 def test_planted_verification_bugs_are_caught(law_pair, monkeypatch, owner, name, bug):

@@ -31,7 +31,7 @@ pytest.importorskip("transformers")
 
 from verispec.empirical import engine  # noqa: E402
 from verispec.empirical.drafters import phrases as ob  # noqa: E402
-from verispec.empirical.drafters.phrases import drafters as phrase_drafters, token_tree as phrase_tree  # noqa: E402
+from verispec.empirical.drafters.phrases import phrase_drafters, token_tree as phrase_tree  # noqa: E402
 
 from .test_accepted_length_exact import tiny  # noqa: E402
 

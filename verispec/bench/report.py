@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from rich.table import Table
+
 from .spec import parse_method
 
 __all__ = ["summarize", "greedy_match", "format_table", "table", "display_name", "plot_summary", "pyplot",
@@ -134,7 +136,7 @@ COLUMNS = (("runner", "runner", "{}"), ("T", "temperature", "{:g}"), ("prompts",
 #: model. Written into the JSON ("fields") and, for the derived ones, under the table.
 FIELDS = {
     "tokens": "measured: tokens generated over the prompts (max_new_tokens each)",
-    "prefill_s": "measured: seconds from the runner's start to the end of the first forward of each model "
+    "prefill_s": "measured: seconds from the method's start to the end of the first forward of each model "
                  "(the forwards that read the prompt), mean per prompt",
     "tokens_per_s": "measured: tokens emitted in the decode phase / its seconds (the span after prefill_s; "
                     "the first target call, which reads the prompt and verifies the first draft, and the tokens "
@@ -145,12 +147,12 @@ FIELDS = {
     "speedup_end_to_end": "derived: tokens_per_s_end_to_end / target_only tokens_per_s_end_to_end",
     "tokens_per_s_all": "derived: tokens / seconds after the prompt's prefill, every token counted: "
                         "wall_s - prefill_only_s, prefill_only_s = a prefill-only forward of the prompt by the "
-                        "runner's target (and draft) timed after its run; the measured decode phase for a "
-                        "runner with a separate prefill forward (it emits no token)",
+                        "method's target (and draft) timed after its run; the measured decode phase for a "
+                        "method with a separate prefill forward (it emits no token)",
     "speedup_all": "derived: tokens_per_s_all / target_only tokens_per_s_all (tokens_per_s_all: all tokens over "
                    "the seconds after the prefill, timed by a separate prefill-only forward)",
     "block_efficiency": "measured: tokens emitted by the target calls after the one that reads the prompt, "
-                        "per such call (the same ratio for every runner)",
+                        "per such call (the same ratio for every method)",
     "mean_accepted": "measured: mean accepted draft tokens tau per verifying target call (the peer's from "
                      "forward hooks)",
     "predicted_accepted": "predicted: the draft's own E[A] of its trees, per verifying call",
@@ -180,8 +182,6 @@ def display_name(label: str) -> str:
 def table(columns, summary: list[dict], title: str, caption: str | None = None):
     """A `rich.table.Table` of summary rows; columns: (header, key, format) triples, "-" where a
     row lacks the key; an optional caption under it."""
-    from rich.table import Table
-
     out = Table(title=title, caption=caption)
     for header, _, _ in columns:
         out.add_column(header, justify="left" if header == "runner" else "right")

@@ -38,6 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TransferSpeedColumn)
+
 from ..empirical.model import CausalLM
 
 __all__ = ["ChunkedGGUF", "BUILTIN_MODELS", "DEFAULT_TARGET", "DEFAULT_DRAFT", "WeightsIntegrityError",
@@ -160,9 +163,6 @@ def _progress(enabled: bool):
     if not enabled:
         yield _NoProgress()
         return
-    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TransferSpeedColumn)
-
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   TimeElapsedColumn(), transient=False) as progress:
         yield progress

@@ -25,7 +25,7 @@ from .drafters import HubPairsDrafter, PathsDrafter, PromptLookupDrafter, TreeDr
 from .drafters.tree import check_tree_args
 from .torch_method import TorchMethod
 from .speedups.draftvocab import with_draft_vocab
-from .verifiers.multistep import TopDownWalk
+from .verifiers.multistep import TopDownSelection
 from .verifiers.nodes import PathRule, SampleAndFollow
 
 __all__ = ["get", "names", "paths_method", "tree_method", "selection_method", "prompt_lookup"]
@@ -75,7 +75,7 @@ def prompt_lookup(draft_length: int = 4, max_ngram: int = 3) -> TorchMethod:
 def selection_method(name: str, draft_length: int = 4, num_paths: int = 2,
                 draft_temperature: float | None = None, truncation: int | None = None) -> TorchMethod:
     """A multi-draft selection method (khisti, optimal_is, spechub): the reference's one-step rule applied top-down on K
-    paths of L = draft_length tokens (`verifiers.multistep.TopDownWalk`). `truncation` = s (khisti,
+    paths of L = draft_length tokens (`verifiers.multistep.TopDownSelection`). `truncation` = s (khisti,
     optimal_is): the selection LP over s tokens, for large vocabularies (the reference's
     `methods.khisti(L, K, truncation=s)`, `methods.optimal_is(L, K, truncation=s)`).
 
@@ -87,13 +87,13 @@ def selection_method(name: str, draft_length: int = 4, num_paths: int = 2,
     L = check_positive(draft_length, "draft_length")
     K = check_positive(num_paths, "num_paths")
     s = None if truncation is None else check_positive(truncation, "truncation")
-    walk = TopDownWalk(name, s)
+    verifier = TopDownSelection(name, s)
     params = {"draft_length": L, "num_paths": K} if s is None else {"draft_length": L, "num_paths": K, "truncation": s}
     if name == "spechub":
         if K != 2:
             raise ValueError(f"num_paths: method {name!r} drafts exactly 2 paths (a hub pair), got num_paths={K}")
-        return TorchMethod(name, lambda: HubPairsDrafter(L, draft_temperature), walk, params)
-    return TorchMethod(name, lambda: PathsDrafter(L, K, True, draft_temperature), walk, params)
+        return TorchMethod(name, lambda: HubPairsDrafter(L, draft_temperature), verifier, params)
+    return TorchMethod(name, lambda: PathsDrafter(L, K, True, draft_temperature), verifier, params)
 
 
 def names() -> list[str]:

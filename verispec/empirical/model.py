@@ -21,6 +21,8 @@ arXiv 2502.14856; for draft models: `verispec.empirical.speedups.draftvocab`).
 from __future__ import annotations
 
 import copy
+import inspect
+import time
 
 import torch
 
@@ -335,8 +337,6 @@ class CausalLM:
     def _takes_logits_to_keep(self) -> bool:
         """Whether the wrapped model's forward takes `logits_to_keep` (else logits are sliced)."""
         if self._logits_to_keep is None:
-            import inspect
-
             self._logits_to_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         return self._logits_to_keep
 
@@ -395,8 +395,6 @@ class CausalLM:
         ids = self._check_ids(input_ids, "input_ids")
         if self._prefill_memo is None:
             return self.forward(ids, logits_to_keep=logits_to_keep)
-        import time
-
         key = (tuple(ids.shape), tuple(ids.flatten().tolist()), logits_to_keep)
         if key not in self._prefill_memo:
             start = time.perf_counter()

@@ -21,6 +21,8 @@ from __future__ import annotations
 import time
 
 import z3
+from sympy import QQ
+from sympy.polys.fields import field
 
 __all__ = ["Algebra", "decide_cell"]
 
@@ -28,9 +30,6 @@ class Algebra:
     """z3 terms -> elements of the rational-function field over the model variables (memoised)."""
 
     def __init__(self, variables):
-        from sympy import QQ
-        from sympy.polys.fields import field
-
         xs = [x for free in variables.groups.values() for x in free] + list(getattr(variables, "extra", ()))
         names = [str(x) for x in xs]
         self.field, *gens = field(",".join(f"x{i}" for i in range(len(names))) or "x0", QQ)

@@ -20,7 +20,7 @@ exact law is CHECKED on the default sweep of `verispec.testing.assert_lossless` 
 
 The empirical drafters also schedule the cap L from the acceptance history (as transformers
 does); a cap is fixed before its iteration's draws, so checking every cap checks the schedule.
-Planted bugs that must fail `assert_lossless`: `drop_low_confidence`, `stop_on_target`.
+Planted bugs that must fail `assert_lossless` are in `verispec.testing.planted_drafters`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from .methods import Method
 from .models import check_positive_int
 from .verifiers import block_verify, token_verify
 
-__all__ = ["adaptive_chain", "hybrid", "adaptive_method", "hybrid_method", "drop_low_confidence",
-           "stop_on_target", "VERIFIERS"]
+__all__ = ["adaptive_chain", "hybrid", "adaptive_method", "hybrid_method", "check_verifier", "VERIFIERS"]
 
 #: The chain verifiers these methods take: token verification (Leviathan et al. 2023, arXiv
 #: 2211.17192, Algorithm 1) and block verification (Sun et al. 2024, arXiv 2403.10444, Algorithm 2).
@@ -91,7 +90,8 @@ def hybrid(draft_length: int, threshold: float = 0.4, lookup_length: int | None 
     return Drafter("hybrid", build, draft_length=max(L, lookup), threshold=threshold, max_ngram=n)
 
 
-def _check_verifier(verifier) -> str:
+def check_verifier(verifier) -> str:
+    """`verifier` if it names one of `VERIFIERS`, else ValueError naming the argument."""
     if not isinstance(verifier, str) or verifier not in VERIFIERS:
         raise ValueError(f"verifier: expected one of {', '.join(VERIFIERS)}, got {verifier!r}")
     return verifier
@@ -103,7 +103,7 @@ def adaptive_method(draft_length: int, threshold: float = 0.4, verifier: str = "
     Raises:
         TypeError / ValueError: as `adaptive_chain`; a verifier not in `VERIFIERS`.
     """
-    rule = _check_verifier(verifier)
+    rule = check_verifier(verifier)
     params = {"draft_length": draft_length, "threshold": threshold}
     return Method("adaptive", adaptive_chain(draft_length, threshold), VERIFIERS[rule],
                   params if rule == "token" else {**params, "verifier": rule}, model_state_only=True)
@@ -117,44 +117,7 @@ def hybrid_method(draft_length: int, threshold: float = 0.4, lookup_length: int 
     Raises:
         TypeError / ValueError: as `hybrid`; a verifier not in `VERIFIERS`.
     """
-    rule = _check_verifier(verifier)
+    rule = check_verifier(verifier)
     drafter = hybrid(draft_length, threshold, lookup_length, max_ngram)
     params = {"draft_length": drafter.draft_length, "threshold": threshold}
     return Method("hybrid", drafter, VERIFIERS[rule], params if rule == "token" else {**params, "verifier": rule})
-
-
-# -- planted bugs ---------------------------------------------------------------------------------
-
-def _discarding_chain(name: str, draft_length: int, keep, verifier: str = "token") -> Method:
-    """A chain that draws each token from q and ends (discarding it) where `keep(prefix, t)` is
-    False, with token (or block) verification; the planted bugs below differ only in `keep`."""
-    L = check_positive_int(draft_length, "draft_length")
-
-    def build(draft_model, context, rand):
-        def expand(node, k):
-            if len(node) == L:
-                return (), None
-            q = draft_model.probs(context + node)  # [V]
-            drawn = tuple(t for t, c in draw_counts(q, k, rand).items() for _ in range(c))
-            kept = tuple(t for t in drawn if keep(context + node, q, t))
-            return (kept, q) if kept else ((), None)
-
-        return Draft(1, expand, rand)
-
-    return Method(name, Drafter(name, build, draft_length=L), VERIFIERS[_check_verifier(verifier)],
-                  {"draft_length": L, "verifier": verifier})
-
-
-def drop_low_confidence(draft_length: int, threshold: float, verifier: str = "token") -> Method:
-    """PLANTED BUG: ends the chain before a token of draft probability < threshold (the token is
-    drawn, then discarded), so the drafted tokens are q conditioned on q >= threshold while the
-    verifier divides by q."""
-    return _discarding_chain("drop_low_confidence", draft_length, lambda prefix, q, t: q[t] >= threshold, verifier)
-
-
-def stop_on_target(target, draft_length: int, threshold: float, verifier: str = "token") -> Method:
-    """PLANTED BUG: peeks at the target: a drawn token whose target probability is below
-    `threshold` is discarded and the chain ends there."""
-    # target.probs(prefix): what a drafter must not read
-    return _discarding_chain("stop_on_target", draft_length,
-                             lambda prefix, q, t: target.probs(prefix)[t] >= threshold, verifier)

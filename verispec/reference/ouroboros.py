@@ -20,8 +20,8 @@ pool changes between iterations, but only from what earlier iterations saw (and,
 window, from the draft model's outputs), so each iteration is this method with that iteration's
 snapshot: checking the method for a snapshot checks the loop.
 
-Planted bugs (each must fail `verispec.testing.assert_lossless`): `greedy_match_method` and
-`trust_pool_method`.
+Planted bugs of this method (each fails `verispec.testing.assert_lossless`) are in
+`verispec.testing.planted_drafters`.
 """
 
 from __future__ import annotations
@@ -33,11 +33,10 @@ from .methods import Method
 from .models import check_positive_int
 from .probability import argmax, is_exact, one_hot, residual
 
-__all__ = ["phrase_chain", "ouroboros_phrases", "point_mass_tree_verify", "ouroboros_method",
-           "greedy_match_method", "trust_pool_method"]
+__all__ = ["check_pool", "phrase_chain", "ouroboros_phrases", "point_mass_tree_verify", "ouroboros_method"]
 
 
-def _check_pool(pool) -> dict[int, tuple[tuple[int, ...], ...]]:
+def check_pool(pool) -> dict[int, tuple[tuple[int, ...], ...]]:
     """{key: phrases newest first} as tuples of ints; TypeError / ValueError on anything else."""
     if not isinstance(pool, Mapping):
         raise TypeError(f"pool: expected a mapping key token -> phrases, got {type(pool).__name__}")
@@ -114,7 +113,7 @@ def ouroboros_phrases(draft_length: int, pool, num_candidates: int = 3, guess_se
     L = check_positive_int(draft_length, "draft_length")
     K = check_positive_int(num_candidates, "num_candidates")
     G = check_positive_int(guess_set, "guess_set")
-    phrases = _check_pool(pool)
+    phrases = check_pool(pool)
     longest = max((len(p) for ps in phrases.values() for p in ps), default=0)
 
     def build(draft_model, context, rand):
@@ -154,44 +153,3 @@ def ouroboros_method(draft_length: int, pool, num_candidates: int = 3, guess_set
     """`ouroboros_phrases` + `point_mass_tree_verify` (reads the context's tokens: not model-state-only)."""
     drafter = ouroboros_phrases(draft_length, pool, num_candidates, guess_set)
     return Method("ouroboros", drafter, point_mass_tree_verify, dict(drafter.params))
-
-
-# -- planted bugs ---------------------------------------------------------------------------------
-
-def _greedy_match_verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
-    """PLANTED BUG: the paper's greedy rule at any T: enter the child equal to the target's
-    argmax, else emit a draw from p (the argmax is over-weighted when T > 0)."""
-    node: tuple[int, ...] = ()
-    while True:
-        p = target.probs(tuple(context) + node)  # [V]
-        best = argmax(p)
-        if best in draft.children(node):
-            node += (best,)
-            continue
-        return node + (rand.categorical(p),)
-
-
-def greedy_match_method(draft_length: int, pool, num_candidates: int = 3, guess_set: int = 20) -> Method:
-    """PLANTED BUG: `ouroboros_phrases` verified by the paper's greedy matching (a child is accepted
-    exactly when it is the target's argmax): lossless only at T = 0."""
-    drafter = ouroboros_phrases(draft_length, pool, num_candidates, guess_set)
-    return Method("greedy_match", drafter, _greedy_match_verify, dict(drafter.params))
-
-
-def trust_pool_method(draft_length: int, pool, num_candidates: int = 3, guess_set: int = 20) -> Method:
-    """PLANTED BUG: after a fully accepted chain, the first pool phrase hung there is emitted
-    without verification (then a bonus from p)."""
-    drafter = ouroboros_phrases(draft_length, pool, num_candidates, guess_set)
-    phrases = _check_pool(pool)
-
-    def verify(target, draft_model, context, draft, rand):
-        out = point_mass_tree_verify(target, draft_model, context, draft, rand)
-        chain = phrase_chain(draft_model, tuple(context), phrases, draft_length, guess_set)
-        if out[:-1] != chain or not draft.children(chain):
-            return out
-        node = chain
-        while draft.children(node):  # trusted: the first phrase, unverified
-            node += (draft.children(node)[0],)
-        return node + (rand.categorical(target.probs(tuple(context) + node)),)
-
-    return Method("trust_pool", drafter, verify, dict(drafter.params))

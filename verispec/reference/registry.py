@@ -118,7 +118,7 @@ def _path(name: str, doc: str, multi: bool, iid: bool = True) -> MethodSpec:
                       torch_only=("draft_temperature",))
 
 
-def _walk(name: str, doc: str) -> MethodSpec:
+def _selection(name: str, doc: str) -> MethodSpec:
     return MethodSpec(name, doc, (L, K, T_DRAFT, S), reference=f"{_REF}:{name}", torch=f"{_TORCH}:selection_method",
                       torch_fixed=(("name", name),), torch_only=("draft_temperature",))
 
@@ -153,8 +153,8 @@ _ENTRIES = (
                (L,), reference=f"{_REF}:point_mass"),
     MethodSpec("prompt_lookup", "n-gram prompt-lookup point masses + token verification (prompt lookup decoding, Saxena 2023)",
                (L, NGRAM), needs_draft=False, reference=f"{_REF}:prompt_lookup", torch=f"{_TORCH}:prompt_lookup"),
-    _walk("khisti", "K i.i.d. paths + importance-sampling selection, top down (Khisti et al., arXiv 2410.18234, Theorem 1)"),
-    _walk("optimal_is", "K i.i.d. paths + the optimal one-step selection LP, top down (Hu et al., arXiv 2502.18779)"),
+    _selection("khisti", "K i.i.d. paths + importance-sampling selection, top down (Khisti et al., arXiv 2410.18234, Theorem 1)"),
+    _selection("optimal_is", "K i.i.d. paths + the optimal one-step selection LP, top down (Hu et al., arXiv 2502.18779)"),
     MethodSpec("spechub", "a hub pair of 2 paths + SpecHub's verification (Sun et al., arXiv 2411.05289)",
                (L, T_DRAFT), reference=f"{_REF}:spechub", torch=f"{_TORCH}:selection_method",
                torch_fixed=(("name", "spechub"), ("num_paths", 2), ("truncation", None)), torch_only=("draft_temperature",)),

@@ -27,6 +27,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy.stats import chi2, ncx2, power_divergence
 
+from ..reference.models import check_positive_int
+
 __all__ = ["GTest", "g_test", "g_test_power", "g_test_sample_size", "detectable_tv", "pooled_bins", "pooled_mass",
            "ALPHA", "POWER", "TV"]
 
@@ -64,17 +66,10 @@ def _check_n(n) -> int:
     return int(n)
 
 
-def _check_df(df):
-    if isinstance(df, bool) or not isinstance(df, (int, np.integer)):
-        raise TypeError(f"df: expected an int, got {type(df).__name__}")
-    if df < 0:
-        raise ValueError(f"df: must be >= 0, got {df}")
-    return int(df)
-
-
 def _check_n_df(n, df, *probabilities):
     """(n, df, the probabilities), checked in that order; `probabilities` are (value, name) pairs."""
-    return (_check_n(n), _check_df(df), *(_check_probability(value, name) for value, name in probabilities))
+    return (_check_n(n), check_positive_int(df, "df", minimum=0),
+            *(_check_probability(value, name) for value, name in probabilities))
 
 
 def g_test_power(n: int, df: int, tv: float = TV, alpha: float = ALPHA) -> float:
@@ -103,7 +98,7 @@ def g_test_sample_size(df: int, tv: float = TV, alpha: float = ALPHA, power: flo
     Raises:
         TypeError / ValueError: df < 0, tv / alpha / power outside (0, 1).
     """
-    df = _check_df(df)
+    df = check_positive_int(df, "df", minimum=0)
     tv = _check_probability(tv, "tv")
     alpha = _check_probability(alpha, "alpha")
     power = _check_probability(power, "power")

@@ -30,13 +30,14 @@ from typing import Callable
 import numpy as np
 
 from ..reference import drafters, exact, methods
-from ..reference.drafters import Draft, Drafter, draw_counts
+from ..reference.drafters import Drafter
 from ..reference.draftvocab import restrict
 from ..reference.methods import Method
-from ..reference.models import LanguageModel, Tempered, check_positive_int
+from ..reference.models import Tempered, check_positive_int
 from ..reference.probability import accept_probability, align, residual
 from ..reference.verifiers import token_verify
 from . import planted_engines, planted_frontier, planted_narrow
+from ._internal.chains import processed_chain
 
 __all__ = ["BUGS", "ENGINES", "LOSSY", "LOSSLESS_BUT_SLOWER", "MIN_DRAFT_LENGTH", "efficiency_gap", "top_k_proposal"]
 
@@ -151,30 +152,13 @@ def top_k_proposal(q: np.ndarray, k: int) -> np.ndarray:
     return kept / kept.sum()
 
 
-def _top_k_chain(draft_length: int, top_k: int) -> Drafter:
-    L = check_positive_int(draft_length, "draft_length")
-
-    def build(draft_model, context, rand):
-        if not isinstance(draft_model, LanguageModel):
-            raise TypeError(f"draft: top-k chain needs a draft LanguageModel, got {type(draft_model).__name__}")
-
-        def expand(node, k):
-            if len(node) == L:
-                return (), None
-            q = top_k_proposal(draft_model.probs(context + node), top_k)  # the processed q, drawn from
-            return draw_counts(q, k, rand), q
-
-        return Draft(1, expand, rand)
-
-    return Drafter("top_k_chain", build, draft_length=L, top_k=top_k)
-
-
 def topk_draft_raw_q(draft_length: int, top_k: int = 2) -> Method:
     """Draft tokens are sampled from top-k-filtered q (logits processors applied to the draft), but
     the ratio p(x)/q(x) and the residual use the RAW q (transformers issue #47932). With top_k = 2
     the bug needs V >= 3 (for V = 2 top-2 filtering is the identity)."""
     return _chain_method("topk_draft_raw_q", _token_rule(q_at=_soft_q), draft_length,
-                         drafter=_top_k_chain(draft_length, top_k), top_k=top_k)
+                         drafter=processed_chain("top_k_chain", draft_length, lambda q: top_k_proposal(q, top_k), top_k=top_k),
+                         top_k=top_k)
 
 
 def _untempered(target):
@@ -234,9 +218,8 @@ def _lower_half_chain(draft_length: int) -> Drafter:
     chain = drafters.chain(check_positive_int(draft_length, "draft_length"))
 
     def build(draft_model, context, rand):
-        if not isinstance(draft_model, LanguageModel):
-            raise TypeError(f"draft: the lower-half chain needs a draft LanguageModel, got {type(draft_model).__name__}")
-        return chain(restrict(draft_model, max(1, draft_model.vocab_size // 2)), context, rand)
+        model = drafters.require_draft_model(draft_model, "lower_half_chain")
+        return chain(restrict(model, max(1, model.vocab_size // 2)), context, rand)
 
     return Drafter("lower_half_chain", build, draft_length=chain.params["draft_length"])
 

@@ -23,11 +23,11 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..reference import drafters
-from ..reference.drafters import Draft, Drafter, draw_counts
 from ..reference.methods import Method
-from ..reference.models import LanguageModel, check_positive_int
+from ..reference.models import check_positive_int
 from ..reference.probability import accept_probability, align, residual
 from ..reference.verifiers.block import path_distributions
+from ._internal.chains import processed_chain
 
 __all__ = ["BUGS", "MIN_DRAFT_LENGTH", "block_tokenwise_accept", "tempered_draft_raw_q", "tempered_proposal"]
 
@@ -87,24 +87,6 @@ def tempered_proposal(q, power: int = 2):
     return powered / powered.sum()
 
 
-def _tempered_chain(draft_length: int, power: int) -> Drafter:
-    L = check_positive_int(draft_length, "draft_length")
-
-    def build(draft_model, context, rand):
-        if not isinstance(draft_model, LanguageModel):
-            raise TypeError(f"draft: tempered chain needs a draft LanguageModel, got {type(draft_model).__name__}")
-
-        def expand(node, k):
-            if len(node) == L:
-                return (), None
-            q = tempered_proposal(draft_model.probs(context + node), power)  # the law drawn from
-            return draw_counts(q, k, rand), q
-
-        return Draft(1, expand, rand)
-
-    return Drafter("tempered_chain", build, draft_length=L, temperature=Fraction(1, power))
-
-
 def _raw_q_verify(target, draft_model, context, draft, rand):
     """Token verification whose q is the draft model's raw conditional (BUG: the tokens were drawn
     from `draft.proposal`, the processed law)."""
@@ -125,7 +107,8 @@ def tempered_draft_raw_q(draft_length: int, power: int = 2) -> Method:
     do_sample=True"). Lossy at V = 2, L = 1 whenever q is not uniform or one-hot."""
     power = check_positive_int(power, "power", minimum=2)
     return _chain_method("tempered_draft_raw_q", _raw_q_verify, draft_length,
-                         drafter=_tempered_chain(draft_length, power), power=power)
+                         drafter=processed_chain("tempered_chain", draft_length, lambda q: tempered_proposal(q, power),
+                                                  temperature=Fraction(1, power)), power=power)
 
 
 #: {name: factory(draft_length) -> Method}: bugs transcribed from engines' issue trackers.

@@ -375,14 +375,14 @@ def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2
     """
     if not callable(fn):
         raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
-    runner = Backend(backend, dtype, device)
+    converter = Backend(backend, dtype, device)
     L, N, alpha, power, tv, num_samples, seed, batch_size, min_expected = _checked_settings(
         draft_length, num_tokens, alpha, power, tv, num_samples, seed, batch_size, min_expected)
     todo = harness_instances(target, draft, context, instances, (vocab_sizes, temperatures, families, seed), N)
     report = SamplerReport(alpha=alpha, power=power, tv=tv)
     numbers = (alpha / len(todo), power, tv, num_samples, seed, batch_size, min_expected)
     for result, empirical, law in timed_results(
-            todo, lambda index, inst: _run_instance(fn, inst, index, numbers, L, runner), report):
+            todo, lambda index, inst: _run_instance(fn, inst, index, numbers, L, converter), report):
         if not result.passed:
             raise SamplerLosslessnessError(failure_message(_name(fn), result, empirical, law), result, report,
                                            empirical, law)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from ..reference import models
@@ -49,8 +50,6 @@ def register_profiles() -> None:
     examples) and "verispec-dev" (25 examples, no deadline). Done on import of this module and by
     the pytest plugin; opt in with ``settings.load_profile("verispec-ci")`` or
     ``pytest --hypothesis-profile=verispec-ci``."""
-    from hypothesis import HealthCheck, settings
-
     settings.register_profile("verispec-ci", derandomize=True, deadline=None, max_examples=100,
                               suppress_health_check=[HealthCheck.too_slow], print_blob=True)
     settings.register_profile("verispec-dev", deadline=None, max_examples=25,

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import csr_matrix
 
 from ..reference.models import LanguageModel, check_positive_int, check_pair, check_prefix
 
@@ -89,9 +91,6 @@ def _solve_exact(equations, n):
 
 def _float_dual(c, rows, b, upper):
     """HiGHS's float solution (x, row duals, upper-bound duals) of max c.x s.t. rows, bounds."""
-    from scipy.optimize import linprog
-    from scipy.sparse import csr_matrix
-
     n = len(c)
     data, ri, ci = [], [], []
     for j, row in enumerate(rows):

@@ -23,6 +23,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import cvxpy as cp
+import highspy
 import numpy as np
 import scipy.sparse as sp
 
@@ -157,8 +159,6 @@ def solve_lp(objective_vec, a_ub, b_ub, upper, solver, a_eq=None, b_eq=None):
     `DEFAULT_SOLVERS` in turn (or only `solver`); an inexact status is refused (not a certificate).
 
     Returns (x [n], value, solver name, status, solver seconds, compile seconds)."""
-    import cvxpy as cp
-
     n = len(objective_vec)
     x = cp.Variable(n)
     constraints = [x >= 0]
@@ -440,10 +440,6 @@ class _IncrementalHighs:
 
     @classmethod
     def create(cls, n, upper, rows, rhs):
-        try:
-            import highspy
-        except ImportError:  # pragma: no cover - highspy is an install requirement of the LP extra
-            return None
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         for key, val in SOLVER_OPTIONS["HIGHS"].items():

@@ -2,9 +2,9 @@
 
 One module per family, as `verispec.reference.verifiers`: token, block, gbv, multidraft (nss,
 rrs, rrsw, spectr, sample-and-follow), traversal; common (shared math, checks, `RuleOutput`),
-registry (`RULES`, `uniforms_needed`, `verify`); the engine's verifiers on draft trees: nodes
+rule_table (`RULES`, `uniforms_needed`, `verify`); the engine's verifiers on draft trees: nodes
 (`PathRule`, `SampleAndFollow`, `PointMassTree`), sample_and_follow, pointmass, multistep
-(`TopDownWalk`: khisti, optimal_is, spechub; one-step rules in importance, spechub).
+(`TopDownSelection`: khisti, optimal_is, spechub; one-step rules in importance, spechub).
 
 Every rule is a deterministic function of (target tables, draft proposal tables, drafted tokens,
 uniforms); its math mirrors `verispec.reference.verifiers` line for line, including the order in
@@ -30,7 +30,7 @@ from .block import block_rule
 from .common import RuleOutput, accept_probability, positive_mass, residual, stop_probability
 from .gbv import gbv_rule, skewed_proposal
 from .multidraft import nss_rule, rrs_rule, rrsw_rule, sample_and_follow_rule, spectr_rho, spectr_rule
-from .registry import CHAIN_RULES, RULES, uniforms_needed, verify
+from .rule_table import CHAIN_RULES, RULES, uniforms_needed, verify
 from .token import token_rule
 from .traversal import traversal_rule
 

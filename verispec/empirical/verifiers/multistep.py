@@ -1,10 +1,10 @@
-"""Top-down tree walks of one-step multi-draft rules: the engine verifiers of `khisti`,
+"""Top-down multi-draft selection with one-step rules: the engine verifiers of `khisti`,
 `optimal_is` and `spechub` (torch twins of `verispec.reference.verifiers.importance.khisti_verify`,
 `optimal_is_verify` and `verispec.reference.verifiers.spechub.spechub_verify`).
 
-Each walks the draft tree from the root. At a node with drafted children it applies its one-step
+Each descends the draft tree from the root. At a node with drafted children it applies its one-step
 rule to the k drafted next tokens of the paths through the node (in path order), which emits one
-token y: a drafted child is entered, any other y is the correction and the walk stops; at a leaf
+token y: a drafted child is entered, any other y is the correction and the descent stops; at a leaf
 the bonus token is drawn from p (one uniform).
 
 - `khisti`: Khisti et al.'s importance-sampling (IS) selection, a pairwise tournament for k > 2,
@@ -20,7 +20,7 @@ they are over the full vocabulary, so refused above `MAX_LP_VOCAB`. With `trunca
 covers s tokens only (`TruncatedSelection`, `TruncatedSetSelection` of the reference): any V.
 
 Uniforms: a row reads its step's uniforms in the reference's order, node after node, then the
-bonus draw; the walk peeks the most a row can read and advances each row by what it consumed, so
+bonus draw; the verifier peeks the most a row can read and advances each row by what it consumed, so
 fed the same stream (`NumpyUniforms`, B = 1) it emits the tokens of the reference rule.
 """
 
@@ -35,10 +35,10 @@ from .importance import khisti_step, optimal_is_step, single_draft
 from .nodes import Verdict
 from .spechub import spechub_step
 
-__all__ = ["MAX_LP_VOCAB", "TopDownWalk", "WALK_RULES"]
+__all__ = ["MAX_LP_VOCAB", "TopDownSelection", "SELECTION_RULES"]
 
-#: The one-step rules a walk applies.
-WALK_RULES = ("khisti", "optimal_is", "spechub")
+#: The one-step rules `TopDownSelection` applies.
+SELECTION_RULES = ("khisti", "optimal_is", "spechub")
 #: Largest vocabulary the IS rules' selection LPs are solved for: `khisti`'s LP has V(V - 1)
 #: variables and a dense [2V, V^2] constraint matrix; `optimal_is`'s enumerates the V^k draws of
 #: k drafts. Above it they raise ValueError instead of running for hours.
@@ -50,8 +50,8 @@ def _uniforms_per_step(name: str, K: int) -> int:
     return K + 1 if name == "khisti" else 3
 
 
-class TopDownWalk:
-    """The engine verifier applying one-step rule `name` (`WALK_RULES`) down the tree of K paths.
+class TopDownSelection:
+    """The engine verifier applying one-step rule `name` (`SELECTION_RULES`) down the tree of K paths.
 
     `__call__(p, tree, source, temperature, rows=None) -> Verdict` with p float64 [B, N, V] and the
     tree's q [B, N, V] and paths [B, K, L] (node ids, -1 past a path's end).
@@ -67,8 +67,8 @@ class TopDownWalk:
     needs_q = True
 
     def __init__(self, name: str, truncation: int | None = None):
-        if name not in WALK_RULES:
-            raise ValueError(f"name: not a tree-walk rule: {name!r}; known: {', '.join(WALK_RULES)}")
+        if name not in SELECTION_RULES:
+            raise ValueError(f"name: not a top-down multi-draft selection rule: {name!r}; known: {', '.join(SELECTION_RULES)}")
         if truncation is not None and name == "spechub":
             raise ValueError(f"truncation: only 'khisti' and 'optimal_is' have a truncated LP, not {name!r}")
         self.name, self.truncation = name, truncation
@@ -85,32 +85,32 @@ class TopDownWalk:
         K, L = paths.shape[1:]
         device = p.device
         u = source.peek(B, L * _uniforms_per_step(self.name, K) + 1, device)  # [B, n]
-        walk = _Walk(B, L, device)
+        state = _SelectionState(B, L, device)
         through = paths[:, :, 0] >= 0 if L else torch.zeros(B, K, dtype=torch.bool, device=device)  # [B, K]
         for d in range(L + 1):
             child = paths[:, :, d] if d < L else torch.full_like(paths[:, :, 0], -1)  # [B, K]
-            through = through & (child >= 0) & walk.alive.unsqueeze(1)
+            through = through & (child >= 0) & state.alive.unsqueeze(1)
             drafts = torch.where(through, tree.tokens.gather(1, child.clamp(min=0)), -1)  # [B, K]
-            leaf = walk.alive & ~through.any(1)
+            leaf = state.alive & ~through.any(1)
             if bool(leaf.any()):  # bonus token from p at the current node
                 r = leaf.nonzero().squeeze(1)
-                walk.stop(r, categorical(p[r, walk.node[r]], walk.uniforms(u, r, 1)[:, 0]), 1)
-            stepping = walk.alive.nonzero().squeeze(1)
+                state.stop(r, categorical(p[r, state.node[r]], state.uniforms(u, r, 1)[:, 0]), 1)
+            stepping = state.alive.nonzero().squeeze(1)
             if stepping.numel() == 0:
                 break
-            p_node = p[stepping, walk.node[stepping]]  # [b, V]
-            q_node = tree.q[stepping, walk.node[stepping]]  # [b, V]
-            y, used = self._step(p_node, q_node, drafts[stepping], walk.uniforms(u, stepping, u.shape[1]))
+            p_node = p[stepping, state.node[stepping]]  # [b, V]
+            q_node = tree.q[stepping, state.node[stepping]]  # [b, V]
+            y, used = self._step(p_node, q_node, drafts[stepping], state.uniforms(u, stepping, u.shape[1]))
             hit = (drafts[stepping] == y.unsqueeze(1)) & through[stepping]  # [b, K]
             accepted = hit.any(1)
             k_hit = hit.long().argmax(1)  # a path through the accepted child
             entered, chosen = stepping[accepted], child[stepping[accepted], k_hit[accepted]]  # rows, nodes
-            walk.enter(entered, d, chosen, used[accepted])
-            walk.stop(stepping[~accepted], y[~accepted], used[~accepted])
+            state.enter(entered, d, chosen, used[accepted])
+            state.stop(stepping[~accepted], y[~accepted], used[~accepted])
             through = torch.zeros_like(through)  # the paths through the entered child go on
             through[entered] = child[entered] == chosen.unsqueeze(1)
-        source.advance(walk.consumed)
-        return walk.verdict()
+        source.advance(state.consumed)
+        return state.verdict()
 
     def _step(self, p, q, drafts, u):
         """One step per row: p, q [b, V] float64, drafts [b, K] (-1: no path through the node),
@@ -120,8 +120,8 @@ class TopDownWalk:
         return _importance(self.name, p, q, drafts, u, self.truncation)
 
 
-class _Walk:
-    """Per-row state of a top-down walk: current node, accepted nodes, uniforms consumed."""
+class _SelectionState:
+    """Per-row state of a top-down multi-draft selection: current node, accepted nodes, uniforms consumed."""
 
     def __init__(self, B: int, L: int, device):
         self.node = torch.zeros(B, dtype=torch.long, device=device)  # [B]

@@ -24,7 +24,7 @@ import torch
 from ..model import tree_ancestors
 from ..uniforms import categorical
 from .pointmass import child_table, point_mass_walk, tree_height
-from .registry import CHAIN_RULES, RULES, uniforms_needed, verify
+from .rule_table import CHAIN_RULES, RULES, uniforms_needed, verify
 from .sample_and_follow import sample_and_follow_nodes
 
 __all__ = ["Verdict", "PathRule", "SampleAndFollow", "PointMassTree"]

@@ -15,15 +15,9 @@ from __future__ import annotations
 import torch
 
 from ..uniforms import bernoulli, categorical
-from .common import Cursor, residual
+from .common import Cursor, gather_last, residual
 
 __all__ = ["point_mass_tree_verify", "point_mass_tree_uniforms"]
-
-
-def _point_mass_accept(current: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Acceptance probability of a point-mass draft x: min(1, p'(x) / 1) = p'(x).
-    current [B, V] float64, x [B] -> [B]. (A separate function so tests can plant a bug.)"""
-    return current.gather(1, x.unsqueeze(1)).squeeze(1)
 
 
 def child_table(parents: torch.Tensor, verifiable: torch.Tensor) -> torch.Tensor:
@@ -156,7 +150,8 @@ def point_mass_walk(p, tokens, kids, uniforms):
             kid = kids[rows, node, c]  # [B]
             trying = ~done & ~entered & (kid >= 0)
             x = tokens[rows, kid.clamp(min=0)]  # [B]
-            accepted = trying & bernoulli(_point_mass_accept(current, x), cursor.take(trying))
+            # a point mass accepts x with min(1, p'(x) / 1) = p'(x)
+            accepted = trying & bernoulli(gather_last(current, x), cursor.take(trying))
             nxt = torch.where(accepted, kid, nxt)
             entered |= accepted
             rejected = (trying & ~accepted).unsqueeze(1)  # [B, 1]

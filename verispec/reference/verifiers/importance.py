@@ -29,6 +29,7 @@ import itertools
 from fractions import Fraction
 
 import numpy as np
+from scipy.optimize import linprog
 
 from ..draft_sets import draft_set_law
 from ..models import check_positive_int
@@ -41,8 +42,6 @@ _GRID = 10 ** 12
 
 def _linprog(c, a_ub, b_ub, a_eq=None, b_eq=None):
     """minimise c x s.t. a_ub x <= b_ub, a_eq x = b_eq, 0 <= x <= 1 (scipy HiGHS) -> x."""
-    from scipy.optimize import linprog
-
     result = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=(0, 1), method="highs")
     if not result.success:  # pragma: no cover - the LPs here are always feasible and bounded
         raise RuntimeError(f"selection LP failed: {result.message}")

@@ -21,11 +21,11 @@ greedy decoding token for token. The original Ouroboros is greedy only; T > 0 is
 extension.
 
 Modules: pool (`PhrasePool`), token_tree (one forward's token trie, the draft's one-sequence KV),
-windows (the Jacobi windows), drafters (the drafters and the factories of their methods).
+windows (the Jacobi windows), phrase_drafters (the drafters and the factories of their methods).
 """
 
 from ...verifiers.pointmass import point_mass_tree_verify  # re-exported: the verification
-from .drafters import (LookaheadDrafter, OuroborosDrafter, PhraseOuroborosDrafter, lookahead_method,
+from .phrase_drafters import (LookaheadDrafter, OuroborosDrafter, PhraseOuroborosDrafter, lookahead_method,
                        ouroboros_method, ouroboros_phrase_method)
 from .pool import PhrasePool
 

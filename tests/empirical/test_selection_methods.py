@@ -1,9 +1,9 @@
-"""The tree-walk methods on the engine (`khisti`, `optimal_is`, `spechub`; `rules.multistep.TopDownWalk`,
+"""The top-down multi-draft selection methods on the engine (`khisti`, `optimal_is`, `spechub`; `verifiers.multistep.TopDownSelection`,
 `hubpairs.HubPairsDrafter`), on tiny random Qwen2 models (fp32, CPU):
 
-- Shared uniforms: the torch walk and the reference rule through the adapter (numpy, same torch
+- Shared uniforms: the torch selection and the reference rule through the adapter (numpy, same torch
   drafter) emit the same tokens and accepted lengths at T in {0, 0.7, 1}, on a pair that rejects
-  often (asserted). Planted bugs caught there: the walk reads its uniforms shifted by one; the IS
+  often (asserted). Planted bugs caught there: the selection reads its uniforms shifted by one; the IS
   steps accept against q instead of the selected token's law q_I (a wrong residual).
 - T = 0: a batch of prompts of different lengths reproduces target-only greedy decoding.
 - Exact E[tau]: with n = 4000 rows, the measured mean accepted length of the first two iterations
@@ -36,7 +36,7 @@ from . import test_accepted_length_exact as exact_tau  # noqa: E402
 from .test_decode_tiny import tiny  # noqa: E402
 from .test_engine import _twin_and_adapter  # noqa: E402
 
-WALKS = [("spechub", dict(draft_length=3)), ("khisti", dict(draft_length=2, num_paths=2)),
+SELECTIONS = [("spechub", dict(draft_length=3)), ("khisti", dict(draft_length=2, num_paths=2)),
          ("khisti", dict(draft_length=2, num_paths=3)), ("optimal_is", dict(draft_length=2, num_paths=2)),
          ("khisti", dict(draft_length=2, num_paths=3, truncation=2)),
          ("optimal_is", dict(draft_length=2, num_paths=3, truncation=2))]
@@ -51,8 +51,8 @@ def pair():
 
 
 @pytest.mark.parametrize("T", [0.0, 0.7, 1.0])
-@pytest.mark.parametrize("name,params", WALKS, ids=IDS)
-def test_walk_and_adapter_emit_the_same_tokens(pair, name, params, T):
+@pytest.mark.parametrize("name,params", SELECTIONS, ids=IDS)
+def test_selection_and_adapter_emit_the_same_tokens(pair, name, params, T):
     rejected = 0
     for seed in range(3):
         twin, ref = _twin_and_adapter(pair, name, params, T, seed, tokens=12)
@@ -62,22 +62,22 @@ def test_walk_and_adapter_emit_the_same_tokens(pair, name, params, T):
     assert rejected > 0  # the corrections and the residuals were exercised
 
 
-def _diverges(pair, cases=WALKS):
+def _diverges(pair, cases=SELECTIONS):
     return [any(not torch.equal(*(r.tokens for r in _twin_and_adapter(pair, name, params, 1.0, seed, tokens=12)))
                 for seed in range(3)) for name, params in cases]
 
 
-def test_planted_uniform_shift_in_the_walk_is_caught(pair, monkeypatch):
-    original = multistep._Walk.uniforms
+def test_planted_uniform_shift_in_the_selection_is_caught(pair, monkeypatch):
+    original = multistep._SelectionState.uniforms
 
     def shifted(self, u, rows, width):  # skips the first unread uniform of every step
         return original(self, u, rows, width + 1)[:, 1:]
 
-    monkeypatch.setattr(multistep._Walk, "uniforms", shifted)
+    monkeypatch.setattr(multistep._SelectionState, "uniforms", shifted)
     assert all(_diverges(pair))
 
 
-def test_planted_wrong_residual_in_the_is_walk_is_caught(pair, monkeypatch):
+def test_planted_wrong_residual_in_the_is_selection_is_caught(pair, monkeypatch):
     """The IS steps accept y and draw the correction against the draft's q instead of q_I, the law
     of the selected token (as a verifier that forgets the selection would)."""
     original = multistep._tables
@@ -88,10 +88,10 @@ def test_planted_wrong_residual_in_the_is_walk_is_caught(pair, monkeypatch):
         return tuple(tables)
 
     monkeypatch.setattr(multistep, "_tables", raw_q)
-    assert all(_diverges(pair, WALKS[1:4] + WALKS[5:]))
+    assert all(_diverges(pair, SELECTIONS[1:4] + SELECTIONS[5:]))
 
 
-def test_planted_wrong_residual_in_the_truncated_walk_is_caught(pair, monkeypatch):
+def test_planted_wrong_residual_in_the_truncated_selection_is_caught(pair, monkeypatch):
     original = multistep._truncated_tables
 
     def raw_q(p, q, drafts, s):
@@ -99,11 +99,11 @@ def test_planted_wrong_residual_in_the_truncated_walk_is_caught(pair, monkeypatc
         return keeps, q, drafted
 
     monkeypatch.setattr(multistep, "_truncated_tables", raw_q)
-    assert all(_diverges(pair, WALKS[4:5]))
+    assert all(_diverges(pair, SELECTIONS[4:5]))
 
 
 @pytest.mark.parametrize("storage", ["padded", "packed"])
-@pytest.mark.parametrize("name,params", WALKS, ids=IDS)
+@pytest.mark.parametrize("name,params", SELECTIONS, ids=IDS)
 def test_greedy_mixed_lengths_equals_target_only(pair, name, params, storage):
     target, draft = pair
     greedy = torch.cat([engine.decode(target, None, p.unsqueeze(0), engine.target_only_method(), 10).tokens
@@ -179,7 +179,7 @@ class CharTokenizer:
         return types.SimpleNamespace(input_ids=torch.tensor([[b % 16 for b in text.encode()]]))
 
 
-def test_bench_runs_the_walk_methods(pair, tmp_path):
+def test_bench_runs_the_selection_methods(pair, tmp_path):
     labels = ("spechub", "khisti:K=2", "optimal_is:K=2", "khisti:K=2,s=3", "optimal_is:K=2,s=3")
     config = bench.BenchConfig(prompts=1, max_new_tokens=8, methods=labels, temperatures=(0.0, 1.0),
                                draft_length=2, num_paths=3, dtype="float32")
@@ -208,8 +208,8 @@ def test_bad_parameters_are_clear_errors():
         bench.parse_method("spechub:K=3", 4, 3)
     with pytest.raises(ValueError, match="bad parameter"):
         bench.parse_method("khisti:K=0", 4, 3)
-    with pytest.raises(ValueError, match="name: not a tree-walk rule"):
-        multistep.TopDownWalk("gbv")
+    with pytest.raises(ValueError, match="name: not a top-down multi-draft selection rule"):
+        multistep.TopDownSelection("gbv")
     with pytest.raises(TypeError, match="truncation: not a parameter of method 'spechub'"):
         methods.get("spechub", truncation=3)
     with pytest.raises(ValueError, match="truncation"):
@@ -218,14 +218,14 @@ def test_bad_parameters_are_clear_errors():
         bench.parse_method("spechub:s=3", 4, 3)
 
 
-def test_is_walk_refuses_a_vocabulary_too_large_for_its_lp():
+def test_is_selection_refuses_a_vocabulary_too_large_for_its_lp():
     V = multistep.MAX_LP_VOCAB + 1
     tree = types.SimpleNamespace(paths=torch.tensor([[[1], [2]]]), q=torch.full((1, 3, V), 1.0 / V),
                                  tokens=torch.tensor([[0, 1, 2]]))
     p = torch.full((1, 3, V), 1.0 / V, dtype=torch.float64)
     for name in ("khisti", "optimal_is"):
         with pytest.raises(ValueError, match=f"vocabulary: '{name}' .* V = {V} > MAX_LP_VOCAB"):
-            multistep.TopDownWalk(name)(p, tree, None, 1.0)
+            multistep.TopDownSelection(name)(p, tree, None, 1.0)
     for name in ("khisti", "optimal_is"):
         with pytest.raises(ValueError, match=f"{name}:K=2,s=5"):
-            multistep.TopDownWalk(name)(p, tree, None, 1.0)
+            multistep.TopDownSelection(name)(p, tree, None, 1.0)

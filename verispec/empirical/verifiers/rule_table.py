@@ -1,4 +1,4 @@
-"""The registry of the torch rules: every rule by method name (`RULES`), how many uniforms a row
+"""The table of the torch rules: every rule by method name (`RULES`), how many uniforms a row
 can read (`uniforms_needed`) and one entry point on the tree layout (`verify`)."""
 
 from __future__ import annotations
