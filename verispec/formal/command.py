@@ -14,6 +14,7 @@ import sys
 from .. import __version__
 from ..atomic import write_json_atomic
 from .prove import prove
+from .tv_bound import tv_bound_command
 
 EXIT = {"proved": 0, "counterexample": 1, "unknown": 3}
 
@@ -58,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--solvers", default=None, metavar="z3[,cvc5]",
                         help="z3 alone, or z3 raced by cvc5 on the queries z3 does not answer at once (default: "
                              "z3,cvc5 where cvc5 is installed, else z3); the report says which solver answered")
+    parser.add_argument("--tv-bound", metavar="EXPR", default=None,
+                        help="instead of losslessness, prove TV(law, target) <= EXPR for every pair (a lossy rule), "
+                             "e.g. '(1 - w) * tv_pq': tv_pq = TV(p, q) of the first position, the method's parameters "
+                             "(w, eps, delta, T), V, L, N; numbers, + - * / **, min, max, abs")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON (atomically)")
     return parser
 
@@ -77,6 +82,8 @@ def _as_flag(message: str) -> str:
 
 def run(args) -> int:
     """Run one proof from parsed arguments; print the verdict; return the exit status."""
+    if getattr(args, "tv_bound", None) is not None:
+        return tv_bound_command(args)
     temperature = int(args.target_temperature)
     try:
         extra = {} if args.point_trials is None else {"point_trials": args.point_trials}
