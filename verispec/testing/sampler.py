@@ -388,6 +388,9 @@ def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2
     for result, empirical, law in timed_results(
             todo, lambda index, inst: _run_instance(fn, inst, index, numbers, L, runner), report):
         if not result.passed:
-            raise SamplerLosslessnessError(failure_message(_name(fn), result, empirical, law), result, report,
-                                           empirical, law)
+            declared = getattr(fn, "lossy", False) is True  # e.g. a DIVERSE ensemble: lossy by design
+            message = failure_message(_name(fn), result, empirical, law)
+            if declared:
+                message = message.replace(" is NOT lossless", " is LOSSY (declared lossy by the sampler)", 1)
+            raise SamplerLosslessnessError(message, result, report, empirical, law, declared)
     return report
