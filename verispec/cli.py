@@ -196,7 +196,7 @@ def _lossy_line(r) -> str:
         return line + "; no exact TV (the rule's law is float64 even on exact models)"
     exact_tv = Fraction(r.max_tv_rational)
     shown = r.max_tv_rational if len(r.max_tv_rational) <= 40 else f"a Fraction of {len(r.max_tv_rational)} characters (--json)"
-    return line + f"; exact TV (Fractions, each instance's exact twin) {shown} = {float(exact_tv):.12g}"
+    return line + f"; exact TV (Fractions) {shown} = {float(exact_tv):.12g}"
 
 
 def _add_lp(sub) -> None:
