@@ -20,7 +20,6 @@ static ensemble (arXiv 2604.07622) at L = 1 has TV = (1 - w) TV(p, q) exactly, s
 from __future__ import annotations
 
 import itertools
-import platform
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -29,8 +28,6 @@ from numbers import Real
 
 import z3
 
-from .. import __version__
-from ..atomic import write_json_atomic
 from ..reference import exact, models
 from ..reference.randomness import enumerate_law, law_is_exact
 from ._internal.counterexamples import solver_tables, table_model, format_table
@@ -40,10 +37,7 @@ from .bound_expr import Bound, parse_bound
 from .replay import ExplorationTimeout
 from .symbolic import SymbolicError, SymbolicZeroDivision, building, to_z3
 
-__all__ = ["TVBoundResult", "prove_tv_bound", "bound_names", "iteration_tv", "tv_bound_command", "ALIASES"]
-
-#: `verispec prove --tv-bound`'s exit status per verdict.
-EXIT = {"proved": 0, "counterexample": 1, "unknown": 3}
+__all__ = ["TVBoundResult", "prove_tv_bound", "bound_names", "iteration_tv", "tv_bound_from_args", "ALIASES"]
 
 #: Short names EXPR may use for a method's parameters.
 ALIASES = {"w": "ensemble_weight", "eps": "epsilon", "T": "threshold"}
@@ -142,14 +136,14 @@ def _decide(result, method, parsed: Bound, names, cx_args, deadline) -> None:
     """Explore, ask z3 for a pair with TV > bound, and confirm a SAT answer exactly.
     `cx_args`: (context, the method's `MethodSource`)."""
     V, N, context = result.vocab_size, result.num_tokens, cx_args[0]
-    variables, bases, (target, draft) = symbolic_models(V, (1, 1))
-    try:
-        tree = explore(method_program(method, target, draft, N, context), variables, deadline)
-        reference = explore(target_program(target, N, context), variables, deadline)
+    variables, bases, models_ = symbolic_models(V, (1, 1))
+    programs = (method_program(method, *models_, N, context), target_program(models_[0], N, context))
+    try:  # the method's branch tree and the target's
+        tree, reference = (explore(program, variables, deadline) for program in programs)
     except ExplorationTimeout:
         result.reason = "timeout: the symbolic exploration ran past the time limit"
         return
-    except (SymbolicError, SymbolicZeroDivision) as err:
+    except (SymbolicError, SymbolicZeroDivision) as err:  # float arithmetic, or a division by a symbolic 0
         result.reason = f"cannot be run symbolically: {err}"
         return
     tv = tv_term(tree, reference, V, N)
@@ -223,21 +217,16 @@ def _confirm(result, model, variables, method, parsed: Bound, names, cx_args) ->
                              "tv": str(Fraction(tv)), "bound": str(value), "tv_pq": str(tv_pq), "code": code}
 
 
-def tv_bound_command(args) -> int:
-    """`verispec prove METHOD --tv-bound EXPR`: print the verdict, write --json; exit 0 proved,
-    1 counterexample, 3 unknown, 2 bad arguments (a flag the bound check does not take included)."""
+def tv_bound_from_args(args):
+    """`verispec prove METHOD --tv-bound EXPR`: the `TVBoundResult` of the parsed arguments, or exit
+    status 2 after printing why they are bad (a flag the bound proof does not take included)."""
     if args.target_temperature != 1 or args.context:
         print("verispec prove: --tv-bound: proves at target temperature 1 from the empty context "
               "(leave out --target-temperature and --context)", file=sys.stderr)
         return 2
     try:
-        result = prove_tv_bound(args.method, args.tv_bound, args.vocab_size, args.draft_length, args.num_paths,
-                                timeout=args.timeout)
+        return prove_tv_bound(args.method, args.tv_bound, args.vocab_size, args.draft_length, args.num_paths,
+                              timeout=args.timeout)
     except (TypeError, ValueError) as err:
         print(f"verispec prove: {err}", file=sys.stderr)
         return 2
-    print(result.summary())
-    if args.json:
-        write_json_atomic(args.json, {"command": "prove --tv-bound", "version": __version__,
-                                      "python": platform.python_version(), **result.to_json()})
-    return EXIT[result.verdict]
