@@ -145,3 +145,10 @@ def test_chain_rules_keep_their_declared_lossy_flag_and_draft_length():
 def test_bad_parameters_are_named(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_a_draft_vocabulary_keeps_the_lossy_declaration():
+    from verispec.reference.draftvocab import draft_vocab
+
+    assert draft_vocab(methods.get("static_ensemble", draft_length=2), [0, 1]).lossy
+    assert not draft_vocab(methods.get("token", draft_length=2), [0, 1]).lossy
