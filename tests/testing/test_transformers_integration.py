@@ -31,7 +31,27 @@ def test_diverse_ensemble_mode_is_reported_lossy_with_its_tv():
     if not hf.supports_ensemble():
         pytest.skip(f"the installed {hf.FUNCTION} has no {hf.ENSEMBLE_ARGUMENT}")
     verdict = hf.check_speculative_sampling("diverse", 0.5, **SMALL)
-    assert not verdict.lossless and verdict.tv > 0.2 and "NOT lossless" in verdict.message
+    assert not verdict.lossless and verdict.tv > 0.2
+    assert "is LOSSY (declared lossy by the sampler)" in verdict.message and "NOT lossless" not in verdict.message
+
+
+def test_diverse_measured_tv_sits_beside_the_reference_rules_exact_tv():
+    """The exact TV is the reference static ensemble's on the rejected instance, recomputed here. The
+    measured TV differs from it by at most TV(empirical, exact law): mean <= 1/2 sqrt(81 / 443) = 0.21
+    at V = 3, N = 4 (n = 443 rows at the first instance, V = 2: 0.095), and it exceeds its mean by
+    t = 0.15 with probability <= exp(-2 n t^2) = 2e-9 (McDiarmid): |measured - exact| <= 0.36."""
+    if not hf.supports_ensemble():
+        pytest.skip(f"the installed {hf.FUNCTION} has no {hf.ENSEMBLE_ARGUMENT}")
+    from verispec.reference import exact, methods
+
+    verdict = hf.check_speculative_sampling("diverse", 0.5, **SMALL)
+    inst = verdict.report.results[-1].instance
+    law = exact.output_distribution(inst.target, inst.draft, methods.static_ensemble(2, 0.5), inst.context,
+                                    inst.num_tokens)
+    expected = float(exact.total_variation(law, exact.target_distribution(inst.target, inst.context, inst.num_tokens)))
+    assert verdict.exact_tv == expected and expected > 0.2
+    assert abs(verdict.tv - verdict.exact_tv) <= 0.36
+    assert hf.check_speculative_sampling("standard", **SMALL).exact_tv is None
 
 
 def test_a_renamed_function_gives_a_clear_error(monkeypatch):
@@ -61,7 +81,7 @@ def test_check_sampler_command_prints_alpha_power_n_and_the_tv(capsys):
     out = capsys.readouterr().out
     assert "standard: PASS" in out and "alpha = 1e-06" in out and "power 0.9 at TV 0.2" in out and "n = " in out
     if hf.supports_ensemble():
-        assert "LOSSY" in out and "measured TV" in out
+        assert "LOSSY" in out and "measured TV" in out and "exact TV of the same rule on this instance" in out
 
 
 def test_check_sampler_rejects_bad_arguments():

@@ -14,6 +14,7 @@ import sys
 from .. import __version__
 from ..atomic import write_json_atomic
 from .prove import prove
+from .tv_bound import tv_bound_from_args
 
 EXIT = {"proved": 0, "counterexample": 1, "unknown": 3}
 
@@ -58,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--solvers", default=None, metavar="z3[,cvc5]",
                         help="z3 alone, or z3 raced by cvc5 on the queries z3 does not answer at once (default: "
                              "z3,cvc5 where cvc5 is installed, else z3); the report says which solver answered")
+    parser.add_argument("--tv-bound", metavar="EXPR", default=None,
+                        help="instead of losslessness, prove TV(law, target) <= EXPR for every pair (a lossy rule), "
+                             "e.g. '(1 - w) * tv_pq': tv_pq = TV(p, q) of the first position, the method's parameters "
+                             "(w, eps, delta, T), V, L, N; numbers, + - * / **, min, max, abs")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON (atomically)")
     return parser
 
@@ -76,13 +81,27 @@ def _as_flag(message: str) -> str:
 
 
 def run(args) -> int:
-    """Run one proof from parsed arguments; print the verdict; return the exit status."""
+    """Run one proof (or, with --tv-bound, one TV-bound proof) from parsed arguments; print the
+    verdict; return the exit status."""
+    tv_bound = getattr(args, "tv_bound", None) is not None
+    result = tv_bound_from_args(args) if tv_bound else _prove(args)
+    if isinstance(result, int):  # bad arguments or a rule contract error, already reported
+        return result
+    print(result.summary())
+    if args.json:
+        write_json_atomic(args.json, {"command": "prove --tv-bound" if tv_bound else "prove", "version": __version__,
+                                      "python": platform.python_version(), **result.to_json()})
+    return EXIT[result.verdict]
+
+
+def _prove(args):
+    """The `ProofResult` of the arguments, or the exit status of an error it printed."""
     temperature = int(args.target_temperature)
     try:
         extra = {} if args.point_trials is None else {"point_trials": args.point_trials}
-        result = prove(args.method, args.vocab_size, args.draft_length, args.num_paths, timeout=args.timeout,
-                       target_temperature=temperature, context=args.context, workers=args.workers,
-                       solvers=args.solvers, backend=args.backend, cluster=args.cluster, **extra)
+        return prove(args.method, args.vocab_size, args.draft_length, args.num_paths, timeout=args.timeout,
+                     target_temperature=temperature, context=args.context, workers=args.workers,
+                     solvers=args.solvers, backend=args.backend, cluster=args.cluster, **extra)
     except (TypeError, ValueError) as err:
         if type(err).__name__ == "RuleContractError":
             # e.g. a division by a value that is 0 for some pair: no law to prove anything about
@@ -90,8 +109,3 @@ def run(args) -> int:
             return 3
         print(f"verispec prove: {_as_flag(str(err))}", file=sys.stderr)
         return 2
-    print(result.summary())
-    if args.json:
-        write_json_atomic(args.json, {"command": "prove", "version": __version__,
-                                      "python": platform.python_version(), **result.to_json()})
-    return EXIT[result.verdict]

@@ -47,10 +47,12 @@ def _line(verdict, label) -> str:
     settings = (f"alpha = {verdict.alpha:g} for the run, power {verdict.power:g} at TV {verdict.tv_target:g}, "
                 f"{len(verdict.report.results)} instance(s), n = {verdict.n:,} rows; {verdict.seconds:.1f} s")
     if verdict.lossless:
-        return f"{label}: PASS (the G-test does not reject the target law): {settings}"
+        exact_note = "" if verdict.exact_tv is None else f" (exact TV of the same rule {verdict.exact_tv:.4f})"
+        return f"{label}: PASS (the G-test does not reject the target law){exact_note}: {settings}"
     failing = verdict.report.results[-1]
+    beside = "" if verdict.exact_tv is None else f" (exact TV of the same rule on this instance {verdict.exact_tv:.4f})"
     return (f"{label}: LOSSY: rejected on {failing.instance.label} (V = {failing.instance.vocab_size}), "
-            f"measured TV {verdict.tv:.4f}; {settings}")
+            f"measured TV {verdict.tv:.4f}{beside}; {settings}")
 
 
 def run(args) -> int:

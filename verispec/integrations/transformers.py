@@ -11,7 +11,9 @@ relaxation that is lossy by design.
 (backend "torch"): the logits of the whole batch are computed once, the global RNG is seeded once
 per batch from the harness's generator (inside ``torch.random.fork_rng``, so the caller's stream
 is untouched) and each call gets views of the batch, so the per-row cost is the function's own.
-`check_speculative_sampling` runs the check and returns a `SamplingVerdict`.
+`check_speculative_sampling` runs the check and returns a `SamplingVerdict`; in the DIVERSE mode
+the sampler is declared lossy, and the verdict carries the exact TV of the same rule on the same
+instance (`verispec.reference.methods.static_ensemble`, enumerated exactly) beside the measured one.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..reference import exact, methods
 from ..testing import gtest
 from ..testing.sampler import SamplerLosslessnessError, SamplerReport, assert_sampler_lossless
 
 __all__ = ["FUNCTION", "ENSEMBLE_ARGUMENT", "IntegrationError", "speculative_sampling_function", "supports_ensemble",
-           "as_harness_sampler", "check_speculative_sampling", "SamplingVerdict"]
+           "as_harness_sampler", "check_speculative_sampling", "SamplingVerdict", "reference_tv"]
 
 #: What this adapter looks for in the installed transformers.
 FUNCTION = "transformers.generation.utils._speculative_sampling"
@@ -105,6 +108,7 @@ def as_harness_sampler(assistant_ensemble_weight: float | None = None, function=
         return out
 
     sampler.__qualname__ = FUNCTION + (f"({ENSEMBLE_ARGUMENT}={assistant_ensemble_weight})" if extra else "")
+    sampler.lossy = bool(extra)  # DIVERSE's ensemble is lossy by design: the harness says LOSSY, not NOT lossless
     return sampler
 
 
@@ -117,6 +121,9 @@ class SamplingVerdict:
         report: the `SamplerReport` (instances run, n, p-values). tv: the empirical TV of the
             failing instance (None when lossless). alpha, power, tv_target: the run's settings.
         message: the harness's failure message ("" when lossless). seconds: wall time.
+        exact_tv: "diverse" mode: the TV of the reference static ensemble (the same rule,
+            `verispec.reference.methods.static_ensemble(L, w)`) on the instance last run (the
+            rejected one), by exact enumeration (float64); None in "standard" mode.
     """
 
     mode: str
@@ -128,6 +135,7 @@ class SamplingVerdict:
     tv_target: float
     message: str
     seconds: float
+    exact_tv: float | None = None
 
     @property
     def n(self) -> int:
@@ -167,5 +175,17 @@ def check_speculative_sampling(mode: str = "standard", assistant_ensemble_weight
         verdict = (False, err.report, err.result.empirical_tv, str(err))
     finally:
         torch.set_num_threads(threads)
+    exact_tv = (reference_tv(verdict[1].results[-1].instance, assistant_ensemble_weight, harness.get("draft_length", 2))
+                if mode == "diverse" and verdict[1].results else None)
     return SamplingVerdict(mode, verdict[0], verdict[1], verdict[2], alpha, power, tv, verdict[3],
-                           time.perf_counter() - start)
+                           time.perf_counter() - start, exact_tv)
+
+
+def reference_tv(instance, ensemble_weight: float, draft_length: int = 2) -> float:
+    """The exact TV from the target of DIVERSE's static ensemble with weight w (the rule transformers
+    runs for ``assistant_ensemble_weight`` = w) on a harness `instance`: the law of its first N
+    tokens by exact enumeration of `verispec.reference.methods.static_ensemble(L, w)`."""
+    method = methods.static_ensemble(draft_length, ensemble_weight)
+    law = exact.output_distribution(instance.target, instance.draft, method, instance.context, instance.num_tokens)
+    return float(exact.total_variation(law, exact.target_distribution(instance.target, instance.context,
+                                                                      instance.num_tokens)))

@@ -144,7 +144,7 @@ def draft_vocab(method: Method, subset) -> Method:
     params = dict(getattr(inner, "params", {}))
     drafter = Drafter("draft_vocab", build, **params, subset=subset)
     return Method(f"{method.name}+draft_vocab", drafter, verify, {**method.params, "subset": subset},
-                  model_state_only=method.model_state_only)
+                  model_state_only=method.model_state_only, lossy=method.lossy)
 
 
 def _memo(subset):

@@ -64,13 +64,17 @@ class SamplerLosslessnessError(LosslessnessError):
     """The G-test rejected the target law on an instance (or an impossible sequence was emitted).
 
     Attributes (besides `LosslessnessError`'s): result, the failing `InstanceResult`;
-    report, the `SamplerReport` of the instances run so far.
+    report, the `SamplerReport` of the instances run so far; declared_lossy, True when the
+    sampler declares itself lossy (its ``lossy`` attribute: the message then says LOSSY, not NOT
+    lossless); exact_tv, the TV of the sampler's rule on the failing instance by exact enumeration
+    when the sampler can give it (its ``exact_tv`` method), else None.
     """
 
-    def __init__(self, message, result, report, law, target_law):
+    def __init__(self, message, result, report, law, target_law, declared_lossy=False, exact_tv=None):
         super().__init__(message, instance=result.instance, tv=result.empirical_tv, law=law,
                          target_law=target_law, exact=False)
         self.result, self.report = result, report
+        self.declared_lossy, self.exact_tv = declared_lossy, exact_tv
 
 
 @dataclass
@@ -384,6 +388,9 @@ def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2
     for result, empirical, law in timed_results(
             todo, lambda index, inst: _run_instance(fn, inst, index, numbers, L, converter), report):
         if not result.passed:
-            raise SamplerLosslessnessError(failure_message(_name(fn), result, empirical, law), result, report,
-                                           empirical, law)
+            declared = getattr(fn, "lossy", False) is True  # e.g. a DIVERSE ensemble: lossy by design
+            message = failure_message(_name(fn), result, empirical, law)
+            if declared:
+                message = message.replace(" is NOT lossless", " is LOSSY (declared lossy by the sampler)", 1)
+            raise SamplerLosslessnessError(message, result, report, empirical, law, declared)
     return report

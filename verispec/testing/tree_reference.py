@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .tree_exact import tree_sampler_tv
 from .tree_layout import emitted_from_accept_index, next_sibling_layout, parents_layout, tree_depth
 
 __all__ = ["TreeRejectionSampler", "reference_tree_sampler", "parents_tree_sampler", "categorical"]
@@ -62,6 +63,23 @@ class TreeRejectionSampler:
                 raise ValueError(f"{name}: must be a number in (0, 1], got {value!r}")
         self.threshold_single, self.threshold_acc = float(threshold_single), float(threshold_acc)
         self.target_only = target_only
+
+    @property
+    def lossy(self) -> bool:
+        """True when a threshold is below 1: the sampler declares itself lossy (the tree harness
+        then reports it LOSSY with its TV, not NOT lossless)."""
+        return self.threshold_single < 1 or self.threshold_acc < 1
+
+    def exact_tv(self, drafter, target, draft, context=(), num_tokens: int = 2):
+        """TV of this rule's law from the target's, by exact enumeration (`verispec.testing.tree_exact`),
+        with `drafter`'s trees at the instance (target, draft, context, N); None for a subclass that
+        overrides a step (a planted bug: its rule is not the one enumerated)."""
+        base = TreeRejectionSampler
+        if any(getattr(type(self), step) is not getattr(base, step) for step in ("proposal", "residual", "bonus_row",
+                                                                                 "_accept", "_final")):
+            return None
+        return tree_sampler_tv((self.threshold_single, self.threshold_acc), drafter, target, draft, context,
+                               num_tokens, self.target_only)
 
     # -- the three steps a planted bug changes --------------------------------------------------
 

@@ -310,6 +310,10 @@ def assert_tree_sampler_lossless(fn, *, drafter, layout: str = "parents", determ
     Returns a `TreeSamplerReport` (``print(report)`` gives a table). Raises:
         SamplerLosslessnessError (an AssertionError): an impossible sequence was emitted, or the
             G-test rejected at level alpha / num_instances (its ``result.empirical_tv`` is the TV).
+            A sampler whose ``lossy`` attribute is True is reported LOSSY rather than NOT lossless;
+            one with an ``exact_tv(drafter, target, draft, context, num_tokens)`` method (as
+            `TreeRejectionSampler`) gets its exact TV on the failing instance beside the measured
+            one (the error's ``exact_tv``).
         SamplerContractError (TypeError and ValueError): the function raised, or its output has the
             wrong shape or dtype, a token outside the vocabulary, no token, or an accepted prefix
             that is not a root path of the row's tree.
@@ -322,6 +326,31 @@ def assert_tree_sampler_lossless(fn, *, drafter, layout: str = "parents", determ
     for result, empirical, law in timed_results(
             todo, lambda index, inst: _run_instance(fn, inst, index, settings), report):
         if not result.passed:
-            raise SamplerLosslessnessError(failure_message(_name(fn), result, empirical, law, f" with {drafter!r}"),
-                                           result, report, empirical, law)
+            raise _rejection(fn, (result, report, empirical, law), drafter, deterministic_draft_probs)
     return report
+
+
+def _rejection(fn, found, drafter, soft: str) -> SamplerLosslessnessError:
+    """The error of a rejected instance; `found`: (result, report, empirical law, target law).
+    A sampler declared lossy is reported LOSSY; its exact TV (when it gives one) follows."""
+    result, report, empirical, law = found
+    declared, exact_tv = _lossy_verdict(fn, result, drafter, soft)
+    message = failure_message(_name(fn), result, empirical, law, f" with {drafter!r}")
+    if declared:
+        message = message.replace(" is NOT lossless", " is LOSSY (declared lossy by the sampler)", 1)
+    if exact_tv is not None:
+        message += (f"\n  exact TV of the sampler's rule on this instance = {exact_tv:.4f} (exact enumeration, "
+                    f"float64), beside the measured empirical TV = {result.empirical_tv:.4f}")
+    return SamplerLosslessnessError(message, result, report, empirical, law, declared, exact_tv)
+
+
+def _lossy_verdict(fn, result, drafter, soft: str) -> tuple:
+    """(declared lossy, exact TV or None) of a rejected sampler: its ``lossy`` attribute, and its
+    ``exact_tv(drafter, target, draft, context, num_tokens)`` on the failing instance (None when it
+    has none, returns None, or the trees carried soft draft_probs its exact rule does not model)."""
+    declared = getattr(fn, "lossy", False) is True
+    exact_tv = getattr(fn, "exact_tv", None)
+    if not callable(exact_tv) or soft != "none":
+        return declared, None
+    inst = result.instance
+    return declared, exact_tv(drafter, inst.target, inst.draft, inst.context, inst.num_tokens)

@@ -44,7 +44,7 @@ def method_source(spec, method: Method, params: dict) -> MethodSource:
 
 def _builtin_call(method: Method) -> str | None:
     """``methods.get(name, ...)`` when that rebuilds `method` (a built-in), else None."""
-    if method.name not in methods.names():
+    if method.name not in methods.names() + methods.lossy_names():
         return None
     accepted = set(methods.parameters(method.name))
     given = {k: v for k, v in method.params.items() if k in accepted}
@@ -52,7 +52,7 @@ def _builtin_call(method: Method) -> str | None:
         rebuilt = methods.get(method.name, **given)
     except (TypeError, ValueError):
         return None
-    if repr(rebuilt) != repr(method) or rebuilt.verify is not method.verify:
+    if repr(rebuilt) != repr(method) or rebuilt.verify != method.verify:  # a rule object compares by value
         return None  # a user's Method that borrowed a built-in's name
     return f"methods.get({method.name!r}{''.join(f', {k}={v!r}' for k, v in given.items())})"
 
