@@ -3,17 +3,19 @@ against block verification, an independent policy LP on small trees, exact ratio
 and a planted TV mis-encoding that must fail."""
 
 import itertools
+import json
 from fractions import Fraction
 
 import numpy as np
 import pytest
 from scipy.optimize import linprog
 
+from verispec import cli
 from verispec.reference import exact, methods, models
 from verispec.reference.probability import to_rational
 from verispec.reference.verifiers import token_verify
 from verispec.theory import closed_forms as cf
-from verispec.theory import lossy
+from verispec.theory import lossy, lossy_command
 
 
 def _one_step_instances(count=60, seed=0):
@@ -170,3 +172,41 @@ def test_bad_budget_is_refused_naming_tv(tv, error):
                  lambda: cf.optimal_lossy_acceptance([0.5, 0.5], [0.5, 0.5], tv)):
         with pytest.raises(error, match="tv"):
             call()
+
+
+def test_float_models_are_certified_for_their_exact_renormalised_data():
+    for seed in range(3):
+        target, draft = models.random_tree(3, 2 * seed), models.random_tree(3, 2 * seed + 1)
+        result = lossy.lossy_single_path(target, draft, (), 2, 0.1)
+        cert = lossy.lossy_certificate(target, draft, (), 2, 0.1, result)
+        assert cert.certified, cert.reason
+        assert abs(float(cert.value) - result.value) <= 1e-9
+
+
+# ------------------------------------------------------------------------------------------------
+# verispec lp --tv EPS
+
+def test_cli_prints_the_frontier_and_its_checks(tmp_path, capsys):
+    out = tmp_path / "frontier.json"
+    assert cli.main(["lp", "--tv", "0.1", "--instances", "2", "--vocab-size", "3", "--draft-length", "1",
+                     "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "BE*(0.1) = " in text and "all frontier checks hold" in text
+    payload = json.loads(out.read_text())
+    assert payload["all_ok"] and len(payload["instances"]) == 2
+    for record in payload["instances"]:
+        assert abs(record["block_efficiency"] - record["closed_form"]) <= 1e-9
+        assert record["exact"]["certified"] and abs(record["exact"]["block_efficiency"] - record["block_efficiency"]) <= 1e-9
+
+
+def test_cli_fails_when_a_frontier_check_fails(monkeypatch, capsys):
+    monkeypatch.setattr(lossy_command, "TOLERANCE", -1.0)  # every check must now fail
+    assert cli.main(["lp", "--tv", "0.2", "--instances", "1", "--vocab-size", "2", "--draft-length", "2"]) == 1
+    assert "FAILED frontier checks" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["-0.5", "1.5", "nan"])
+def test_cli_bad_tv_is_one_line(value, capsys):
+    assert cli.main(["lp", "--tv", value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("verispec lp: --tv: ") and "\n" not in err

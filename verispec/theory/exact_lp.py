@@ -126,8 +126,9 @@ def _float_dual(c, rows, b, upper, eq_rows, eq_b):
 
 
 def _rational_primal(x_float, rows, b, upper, eq_rows, eq_b, tol):
-    """The vertex whose active constraints (within tol) the float x makes active, in Fractions,
-    or None when they do not determine one."""
+    """The point of the face of the constraints the float x makes active (within tol), in
+    Fractions: the vertex when they determine one, else pinned by x's values (to 9 digits) on the
+    unknowns they leave free. Feasibility is checked exactly afterwards."""
     n = len(upper)
     equations = list(zip(eq_rows, eq_b))
     for i in range(n):
@@ -138,7 +139,7 @@ def _rational_primal(x_float, rows, b, upper, eq_rows, eq_b, tol):
     for row, rhs in zip(rows, b):
         if abs(float(rhs) - sum(float(v) * x_float[col] for col, v in row.items())) <= tol:
             equations.append((row, rhs))
-    return _solve_exact(equations, n)
+    return _solve_exact(equations, n, [Fraction(float(v)).limit_denominator(10 ** 9) for v in x_float])
 
 
 def _primal_feasible(x, rows, b, upper, eq_rows, eq_b) -> bool:

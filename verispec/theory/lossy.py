@@ -159,9 +159,26 @@ def lossy_single_path(target: LanguageModel, draft: LanguageModel, context=(), d
                        info={"tv": float(tv), "output_law": output, "x": x.tolist()})
 
 
+def _renormalised(values, parent, joint: bool) -> list:
+    """Exact conditionals (joint=False) or joint probabilities (joint=True) rescaled so that every
+    node's children sum to it exactly (to 1 below the root): float64 rows read as exact binary
+    rationals miss 1 by about 1e-16, and the flow and output rows need them exact. Rational
+    models are unchanged."""
+    totals: dict = {}
+    for value, j in zip(values, parent):
+        totals[j] = totals.get(j, 0) + value
+    out: list = []
+    for value, j in zip(values, parent):  # breadth-first: a parent precedes its children
+        scale = out[j] if joint and j is not None else 1
+        out.append(0 * value if totals[j] == 0 else value / totals[j] * scale)
+    return out
+
+
 def lossy_certificate(target, draft, context=(), draft_length: int = 1, tv=0, result=None):
     """The lossy frontier's optimum certified exactly: a rational primal and dual of the LP whose
-    data are the exact rationals of the instance and of eps (`exact_lp.certify_lp`).
+    data are the exact rationals of the instance and of eps (`exact_lp.certify_lp`). Float64
+    models' conditionals are read as their exact binary rationals divided by their exact sum
+    (a change of about 1e-16), since the flow and output rows need each to sum to 1.
 
     Args:
         tv: eps (a Fraction, or a float read as its exact binary rational).
@@ -176,7 +193,8 @@ def lossy_certificate(target, draft, context=(), draft_length: int = 1, tv=0, re
     """
     check_tv_budget(tv)
     _, p_cond, q_joint, parent = exact_lp.tree_lists(target, draft, context, draft_length)
-    prog = frontier_program(p_cond, q_joint, parent, Fraction(tv))
+    prog = frontier_program(_renormalised(p_cond, parent, False), _renormalised(q_joint, parent, True),
+                            parent, Fraction(tv))
     x = None if result is None else result.info["x"]
     return exact_lp.certify_lp(prog.c, prog.rows, prog.b, prog.upper, x, eq_rows=prog.eq_rows, eq_b=prog.eq_b)
 
