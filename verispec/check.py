@@ -2,13 +2,17 @@
 
 For each method and instance it enumerates the exact joint law of the first N tokens of the whole
 draft-verify loop, compares it with the target's law (total variation) and computes the block
-efficiency E[tau] + 1 of one iteration. A method whose TV exceeds the tolerance fails the run.
+efficiency E[tau] + 1 of one iteration. A method whose TV exceeds the tolerance fails the run,
+unless it is declared lossy (``Method.lossy``: typical acceptance, a static ensemble, ...): then it
+is reported "lossy" with its TV in float64 and, on the rational twin of each instance
+(`models.exact_twin`), as an exact Fraction.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
@@ -115,9 +119,14 @@ def plan_instances(vocab_sizes, num_instances: int, seed: int, rational: bool, n
 class MethodResult:
     """Aggregate over instances for one method.
 
-    ``status`` is "lossless", "NOT lossless" (a law differs) or "contract error" (the rule raised
-    or returned a malformed result: `verispec.reference.contract.RuleContractError`, whose message
-    is kept in ``contract_error``; instances after it are not checked).
+    ``status`` is "lossless", "NOT lossless" (a law differs), "lossy" (a rule declared lossy,
+    ``Method.lossy``: reported, not failed) or "contract error" (the rule raised or returned a
+    malformed result: `verispec.reference.contract.RuleContractError`, whose message is kept in
+    ``contract_error``; instances after it are not checked).
+
+    For a declared-lossy rule, ``max_tv_rational`` is the largest TV over the instances in exact
+    arithmetic ("a/b", from each instance's exact twin; None when the rule's law is float64) and
+    ``lossy_instances`` lists per instance its TV (float64 and "a/b") and block efficiency.
     """
 
     method: str
@@ -133,6 +142,9 @@ class MethodResult:
     status: str = "lossless"
     contract_error: str | None = None
     failures: list = field(default_factory=list)
+    lossy: bool = False
+    max_tv_rational: str | None = None
+    lossy_instances: list = field(default_factory=list)
 
 
 def resolve_method(spec, draft_length: int, num_paths: int) -> Method:
@@ -171,7 +183,9 @@ def check_method(spec, instances: list[Instance], draft_length: int, num_paths: 
     method = spec if isinstance(spec, Method) else resolve_method(spec, draft_length, num_paths)
     N = method_num_tokens(method, num_tokens)
     label = spec if isinstance(spec, str) else method.name
-    result = MethodResult(method=label, params=dict(method.params), num_tokens=N)
+    result = MethodResult(method=label, params=dict(method.params), num_tokens=N, lossy=method.lossy)
+    if method.lossy:
+        result.status = "lossy"
     efficiencies = []
     start = time.perf_counter()
     for inst in instances:
@@ -180,6 +194,7 @@ def check_method(spec, instances: list[Instance], draft_length: int, num_paths: 
         try:
             enum = exact.output_enumeration(target, draft, method, inst.context, n)
             efficiencies.append(float(exact.block_efficiency(target, draft, method, inst.context)))
+            rational_tv = _rational_tv(method, inst, n, enum.law) if method.lossy else None
         except RuleContractError as err:
             result.passed, result.status = False, "contract error"
             result.contract_error = str(err.with_context(instance=inst))
@@ -187,6 +202,9 @@ def check_method(spec, instances: list[Instance], draft_length: int, num_paths: 
         tv = exact.total_variation(enum.law, exact.target_distribution(target, inst.context, n))
         result.branches += enum.num_branches
         result.max_tv = max(result.max_tv, float(tv))
+        if method.lossy:
+            _record_lossy(result, inst, tv, rational_tv, efficiencies[-1])
+            continue
         # Rational models and a rule in + - * / min max give an exact law: lossless means TV == 0.
         # A rule computing in float (SpecTr's rho bisection) is held to the float tolerance.
         exact_instance = inst.rational and law_is_exact(enum.law)
@@ -198,6 +216,28 @@ def check_method(spec, instances: list[Instance], draft_length: int, num_paths: 
     result.mean_block_efficiency = sum(efficiencies) / len(efficiencies) if efficiencies else float("nan")
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _rational_tv(method: Method, inst: Instance, n: int, law: dict):
+    """The TV of `method` on the exact twin of `inst` (the instance itself when rational) as a
+    Fraction, or None when the rule's law is float64 even on exact models."""
+    target, draft = (models.exact_twin(m) if m is not None else None for m in inst.models())
+    if not inst.rational:
+        law = exact.output_distribution(target, draft, method, inst.context, n)
+    if not law_is_exact(law):
+        return None
+    return Fraction(exact.total_variation(law, exact.target_distribution(target, inst.context, n)))
+
+
+def _record_lossy(result: MethodResult, inst: Instance, tv, rational_tv, efficiency) -> None:
+    """Add one instance of a declared-lossy rule: its TVs and efficiency; the largest exact TV."""
+    result.exact_zero = False
+    result.lossy_instances.append({"instance": inst.index, "vocab_size": inst.vocab_size, "tv": float(tv),
+                                   "tv_rational": None if rational_tv is None else str(rational_tv),
+                                   "block_efficiency": efficiency})
+    exact_tvs = [Fraction(r["tv_rational"]) for r in result.lossy_instances if r["tv_rational"] is not None]
+    result.max_tv_rational = str(max(exact_tvs)) if exact_tvs and len(exact_tvs) == len(result.lossy_instances) \
+        else None
 
 
 def run_check(method_names, vocab_size, draft_length, num_paths, num_instances, seed, num_tokens,

@@ -3,7 +3,8 @@
     verispec check [--method NAME|pkg.module:attr ...] [--vocab-sizes 3,4,5,6 | --vocab-size V]
                    [--budget B] [--draft-length L] [--num-paths K] [--instances N] [--seed S]
                    [--num-tokens N] [--rational] [--json PATH]
-                   exit status: 0 lossless, 1 a law differs, 2 bad arguments, 3 a rule contract error
+                   exit status: 0 lossless (or declared lossy: TV reported), 1 a law differs,
+                   2 bad arguments, 3 a rule contract error
     verispec lp ...        (LP certificates; needs cvxpy)
     verispec lp --tv EPS [--vocab-size V] [--draft-length L] [--instances N]
                    (the optimal lossy frontier BE*(EPS) within total variation EPS of the target)
@@ -23,6 +24,7 @@ import platform
 import re
 import sys
 import time
+from fractions import Fraction
 
 from . import __version__
 from .atomic import write_json_atomic
@@ -55,10 +57,10 @@ _nonnegative_int = _int_at_least(0)
 
 def _method_spec(text: str) -> str:
     """--method: a built-in name or 'pkg.module:attr' (loaded later, with a one-line error)."""
-    if ":" in text or text in methods.names():
+    if ":" in text or text in methods.names() + methods.lossy_names():
         return text
     raise argparse.ArgumentTypeError(f"unknown method {text!r}: expected a built-in name "
-                                     f"({', '.join(methods.names())}) or 'pkg.module:attr'")
+                                     f"({', '.join(methods.names() + methods.lossy_names())}) or 'pkg.module:attr'")
 
 
 def _vocab_sizes(text: str) -> tuple:
@@ -71,8 +73,9 @@ def _add_check(sub) -> None:
                                    "instances: a check on those instances, not a proof for all distributions.")
     p.add_argument("--method", action="append", type=_method_spec, metavar="NAME|pkg.module:attr",
                    help="method to check (repeatable): a built-in name or your own Method as "
-                        f"'pkg.module:attr' (default every built-in but the slow ones: "
-                        f"{', '.join(registry.quick_check_names())})")
+                        f"'pkg.module:attr' (default every lossless built-in but the slow ones: "
+                        f"{', '.join(registry.quick_check_names())}; the rules declared lossy, "
+                        f"{', '.join(methods.lossy_names())}, run when named and are reported 'lossy' with their TV)")
     p.add_argument("--vocab-size", type=_positive_int, default=None,
                    help="check this one V only (shorthand for --vocab-sizes V)")
     sizes = ",".join(map(str, DEFAULT_VOCAB_SIZES))
@@ -103,9 +106,11 @@ def _check_table(results, args, sizes, counts):
                         + (", rational" if args.rational else ""))
     for column in ("method", "N", "inst.", "max TV", "block eff.", "branches", "time s", "lossless"):
         table.add_column(column, justify="left" if column == "method" else "right")
-    verdict = {"lossless": "[green]yes[/]", "NOT lossless": "[red]NO[/]", "contract error": "[red]CONTRACT[/]"}
+    verdict = {"lossless": "[green]yes[/]", "NOT lossless": "[red]NO[/]", "contract error": "[red]CONTRACT[/]",
+               "lossy": "[yellow]LOSSY[/]"}
     for r in results:
         tv = "0 (exact)" if args.rational and r.exact_zero and r.max_tv == 0 else f"{r.max_tv:.2e}"
+        tv += " (exact below)" if r.status == "lossy" and r.max_tv_rational is not None else ""
         table.add_row(r.method, str(r.num_tokens), str(r.instances), tv, f"{r.mean_block_efficiency:.4f}",
                       str(r.branches), f"{r.seconds:.2f}", verdict[r.status])
     return table
@@ -161,6 +166,9 @@ def _run_check(args) -> int:
 def _check_verdict(console, results) -> int:
     """Print contract errors in full and the verdict; the exit status (0 lossless, 1 a law differs,
     3 a rule contract error)."""
+    for r in results:
+        if r.status == "lossy":
+            console.print(_lossy_line(r), highlight=False)
     broken = [r for r in results if r.status == "contract error"]
     for r in broken:
         console.print(f"[red]{r.method}: rule contract error (not a lossless verdict):[/]")
@@ -173,8 +181,24 @@ def _check_verdict(console, results) -> int:
         return 3
     if failed:
         return 1
-    console.print("[green]all methods lossless on these instances[/]")
+    declared = [r.method for r in results if r.status == "lossy"]
+    if len(declared) == len(results):
+        console.print(f"[yellow]declared lossy: {', '.join(declared)} (exact TV above)[/]")
+    else:
+        console.print("[green]all methods lossless on these instances[/]"
+                      + (f" but those declared lossy: {', '.join(declared)}" if declared else ""))
     return 0
+
+
+def _lossy_line(r) -> str:
+    """One declared-lossy rule: its largest TV in float64 and exact, and its block efficiency."""
+    line = (f"{r.method}: lossy (declared): max TV {r.max_tv:.12g} (float64), block efficiency "
+            f"{r.mean_block_efficiency:.6g} (mean over {r.instances} instances)")
+    if r.max_tv_rational is None:
+        return line + "; no exact TV (the rule's law is float64 even on exact models)"
+    exact_tv = Fraction(r.max_tv_rational)
+    shown = r.max_tv_rational if len(r.max_tv_rational) <= 40 else f"a Fraction of {len(r.max_tv_rational)} characters (--json)"
+    return line + f"; exact TV (Fractions, each instance's exact twin) {shown} = {float(exact_tv):.12g}"
 
 
 def _add_lp(sub) -> None:

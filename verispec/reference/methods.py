@@ -2,8 +2,9 @@
 
 A verifier's correctness depends on how its drafts were sampled, so the two travel together.
 Built-in methods (docs/algorithms.md): token, block, gbv, nss, rrs, rrsw, spectr, traversal, opt_tree,
-point_mass, prompt_lookup; khisti, optimal_is, spechub (docs/verifiers_new.md). `get(name, **params)`
-builds one by name; `names()` lists them;
+point_mass, prompt_lookup; khisti, optimal_is, spechub (docs/verifiers_new.md); the rules declared
+lossy (``Method.lossy``): typical, static_ensemble, fsd. `get(name, **params)` builds one by name;
+`names()` lists the lossless ones, `lossy_names()` the lossy ones;
 `Method(name, draft=..., verify=...)` wraps a researcher's own rule. Methods that need more than
 the models and L (a pool snapshot, a confidence threshold) live in their own modules:
 `verispec.reference.ouroboros` (Ouroboros' phrase drafts), `verispec.reference.adaptive`;
@@ -18,6 +19,7 @@ import inspect
 import os
 import sys
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Callable
 
 from . import drafters, registry
@@ -28,6 +30,7 @@ from .randomness import Randomness, Sampler
 from .static_trees import static_shape
 from .verifiers.importance import (khisti_truncated_verify, khisti_verify, optimal_is_truncated_verify,
                                    optimal_is_verify)
+from .verifiers.lossy import DIVERGENCES, FuzzyAcceptance, StaticEnsemble, TypicalAcceptance
 from .verifiers.spechub import hub_pairs, spechub_verify
 from .verifiers import (block_verify, gbv_verify, nss_verify, rrs_verify, rrsw_verify,
                         sample_and_follow, spectr_verify, token_verify, traversal_verify)
@@ -54,6 +57,9 @@ class Method:
         model_state_only: True when an iteration depends on the prefix only through the models'
             conditionals (true of every built-in method except prompt lookup); lets `exact` reuse an
             iteration's law across prefixes with the same model state. Leave False if unsure.
+        lossy: True declares the rule lossy by design (typical acceptance, a static ensemble, ...):
+            `verispec check` then reports its exact TV and block efficiency as "lossy" instead of
+            failing it. A rule not declared lossy whose law differs from the target's fails.
     """
 
     name: str
@@ -61,10 +67,13 @@ class Method:
     verify: Callable
     params: dict = field(default_factory=dict)
     model_state_only: bool = False
+    lossy: bool = False
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise TypeError("name: expected a non-empty string")
+        if not isinstance(self.lossy, bool):
+            raise TypeError(f"lossy: expected a bool, got {type(self.lossy).__name__}")
         for arg in ("draft", "verify"):
             if not callable(getattr(self, arg)):
                 raise TypeError(f"{arg}: expected a callable, got {type(getattr(self, arg)).__name__}")
@@ -242,10 +251,55 @@ def prompt_lookup(draft_length: int, max_ngram: int = 3) -> Method:
                   {"draft_length": draft_length, "max_ngram": max_ngram})
 
 
+def _unit_interval(value, name: str, open_left: bool = True) -> float:
+    """`value` as a real in (0, 1] (or [0, 1]); TypeError / ValueError naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    if not (0 < value <= 1 if open_left else 0 <= value <= 1):
+        raise ValueError(f"{name}: expected a value in {'(0' if open_left else '[0'}, 1], got {value!r}")
+    return value
+
+
+def typical(draft_length: int, epsilon: float = 0.09, delta: float = 0.3) -> Method:
+    """Medusa's typical acceptance on a chain (Cai et al., arXiv 2401.10774, Section 2.3.1; lossy):
+    accept X_i iff p_i(X_i) > min(epsilon, delta exp(-H(p_i))), then one token ~ p. Defaults are
+    Medusa's (posterior_threshold 0.09, posterior_alpha 0.3)."""
+    L = check_positive_int(draft_length, "draft_length")
+    rule = TypicalAcceptance(_unit_interval(epsilon, "epsilon"), _unit_interval(delta, "delta"))
+    return Method("typical", drafters.chain(L), rule, {"draft_length": L, "epsilon": epsilon, "delta": delta},
+                  model_state_only=True, lossy=True)
+
+
+def static_ensemble(draft_length: int, ensemble_weight: float = 0.5) -> Method:
+    """DIVERSE's static ensemble on a chain (Wang et al., arXiv 2604.07622; lossy): speculative
+    sampling against v = w p + (1 - w) q, w = `ensemble_weight` in [0, 1] (transformers'
+    ``assistant_ensemble_weight``; w = 1 is token verification). Pass a Fraction w for exact laws."""
+    L = check_positive_int(draft_length, "draft_length")
+    rule = StaticEnsemble(_unit_interval(ensemble_weight, "ensemble_weight", open_left=False))
+    return Method("static_ensemble", drafters.chain(L), rule, {"draft_length": L, "ensemble_weight": ensemble_weight},
+                  model_state_only=True, lossy=True)
+
+
+def fsd(draft_length: int, threshold: float = 0.1, divergence: str = "js") -> Method:
+    """Fuzzy Speculative Decoding on a chain (Holsman et al., arXiv 2502.20704; lossy): accept X_i
+    iff D(p_i, q_i) <= threshold, D = `divergence` ("js", "kl" or "tv"), then one token ~ p."""
+    L = check_positive_int(draft_length, "draft_length")
+    if divergence not in DIVERGENCES:
+        raise ValueError(f"divergence: expected one of {', '.join(DIVERGENCES)}, got {divergence!r}")
+    rule = FuzzyAcceptance(_unit_interval(threshold, "threshold", open_left=False), divergence)
+    return Method("fsd", drafters.chain(L), rule, {"draft_length": L, "threshold": threshold, "divergence": divergence},
+                  model_state_only=True, lossy=True)
+
+
 def names() -> list[str]:
-    """Names of the built-in methods with a reference rule, in the order of docs/algorithms.md
-    (`verispec.reference.registry`)."""
-    return registry.names("reference")
+    """Names of the lossless built-in methods with a reference rule, in the order of
+    docs/algorithms.md (`verispec.reference.registry`); `lossy_names` lists the lossy ones."""
+    return registry.names("reference", lossy=False)
+
+
+def lossy_names() -> list[str]:
+    """Names of the built-in rules declared lossy (typical, static_ensemble, fsd)."""
+    return registry.names("reference", lossy=True)
 
 
 def parameters(name: str) -> list[str]:
@@ -261,7 +315,7 @@ def parameters(name: str) -> list[str]:
 def _reference_spec(name: str) -> registry.MethodSpec:
     entry = registry.spec(name)
     if entry.reference is None:
-        raise ValueError(f"name: unknown method {name!r}; known: {', '.join(names())}")
+        raise ValueError(f"name: unknown method {name!r}; known: {', '.join(names() + lossy_names())}")
     return entry
 
 

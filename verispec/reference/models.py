@@ -271,6 +271,36 @@ class Mixture(LanguageModel):
         return f"models.mixture({self.a!r}, {self.b!r}, weight={self.weight!r})"
 
 
+class ExactTwin(LanguageModel):
+    """`base` with every conditional written exactly: the Fractions of its float64 values,
+    normalised to sum to 1 exactly (each entry moves by about 1e-16). An exact model whose laws
+    are, to round-off, those of `base`: the rational twin of a float64 instance."""
+
+    exact = True
+
+    def __init__(self, base: LanguageModel):
+        if not isinstance(base, LanguageModel):
+            raise TypeError(f"base: expected a LanguageModel, got {type(base).__name__}")
+        super().__init__(base.vocab_size)
+        self.base = base
+
+    def _compute(self, prefix):
+        values = [Fraction(x) for x in self.base.probs(prefix)]  # exact values of the float64 entries
+        total = sum(values)
+        return np.array([x / total for x in values], dtype=object)  # [V]
+
+    def state_key(self, prefix):
+        return self.base.state_key(prefix)
+
+    def __repr__(self):
+        return f"models.exact_twin({self.base!r})"
+
+
+def exact_twin(model: LanguageModel) -> LanguageModel:
+    """`model` itself when exact, else its `ExactTwin` (its float64 conditionals as Fractions)."""
+    return model if isinstance(model, LanguageModel) and model.exact else ExactTwin(model)
+
+
 def _rationalise(dist, rational: bool, denominator: int):
     return to_rational(dist, denominator) if rational else dist
 

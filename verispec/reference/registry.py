@@ -62,6 +62,8 @@ class MethodSpec:
         no_twin: why a torch method has no reference twin (empty when it has one).
         quick_check: False for a method whose exact law costs minutes on the default instances
             (`verispec check` without --method skips it; name it to check it).
+        lossy: True for a rule lossy by design (its Method carries ``lossy=True``); `verispec
+            check` without --method skips it, and reports it "lossy" with its TV when named.
     """
 
     name: str
@@ -74,6 +76,7 @@ class MethodSpec:
     torch_only: tuple[str, ...] = ()
     no_twin: str = ""
     quick_check: bool = True
+    lossy: bool = False
 
     def defaults(self, backend: str) -> dict:
         """{parameter: default} of the parameters `backend` ("reference" or "torch") takes."""
@@ -168,6 +171,17 @@ _ENTRIES = (
                reference="verispec.reference.adaptive:hybrid_method", torch="verispec.empirical.drafters.adaptive:hybrid_method",
                quick_check=False,
                torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length")),
+    MethodSpec("typical", "a chain + Medusa's typical acceptance, p(x) > min(eps, delta e^-H(p)); lossy (Cai et al., "
+               "arXiv 2401.10774)", (L, Param("epsilon", 0.09, None, "eps: the hard probability threshold"),
+                                     Param("delta", 0.3, None, "delta: the entropy-scaled threshold")),
+               reference=f"{_REF}:typical", lossy=True),
+    MethodSpec("static_ensemble", "a chain + speculative sampling against w p + (1 - w) q; lossy (DIVERSE, "
+               "arXiv 2604.07622)", (L, Param("ensemble_weight", 0.5, None, "w: the target's weight in the ensemble")),
+               reference=f"{_REF}:static_ensemble", lossy=True),
+    MethodSpec("fsd", "a chain accepted while a divergence D(p, q) <= T; lossy (Fuzzy SD, Holsman et al., "
+               "arXiv 2502.20704)", (L, Param("threshold", 0.1, None, "T: the divergence threshold"),
+                                     Param("divergence", "js", None, "D: js, kl or tv")),
+               reference=f"{_REF}:fsd", lossy=True),
     MethodSpec("ouroboros", "draft-model phrases + pool suffixes, point-mass tree verification (Zhao et al., "
                "arXiv 2402.13720), one Jacobi level", (POOL, L, CANDIDATES, WINDOW),
                torch="verispec.empirical.drafters.phrases:ouroboros_method", no_twin=_POOL_STATE),
@@ -186,21 +200,23 @@ _ENTRIES = (
 REGISTRY: dict[str, MethodSpec] = {entry.name: entry for entry in _ENTRIES}
 
 
-def names(backend: str | None = None) -> list[str]:
-    """Registered method names; with `backend` ("reference" or "torch"), those it implements.
+def names(backend: str | None = None, lossy: bool | None = None) -> list[str]:
+    """Registered method names; with `backend` ("reference" or "torch"), those it implements; with
+    `lossy` (True / False), only the rules declared lossy / lossless.
 
     Raises:
         ValueError: an unknown backend.
     """
     if backend not in (None, "reference", "torch"):
         raise ValueError(f"backend: expected 'reference', 'torch' or None, got {backend!r}")
-    return [name for name, entry in REGISTRY.items() if backend is None or getattr(entry, backend)]
+    return [name for name, entry in REGISTRY.items()
+            if (backend is None or getattr(entry, backend)) and (lossy is None or entry.lossy == lossy)]
 
 
 def quick_check_names() -> list[str]:
-    """The reference methods `verispec check` runs by default: all but those whose exact law costs
-    minutes (hybrid: its lookup reads the whole prefix, so every prefix is enumerated)."""
-    return [name for name in names("reference") if REGISTRY[name].quick_check]
+    """The reference methods `verispec check` runs by default: the lossless ones but those whose exact
+    law costs minutes (hybrid: its lookup reads the whole prefix, so every prefix is enumerated)."""
+    return [name for name in names("reference", lossy=False) if REGISTRY[name].quick_check]
 
 
 def spec(name: str) -> MethodSpec:
