@@ -77,6 +77,6 @@ def run_frontier(args, console: Console) -> int:
     for r in records:
         console.print(f"seed {r['seed']}: BE*({tv:g}) = {r['block_efficiency']:.6f}")
     console.print(f"BE*(eps) certified exactly (rational primal and dual of the LP on the exact binary rationals "
-                  f"of the instance's float64 data and of eps) on {certified} of {len(records)} instances")
+                  f"of the instance's float64 rows, renormalised exactly, and of eps) on {certified} of {len(records)} instances")
     console.print("all frontier checks hold" if not failed else f"FAILED frontier checks for seeds {failed}")
     return 0 if not failed else 1
