@@ -22,6 +22,8 @@ What the merge does, with T the tail (its tokens each have max(p, q) <= the k-th
 - H(p) on the merged row is below the true entropy, by p(T) H(p | T) <= p(T) log |T|; the exact
   H(p) of the full row is stored (`entropy_p_full`). Typical acceptance's threshold uses H(p), so
   its values on these rows are approximate, within that bound.
+- Divergences (FSD's js, kl) on the merged row are at most the full row's (merging is a
+  coarse-graining); the full row's JS and KL(q || p) are stored (`js_full`, `kl_q_p_full`).
 - Every kept token's p and q are exact (up to float32 rounding of the stored values).
 
 Also written: a JSON beside the npz (same stem) with the command, commit, environment, prompts,
@@ -46,7 +48,8 @@ TRUNCATION = (
     "errs LOW) by min(p_other, q_other) - tail_sum_min, which lies in [0, min(p_other, q_other)]; tail_sum_min is the "
     "exact sum over the tail of min(p, q), stored per row. H(p) on the merged row errs LOW by p_other * H(p | tail) "
     "<= p_other * log(V - k); the full row's entropy is stored (entropy_p_full), so typical acceptance's threshold "
-    "(through H(p)) is approximate on the merged rows within that bound.")
+    "(through H(p)) is approximate on the merged rows within that bound. JS and KL on the merged row are <= the full row's "
+    "(stored: js_full, kl_q_p_full).")
 
 
 def _commit() -> str:
@@ -60,6 +63,12 @@ def _entropy(row: np.ndarray) -> float:
     return float(-(positive * np.log(positive)).sum())
 
 
+def _kl(a: np.ndarray, b: np.ndarray) -> float:
+    """KL(a || b) in nats over a's support (b > 0 wherever a > 0 for softmax rows)."""
+    support = a > 0
+    return float((a[support] * np.log(a[support] / b[support])).sum())
+
+
 def sparse_row(p: np.ndarray, q: np.ndarray, k: int) -> dict:
     """The stored form of one position's full rows p, q [V] (float64): the k ids of largest
     max(p, q) in decreasing order, their p and q, the tail masses and the full-row checks."""
@@ -70,6 +79,7 @@ def sparse_row(p: np.ndarray, q: np.ndarray, k: int) -> dict:
             "p_other": float(max(0.0, 1.0 - p[ids].sum())), "q_other": float(max(0.0, 1.0 - q[ids].sum())),
             "tail_sum_min": float(np.minimum(p[tail], q[tail]).sum()),
             "sum_min_full": float(np.minimum(p, q).sum()), "entropy_p_full": _entropy(p),
+            "js_full": (_kl(p, (p + q) / 2) + _kl(q, (p + q) / 2)) / 2, "kl_q_p_full": _kl(q, p),
             "tail_max_p": float(p[tail].max()), "tail_max_q": float(q[tail].max())}
 
 
