@@ -48,8 +48,8 @@ TRUNCATION = (
     "errs LOW) by min(p_other, q_other) - tail_sum_min, which lies in [0, min(p_other, q_other)]; tail_sum_min is the "
     "exact sum over the tail of min(p, q), stored per row. H(p) on the merged row errs LOW by p_other * H(p | tail) "
     "<= p_other * log(V - k); the full row's entropy is stored (entropy_p_full), so typical acceptance's threshold "
-    "(through H(p)) is approximate on the merged rows within that bound. JS and KL on the merged row are <= the full row's "
-    "(stored: js_full, kl_q_p_full).")
+    "(through H(p)) is approximate on the merged rows within that bound. JS and KL on the merged row are <= the "
+    "full row's (stored: js_full, kl_q_p_full).")
 
 
 def _commit() -> str:
