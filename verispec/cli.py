@@ -6,6 +6,8 @@
                    exit status: 0 lossless (or declared lossy: TV reported), 1 a law differs,
                    2 bad arguments, 3 a rule contract error
     verispec lp ...        (LP certificates; needs cvxpy)
+    verispec lp --tv EPS [--vocab-size V] [--draft-length L] [--instances N]
+                   (the optimal lossy frontier BE*(EPS) within total variation EPS of the target)
     verispec prove METHOD|pkg.module:attr [--vocab-size V] [--draft-length L] [--num-paths K]
                    [--timeout S] [--target-temperature 0|1] [--json PATH]
                    (for every target/draft pair at V, L, K; exit 0 proved, 1 counterexample, 3 unknown)
@@ -201,7 +203,8 @@ def _lossy_line(r) -> str:
 
 
 def _add_lp(sub) -> None:
-    p = sub.add_parser("lp", help="LP certificates: BV = LP optimum, multi-path methods under the bound")
+    p = sub.add_parser("lp", help="LP certificates: BV = LP optimum, multi-path methods under the bound; "
+                                       "--tv EPS: the optimal lossy frontier BE*(EPS)")
     certify.add_arguments(p)
     p.set_defaults(func=certify.run)
 

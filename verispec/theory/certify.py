@@ -12,6 +12,8 @@ concentration), s = seed + i):
    SpecHub is certified against the same LP built from its own exact draft law
    (`frontier.draft_law_bound`).
 
+With `--tv EPS` it prints the optimal lossy frontier BE*(EPS) instead (`lossy_command`).
+
 Wiring (done by the CLI owner): `add_arguments(subparser)` then `run(args) -> exit code`
 (0 = every certificate holds, 1 = some certificate failed).
 """
@@ -26,7 +28,7 @@ from rich.table import Table
 
 from ..reference import exact, methods, models
 from ..atomic import write_json_atomic
-from . import closed_forms, exact_lp, frontier, lp
+from . import closed_forms, exact_lp, frontier, lossy_command, lp
 
 #: |LP - block| and (method - bound) tolerances for a certificate to hold.
 TOLERANCE = 1e-7
@@ -45,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--concentration", type=float, default=1.0,
                         help="Dirichlet concentration of the draft model (default 1.0)")
     parser.add_argument("--json", metavar="PATH", default=None, help="write the results as JSON (atomically)")
+    parser.add_argument("--tv", metavar="EPS", type=float, default=None,
+                        help="instead: the optimal lossy frontier BE*(EPS), the best block efficiency of any "
+                             "single-path verifier within total variation EPS of the target (--num-paths unused)")
     return parser
 
 
@@ -57,6 +62,8 @@ def _check(args):
         raise ValueError(f"--seed: must be >= 0, got {args.seed}")
     if not args.concentration > 0:
         raise ValueError(f"--concentration: must be > 0, got {args.concentration}")
+    if getattr(args, "tv", None) is not None:
+        closed_forms.check_tv_budget(args.tv, "--tv")
 
 
 def certify_instance(vocab_size: int, draft_length: int, num_paths: int, seed: int,
@@ -169,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         Console(stderr=True).print(f"verispec lp: {err}")
         return 2
+    if getattr(args, "tv", None) is not None:
+        return lossy_command.run_frontier(args, console)
     records = [certify_instance(args.vocab_size, args.draft_length, args.num_paths, args.seed + i,
                                 args.concentration) for i in range(args.instances)]
     _print_table(records, console)

@@ -6,6 +6,8 @@ block efficiency = E[tau] + 1.
 
 from __future__ import annotations
 
+from numbers import Rational, Real
+
 import numpy as np
 
 from ..reference.draft_sets import draft_set_law
@@ -207,3 +209,59 @@ def rrsw_acceptance(p, q, num_drafts: int):
         return total
 
     return accept(p, q, K)
+
+
+# ---------------------------------------------------------------------------------------------
+# lossy verification at one position (docs/theory.md, "The optimal lossy frontier")
+
+
+def check_tv_budget(tv, name: str = "tv"):
+    """Validate a total-variation budget eps: a real number (float, int or Fraction) in [0, 1].
+
+    Raises:
+        TypeError: not a real number (bools and strings included).
+        ValueError: NaN or outside [0, 1].
+    """
+    if isinstance(tv, bool) or not isinstance(tv, (Rational, Real)):
+        raise TypeError(f"{name}: expected a real number in [0, 1], got {type(tv).__name__}")
+    if not 0 <= tv <= 1:  # False for NaN too
+        raise ValueError(f"{name}: a total variation budget must lie in [0, 1], got {tv!r}")
+    return tv
+
+
+def optimal_lossy_acceptance(p, q, tv):
+    """alpha*(eps) = min(1, sum_t min(p(t), q(t)) + eps): the best one-step acceptance P(Y = X) of
+    any verifier of one draft X ~ q whose output law r has TV(r, p) <= eps (proof in
+    docs/theory.md: P(Y = X) <= 1 - TV(q, r) <= 1 - TV(q, p) + eps, attained by
+    `optimal_lossy_output`). eps = 0 is speculative sampling's sum min(p, q) (Leviathan et al.
+    2023, arXiv 2211.17192).
+
+    Args:
+        p, q: target and draft distributions [V] (float64 or Fraction; exact in, exact out).
+        tv: the budget eps in [0, 1].
+
+    Raises:
+        TypeError / ValueError: p or q not a distribution, mismatched lengths, bad tv.
+    """
+    p, q, _ = _one_step_inputs(p, q, 1)
+    tv = check_tv_budget(tv)
+    return min(1, sum(np.minimum(p, q)) + tv)
+
+
+def optimal_lossy_output(p, q, tv) -> np.ndarray:
+    """r_eps = p + w (q - p) with w = min(1, eps / TV(p, q)) (w = 0 when p = q): an output law with
+    TV(r_eps, p) = min(eps, TV(p, q)) and sum min(q, r_eps) = `optimal_lossy_acceptance`, so
+    speculative sampling against r_eps attains the one-step frontier. It is DIVERSE's static
+    ensemble target (1 - w) p + w q.
+
+    Returns:
+        [V], the dtype of p and q (Fractions in, Fractions out).
+
+    Raises:
+        TypeError / ValueError: as `optimal_lossy_acceptance`.
+    """
+    p, q, _ = _one_step_inputs(p, q, 1)
+    tv = check_tv_budget(tv)
+    distance = sum(abs(p - q)) / 2
+    weight = 0 if distance == 0 else min(1, tv / distance)
+    return p + weight * (q - p)
