@@ -2,7 +2,8 @@
 
 Exit status: 0 proved, 1 counterexample (confirmed in exact arithmetic), 3 unknown (timeout, solver
 'unknown', or a rule that cannot run symbolically) or a rule contract error (e.g. a division by a
-value that is 0 for some pair, confirmed by the exact engine), 2 bad arguments.
+value that is 0 for some pair, confirmed by the exact engine), 2 bad arguments. With --all-vocab
+(`verispec.formal.cutoff`): 0 proved for every V, 1 counterexample, 3 no cutoff or unknown.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 
 from .. import __version__
 from ..atomic import write_json_atomic
+from .cutoff import prove_all_vocab
 from .prove import prove
 
 EXIT = {"proved": 0, "counterexample": 1, "unknown": 3}
@@ -30,7 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the `verispec prove` arguments to `parser`; returns it."""
     parser.add_argument("method", help="a built-in method name (token, block, gbv, ...) or 'pkg.module:attr' "
                                        "naming your own Method")
-    parser.add_argument("--vocab-size", type=int, default=2, help="V >= 2 (default 2)")
+    parser.add_argument("--vocab-size", type=int, default=None, help="V >= 2 (default 2)")
+    parser.add_argument("--all-vocab", action="store_true",
+                        help="prove for EVERY vocabulary size: check on the run that the rule reads the tokens it "
+                             "does not name only through sign-cone sums, then prove at every V up to the cutoff V* "
+                             "(prints 'PROVED for every V' or 'no cutoff:' with the operation that breaks it)")
     parser.add_argument("--draft-length", type=int, default=None,
                         help="L (default: the method's own; 1 for a built-in name or a factory)")
     parser.add_argument("--num-paths", type=int, default=None,
@@ -75,12 +81,37 @@ def _as_flag(message: str) -> str:
     return f"{FLAGS[name]}:{rest}" if sep and name in FLAGS else message
 
 
+def _all_vocab(args) -> int:
+    """`--all-vocab`: the cutoff certificate; prints its verdict line first."""
+    for flag, value, default in (("--vocab-size", args.vocab_size, None), ("--context", args.context, ()),
+                                 ("--target-temperature", args.target_temperature, 1)):
+        if value != default:
+            print(f"verispec prove: {flag}: --all-vocab proves every V at temperature 1 from the empty context; "
+                  f"leave {flag} out", file=sys.stderr)
+            return 2
+    extra = {} if args.point_trials is None else {"point_trials": args.point_trials}
+    try:
+        result = prove_all_vocab(args.method, args.draft_length, args.num_paths, timeout=args.timeout,
+                                 solvers=args.solvers, **extra)
+    except (TypeError, ValueError) as err:
+        print(f"verispec prove: {_as_flag(str(err))}", file=sys.stderr)
+        return 2
+    print(result.summary())
+    if args.json:
+        write_json_atomic(args.json, {"command": "prove --all-vocab", "version": __version__,
+                                      "python": platform.python_version(), **result.to_json()})
+    return 0 if result.proved else 1 if result.verdict == "counterexample" else 3
+
+
 def run(args) -> int:
     """Run one proof from parsed arguments; print the verdict; return the exit status."""
+    if args.all_vocab:
+        return _all_vocab(args)
     temperature = int(args.target_temperature)
     try:
         extra = {} if args.point_trials is None else {"point_trials": args.point_trials}
-        result = prove(args.method, args.vocab_size, args.draft_length, args.num_paths, timeout=args.timeout,
+        vocab_size = 2 if args.vocab_size is None else args.vocab_size
+        result = prove(args.method, vocab_size, args.draft_length, args.num_paths, timeout=args.timeout,
                        target_temperature=temperature, context=args.context, workers=args.workers,
                        solvers=args.solvers, backend=args.backend, cluster=args.cluster, **extra)
     except (TypeError, ValueError) as err:
