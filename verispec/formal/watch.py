@@ -121,7 +121,7 @@ class Token(int):
 
 
 class Vec(np.ndarray):
-    """A probability vector [V] handed to the rule: len(), .shape and .size report a read of V."""
+    """A probability vector [V] handed to the rule: len(), iteration, .shape and .size report a read of V."""
 
     def __array_wrap__(self, array, context=None, return_scalar=False):
         # a reduction (p.sum()) gives its scalar, as on a plain object array
@@ -132,6 +132,10 @@ class Vec(np.ndarray):
     def __len__(self):
         _vocab_read("len() of a probability vector")
         return np.ndarray.__len__(self)
+
+    def __iter__(self):
+        _vocab_read("iteration over a probability vector")
+        return np.ndarray.__iter__(self)
 
     @property
     def shape(self):
