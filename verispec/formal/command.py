@@ -94,13 +94,27 @@ def _all_vocab(args) -> int:
         result = prove_all_vocab(args.method, args.draft_length, args.num_paths, timeout=args.timeout,
                                  solvers=args.solvers, **extra)
     except (TypeError, ValueError) as err:
-        print(f"verispec prove: {_as_flag(str(err))}", file=sys.stderr)
-        return 2
+        return _error(err)
+    _report(result, args, "prove --all-vocab")
+    return 0 if result.proved else 1 if result.verdict == "counterexample" else 3
+
+
+def _error(err) -> int:
+    """Print a `prove` error; the exit status (3: the rule's contract error, 2: bad arguments)."""
+    if type(err).__name__ == "RuleContractError":
+        # e.g. a division by a value that is 0 for some pair: no law to prove anything about
+        print(f"verispec prove: rule contract error (not a lossless verdict): {err}", file=sys.stderr)
+        return 3
+    print(f"verispec prove: {_as_flag(str(err))}", file=sys.stderr)
+    return 2
+
+
+def _report(result, args, command) -> None:
+    """Print the result; write it as JSON where --json asks."""
     print(result.summary())
     if args.json:
-        write_json_atomic(args.json, {"command": "prove --all-vocab", "version": __version__,
+        write_json_atomic(args.json, {"command": command, "version": __version__,
                                       "python": platform.python_version(), **result.to_json()})
-    return 0 if result.proved else 1 if result.verdict == "counterexample" else 3
 
 
 def run(args) -> int:
@@ -115,14 +129,6 @@ def run(args) -> int:
                        target_temperature=temperature, context=args.context, workers=args.workers,
                        solvers=args.solvers, backend=args.backend, cluster=args.cluster, **extra)
     except (TypeError, ValueError) as err:
-        if type(err).__name__ == "RuleContractError":
-            # e.g. a division by a value that is 0 for some pair: no law to prove anything about
-            print(f"verispec prove: rule contract error (not a lossless verdict): {err}", file=sys.stderr)
-            return 3
-        print(f"verispec prove: {_as_flag(str(err))}", file=sys.stderr)
-        return 2
-    print(result.summary())
-    if args.json:
-        write_json_atomic(args.json, {"command": "prove", "version": __version__,
-                                      "python": platform.python_version(), **result.to_json()})
+        return _error(err)
+    _report(result, args, "prove")
     return EXIT[result.verdict]

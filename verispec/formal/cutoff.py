@@ -153,8 +153,8 @@ def _all_sizes(result, method, sizes, deadline, options) -> None:
         if watch.paths and result.criterion:
             result.verdict, result.reason = "no cutoff", f"{result.criterion[0]} (seen at V = {V})"
             return
-        if proof.verdict != "proved":
-            result.reason = f"at V = {V}: {proof.reason}"
+        if proof.verdict != "proved" or not watch.paths:  # a proof whose run was not watched certifies nothing
+            result.reason = f"at V = {V}: {proof.reason or 'the iteration was not watched'}"
             return
     result.verdict = "proved for every V"
 
