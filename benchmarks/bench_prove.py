@@ -5,7 +5,9 @@ multi-path methods, K=1 otherwise) it runs `verispec.formal.prove` with a time l
 and records the verdict (proved / counterexample / unknown with its reason), the wall time, the
 exploration time, the slowest query, the number of solver calls (a query that z3 does not answer
 within 0.05 s is split on a comparison, so one output can take several calls), the branch points
-and leaves of the merged branch tree, and the free variables. `--extra` adds larger sizes
+and leaves of the merged branch tree, and the free variables, and the queries without and with the symmetry reduction
+(`queries_before_symmetry` = V^(L+1); `queries_after_symmetry`: what a watched proof asks, derived
+from a watched exploration: one per orbit of outputs for an equivariant K = 1 rule). `--extra` adds larger sizes
 (V=2 L=3, V=3 L=2, V=4 L=1) to find the largest size each method reaches within the limit.
 `--all-vocab` adds one record per (method, L, K) of `ALL_VOCAB_SIZES` with the verdict for every V
 (`verispec.formal.cutoff.prove_all_vocab`): "proved for every V" with V*, or "no cutoff" with the
@@ -41,7 +43,10 @@ import time
 from verispec import __version__
 from verispec.atomic import write_json_atomic
 from verispec.formal import prove
-from verispec.formal.cutoff import prove_all_vocab
+from verispec.formal.cutoff import prove_all_vocab, watched_run
+from verispec.formal.replay import ExplorationTimeout
+from verispec.formal.symbolic import SymbolicError, SymbolicZeroDivision
+from verispec.formal.symmetry import representatives
 from verispec.formal.prove import SOLVER
 from verispec.reference import methods
 
@@ -72,7 +77,21 @@ def _record(name, V, L, K, timeout):
             "dead_paths": result.dead_paths, "variables": result.variables,
             "counterexample_found_by": result.counterexample.found_by if result.counterexample else None,
             "solvers": result.solver, "answered_by": result.answered_by,
+            "queries_before_symmetry": V ** (L + 1), "queries_after_symmetry": _orbit_queries(name, V, L, K, timeout),
             "load_average_before": load_before, "load_average_after": os.getloadavg()[0]}
+
+
+def _orbit_queries(name, V, L, K, timeout):
+    """The queries a watched proof asks at this size (derived from a watched exploration: one per
+    orbit of outputs when the run is equivariant and K = 1, else one per output); None when the
+    watched exploration does not finish or the rule cannot run symbolically."""
+    if K != 1:
+        return V ** (L + 1)
+    try:
+        equivariant = watched_run(name, V, L, K, timeout).equivariant
+    except (ExplorationTimeout, SymbolicError, SymbolicZeroDivision):  # no watched run to derive it from
+        return None
+    return len(representatives(V, L + 1)) if equivariant else V ** (L + 1)
 
 
 def _all_vocab_record(name, L, K, timeout):

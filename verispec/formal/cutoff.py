@@ -22,7 +22,7 @@ from .replay import ExplorationTimeout
 from .symbolic import SymbolicError, SymbolicZeroDivision, building
 from .watch import Watch
 
-__all__ = ["prove_all_vocab", "CutoffResult"]
+__all__ = ["prove_all_vocab", "CutoffResult", "watched_run"]
 
 #: What the verdict line says for each verdict.
 VERDICTS = ("proved for every V", "no cutoff", "counterexample", "unknown")
@@ -159,15 +159,28 @@ def _all_sizes(result, method, sizes, deadline, options) -> None:
     result.verdict = "proved for every V"
 
 
+def watched_run(method, vocab_size: int, draft_length: int | None = None, num_paths: int | None = None,
+                timeout: float = 60.0) -> Watch:
+    """Explore one iteration of `method` at V = `vocab_size` (temperature 1, empty context, then the
+    target up to L + 1 tokens, as `prove` does) under a fresh `Watch`, without asking any query.
+
+    Returns the `Watch` (its `equivariant`, `cutoff_reasons`, `cutoff_size`). Raises
+    ExplorationTimeout past `timeout` seconds, SymbolicError for a rule that cannot run
+    symbolically, TypeError / ValueError for bad arguments (as `prove`)."""
+    watch = Watch()
+    resolved, V, L, _, _ = check_args(method, vocab_size, draft_length, num_paths, timeout)
+    variables, _, (target, draft) = symbolic_models(V, (1, 1))
+    with building():
+        explore(method_program(watch.method(resolved), target, draft, L + 1), variables,
+                time.monotonic() + timeout)
+    return watch
+
+
 def _criterion(result, method, L, K, deadline):
     """Explore the iteration at V = 2 under a fresh `Watch`. Returns the watch when the criterion
     holds; otherwise fills `result` ("no cutoff" or "unknown") and returns None."""
-    watch = Watch()
-    resolved = check_args(method, 2, L, K, 1.0)[0]
-    variables, _, (target, draft) = symbolic_models(2, (1, 1))
     try:
-        with building():
-            explore(method_program(watch.method(resolved), target, draft, L + 1), variables, deadline)
+        watch = watched_run(method, 2, L, K, max(deadline - time.monotonic(), 1e-3))
     except ExplorationTimeout:
         result.reason = "timeout: the watched exploration at V = 2 ran past the time limit"
         return None
