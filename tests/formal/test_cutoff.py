@@ -14,7 +14,7 @@ from verispec.formal.cutoff import prove_all_vocab
 from verispec.formal.symmetry import canonical, orbit_size, representatives
 from verispec.formal.watch import Watch
 from verispec.reference import exact, models
-from verispec.testing import planted_cutoff
+from verispec.testing import planted_cutoff, planted_narrow
 
 
 @pytest.mark.parametrize("name", sorted(planted_cutoff.CUTOFF_BUGS))
@@ -107,3 +107,14 @@ def test_cli_all_vocab(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "verispec.cli", "prove", "token", "--all-vocab", "--vocab-size", "3"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--vocab-size" in bad.stderr
+
+
+def test_symmetry_reduction_still_refutes_a_lossy_equivariant_rule():
+    """tie_half (accepts w.p. 1/2 on an exact tie) tells no token apart: one query per orbit, and the
+    representative (0, 0) already carries the counterexample (confirmed in exact arithmetic)."""
+    watch = Watch()
+    result = prove(planted_narrow.tie_half(1), 3, timeout=60, watch=watch, point_trials=0)
+    assert watch.equivariant and result.outputs_by_symmetry == 7
+    assert result.verdict == "counterexample" and result.counterexample.confirmed
+    # its own comparison p(x) == q(x) is outside the theorem: no cutoff for it
+    assert "drafted token's probabilities" in watch.cutoff_reasons(1, 1)[0]
