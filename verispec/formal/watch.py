@@ -35,8 +35,11 @@ AUDITED = (probability.residual, probability.positive_mass, probability.accept_p
 
 #: Files whose code may read V and handle token ids as numbers (validation, caches, canonical order).
 _INFRASTRUCTURE = tuple(os.path.join("verispec", *parts) for parts in (
-    ("reference", "models.py"), ("reference", "methods.py"), ("reference", "drafters.py"),
-    ("reference", "randomness.py"), ("formal",)))
+    ("reference", "models.py"), ("reference", "methods.py"), ("reference", "randomness.py"), ("formal",)))
+
+#: In drafters.py, only the draft's bookkeeping (not the drafting strategies themselves) may.
+_DRAFTERS = os.path.join("verispec", "reference", "drafters.py")
+_DRAFT_BOOKKEEPING = ("Draft.", "Drafter.", "draw_counts", "_support", "_token_id", "_binomial_pmf")
 
 _FORMAL = os.path.join("verispec", "formal") + os.sep
 
@@ -70,7 +73,10 @@ def _caller(depth: int) -> str:
 def _infrastructure(depth: int) -> bool:
     """True when the frame `depth` levels above the function calling this one (0: that function) is
     verispec's own plumbing (model caches, the method's validation, the drafter's bookkeeping) or numpy."""
-    name = sys._getframe(depth + 1).f_code.co_filename
+    code = sys._getframe(depth + 1).f_code
+    name = code.co_filename
+    if name.endswith(_DRAFTERS):
+        return code.co_qualname.startswith(_DRAFT_BOOKKEEPING)
     return any(part in name for part in _INFRASTRUCTURE) or os.sep + "numpy" + os.sep in name
 
 
