@@ -43,6 +43,9 @@ class CutoffResult:
         equivariant: the run showed nothing that tells tokens apart (then each proof asks one query
             per orbit of outputs).
         proofs: the `ProofResult` at each size proved, V = 2, 3, ...
+        whole_loop: the method reads the prefix only through the models (`Method.model_state_only`),
+            so the claim covers the whole loop at every length; otherwise one iteration from the
+            empty context.
     """
 
     method: str
@@ -55,6 +58,7 @@ class CutoffResult:
     equivariant: bool = False
     proofs: list = field(default_factory=list)
     seconds: float = 0.0
+    whole_loop: bool = True
 
     @property
     def proved(self) -> bool:
@@ -76,8 +80,9 @@ class CutoffResult:
         head = f"{self.method} (L={self.draft_length}, K={self.num_paths})"
         sizes = ", ".join(str(p.vocab_size) for p in self.proofs)
         if self.proved:
+            scope = "" if self.whole_loop else "; one iteration from the empty context (the method reads the prefix)"
             return (f"{head}: PROVED for every V: proved at V = {sizes} up to the cutoff V* = {self.cutoff_size} "
-                    f"({self.queries} queries for {self.outputs} outputs)")
+                    f"({self.queries} queries for {self.outputs} outputs{scope})")
         if self.verdict == "no cutoff":
             return f"{head}: no cutoff: {self.reason}"
         return f"{head}: {self.verdict.upper()} for every V: {self.reason}"
@@ -95,7 +100,7 @@ class CutoffResult:
                 "verdict": self.verdict, "line": self.line(), "reason": self.reason,
                 "cutoff_size": self.cutoff_size, "criterion": list(self.criterion),
                 "equivariant": self.equivariant, "queries": self.queries, "outputs": self.outputs,
-                "seconds": self.seconds, "proofs": [p.to_json() for p in self.proofs]}
+                "seconds": self.seconds, "whole_loop": self.whole_loop, "proofs": [p.to_json() for p in self.proofs]}
 
 
 def prove_all_vocab(method, draft_length: int | None = None, num_paths: int | None = None, timeout: float = 60.0,
@@ -122,7 +127,7 @@ def prove_all_vocab(method, draft_length: int | None = None, num_paths: int | No
     """
     start, deadline = time.perf_counter(), time.monotonic() + timeout
     resolved, _, L, K, source = check_args(method, 2, draft_length, num_paths, timeout)
-    result = CutoffResult(source.label, L, K, "unknown")
+    result = CutoffResult(source.label, L, K, "unknown", whole_loop=bool(resolved.model_state_only))
     try:
         _all_sizes(result, method, (L, K), deadline, {"solvers": solvers, "point_trials": point_trials})
     finally:
