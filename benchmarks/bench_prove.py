@@ -5,8 +5,15 @@ multi-path methods, K=1 otherwise) it runs `verispec.formal.prove` with a time l
 and records the verdict (proved / counterexample / unknown with its reason), the wall time, the
 exploration time, the slowest query, the number of solver calls (a query that z3 does not answer
 within 0.05 s is split on a comparison, so one output can take several calls), the branch points
-and leaves of the merged branch tree, and the free variables. `--extra` adds larger sizes
+and leaves of the merged branch tree, and the free variables, and the queries without and with the symmetry reduction
+(`queries_before_symmetry` = V^(L+1); `queries_after_symmetry`: what a watched proof asks, derived
+from a watched exploration: one per orbit of outputs for an equivariant K = 1 rule). `--extra` adds larger sizes
 (V=2 L=3, V=3 L=2, V=4 L=1) to find the largest size each method reaches within the limit.
+`--all-vocab` adds one record per (method, L, K) of `ALL_VOCAB_SIZES` with the verdict for every V
+(`verispec.formal.cutoff.prove_all_vocab`): "proved for every V" with V*, or "no cutoff" with the
+operation that breaks the criterion; the queries asked (one per orbit of outputs where the run is
+equivariant) and the outputs they cover (the queries without symmetry), and the solver that
+answered each; `--summary` then shows it beside the fixed sizes.
 
 Results go to benchmarks/results/bench_prove.json (atomic write after every record; a rerun resumes,
 skipping recorded (method, size, timeout) records unless --fresh). The 1-minute load average before
@@ -17,6 +24,7 @@ are indicative only. Re-run on a quiet machine to publish times:
 
     python3 benchmarks/bench_prove.py --fresh            # the base sizes, every built-in method
     python3 benchmarks/bench_prove.py --extra            # then the larger sizes (resumes)
+    python3 benchmarks/bench_prove.py --all-vocab        # then the every-V verdicts (resumes)
     python3 benchmarks/bench_prove.py [--methods token,block,...] [--timeout 60] [--out PATH]
     python3 benchmarks/bench_prove.py --table            # every record as a Markdown table
     python3 benchmarks/bench_prove.py --summary          # the method x size table of README / docs/prove.md
@@ -35,12 +43,18 @@ import time
 from verispec import __version__
 from verispec.atomic import write_json_atomic
 from verispec.formal import prove
+from verispec.formal.cutoff import prove_all_vocab, watched_run
+from verispec.formal.replay import ExplorationTimeout
+from verispec.formal.symbolic import SymbolicError, SymbolicZeroDivision
+from verispec.formal.symmetry import representatives
 from verispec.formal.prove import SOLVER
 from verispec.reference import methods
 
 SINGLE_PATH = {"token", "block", "point_mass", "prompt_lookup"}
 BASE_SIZES = ((2, 1), (2, 2), (3, 1))
 EXTRA_SIZES = ((2, 3), (3, 2), (4, 1))
+#: The draft lengths of the every-V records (--all-vocab): L = 1 and 2 for single-path methods, L = 1 otherwise.
+ALL_VOCAB_LENGTHS = {"single": (1, 2), "multi": (1,)}
 DEFAULT_OUT = os.path.join(os.path.dirname(__file__), "results", "bench_prove.json")
 #: A 1-minute load average above this during a record marks the file contended (the run itself is
 #: up to ~2: `prove` decides the outputs' queries in two processes by default).
@@ -48,7 +62,7 @@ QUIET_LOAD = 2.5
 
 
 def _key(name, V, L, K, timeout):
-    return f"{name}|V={V}|L={L}|K={K}|timeout={timeout:g}"
+    return f"{name}|V={V}|L={L}|K={K}|timeout={timeout:g}"  # V = "all" for an every-V record
 
 
 def _record(name, V, L, K, timeout):
@@ -63,7 +77,68 @@ def _record(name, V, L, K, timeout):
             "dead_paths": result.dead_paths, "variables": result.variables,
             "counterexample_found_by": result.counterexample.found_by if result.counterexample else None,
             "solvers": result.solver, "answered_by": result.answered_by,
+            "queries_before_symmetry": V ** (L + 1), "queries_after_symmetry": _orbit_queries(name, V, L, K, timeout),
             "load_average_before": load_before, "load_average_after": os.getloadavg()[0]}
+
+
+def _orbit_queries(name, V, L, K, timeout):
+    """The queries a watched proof asks at this size (derived from a watched exploration: one per
+    orbit of outputs when the run is equivariant and K = 1, else one per output); None when the
+    watched exploration does not finish or the rule cannot run symbolically."""
+    if K != 1:
+        return V ** (L + 1)
+    try:
+        equivariant = watched_run(name, V, L, K, timeout).equivariant
+    except (ExplorationTimeout, SymbolicError, SymbolicZeroDivision):  # no watched run to derive it from
+        return None
+    return len(representatives(V, L + 1)) if equivariant else V ** (L + 1)
+
+
+def _all_vocab_record(name, L, K, timeout):
+    """The every-V verdict of one (method, L, K): V*, queries before / after symmetry, the solvers."""
+    load_before = os.getloadavg()[0]
+    result = prove_all_vocab(name, L, K, timeout=timeout)
+    answered = {}
+    for proof in result.proofs:
+        for solver, count in proof.answered_by.items():
+            answered[solver] = answered.get(solver, 0) + count
+    return {"method": name, "draft_length": L, "num_paths": K, "timeout_s": timeout, "verdict": result.verdict,
+            "line": result.line(), "reason": result.reason, "cutoff_size": result.cutoff_size,
+            "equivariant": result.equivariant, "queries_before_symmetry": result.outputs,
+            "queries_after_symmetry": result.queries, "answered_by": answered, "seconds": round(result.seconds, 3),
+            "sizes": [{"vocab_size": p.vocab_size, "verdict": p.verdict, "seconds": round(p.seconds, 3),
+                       "queries": len(p.queries), "outputs_by_symmetry": p.outputs_by_symmetry}
+                      for p in result.proofs],
+            "load_average_before": load_before, "load_average_after": os.getloadavg()[0]}
+
+
+def all_vocab_table(data) -> str:
+    """The every-V records as a Markdown table."""
+    lines = ["| method | L, K | for every V | V* | queries (before -> after symmetry) | answered by | time s |",
+             "| --- | --- | --- | ---: | --- | --- | ---: |"]
+    for r in data.get("all_vocab", {}).values():
+        verdict = r["verdict"] if r["verdict"] != "no cutoff" else f"no cutoff: {r['reason'][:70]}"
+        solvers = ", ".join(f"{k} {v}" for k, v in r["answered_by"].items()) or "-"
+        lines.append(f"| {r['method']} | {r['draft_length']}, {r['num_paths']} | {verdict} | {r['cutoff_size'] or '-'} | "
+                     f"{r['queries_before_symmetry']} -> {r['queries_after_symmetry']} | {solvers} | {r['seconds']:.1f} |")
+    return "\n".join(lines)
+
+
+def _run_all_vocab(data, names, timeout, out) -> None:
+    """Add the every-V record of each (method, L, K) not recorded yet (resumes)."""
+    data.setdefault("all_vocab", {})
+    for name in names:
+        single = name in SINGLE_PATH
+        K = 1 if single else 2
+        for L in ALL_VOCAB_LENGTHS["single" if single else "multi"]:
+            key = _key(name, "all", L, K, timeout)
+            if key in data["all_vocab"]:
+                continue
+            record = data["all_vocab"][key] = _all_vocab_record(name, L, K, timeout)
+            write_json_atomic(out, data)
+            print(f"{name:14s} every V L={L} K={K}  {record['verdict']:20s} V*={record['cutoff_size']} "
+                  f"{record['queries_before_symmetry']}->{record['queries_after_symmetry']} queries "
+                  f"{record['seconds']:7.2f} s  {record['reason'][:80]}", flush=True)
 
 
 def markdown_table(data) -> str:
@@ -92,9 +167,11 @@ def summary_table(data) -> str:
     """The README / docs/prove.md table: method (K) x base size -> verdict, time, branch points /
     leaves; and the larger sizes proved within the limit (from the records only)."""
     records = list(data["records"].values())
+    every = {(r["method"], r["draft_length"]): r for r in data.get("all_vocab", {}).values()}
     head = ["| method (K) | " + " | ".join(f"V={V}, L={L}" for V, L in BASE_SIZES)
-            + " | larger sizes (" + ", ".join(f"V={V} L={L}" for V, L in EXTRA_SIZES) + ") proved within the limit |",
-            "| --- " * (len(BASE_SIZES) + 2) + "|"]
+            + " | larger sizes (" + ", ".join(f"V={V} L={L}" for V, L in EXTRA_SIZES) + ") proved within the limit |"
+            + (" every V, L=1 (V*; queries before -> after symmetry) |" if every else ""),
+            "| --- " * (len(BASE_SIZES) + 2 + bool(every)) + "|"]
     lines = []
     order = {name: i for i, name in enumerate(methods.names())}
     for name in sorted(dict.fromkeys(r["method"] for r in records), key=lambda n: (order.get(n, len(order)), n)):
@@ -105,8 +182,18 @@ def summary_table(data) -> str:
         proved = [f"V={V} L={L} ({mine[(V, L)]['seconds']:.1f} s)" for V, L in tried
                   if mine[(V, L)]["verdict"] == "proved"]
         larger = ", ".join(proved) if proved else ("none" if tried else "not tried")
-        lines.append(f"| {name} ({K}) | " + " | ".join(cells) + f" | {larger} |")
+        lines.append(f"| {name} ({K}) | " + " | ".join(cells) + f" | {larger} |"
+                     + (f" {_every_cell(every.get((name, 1)))} |" if every else ""))
     return "\n".join(head + lines)
+
+
+def _every_cell(r) -> str:
+    if r is None:
+        return "not run"
+    if r["verdict"] == "proved for every V":
+        return (f"proved for every V (V*={r['cutoff_size']}; {r['queries_before_symmetry']} -> "
+                f"{r['queries_after_symmetry']}, {r['seconds']:.1f} s)")
+    return f"{r['verdict']}: {r['reason'][:60]}" if r["verdict"] == "no cutoff" else r["verdict"]
 
 
 DOC_PATHS = ("README.md", "docs/prove.md")
@@ -148,6 +235,8 @@ def main(argv=None) -> int:
     parser.add_argument("--methods", default=",".join(methods.names()))
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--extra", action="store_true", help="also the larger sizes V=2 L=3, V=3 L=2, V=4 L=1")
+    parser.add_argument("--all-vocab", action="store_true",
+                        help="also the every-V verdict of each method (L = 1, 2 single-path; L = 1, K = 2 multi-path)")
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--fresh", action="store_true")
     parser.add_argument("--table", action="store_true", help="print the recorded results as Markdown and exit")
@@ -163,7 +252,7 @@ def main(argv=None) -> int:
     if args.table or args.summary:
         with open(args.out) as handle:
             data = json.load(handle)
-        print(markdown_table(data) if args.table else summary_table(data))
+        print(markdown_table(data) + "\n\n" + all_vocab_table(data) if args.table else summary_table(data))
         return 0
     names = [n.strip() for n in args.methods.split(",") if n.strip()]
     unknown = set(names) - set(methods.names())
@@ -175,6 +264,8 @@ def main(argv=None) -> int:
             data = json.load(handle)
     data.update({"version": __version__, "python": platform.python_version(), "solver": SOLVER,
                  "cpu_count": os.cpu_count(), "quiet_load": QUIET_LOAD})
+    if args.all_vocab:
+        _run_all_vocab(data, names, args.timeout, args.out)
     sizes = BASE_SIZES + (EXTRA_SIZES if args.extra else ())
     for name in names:
         K = 1 if name in SINGLE_PATH else 2

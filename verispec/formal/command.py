@@ -2,7 +2,8 @@
 
 Exit status: 0 proved, 1 counterexample (confirmed in exact arithmetic), 3 unknown (timeout, solver
 'unknown', or a rule that cannot run symbolically) or a rule contract error (e.g. a division by a
-value that is 0 for some pair, confirmed by the exact engine), 2 bad arguments.
+value that is 0 for some pair, confirmed by the exact engine), 2 bad arguments. With --all-vocab
+(`verispec.formal.cutoff`): 0 proved for every V, 1 counterexample, 3 no cutoff or unknown.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 
 from .. import __version__
 from ..atomic import write_json_atomic
+from .cutoff import prove_all_vocab
 from .prove import prove
 from .tv_bound import tv_bound_from_args
 
@@ -31,7 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the `verispec prove` arguments to `parser`; returns it."""
     parser.add_argument("method", help="a built-in method name (token, block, gbv, ...) or 'pkg.module:attr' "
                                        "naming your own Method")
-    parser.add_argument("--vocab-size", type=int, default=2, help="V >= 2 (default 2)")
+    parser.add_argument("--vocab-size", type=int, default=None, help="V >= 2 (default 2)")
+    parser.add_argument("--all-vocab", action="store_true",
+                        help="prove for EVERY vocabulary size: check on the run that the rule reads the tokens it "
+                             "does not name only through sign-cone sums, then prove at every V up to the cutoff V* "
+                             "(prints 'PROVED for every V' or 'no cutoff:' with the operation that breaks it)")
     parser.add_argument("--draft-length", type=int, default=None,
                         help="L (default: the method's own; 1 for a built-in name or a factory)")
     parser.add_argument("--num-paths", type=int, default=None,
@@ -80,17 +86,55 @@ def _as_flag(message: str) -> str:
     return f"{FLAGS[name]}:{rest}" if sep and name in FLAGS else message
 
 
+def _all_vocab(args) -> int:
+    """`--all-vocab`: the cutoff certificate; prints its verdict line first."""
+    for flag, value, default in (("--vocab-size", args.vocab_size, None), ("--context", args.context, ()),
+                                 ("--target-temperature", args.target_temperature, 1)):
+        if value != default:
+            print(f"verispec prove: {flag}: --all-vocab proves every V at temperature 1 from the empty context; "
+                  f"leave {flag} out", file=sys.stderr)
+            return 2
+    extra = {} if args.point_trials is None else {"point_trials": args.point_trials}
+    try:
+        result = prove_all_vocab(args.method, args.draft_length, args.num_paths, timeout=args.timeout,
+                                 solvers=args.solvers, **extra)
+    except (TypeError, ValueError) as err:
+        return _error(err)
+    _report(result, args, "prove --all-vocab")
+    return 0 if result.proved else 1 if result.verdict == "counterexample" else 3
+
+
+def _error(err) -> int:
+    """Print a `prove` error; the exit status (3: the rule's contract error, 2: bad arguments)."""
+    if type(err).__name__ == "RuleContractError":
+        # e.g. a division by a value that is 0 for some pair: no law to prove anything about
+        print(f"verispec prove: rule contract error (not a lossless verdict): {err}", file=sys.stderr)
+        return 3
+    print(f"verispec prove: {_as_flag(str(err))}", file=sys.stderr)
+    return 2
+
+
+def _report(result, args, command) -> None:
+    """Print the result; write it as JSON where --json asks."""
+    print(result.summary())
+    if args.json:
+        write_json_atomic(args.json, {"command": command, "version": __version__,
+                                      "python": platform.python_version(), **result.to_json()})
+
+
 def run(args) -> int:
-    """Run one proof (or, with --tv-bound, one TV-bound proof) from parsed arguments; print the
-    verdict; return the exit status."""
+    """Run one proof from parsed arguments (--all-vocab: the cutoff certificate; --tv-bound: a
+    TV-bound proof); print the verdict; return the exit status."""
     tv_bound = getattr(args, "tv_bound", None) is not None
+    if args.all_vocab and tv_bound:
+        print("verispec prove: --tv-bound: proved at one vocabulary size; leave out --all-vocab", file=sys.stderr)
+        return 2
+    if args.all_vocab:
+        return _all_vocab(args)
     result = tv_bound_from_args(args) if tv_bound else _prove(args)
     if isinstance(result, int):  # bad arguments or a rule contract error, already reported
         return result
-    print(result.summary())
-    if args.json:
-        write_json_atomic(args.json, {"command": "prove --tv-bound" if tv_bound else "prove", "version": __version__,
-                                      "python": platform.python_version(), **result.to_json()})
+    _report(result, args, "prove --tv-bound" if tv_bound else "prove")
     return EXIT[result.verdict]
 
 
@@ -99,13 +143,9 @@ def _prove(args):
     temperature = int(args.target_temperature)
     try:
         extra = {} if args.point_trials is None else {"point_trials": args.point_trials}
-        return prove(args.method, args.vocab_size, args.draft_length, args.num_paths, timeout=args.timeout,
+        vocab_size = 2 if args.vocab_size is None else args.vocab_size
+        return prove(args.method, vocab_size, args.draft_length, args.num_paths, timeout=args.timeout,
                      target_temperature=temperature, context=args.context, workers=args.workers,
                      solvers=args.solvers, backend=args.backend, cluster=args.cluster, **extra)
     except (TypeError, ValueError) as err:
-        if type(err).__name__ == "RuleContractError":
-            # e.g. a division by a value that is 0 for some pair: no law to prove anything about
-            print(f"verispec prove: rule contract error (not a lossless verdict): {err}", file=sys.stderr)
-            return 3
-        print(f"verispec prove: {_as_flag(str(err))}", file=sys.stderr)
-        return 2
+        return _error(err)

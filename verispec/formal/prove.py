@@ -44,6 +44,7 @@ from .parallel import Workers, check_backend, helper_job, joblib_available, outp
 from .portfolio import check_solvers, portfolio_note
 from .replay import ExplorationTimeout
 from .symbolic import SymbolicError, SymbolicZeroDivision, building
+from .symmetry import representatives
 
 __all__ = ["prove", "ProofResult", "Query", "Counterexample", "SymbolicModel", "SOLVER"]
 
@@ -78,6 +79,9 @@ class ProofResult:
         variables: free real variables (V - 1 per conditional read).
         queries: one per output sequence, with its result, time and the solver that answered.
         solver: the solvers, in words (z3 alone, or the z3 + cvc5 portfolio, `verispec.formal.portfolio`).
+        outputs_by_symmetry: outputs not queried because the watched trace showed the rule
+            equivariant and the query of their orbit's representative answered for them
+            (`verispec.formal.symmetry`); 0 without a watch.
     """
 
     method: str
@@ -102,6 +106,7 @@ class ProofResult:
     queries: list = field(default_factory=list)
     counterexample: Counterexample | None = None
     context: tuple = ()
+    outputs_by_symmetry: int = 0  # outputs settled by the query of their orbit's representative
 
     @property
     def proved(self) -> bool:
@@ -137,7 +142,9 @@ class ProofResult:
         lines = [head,
                  f"  {self.branch_points} branch points, {self.decisions} decisions, {self.leaves} leaves, "
                  f"{self.dead_paths} infeasible paths, {self.variables} variables",
-                 f"  {len(self.queries)} queries ({self.solver}; answered by "
+                 f"  {len(self.queries)} queries"
+                 + (f" (+ {self.outputs_by_symmetry} outputs by symmetry)" if self.outputs_by_symmetry else "")
+                 + f" ({self.solver}; answered by "
                  f"{', '.join(f'{k} {v}' for k, v in self.answered_by.items()) or 'none'}), "
                  f"slowest {self.max_query_seconds:.2f} s; "
                  f"exploration {self.exploration_seconds:.2f} s, total {self.seconds:.2f} s"]
@@ -179,7 +186,7 @@ POINT_TRIALS = 32
 def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: int | None = None,
           timeout: float = 60.0,
           target_temperature=1, draft_temperature=1, point_trials: int = POINT_TRIALS,
-          context=(), workers=None, solvers=None, backend=None, cluster=None) -> ProofResult:
+          context=(), workers=None, solvers=None, backend=None, cluster=None, watch=None) -> ProofResult:
     """Prove (or refute) that `method` is lossless for EVERY target/draft pair at (V, L, K).
 
     Args:
@@ -214,6 +221,10 @@ def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: i
 
         solvers: None (default: z3 raced by cvc5 when cvc5 is installed, else z3 alone), ("z3",)
             or ("z3", "cvc5") (`verispec.formal.portfolio`); each query reports which answered.
+        watch: a `verispec.formal.watch.Watch` to run the iteration under (None: not watched). It
+            records what the rule does with the vocabulary (`verispec.formal.cutoff` reads it); when
+            it shows the rule equivariant (K = 1, empty context), one query per orbit of outputs is
+            asked (`verispec.formal.symmetry`). A watched proof runs in this process only.
 
     Returns:
         a `ProofResult` (verdict "proved" / "counterexample" / "unknown" with its reason).
@@ -224,7 +235,7 @@ def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: i
     """
     with building():  # the z3 expressions built for this proof, dropped with it
         return _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperature,
-                      draft_temperature, point_trials, context, (workers, solvers, backend, cluster))
+                      draft_temperature, point_trials, context, (workers, solvers, backend, cluster), watch)
 
 
 #: Default ceiling of `prove(workers=None)` (each worker but this process re-explores the rule).
@@ -246,7 +257,7 @@ def _check_workers(workers) -> int:
 
 
 def _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperature, draft_temperature,
-           point_trials, context, processes) -> ProofResult:
+           point_trials, context, processes, watch=None) -> ProofResult:
     spec = method
     method, V, L, K, source = check_args(method, vocab_size, draft_length, num_paths, timeout)
     temperatures = (check_temperature(target_temperature, "target_temperature"),
@@ -261,8 +272,8 @@ def _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperat
     deadline = time.monotonic() + timeout
     result = ProofResult(source.label, V, L, K, N, target_temperature, draft_temperature, "unknown", "",
                          _claim(method, V, L, K, N, context), context=context, solver=portfolio_note(solvers))
-    job = helper_job(spec, V, L, K, temperatures, context, solvers) if workers > 1 and V ** N >= PARALLEL_MIN_OUTPUTS \
-        else None
+    job = helper_job(spec, V, L, K, temperatures, context, solvers) \
+        if workers > 1 and V ** N >= PARALLEL_MIN_OUTPUTS and watch is None else None
     helper = Workers(job, V ** N, deadline, workers, backend, cluster) if job is not None else None
     try:
         if point_trials:
@@ -273,7 +284,7 @@ def _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperat
                 result.reason = (f"the law of {cx.output} differs on the pair below (found by the point "
                                  "search, confirmed in exact arithmetic)")
                 return result
-        _symbolic_run(result, (method, source, solvers), temperatures, deadline, start, helper)
+        _symbolic_run(result, (method, source, solvers, watch), temperatures, deadline, start, helper)
         return result
     finally:
         if helper is not None:
@@ -292,11 +303,12 @@ def _claim(method, V, L, K, N, context) -> str:
 
 def _symbolic_run(result, named, temperatures, deadline, start, helper) -> None:
     """Explore the method and the target symbolically, then decide one query per output.
-    `named`: (the Method, its `MethodSource`, the solvers)."""
-    (method, source, solvers), V, N, context = named, result.vocab_size, result.num_tokens, result.context
+    `named`: (the Method, its `MethodSource`, the solvers, the `Watch` or None)."""
+    (method, source, solvers, watch), V, N, context = named, result.vocab_size, result.num_tokens, result.context
     variables, bases, (target, draft) = symbolic_models(V, temperatures)
     try:
-        tree = explore(method_program(method, target, draft, N, context), variables, deadline)
+        rule = watch.method(method) if watch is not None else method
+        tree = explore(method_program(rule, target, draft, N, context), variables, deadline)
         reference = explore(target_program(target, N, context), variables, deadline)
     except ExplorationTimeout:
         result.reason = "timeout: the symbolic exploration ran past the time limit"
@@ -312,14 +324,20 @@ def _symbolic_run(result, named, temperatures, deadline, start, helper) -> None:
     result.branch_points, result.decisions = tree.branch_points, tree.decisions
     result.leaves, result.dead_paths, result.solver_checks = tree.leaves, tree.dead, tree.solver_checks
     result.variables = sum(len(free) for free in variables.groups.values())
+    symmetric = watch is not None and watch.equivariant and result.num_paths == 1 and not context
     _run_queries(result, tree, reference, variables, (method, bases, temperatures, context, source),
-                 (deadline, solvers), helper)
+                 (deadline, solvers), helper, symmetric)
 
 
-def _run_queries(result, tree, reference, variables, cx_args, limits, helper=None):
-    """One query per output; with `helper` (the other `Workers`) this process decides its share of
-    the outputs and collects the others'. Fills result.queries (in output order) and the verdict."""
+def _run_queries(result, tree, reference, variables, cx_args, limits, helper=None, symmetric=False):
+    """One query per output (per orbit of outputs when `symmetric`); with `helper` (the other
+    `Workers`) this process decides its share of the outputs and collects the others'. Fills
+    result.queries (in output order) and the verdict."""
     outputs = list(itertools.product(range(result.vocab_size), repeat=result.num_tokens))
+    if symmetric:
+        result.outputs_by_symmetry = len(outputs)
+        outputs = representatives(result.vocab_size, result.num_tokens)
+        result.outputs_by_symmetry -= len(outputs)
     answers = {}  # output index -> Query
     groups = helper.mine if helper is not None else range(-(-len(outputs) // result.vocab_size))
     for group in groups:

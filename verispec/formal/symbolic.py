@@ -11,9 +11,14 @@ path condition and forks the run only when both outcomes are feasible (`verispec
 ``float(sym)`` raises `SymbolicError`: a rule that leaves exact arithmetic cannot be run
 symbolically. Syms hash by identity, so caches keyed on them never mix two different values.
 
-State: the active replay and the active `Expressions` table live in context variables
-(`contextvars`, so each thread and each run sees its own), set by the ``with replaying(replay)``
-and ``with building()`` blocks; nothing here is a module-level container mutated at run time.
+Each Sym also carries `reads`: the (model, prefix, token) entries it was computed from, and every
+operation on one is shown to the active observer (``with observing(watch)``), so that
+`verispec.formal.watch` can tell which vocabulary-wide computations a rule performs.
+
+State: the active replay, `Expressions` table and observer live in context variables
+(`contextvars`, so each thread and each run sees its own), set by the ``with replaying(replay)``,
+``with building()`` and ``with observing()`` blocks; nothing here is a module-level container
+mutated at run time.
 """
 
 from __future__ import annotations
@@ -58,6 +63,33 @@ _REPLAY: ContextVar = ContextVar("verispec_formal_replay", default=None)
 
 #: The table of expressions built in this proof (`building`), or None (build without reuse).
 _EXPRESSIONS: ContextVar = ContextVar("verispec_formal_expressions", default=None)
+
+#: The observer shown every operation on a Sym (`observing`), or None.
+_OBSERVER: ContextVar = ContextVar("verispec_formal_observer", default=None)
+
+_NO_READS = frozenset()
+
+
+@contextmanager
+def observing(observer):
+    """Show `observer.operation(kind, operands)` every arithmetic ("arithmetic") and comparison
+    ("comparison") on a Sym inside the block; kind is the operation's name for the others."""
+    token = _OBSERVER.set(observer)
+    try:
+        yield observer
+    finally:
+        _OBSERVER.reset(token)
+
+
+def _observe(kind, *operands):
+    observer = _OBSERVER.get()
+    if observer is not None:
+        observer.operation(kind, operands)
+
+
+def reads_of(value) -> frozenset:
+    """The (model, prefix, token) entries a Sym was computed from (empty for a concrete number)."""
+    return value.reads if isinstance(value, Sym) else _NO_READS
 
 
 def current_replay():
@@ -145,16 +177,18 @@ def _comparison(op, infinite):
 class Sym:
     """A real number given by a z3 expression over the models' probability variables."""
 
-    __slots__ = ("expr", "__weakref__")
+    __slots__ = ("expr", "reads", "__weakref__")
 
-    def __init__(self, expr):
+    def __init__(self, expr, reads=_NO_READS):
         self.expr = expr
+        self.reads = reads  # frozenset of (model name, prefix, token) this value was computed from
 
     # -- arithmetic ------------------------------------------------------------------------
     def _binary(self, other, name, reflected=False):
         o = _operand(other)
         if o is None:
             return NotImplemented
+        _observe("arithmetic", self, other)
         if isinstance(o, Fraction):
             shortcut = _shortcut(self, o, name, reflected)
             if shortcut is not None:
@@ -163,7 +197,7 @@ class Sym:
         a, b = (o, self.expr) if reflected else (self.expr, o)
         if name == "div":
             _check_divisor(b)
-        return Sym(build(name, a, b))
+        return Sym(build(name, a, b), self.reads | reads_of(other))
 
     __add__, __radd__ = _arithmetic("add")
     __sub__, __rsub__ = _arithmetic("sub")
@@ -171,6 +205,7 @@ class Sym:
     __truediv__, __rtruediv__ = _arithmetic("div")
 
     def __pow__(self, exponent):
+        _observe("arithmetic", self)
         if isinstance(exponent, (int, np.integer)) and not isinstance(exponent, bool):
             n = int(exponent)
             if n == 0:
@@ -180,7 +215,7 @@ class Sym:
             if n < 0:
                 _check_divisor(self.expr)
             power = self.expr ** abs(n) if n > 0 else 1 / self.expr ** abs(n)
-            return Sym(power)
+            return Sym(power, self.reads)
         if isinstance(exponent, Fraction) and exponent.denominator == 1:
             return self ** int(exponent)
         raise SymbolicError(f"symbolic value to the power {exponent!r}: only integer powers are exact")
@@ -189,7 +224,8 @@ class Sym:
         raise SymbolicError("a symbolic exponent has no exact symbolic meaning")
 
     def __neg__(self):
-        return Sym(-self.expr)
+        _observe("arithmetic", self)
+        return Sym(-self.expr, self.reads)
 
     def __pos__(self):
         return self
@@ -204,6 +240,7 @@ class Sym:
         o = _operand(other)
         if o is None:
             return NotImplemented
+        _observe("comparison", self, other)
         if isinstance(o, Fraction):
             o = real(o)
         return current_replay().decide(build(op, self.expr, o))
@@ -216,6 +253,7 @@ class Sym:
     __ne__ = _comparison("ne", lambda pos: True)
 
     def __bool__(self):
+        _observe("comparison", self)
         return current_replay().decide(self.expr != 0)
 
     __hash__ = object.__hash__
@@ -258,7 +296,9 @@ class Sym:
         if K == 1:
             return Fraction(1)
         explorer = current_replay().explorer
-        return Sym(rho_symbol(explorer, [to_z3(x) for x in p], [to_z3(x) for x in q], K))
+        reads = frozenset().union(*(reads_of(x) for x in (*p, *q)))
+        _observe("spectr_rho", *p, *q)
+        return Sym(rho_symbol(explorer, [to_z3(x) for x in p], [to_z3(x) for x in q], K), reads)
 
 
 class Expressions:

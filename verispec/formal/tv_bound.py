@@ -225,7 +225,8 @@ def tv_bound_from_args(args):
               "(leave out --target-temperature and --context)", file=sys.stderr)
         return 2
     try:
-        return prove_tv_bound(args.method, args.tv_bound, args.vocab_size, args.draft_length, args.num_paths,
+        vocab_size = 2 if args.vocab_size is None else args.vocab_size
+        return prove_tv_bound(args.method, args.tv_bound, vocab_size, args.draft_length, args.num_paths,
                               timeout=args.timeout)
     except (TypeError, ValueError) as err:
         print(f"verispec prove: {err}", file=sys.stderr)

@@ -75,11 +75,11 @@ class Draft:
         k = self._num[node]
         drafted, proposal = self._expand(node, k)
         if isinstance(drafted, dict):
-            counts = {int(t): int(c) for t, c in sorted(drafted.items()) if c > 0}
+            counts = {_token_id(t): int(c) for t, c in sorted(drafted.items()) if c > 0}
             if sum(counts.values()) != k:
                 raise ValueError(f"expand returned counts for {sum(counts.values())} paths, not {k}, at {node}")
         else:
-            order = tuple(int(t) for t in drafted)
+            order = tuple(_token_id(t) for t in drafted)
             if len(order) > k:
                 raise ValueError(f"expand returned {len(order)} tokens for {k} paths at node {node}")
             counts = {}
@@ -241,6 +241,12 @@ def draw_counts(q: np.ndarray, k: int, rand) -> dict[int, int]:
         left -= c
         mass = mass - q[t]
     return counts
+
+
+def _token_id(t) -> int:
+    """A drafted token id as an int: numpy integers converted, Python ints (and their subclasses,
+    e.g. the opaque ids `verispec.formal.watch` hands out to see how a rule uses them) kept."""
+    return t if isinstance(t, int) and not isinstance(t, bool) else int(t)
 
 
 class Drafter:

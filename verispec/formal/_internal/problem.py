@@ -63,8 +63,10 @@ class SymbolicModel(LanguageModel):
         V = self.vocab_size
         free = [z3.Real(f"{self.name}{list(prefix)}[{i}]") for i in range(V - 1)]
         self.variables.add((self.name, prefix), free)
-        last = Sym(1 - z3.Sum(free)) if free else Fraction(1)
-        return np.array([Sym(x) for x in free] + [last], dtype=object)  # [V]
+        # each entry remembers which (model, prefix, token) it is (`verispec.formal.watch` reads it)
+        last = Sym(1 - z3.Sum(free), frozenset([(self.name, prefix, V - 1)])) if free else Fraction(1)
+        entries = [Sym(x, frozenset([(self.name, prefix, i)])) for i, x in enumerate(free)]
+        return np.array(entries + [last], dtype=object)  # [V]
 
     def __repr__(self):
         return f"SymbolicModel({self.name!r}, vocab_size={self.vocab_size})"
