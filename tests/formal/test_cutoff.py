@@ -107,6 +107,9 @@ def test_cli_all_vocab(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "verispec.cli", "prove", "token", "--all-vocab", "--vocab-size", "3"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--vocab-size" in bad.stderr
+    both = subprocess.run([sys.executable, "-m", "verispec.cli", "prove", "static_ensemble", "--all-vocab",
+                           "--tv-bound", "(1 - w) * tv_pq"], capture_output=True, text=True, timeout=120)
+    assert both.returncode == 2 and "--tv-bound" in both.stderr
 
 
 def test_symmetry_reduction_still_refutes_a_lossy_equivariant_rule():
