@@ -263,7 +263,11 @@ def main(argv=None) -> int:
         with open(args.out) as handle:
             data = json.load(handle)
     data.update({"version": __version__, "python": platform.python_version(), "solver": SOLVER,
-                 "cpu_count": os.cpu_count(), "quiet_load": QUIET_LOAD})
+                 "cpu_count": os.cpu_count(), "quiet_load": QUIET_LOAD,
+                 "derived": {"queries_before_symmetry (fixed sizes)": "V ** (L + 1), the outputs of N = L + 1 tokens",
+                             "queries_after_symmetry (fixed sizes)":
+                                 "from a watched exploration: the number of output orbits (representatives(V, L + 1)) "
+                                 "when the run is equivariant and K = 1, else V ** (L + 1); not a timed proof"}})
     if args.all_vocab:
         _run_all_vocab(data, names, args.timeout, args.out)
     sizes = BASE_SIZES + (EXTRA_SIZES if args.extra else ())
