@@ -1,6 +1,7 @@
 """Top-down multi-draft selection with one-step rules: the engine verifiers of `khisti`,
-`optimal_is` and `spechub` (torch twins of `verispec.reference.verifiers.importance.khisti_verify`,
-`optimal_is_verify` and `verispec.reference.verifiers.spechub.spechub_verify`).
+`optimal_is`, `spechub` and `hu_greedy` (torch twins of `verispec.reference.verifiers.importance.khisti_verify`,
+`optimal_is_verify`, `verispec.reference.verifiers.spechub.spechub_verify` and
+`verispec.reference.verifiers.hu_greedy.hu_greedy_verify`).
 
 Each descends the draft tree from the root. At a node with drafted children it applies its one-step
 rule to the k drafted next tokens of the paths through the node (in path order), which emits one
@@ -13,6 +14,9 @@ the bonus token is drawn from p (one uniform).
   single-draft speculative sampling (arXiv 2502.18779 / 2410.18234; `importance.optimal_is_step`).
 - `spechub`: SpecHub's hub-pair transport at the root, single-draft speculative sampling on each
   path below it (Sun et al. 2024, arXiv 2411.05289; `spechub.spechub_step`).
+- `hu_greedy`: greedy draft sampling's verifier, speculative sampling of the one drawn draft against
+  its law q_last whose residual reaches the greedy drafts (Hu et al. 2025, arXiv 2502.18779;
+  `hu_greedy.hu_greedy_step`).
 
 The IS selection tables come from the reference's linear programs (`pair_selection`,
 `optimal_selection`), solved per node in float64 with scipy HiGHS as the GBV authors' code does;
@@ -31,6 +35,7 @@ import torch
 
 from ...reference.verifiers import importance as reference
 from ..uniforms import bernoulli, categorical
+from .hu_greedy import hu_greedy_step
 from .importance import khisti_step, optimal_is_step, single_draft
 from .nodes import Verdict
 from .spechub import spechub_step
@@ -38,7 +43,9 @@ from .spechub import spechub_step
 __all__ = ["MAX_LP_VOCAB", "TopDownSelection", "SELECTION_RULES"]
 
 #: The one-step rules `TopDownSelection` applies.
-SELECTION_RULES = ("khisti", "optimal_is", "spechub")
+SELECTION_RULES = ("khisti", "optimal_is", "spechub", "hu_greedy")
+#: The rules whose one-step law comes from a selection LP (`truncation` applies to them).
+LP_RULES = ("khisti", "optimal_is")
 #: Largest vocabulary the IS rules' selection LPs are solved for: `khisti`'s LP has V(V - 1)
 #: variables and a dense [2V, V^2] constraint matrix; `optimal_is`'s enumerates the V^k draws of
 #: k drafts. Above it they raise ValueError instead of running for hours.
@@ -60,7 +67,7 @@ class TopDownSelection:
     `TruncatedSetSelection`; None: the full-vocabulary LP.
 
     Raises:
-        ValueError: unknown name; truncation for spechub; a tree without paths or q;
+        ValueError: unknown name; truncation for spechub or hu_greedy; a tree without paths or q;
             V > MAX_LP_VOCAB for the full-vocabulary IS LPs.
     """
 
@@ -69,7 +76,7 @@ class TopDownSelection:
     def __init__(self, name: str, truncation: int | None = None):
         if name not in SELECTION_RULES:
             raise ValueError(f"name: not a top-down multi-draft selection rule: {name!r}; known: {', '.join(SELECTION_RULES)}")
-        if truncation is not None and name == "spechub":
+        if truncation is not None and name not in LP_RULES:
             raise ValueError(f"truncation: only 'khisti' and 'optimal_is' have a truncated LP, not {name!r}")
         self.name, self.truncation = name, truncation
 
@@ -77,7 +84,7 @@ class TopDownSelection:
         if tree.paths is None or tree.q is None:
             raise ValueError(f"draft tree: rule {self.name!r} needs the drafter's paths [B, K, L] and q [B, N, V]")
         B, N, V = p.shape
-        if self.name != "spechub" and self.truncation is None and V > MAX_LP_VOCAB:
+        if self.name in LP_RULES and self.truncation is None and V > MAX_LP_VOCAB:
             raise ValueError(f"vocabulary: {self.name!r} solves its selection LP over the full vocabulary, "
                              f"refused for V = {V} > MAX_LP_VOCAB = {MAX_LP_VOCAB} (use truncation=s, "
                              f"e.g. 5; bench label {self.name}:K=2,s=5)")
@@ -117,6 +124,8 @@ class TopDownSelection:
         u [b, n] -> (y [b], uniforms used [b])."""
         if self.name == "spechub":
             return _spechub(p, q, drafts, u)
+        if self.name == "hu_greedy":  # q is the drawn draft's law q_last (`GreedyDraftDrafter`)
+            return hu_greedy_step(p, q, drafts, u[:, :2])
         return _importance(self.name, p, q, drafts, u, self.truncation)
 
 
