@@ -1,12 +1,6 @@
-"""Greedy draft sampling on the engine (Hu et al. 2025, "Towards Optimal Multi-draft Speculative
-Decoding", arXiv 2502.18779): the torch twin of `verispec.reference.drafters.greedy_draft_paths`.
-
-At the root the K paths start with the K - 1 most likely tokens of q (ties to the lower id; only
-q > 0) and ONE token drawn from q_last = norm(q off them); with m <= K - 1 positive tokens the top
-m - 1 are greedy, the last is drawn and the other paths are empty. Below the root every path
-continues as its own chain from q. The tree's q at the root is q_last, the law of the one drawn
-draft (what the verifier's ratio reads); elsewhere it is the draft model's q.
-"""
+"""Greedy draft sampling on the engine (Hu et al. 2025, arXiv 2502.18779): the torch twin of
+`verispec.reference.drafters.greedy_draft_paths`. At the root: the K - 1 most likely tokens of q and
+one token drawn from q_last = norm(q off them), the tree's q there; below it, chains from q."""
 
 from __future__ import annotations
 
@@ -28,8 +22,7 @@ def greedy_draft(q: torch.Tensor, num_drafts: int, u: torch.Tensor):
         (tokens [B, K] int64: greedy tokens by rank, then the drawn one, 0 past it; drawn [B, K]
         bool: which of the K are drafts; q_last [B, V] float64: the drawn token's law).
     """
-    B, V = q.shape
-    K = num_drafts
+    (B, V), K = q.shape, num_drafts
     order = torch.sort(-q, dim=-1, stable=True).indices  # [B, V]: q descending, lower id first on ties
     greedy_count = ((q > 0).sum(-1) - 1).clamp(min=0, max=K - 1)  # [B]
     ranks = torch.arange(K, device=q.device)
@@ -39,25 +32,18 @@ def greedy_draft(q: torch.Tensor, num_drafts: int, u: torch.Tensor):
     # the greedy tokens' mask; the other ranks scatter into a spare column V, dropped after
     taken = torch.zeros(B, V + 1, dtype=torch.bool, device=q.device).scatter_(
         1, torch.where(is_greedy, top, V), True)[:, :V]  # [B, V]
-    rest = q.masked_fill(taken, 0.0)  # [B, V]
-    q_last = rest / rest.sum(-1, keepdim=True)
+    q_last = q.masked_fill(taken, 0.0) / q.masked_fill(taken, 0.0).sum(-1, keepdim=True)  # [B, V]
     tokens = torch.where(is_greedy, top, 0).scatter(1, greedy_count.unsqueeze(1), categorical(q_last, u).unsqueeze(1))
     return tokens, ranks.unsqueeze(0) <= greedy_count.unsqueeze(1), q_last
 
 
 class GreedyDraftDrafter(PathsDrafter):
-    """K paths of L tokens whose first tokens are `greedy_draft` (one uniform per row at the root);
-    i.i.d. chains from q below (K uniforms per depth, as `PathsDrafter`).
-
-    Raises:
-        ValueError: draft_length or num_paths < 1 (from the engine's method factory).
-    """
+    """K paths of L tokens starting with `greedy_draft` (one uniform per row); chains from q below."""
 
     def __init__(self, draft_length: int, num_paths: int, draft_temperature: float | None = None):
         super().__init__(draft_length, num_paths, True, draft_temperature)
 
-    def _first_tokens(self, q_root):
-        """[B, K] depth-1 tokens and lengths [B, K] (0 for the paths past the drawn draft)."""
+    def _first_tokens(self, q_root):  # lengths 0 for the paths past the drawn draft
         B = q_root.shape[0]
         tokens, drawn, self._q_last = greedy_draft(q_root, self.K, self.source.take(B, 1, q_root.device)[:, 0])
         return tokens, torch.where(drawn, self.L, 0)

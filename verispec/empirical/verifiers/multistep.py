@@ -14,9 +14,8 @@ the bonus token is drawn from p (one uniform).
   single-draft speculative sampling (arXiv 2502.18779 / 2410.18234; `importance.optimal_is_step`).
 - `spechub`: SpecHub's hub-pair transport at the root, single-draft speculative sampling on each
   path below it (Sun et al. 2024, arXiv 2411.05289; `spechub.spechub_step`).
-- `hu_greedy`: greedy draft sampling's verifier, speculative sampling of the one drawn draft against
-  its law q_last whose residual reaches the greedy drafts (Hu et al. 2025, arXiv 2502.18779;
-  `hu_greedy.hu_greedy_step`).
+- `hu_greedy`: speculative sampling of the one drawn draft against its law q_last, whose residual
+  reaches the greedy drafts (Hu et al. 2025, arXiv 2502.18779; `hu_greedy_step`).
 
 The IS selection tables come from the reference's linear programs (`pair_selection`,
 `optimal_selection`), solved per node in float64 with scipy HiGHS as the GBV authors' code does;
@@ -35,12 +34,11 @@ import torch
 
 from ...reference.verifiers import importance as reference
 from ..uniforms import bernoulli, categorical
-from .hu_greedy import hu_greedy_step
 from .importance import khisti_step, optimal_is_step, single_draft
 from .nodes import Verdict
 from .spechub import spechub_step
 
-__all__ = ["MAX_LP_VOCAB", "TopDownSelection", "SELECTION_RULES"]
+__all__ = ["MAX_LP_VOCAB", "TopDownSelection", "SELECTION_RULES", "hu_greedy_step"]
 
 #: The one-step rules `TopDownSelection` applies.
 SELECTION_RULES = ("khisti", "optimal_is", "spechub", "hu_greedy")
@@ -168,6 +166,22 @@ def _spechub(p, q, drafts, u):
     if bool((present.sum(1) > 2).any()):
         raise ValueError("draft tree: spechub verifies at most two drafts per node")
     return spechub_step(p, q, first, second, u[:, :3])
+
+
+def hu_greedy_step(p, q_last, drafts, u):
+    """Greedy draft sampling's step per row (torch twin of `verispec.reference.verifiers.hu_greedy.
+    hu_greedy_step`): speculative sampling of the drawn draft (the last present one) against its law.
+
+    Args:
+        p, q_last: target and the drawn draft's law [b, V]. drafts: [b, K] in path order, -1 where
+            no path passes. u: uniforms [b, 2] (acceptance, correction).
+
+    Returns:
+        (y [b] int64, used [b] int64: 1 when the drawn draft is accepted, else 2).
+    """
+    last = drafts.shape[1] - 1 - (drafts >= 0).flip(1).long().argmax(1)  # [b], the last present path
+    y, take = single_draft(p, q_last, drafts.gather(1, last.unsqueeze(1)).squeeze(1), u[:, 0], u[:, 1])
+    return y, torch.where(take, 1, 2)
 
 
 def _importance(name, p, q, drafts, u, truncation=None):
