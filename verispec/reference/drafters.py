@@ -8,7 +8,7 @@ law of everything the verifier sees unchanged. Under the exact enumerator this p
 tree enormously (a top-down verifier never pays for subtrees it rejected).
 
 Drafters (docs/algorithms.md): `chain(L)`, `iid_paths(L, K)`, `paths_without_replacement(L, K)`,
-`greedy_draft_paths(L, K)` (Hu et al.'s greedy draft sampling),
+`greedy_draft_paths(L, K)` (Hu et al.'s greedy draft sampling), `node_by_node` (per-node drafting),
 `opt_tree(node_budget, threshold, max_depth)`, static trees `ranked_tree(rank_paths)`,
 point-mass drafters `point_mass(fn)`,
 `greedy(L)` and `prompt_lookup(L, max_ngram)`.
@@ -287,21 +287,31 @@ def iid_paths(draft_length: int, num_paths: int) -> Drafter:
     Raises:
         TypeError / ValueError: draft_length or num_paths not an int >= 1.
     """
+    return node_by_node("iid_paths", draft_length, num_paths, lambda q, k, rand: (draw_counts(q, k, rand), q))
+
+
+def node_by_node(name: str, draft_length: int, num_paths: int, draft_node: Callable) -> Drafter:
+    """K paths of length L drafted one node at a time: at every node above depth L,
+    `draft_node(q, k, rand) -> (drafted, proposal)` drafts the next tokens of the k paths through
+    it from the draft model's q [V] there (`drafted` and `proposal` as `Draft`'s expand returns).
+
+    Raises:
+        TypeError / ValueError: draft_length or num_paths not an int >= 1; no draft LanguageModel.
+    """
     L = check_positive_int(draft_length, "draft_length")
     K = check_positive_int(num_paths, "num_paths")
 
     def build(draft_model, context, rand):
-        draft_model = require_draft_model(draft_model, "iid_paths")
+        draft_model = require_draft_model(draft_model, name)
 
         def expand(node, k):
             if len(node) == L:
                 return (), None
-            q = draft_model.probs(context + node)  # [V]
-            return draw_counts(q, k, rand), q
+            return draft_node(draft_model.probs(context + node), k, rand)
 
         return Draft(K, expand, rand)
 
-    return Drafter("iid_paths", build, draft_length=L, num_paths=K)
+    return Drafter(name, build, draft_length=L, num_paths=K)
 
 
 def root_only() -> Drafter:
@@ -387,20 +397,7 @@ def greedy_draft_paths(draft_length: int, num_paths: int) -> Drafter:
     Raises:
         TypeError / ValueError: draft_length or num_paths not an int >= 1; no draft LanguageModel.
     """
-    L = check_positive_int(draft_length, "draft_length")
-    K = check_positive_int(num_paths, "num_paths")
-
-    def build(draft_model, context, rand):
-        draft_model = require_draft_model(draft_model, "greedy_draft_paths")
-
-        def expand(node, k):
-            if len(node) == L:
-                return (), None
-            return greedy_draft(draft_model.probs(context + node), k, rand)  # drafts, q_last [V]
-
-        return Draft(K, expand)
-
-    return Drafter("greedy_draft_paths", build, draft_length=L, num_paths=K)
+    return node_by_node("greedy_draft_paths", draft_length, num_paths, greedy_draft)  # drafts, q_last [V]
 
 
 def _fixed_tree(children: dict) -> Draft:
