@@ -16,7 +16,7 @@ def test_registry_lists_every_planted_bug_of_testing_md():
         "always_accept", "residual_p", "bonus_from_q", "bonus_off_by_one", "greedy_draft_soft_q",
         "topk_draft_raw_q", "topk3_draft_raw_q", "temperature_ignored", "u_zero", "block_replaced_by_token",
         "traversal_leaf_order", "hsd_uncapped_last", "is_verified_against_q", "spechub_stale_hub_target",
-        "block_point_mass_scalar_q", "draft_vocab_full_q", "spectr_unscaled_residual"}
+        "block_point_mass_scalar_q", "draft_vocab_full_q", "spectr_unscaled_residual", "hu_greedy_soft_q"}
     assert planted.LOSSY == set(planted.BUGS) - {"block_replaced_by_token"}
     for name, factory in planted.BUGS.items():
         assert factory.__doc__ and len(factory.__doc__) > 40, name
@@ -124,6 +124,7 @@ BUILTIN = [
     ("khisti", dict(draft_length=2, num_paths=2), CHEAP),
     ("optimal_is", dict(draft_length=2, num_paths=2), CHEAP),
     ("spechub", dict(draft_length=2), CHEAP),
+    ("hu_greedy", dict(draft_length=2, num_paths=2), CHEAP),
     ("target_only", dict(), {}),
     ("kary", dict(node_budget=3, max_depth=2), CHEAP),
     ("eagle", dict(node_budget=3, max_depth=2), CHEAP),

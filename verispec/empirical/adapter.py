@@ -22,7 +22,8 @@ numpy code on real causal LMs, without writing a torch twin:
   the rule read the same uniforms and emit the same tokens.
 
 Drafters: the Method's reference drafter picks its torch twin (`chain`, `iid_paths`,
-`paths_without_replacement`, `opt_tree`, `greedy`, `prompt_lookup`, `hub_pairs`); pass `drafter=`
+`paths_without_replacement`, `opt_tree`, `greedy`, `prompt_lookup`, `hub_pairs`,
+`greedy_draft_paths`); pass `drafter=`
 for others.
 Cost: the verify runs in Python per row (V-sized numpy vectors): for research, not for speed.
 """
@@ -38,7 +39,7 @@ from ..reference.drafters import Draft
 from ..reference.methods import Method
 from ..reference.models import LanguageModel
 from ..reference.randomness import Sampler
-from .drafters import HubPairsDrafter, PathsDrafter, PromptLookupDrafter, TreeDrafter
+from .drafters import GreedyDraftDrafter, HubPairsDrafter, PathsDrafter, PromptLookupDrafter, TreeDrafter
 from .torch_method import TorchMethod
 from .verifiers.nodes import Verdict
 
@@ -215,6 +216,8 @@ def twin_drafter(method: Method) -> Callable:
         return lambda: PromptLookupDrafter(L, params["max_ngram"])
     if name == "hub_pairs":  # SpecHub's hub-pair paths
         return lambda: HubPairsDrafter(L)
+    if name == "greedy_draft_paths":  # Hu et al.'s greedy drafts
+        return lambda: GreedyDraftDrafter(L, params["num_paths"])
     raise ValueError(f"method: {method.name!r} drafts with {drafter!r}, which has no torch twin; pass "
                      "drafter= (a factory of verispec.empirical.drafters.Drafter)")
 

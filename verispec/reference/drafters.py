@@ -8,6 +8,7 @@ law of everything the verifier sees unchanged. Under the exact enumerator this p
 tree enormously (a top-down verifier never pays for subtrees it rejected).
 
 Drafters (docs/algorithms.md): `chain(L)`, `iid_paths(L, K)`, `paths_without_replacement(L, K)`,
+`greedy_draft_paths(L, K)` (Hu et al.'s greedy draft sampling), `node_by_node` (per-node drafting),
 `opt_tree(node_budget, threshold, max_depth)`, static trees `ranked_tree(rank_paths)`,
 point-mass drafters `point_mass(fn)`,
 `greedy(L)` and `prompt_lookup(L, max_ngram)`.
@@ -292,21 +293,31 @@ def iid_paths(draft_length: int, num_paths: int) -> Drafter:
     Raises:
         TypeError / ValueError: draft_length or num_paths not an int >= 1.
     """
+    return node_by_node("iid_paths", draft_length, num_paths, lambda q, k, rand: (draw_counts(q, k, rand), q))
+
+
+def node_by_node(name: str, draft_length: int, num_paths: int, draft_node: Callable) -> Drafter:
+    """K paths of length L drafted one node at a time: at every node above depth L,
+    `draft_node(q, k, rand) -> (drafted, proposal)` drafts the next tokens of the k paths through
+    it from the draft model's q [V] there (`drafted` and `proposal` as `Draft`'s expand returns).
+
+    Raises:
+        TypeError / ValueError: draft_length or num_paths not an int >= 1; no draft LanguageModel.
+    """
     L = check_positive_int(draft_length, "draft_length")
     K = check_positive_int(num_paths, "num_paths")
 
     def build(draft_model, context, rand):
-        draft_model = require_draft_model(draft_model, "iid_paths")
+        draft_model = require_draft_model(draft_model, name)
 
         def expand(node, k):
             if len(node) == L:
                 return (), None
-            q = draft_model.probs(context + node)  # [V]
-            return draw_counts(q, k, rand), q
+            return draft_node(draft_model.probs(context + node), k, rand)
 
         return Draft(K, expand, rand)
 
-    return Drafter("iid_paths", build, draft_length=L, num_paths=K)
+    return Drafter(name, build, draft_length=L, num_paths=K)
 
 
 def root_only() -> Drafter:
@@ -351,6 +362,48 @@ def paths_without_replacement(draft_length: int, num_paths: int) -> Drafter:
         return Draft(K, expand)
 
     return Drafter("paths_without_replacement", build, draft_length=L, num_paths=K)
+
+
+def greedy_draft(q: np.ndarray, num_drafts: int, rand) -> tuple[tuple[int, ...], np.ndarray]:
+    """Greedy draft sampling at one node (Hu et al. 2025, arXiv 2502.18779): the k - 1 most likely
+    tokens of q, chosen deterministically, then ONE token drawn from q renormalised over the rest.
+
+    Ties go to the lower token id; only tokens with q > 0 are drafted, so when q has m <= k - 1
+    such tokens the top m - 1 are greedy and the last is drawn from the remaining one (fewer than
+    k drafts, as `paths_without_replacement` drafts fewer when q runs out).
+
+    Args:
+        q: draft distribution [V] (float64, Fraction or symbolic). num_drafts: k >= 1.
+        rand: `Randomness` (one categorical draw).
+
+    Returns:
+        (drafts in path order: the greedy tokens by rank, then the sampled token; q_last [V]: the
+        law the sampled token was drawn from, zero on the greedy tokens).
+    """
+    order = sorted((t for t in range(len(q)) if q[t] > 0), key=lambda t: (-q[t], t))
+    greedy = order[:min(num_drafts - 1, len(order) - 1)]
+    rest = q.copy()  # [V]
+    rest[greedy] = q[0] * 0
+    # one positive token left: an exact point mass, so no division is needed (nor, under `prove`,
+    # a symbolic q(x) / q(x))
+    q_last = rest / rest.sum() if len(order) - len(greedy) > 1 else one_hot(order[-1], len(q), q.dtype == object)
+    return tuple(greedy) + (rand.categorical(q_last),), q_last
+
+
+def greedy_draft_paths(draft_length: int, num_paths: int) -> Drafter:
+    """K paths of length L whose first tokens are Hu et al.'s greedy drafts (`greedy_draft`: the
+    top K - 1 tokens of q plus one token drawn from q over the rest; arXiv 2502.18779). The
+    paper defines the drafts of one position; here every node drafts `greedy_draft` with the paths
+    through it, so below the root (one path per node) each path continues as its own chain from q.
+
+    Each node's proposal is the law its sampled child was drawn from (`greedy_draft`'s q_last; q
+    itself on a chain), so the rules' ratios p / q read the right law; the greedy children carry
+    no law of their own (they are the first k - 1 children in path order).
+
+    Raises:
+        TypeError / ValueError: draft_length or num_paths not an int >= 1; no draft LanguageModel.
+    """
+    return node_by_node("greedy_draft_paths", draft_length, num_paths, greedy_draft)  # drafts, q_last [V]
 
 
 def _fixed_tree(children: dict) -> Draft:

@@ -2,7 +2,7 @@
 
 A verifier's correctness depends on how its drafts were sampled, so the two travel together.
 Built-in methods (docs/algorithms.md): token, block, gbv, nss, rrs, rrsw, spectr, traversal, opt_tree,
-point_mass, prompt_lookup; khisti, optimal_is, spechub (docs/verifiers_new.md); the rules declared
+point_mass, prompt_lookup; khisti, optimal_is, spechub, hu_greedy (docs/verifiers_new.md); the rules declared
 lossy (``Method.lossy``): typical, static_ensemble, fsd. `get(name, **params)` builds one by name;
 `names()` lists the lossless ones, `lossy_names()` the lossy ones;
 `Method(name, draft=..., verify=...)` wraps a researcher's own rule. Methods that need more than
@@ -31,6 +31,7 @@ from .static_trees import static_shape
 from .verifiers.importance import (khisti_truncated_verify, khisti_verify, optimal_is_truncated_verify,
                                    optimal_is_verify)
 from .verifiers.lossy import DIVERGENCES, FuzzyAcceptance, StaticEnsemble, TypicalAcceptance
+from .verifiers.hu_greedy import hu_greedy_verify
 from .verifiers.spechub import hub_pairs, spechub_verify
 from .verifiers import (block_verify, gbv_verify, nss_verify, rrs_verify, rrsw_verify,
                         sample_and_follow, spectr_verify, token_verify, traversal_verify)
@@ -210,6 +211,15 @@ def spechub(draft_length: int) -> Method:
     """SpecHub: a hub-token draft pair with its transport verifier, K = 2 (arXiv 2411.05289)."""
     return Method("spechub", hub_pairs(draft_length), spechub_verify,
                   {"draft_length": draft_length, "num_paths": 2}, model_state_only=True)
+
+
+def hu_greedy(draft_length: int, num_paths: int) -> Method:
+    """Greedy draft sampling + its optimal verifier (Hu et al. 2025, arXiv 2502.18779): at each node
+    the top K - 1 tokens of q and one token from q off them (`drafters.greedy_draft_paths`),
+    verified by `verifiers.hu_greedy.hu_greedy_step` top down; one-step acceptance
+    p(G) + sum_{y not in G} min(p(y), q_last(y)), the transport optimum of that draft law."""
+    return Method("hu_greedy", drafters.greedy_draft_paths(draft_length, num_paths), hu_greedy_verify,
+                  {"draft_length": draft_length, "num_paths": num_paths}, model_state_only=True)
 
 
 def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = 10) -> Method:

@@ -161,6 +161,9 @@ _ENTRIES = (
     MethodSpec("spechub", "a hub pair of 2 paths + SpecHub's verification (Sun et al., arXiv 2411.05289)",
                (L, T_DRAFT), reference=f"{_REF}:spechub", torch=f"{_TORCH}:selection_method",
                torch_fixed=(("name", "spechub"), ("num_paths", 2), ("truncation", None)), torch_only=("draft_temperature",)),
+    MethodSpec("hu_greedy", "top K-1 tokens of q + one sampled off them, verified at its transport optimum (Hu et al., "
+               "arXiv 2502.18779)", (L, K, T_DRAFT), reference=f"{_REF}:hu_greedy", torch=f"{_TORCH}:selection_method",
+               torch_fixed=(("name", "hu_greedy"), ("truncation", None)), torch_only=("draft_temperature",)),
     MethodSpec("adaptive", "a confidence-stopped chain + token or block verification (transformers' heuristic)",
                (L, CAP, CONFIDENCE, SCHEDULE, T_DRAFT, VERIFIER, GUESSES),
                reference="verispec.reference.adaptive:adaptive_method", torch="verispec.empirical.drafters.adaptive:adaptive_method",

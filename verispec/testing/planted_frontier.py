@@ -18,6 +18,9 @@ Each is one real mistake, small and honest:
 - `spectr_unscaled_residual`: SpecTr's K-SEQ (arXiv 2310.15141) whose residual after K rejections
   is norm(max(p - min(q, p / rho), 0)), the one-draft residual, without the factor
   (1 - (1 - beta)^K) / beta that accounts for K chances to accept; rho itself is right.
+- `hu_greedy_soft_q`: greedy draft sampling (Hu et al. 2025, arXiv 2502.18779) verified against the
+  draft model's q instead of q_last, the law the one sampled draft was drawn from (q renormalised
+  off the greedy drafts): the soft-q mistake of greedy drafts, in its multi-draft form.
 - `block_point_mass_scalar_q`: block verification of point-mass (q = 1) drafts whose residual mass
   is computed against a scalar q = 1 for every token: only the whole phrase or nothing is
   accepted. It is lossy and accepts far less than token verification (the vLLM PR #40819
@@ -34,6 +37,7 @@ from ..reference.models import check_positive_int
 from ..reference.probability import accept_probability, align, as_float, is_symbolic, residual
 from ..reference.verifiers.block import block_output, last_stop, path_distributions, path_weights, stop_probability
 from ..reference.verifiers.hsd import hsd_rule
+from ..reference.verifiers.hu_greedy import hu_greedy_step
 from ..reference.verifiers.importance import optimal_selection
 from ..reference.verifiers.multidraft import spectr_rho, top_down
 from ..reference.verifiers.spechub import hub_pairs, hub_proposals
@@ -186,6 +190,32 @@ def spechub_stale_hub_target(draft_length: int) -> Method:
 
 
 # --------------------------------------------------------------------------------------------------
+# greedy draft sampling verified against the draft model's q
+
+def _hu_greedy_soft_q(target, draft_model, context, draft, rand):
+    node = ()
+    while True:
+        drafted = draft.counts(node)
+        if not drafted:
+            return node + (rand.categorical(target.probs(context + node)),)  # bonus token
+        # BUG: the draft model's q, not draft.proposal(node) = q_last (q renormalised off the greedy drafts)
+        p, q = align(target.probs(context + node), draft_model.probs(context + node))  # [V], [V]
+        y = hu_greedy_step(p, q, draft.tokens(node), rand)
+        node = node + (y,)
+        if y not in drafted:
+            return node
+
+
+def hu_greedy_soft_q(draft_length: int, num_paths: int = 2) -> Method:
+    """Greedy draft sampling (Hu et al. 2025, arXiv 2502.18779; `drafters.greedy_draft_paths`)
+    whose verifier tests the sampled draft x with min(1, p(x) / q(x)) and draws the correction
+    from norm(max(p - q, 0)) with the draft model's q, instead of q_last = norm(q off the greedy
+    drafts), the law x was drawn from. Lossy at V = 2, K = 2: with q(o) > p(o) for the non-greedy
+    token o, o comes out with probability p(o) / q(o) instead of p(o)."""
+    return _multi("hu_greedy_soft_q", _hu_greedy_soft_q, draft_length, num_paths, drafters.greedy_draft_paths)
+
+
+# --------------------------------------------------------------------------------------------------
 # block verification of point-mass drafts with the scalar q = 1 fallback
 
 
@@ -244,6 +274,7 @@ BUGS = {
     "spechub_stale_hub_target": spechub_stale_hub_target,
     "block_point_mass_scalar_q": block_point_mass_scalar_q,
     "spectr_unscaled_residual": spectr_unscaled_residual,
+    "hu_greedy_soft_q": hu_greedy_soft_q,
 }
 
 #: The smallest draft length at which each bug can show (the others show at L = 1).

@@ -211,6 +211,30 @@ def rrsw_acceptance(p, q, num_drafts: int):
     return accept(p, q, K)
 
 
+def greedy_draft_acceptance(p, q, num_drafts: int):
+    """The optimal one-step acceptance of Hu et al.'s greedy draft sampling (arXiv 2502.18779):
+    drafts G = the K - 1 most likely tokens of q (ties to the lower id; only q > 0, and at most
+    m - 1 of them when q has m positive tokens) and one token from q_last = norm(q off G).
+
+    By the transport dual alpha* = min_H p(H) + P(some draft outside H); an H missing a token of G
+    costs >= 1, so alpha* = p(G) + sum_{y not in G} min(p(y), q_last(y)) (derived here; <= 1).
+    Written from the definition, not from `verispec.reference.drafters.greedy_draft`, so the tests
+    compare two independent computations.
+
+    Args:
+        p, q: distributions [V] (float64 or Fraction; exact in, exact out). num_drafts: K >= 1.
+
+    Raises:
+        TypeError / ValueError: p or q not a distribution, mismatched lengths, K < 1.
+    """
+    p, q, K = _one_step_inputs(p, q, num_drafts)
+    support = [t for t in range(len(q)) if q[t] > 0]
+    ranked = sorted(support, key=lambda t: (-q[t], t))
+    greedy = set(ranked[:min(K - 1, len(support) - 1)])
+    rest = sum(q[t] for t in support if t not in greedy)
+    return sum(p[t] for t in greedy) + sum(min(p[t], q[t] / rest) for t in support if t not in greedy)
+
+
 # ---------------------------------------------------------------------------------------------
 # lossy verification at one position (docs/theory.md, "The optimal lossy frontier")
 

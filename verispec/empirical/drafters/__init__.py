@@ -2,8 +2,8 @@
 
 base (the `Drafter` protocol, `DraftTree`, chain / K-path / prompt-lookup drafters,
 `probabilities`), tree (`TreeDrafter`: OPT-Tree and static tree shapes), hub_pairs (SpecHub's
-ordered draft pairs), lookup (prompt-lookup n-gram matches on tensors), adaptive (adaptive-length
-and hybrid chains), phrases (Ouroboros and lookahead phrase pools).
+ordered draft pairs), greedy_paths (Hu et al.'s greedy drafts), lookup (prompt-lookup n-gram matches
+on tensors), adaptive (adaptive-length and hybrid chains), phrases (Ouroboros and lookahead phrase pools).
 
 This package exports the drafters that the engine and `verispec.empirical.methods` build on.
 `adaptive` and `phrases` also build whole `TorchMethod`s on the engine, which imports this
@@ -13,11 +13,13 @@ package, so they are imported by their own path (`verispec.empirical.drafters.ad
 
 from .base import (DraftTree, Drafter, ModelDrafter, PathsDrafter, PromptLookupDrafter, RootOnly, draw,
                    next_token_law, probabilities)
+from .greedy_paths import GreedyDraftDrafter, greedy_draft
 from .hub_pairs import HubPairsDrafter, hub_pair
 from .lookup import prompt_lookup_batch, prompt_lookup_draft
 from .tree import EAGLE_RANK_PRIOR, TREES, TreeDrafter, TreeRecords, draft_tree, static_shape
 
 __all__ = ["DraftTree", "Drafter", "ModelDrafter", "PathsDrafter", "PromptLookupDrafter", "RootOnly",
-           "probabilities", "next_token_law", "draw", "HubPairsDrafter", "hub_pair", "prompt_lookup_draft",
+           "probabilities", "next_token_law", "draw", "HubPairsDrafter", "hub_pair", "GreedyDraftDrafter",
+           "greedy_draft", "prompt_lookup_draft",
            "prompt_lookup_batch", "TREES", "EAGLE_RANK_PRIOR", "TreeRecords", "TreeDrafter", "static_shape",
            "draft_tree"]

@@ -4,7 +4,7 @@ One module per family, as `verispec.reference.verifiers`: token, block, gbv, mul
 rrs, rrsw, spectr, sample-and-follow), traversal; common (shared math, checks, `RuleOutput`),
 rule_table (`RULES`, `uniforms_needed`, `verify`); the engine's verifiers on draft trees: nodes
 (`PathRule`, `SampleAndFollow`, `PointMassTree`), sample_and_follow, pointmass, multistep
-(`TopDownSelection`: khisti, optimal_is, spechub; one-step rules in importance, spechub).
+(`TopDownSelection`: khisti, optimal_is, spechub, hu_greedy; one-step rules in importance, spechub).
 
 Every rule is a deterministic function of (target tables, draft proposal tables, drafted tokens,
 uniforms); its math mirrors `verispec.reference.verifiers` line for line, including the order in

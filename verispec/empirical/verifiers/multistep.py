@@ -1,6 +1,7 @@
 """Top-down multi-draft selection with one-step rules: the engine verifiers of `khisti`,
-`optimal_is` and `spechub` (torch twins of `verispec.reference.verifiers.importance.khisti_verify`,
-`optimal_is_verify` and `verispec.reference.verifiers.spechub.spechub_verify`).
+`optimal_is`, `spechub` and `hu_greedy` (torch twins of `verispec.reference.verifiers.importance.khisti_verify`,
+`optimal_is_verify`, `verispec.reference.verifiers.spechub.spechub_verify` and
+`verispec.reference.verifiers.hu_greedy.hu_greedy_verify`).
 
 Each descends the draft tree from the root. At a node with drafted children it applies its one-step
 rule to the k drafted next tokens of the paths through the node (in path order), which emits one
@@ -13,6 +14,8 @@ the bonus token is drawn from p (one uniform).
   single-draft speculative sampling (arXiv 2502.18779 / 2410.18234; `importance.optimal_is_step`).
 - `spechub`: SpecHub's hub-pair transport at the root, single-draft speculative sampling on each
   path below it (Sun et al. 2024, arXiv 2411.05289; `spechub.spechub_step`).
+- `hu_greedy`: speculative sampling of the one drawn draft against its law q_last, whose residual
+  reaches the greedy drafts (Hu et al. 2025, arXiv 2502.18779; `hu_greedy_step`).
 
 The IS selection tables come from the reference's linear programs (`pair_selection`,
 `optimal_selection`), solved per node in float64 with scipy HiGHS as the GBV authors' code does;
@@ -35,10 +38,12 @@ from .importance import khisti_step, optimal_is_step, single_draft
 from .nodes import Verdict
 from .spechub import spechub_step
 
-__all__ = ["MAX_LP_VOCAB", "TopDownSelection", "SELECTION_RULES"]
+__all__ = ["MAX_LP_VOCAB", "TopDownSelection", "SELECTION_RULES", "hu_greedy_step"]
 
 #: The one-step rules `TopDownSelection` applies.
-SELECTION_RULES = ("khisti", "optimal_is", "spechub")
+SELECTION_RULES = ("khisti", "optimal_is", "spechub", "hu_greedy")
+#: The rules whose one-step law comes from a selection LP (`truncation` applies to them).
+LP_RULES = ("khisti", "optimal_is")
 #: Largest vocabulary the IS rules' selection LPs are solved for: `khisti`'s LP has V(V - 1)
 #: variables and a dense [2V, V^2] constraint matrix; `optimal_is`'s enumerates the V^k draws of
 #: k drafts. Above it they raise ValueError instead of running for hours.
@@ -60,7 +65,7 @@ class TopDownSelection:
     `TruncatedSetSelection`; None: the full-vocabulary LP.
 
     Raises:
-        ValueError: unknown name; truncation for spechub; a tree without paths or q;
+        ValueError: unknown name; truncation for spechub or hu_greedy; a tree without paths or q;
             V > MAX_LP_VOCAB for the full-vocabulary IS LPs.
     """
 
@@ -69,7 +74,7 @@ class TopDownSelection:
     def __init__(self, name: str, truncation: int | None = None):
         if name not in SELECTION_RULES:
             raise ValueError(f"name: not a top-down multi-draft selection rule: {name!r}; known: {', '.join(SELECTION_RULES)}")
-        if truncation is not None and name == "spechub":
+        if truncation is not None and name not in LP_RULES:
             raise ValueError(f"truncation: only 'khisti' and 'optimal_is' have a truncated LP, not {name!r}")
         self.name, self.truncation = name, truncation
 
@@ -77,7 +82,7 @@ class TopDownSelection:
         if tree.paths is None or tree.q is None:
             raise ValueError(f"draft tree: rule {self.name!r} needs the drafter's paths [B, K, L] and q [B, N, V]")
         B, N, V = p.shape
-        if self.name != "spechub" and self.truncation is None and V > MAX_LP_VOCAB:
+        if self.name in LP_RULES and self.truncation is None and V > MAX_LP_VOCAB:
             raise ValueError(f"vocabulary: {self.name!r} solves its selection LP over the full vocabulary, "
                              f"refused for V = {V} > MAX_LP_VOCAB = {MAX_LP_VOCAB} (use truncation=s, "
                              f"e.g. 5; bench label {self.name}:K=2,s=5)")
@@ -117,6 +122,8 @@ class TopDownSelection:
         u [b, n] -> (y [b], uniforms used [b])."""
         if self.name == "spechub":
             return _spechub(p, q, drafts, u)
+        if self.name == "hu_greedy":  # q is the drawn draft's law q_last (`GreedyDraftDrafter`)
+            return hu_greedy_step(p, q, drafts, u[:, :2])
         return _importance(self.name, p, q, drafts, u, self.truncation)
 
 
@@ -159,6 +166,22 @@ def _spechub(p, q, drafts, u):
     if bool((present.sum(1) > 2).any()):
         raise ValueError("draft tree: spechub verifies at most two drafts per node")
     return spechub_step(p, q, first, second, u[:, :3])
+
+
+def hu_greedy_step(p, q_last, drafts, u):
+    """Greedy draft sampling's step per row (torch twin of `verispec.reference.verifiers.hu_greedy.
+    hu_greedy_step`): speculative sampling of the drawn draft (the last present one) against its law.
+
+    Args:
+        p, q_last: target and the drawn draft's law [b, V]. drafts: [b, K] in path order, -1 where
+            no path passes. u: uniforms [b, 2] (acceptance, correction).
+
+    Returns:
+        (y [b] int64, used [b] int64: 1 when the drawn draft is accepted, else 2).
+    """
+    last = drafts.shape[1] - 1 - (drafts >= 0).flip(1).long().argmax(1)  # [b], the last present path
+    y, take = single_draft(p, q_last, drafts.gather(1, last.unsqueeze(1)).squeeze(1), u[:, 0], u[:, 1])
+    return y, torch.where(take, 1, 2)
 
 
 def _importance(name, p, q, drafts, u, truncation=None):
