@@ -1,6 +1,8 @@
 """Top-down multi-draft selection with one-step rules: the engine verifiers of `khisti`,
-`optimal_is` and `spechub` (torch twins of `verispec.reference.verifiers.importance.khisti_verify`,
-`optimal_is_verify` and `verispec.reference.verifiers.spechub.spechub_verify`).
+`optimal_is`, `global_resolution` and `spechub` (torch twins of
+`verispec.reference.verifiers.importance.khisti_verify`, `optimal_is_verify`,
+`verispec.reference.verifiers.global_resolution.global_resolution_verify` and
+`verispec.reference.verifiers.spechub.spechub_verify`).
 
 Each descends the draft tree from the root. At a node with drafted children it applies its one-step
 rule to the k drafted next tokens of the paths through the node (in path order), which emits one
@@ -11,6 +13,9 @@ the bonus token is drawn from p (one uniform).
   then single-draft speculative sampling (arXiv 2410.18234; `importance.khisti_step`).
 - `optimal_is`: the alpha*-optimal IS selection law among the distinct drafted tokens, then
   single-draft speculative sampling (arXiv 2502.18779 / 2410.18234; `importance.optimal_is_step`).
+- `global_resolution`: the same two steps with the alpha*-optimal selection of
+  `global_resolution.Resolution` (after Thomas & Pal, arXiv 2511.15898): no LP, any V; its winner
+  law and q_I are the reference's, computed per node on the CPU in float64.
 - `spechub`: SpecHub's hub-pair transport at the root, single-draft speculative sampling on each
   path below it (Sun et al. 2024, arXiv 2411.05289; `spechub.spechub_step`).
 
@@ -26,9 +31,12 @@ fed the same stream (`NumpyUniforms`, B = 1) it emits the tokens of the referenc
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import torch
 
+from ...reference.verifiers import global_resolution
 from ...reference.verifiers import importance as reference
 from ..uniforms import bernoulli, categorical
 from .importance import khisti_step, optimal_is_step, single_draft
@@ -38,7 +46,7 @@ from .spechub import spechub_step
 __all__ = ["MAX_LP_VOCAB", "TopDownSelection", "SELECTION_RULES"]
 
 #: The one-step rules `TopDownSelection` applies.
-SELECTION_RULES = ("khisti", "optimal_is", "spechub")
+SELECTION_RULES = ("khisti", "optimal_is", "global_resolution", "spechub")
 #: Largest vocabulary the IS rules' selection LPs are solved for: `khisti`'s LP has V(V - 1)
 #: variables and a dense [2V, V^2] constraint matrix; `optimal_is`'s enumerates the V^k draws of
 #: k drafts. Above it they raise ValueError instead of running for hours.
@@ -69,7 +77,7 @@ class TopDownSelection:
     def __init__(self, name: str, truncation: int | None = None):
         if name not in SELECTION_RULES:
             raise ValueError(f"name: not a top-down multi-draft selection rule: {name!r}; known: {', '.join(SELECTION_RULES)}")
-        if truncation is not None and name == "spechub":
+        if truncation is not None and name not in ("khisti", "optimal_is"):
             raise ValueError(f"truncation: only 'khisti' and 'optimal_is' have a truncated LP, not {name!r}")
         self.name, self.truncation = name, truncation
 
@@ -77,7 +85,7 @@ class TopDownSelection:
         if tree.paths is None or tree.q is None:
             raise ValueError(f"draft tree: rule {self.name!r} needs the drafter's paths [B, K, L] and q [B, N, V]")
         B, N, V = p.shape
-        if self.name != "spechub" and self.truncation is None and V > MAX_LP_VOCAB:
+        if self.name in ("khisti", "optimal_is") and self.truncation is None and V > MAX_LP_VOCAB:
             raise ValueError(f"vocabulary: {self.name!r} solves its selection LP over the full vocabulary, "
                              f"refused for V = {V} > MAX_LP_VOCAB = {MAX_LP_VOCAB} (use truncation=s, "
                              f"e.g. 5; bench label {self.name}:K=2,s=5)")
@@ -193,7 +201,7 @@ def _importance(name, p, q, drafts, u, truncation=None):
 
 def _tables(name, p, q, drafts, truncation=None):
     """The reference's selection tables at one node (numpy float64 p, q [V]; drafts in path order):
-    khisti -> (keeps [k - 1, V, V], q_I [V], drafts [k]); optimal_is -> (select [S],
+    khisti -> (keeps [k - 1, V, V], q_I [V], drafts [k]); optimal_is, global_resolution -> (select [S],
     candidates [S], q_I [V]) for the sorted distinct drafts (s-truncated LP with `truncation`)."""
     V = len(p)
     if name == "khisti":
@@ -204,6 +212,11 @@ def _tables(name, p, q, drafts, truncation=None):
         keeps = np.array(keeps, dtype=np.float64).reshape(len(drafts) - 1, V, V)
         return keeps, np.asarray(law, dtype=np.float64), np.array(drafts, dtype=np.int64)
     candidates = tuple(sorted(set(drafts)))
+    if name == "global_resolution":  # the winner law of the drafts' copies (their counts) and its q_I
+        found = global_resolution.resolution(p, q, len(drafts))
+        select = found.winner_probabilities(dict(Counter(drafts)), q)
+        return (np.asarray(select, dtype=np.float64), np.array(candidates, dtype=np.int64),
+                np.asarray(found.law, dtype=np.float64))
     if truncation is not None:
         selection = reference.truncated_set_selection(p, q, len(drafts), truncation)
         select, q_sel = {candidates: selection.probabilities(candidates)}, selection.law
