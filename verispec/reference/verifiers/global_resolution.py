@@ -220,7 +220,11 @@ class Resolution:
                     probs[i] = probs[i] + _winner_integral(i, tokens, counts, mass, density, q, width)
             for t in tokens:
                 mass[t] = mass[t] + density[t] * width
-        return [probs[t] for t in tokens]
+        out = [probs[t] for t in tokens]
+        if not is_exact(q):  # float64: q(t) ~ 1e-17 squeezes a token's segment to a point; renormalise
+            total = sum(out)
+            out = [x / total for x in out] if total > 0 else [1.0 / len(out)] * len(out)
+        return out
 
 
 
