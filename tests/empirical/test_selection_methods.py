@@ -1,4 +1,4 @@
-"""The top-down multi-draft selection methods on the engine (`khisti`, `optimal_is`, `spechub`; `verifiers.multistep.TopDownSelection`,
+"""The top-down multi-draft selection methods on the engine (`khisti`, `optimal_is`, `global_resolution`, `spechub`; `verifiers.multistep.TopDownSelection`,
 `hubpairs.HubPairsDrafter`), on tiny random Qwen2 models (fp32, CPU):
 
 - Shared uniforms: the torch selection and the reference rule through the adapter (numpy, same torch
@@ -39,8 +39,10 @@ from .test_engine import _twin_and_adapter  # noqa: E402
 SELECTIONS = [("spechub", dict(draft_length=3)), ("khisti", dict(draft_length=2, num_paths=2)),
          ("khisti", dict(draft_length=2, num_paths=3)), ("optimal_is", dict(draft_length=2, num_paths=2)),
          ("khisti", dict(draft_length=2, num_paths=3, truncation=2)),
-         ("optimal_is", dict(draft_length=2, num_paths=3, truncation=2))]
-IDS = ["spechub-L3", "khisti-K2", "khisti-K3", "optimal_is-K2", "khisti-K3-s2", "optimal_is-K3-s2"]
+         ("optimal_is", dict(draft_length=2, num_paths=3, truncation=2)),
+         ("global_resolution", dict(draft_length=2, num_paths=2)), ("global_resolution", dict(draft_length=2, num_paths=3))]
+IDS = ["spechub-L3", "khisti-K2", "khisti-K3", "optimal_is-K2", "khisti-K3-s2", "optimal_is-K3-s2",
+       "global_resolution-K2", "global_resolution-K3"]
 PROMPTS = [torch.tensor([3, 1, 4, 1, 5]), torch.tensor([9]), torch.tensor([2, 7, 1, 8, 2, 8, 1])]
 
 
@@ -119,6 +121,7 @@ def test_greedy_mixed_lengths_equals_target_only(pair, name, params, storage):
 
 EXACT = [("spechub", reference_methods.spechub(2), dict(draft_length=2)),
          ("optimal_is", reference_methods.optimal_is(2, 2), dict(draft_length=2, num_paths=2)),
+         ("global_resolution", reference_methods.global_resolution(2, 2), dict(draft_length=2, num_paths=2)),
          pytest.param("khisti", reference_methods.khisti(2, 2), dict(draft_length=2, num_paths=2),
                       marks=pytest.mark.slow),
          pytest.param("khisti", reference_methods.khisti(2, 2, truncation=2),
@@ -144,8 +147,8 @@ def laws(models):
     return get
 
 
-@pytest.mark.parametrize("name,method,params", EXACT, ids=["spechub", "optimal_is", "khisti", "khisti-s2",
-                                                                "optimal_is-s2"])
+@pytest.mark.parametrize("name,method,params", EXACT, ids=["spechub", "optimal_is", "global_resolution", "khisti",
+                                                                "khisti-s2", "optimal_is-s2"])
 def test_measured_tau_equals_exact(models, laws, name, method, params):
     law1, law2 = laws(f"{name}{params.get('truncation', '')}", method)
     assert sum(p for k, p in law2.items() if 0 < k < exact_tau.DEPTH) > 0.1  # partial acceptance

@@ -19,10 +19,11 @@ from verispec.reference import methods, models
 
 #: Methods whose drafts are several paths (cost grows like V**(L*K)); the others read one chain
 #: (or a deterministic tree) and cost about V**L.
-MULTI_PATH = ("gbv", "nss", "rrs", "rrsw", "spectr", "traversal", "khisti", "optimal_is", "spechub", "hu_greedy")
+MULTI_PATH = ("gbv", "nss", "rrs", "rrsw", "spectr", "traversal", "khisti", "optimal_is", "global_resolution",
+              "spechub", "hu_greedy")
 
 #: Rough relative cost per enumerated branch tree of each multi-path rule (measured).
-_METHOD_FACTOR = {"spectr": 4, "traversal": 4, "rrs": 2, "nss": 2, "khisti": 8, "optimal_is": 8,
+_METHOD_FACTOR = {"spectr": 4, "traversal": 4, "rrs": 2, "nss": 2, "khisti": 8, "optimal_is": 8, "global_resolution": 8,
                   "spechub": 2}
 
 #: Methods exact in rational arithmetic (spectr solves for rho by float bisection).

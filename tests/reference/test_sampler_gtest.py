@@ -104,7 +104,7 @@ def _sample_counts_parallel(name: str, seed: int, size: int) -> Counter:
 
 #: Methods whose G-test runs only with the slow tests: their sampler is the same code as their
 #: exactly enumerated law (checked in test_lossless.py), and each G-test costs ~30 s here.
-_SLOW_GTEST = {"khisti", "optimal_is", "spechub"}
+_SLOW_GTEST = {"khisti", "optimal_is", "global_resolution", "spechub"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW_GTEST else n

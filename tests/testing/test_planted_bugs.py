@@ -123,6 +123,7 @@ BUILTIN = [
     ("prompt_lookup", dict(draft_length=2), {}),
     ("khisti", dict(draft_length=2, num_paths=2), CHEAP),
     ("optimal_is", dict(draft_length=2, num_paths=2), CHEAP),
+    ("global_resolution", dict(draft_length=2, num_paths=2), CHEAP),
     ("spechub", dict(draft_length=2), CHEAP),
     ("hu_greedy", dict(draft_length=2, num_paths=2), CHEAP),
     ("target_only", dict(), {}),

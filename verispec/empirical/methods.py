@@ -7,7 +7,8 @@ Each is a `TorchMethod` = a drafter (`verispec.empirical.drafters`) + a verifier
     get("block", draft_length=4)                     chain + block verification
     get("gbv", draft_length=4, num_paths=3)          K i.i.d. paths + GBV (also nss, rrs, rrsw, spectr, traversal)
     get("opt_tree", node_budget=50)                  OPT-Tree + sample-and-follow (kary, eagle, chain_tree: static)
-    get("khisti", draft_length=4, num_paths=2)       multi-draft selection top down (optimal_is, hu_greedy; spechub: K = 2)
+    get("khisti", draft_length=4, num_paths=2)       multi-draft selection top down (optimal_is,
+                                                     global_resolution, hu_greedy; spechub: K = 2)
     get("adaptive", draft_length=4, threshold=0.4)   confidence-stopped chain (hybrid: a lookup phrase first)
     get("ouroboros_phrase", pool=PhrasePool())       phrase pools (ouroboros, lookahead)
     get("target_only")                               no draft: the baseline
@@ -74,14 +75,14 @@ def prompt_lookup(draft_length: int = 4, max_ngram: int = 3) -> TorchMethod:
 
 def selection_method(name: str, draft_length: int = 4, num_paths: int = 2,
                 draft_temperature: float | None = None, truncation: int | None = None) -> TorchMethod:
-    """A multi-draft selection method (khisti, optimal_is, spechub, hu_greedy): the reference's one-step rule applied top-down on K
-    paths of L = draft_length tokens (`verifiers.multistep.TopDownSelection`). `truncation` = s (khisti,
+    """A multi-draft selection method (khisti, optimal_is, global_resolution, spechub, hu_greedy): the
+    reference's one-step rule applied top-down on K paths of L = draft_length tokens (`verifiers.multistep.TopDownSelection`). `truncation` = s (khisti,
     optimal_is): the selection LP over s tokens, for large vocabularies (the reference's
     `methods.khisti(L, K, truncation=s)`, `methods.optimal_is(L, K, truncation=s)`).
 
     Raises:
         TypeError: L, K or s not an int. ValueError: unknown name, L, K or s < 1, K != 2 for
-            spechub, truncation for spechub or hu_greedy.
+            spechub, truncation for a rule other than khisti and optimal_is.
     """
 
     L = check_positive(draft_length, "draft_length")

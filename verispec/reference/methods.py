@@ -2,9 +2,9 @@
 
 A verifier's correctness depends on how its drafts were sampled, so the two travel together.
 Built-in methods (docs/algorithms.md): token, block, gbv, nss, rrs, rrsw, spectr, traversal, opt_tree,
-point_mass, prompt_lookup; khisti, optimal_is, spechub, hu_greedy (docs/verifiers_new.md); the rules declared
-lossy (``Method.lossy``): typical, static_ensemble, fsd. `get(name, **params)` builds one by name;
-`names()` lists the lossless ones, `lossy_names()` the lossy ones;
+point_mass, prompt_lookup; khisti, optimal_is, global_resolution, spechub, hu_greedy
+(docs/verifiers_new.md); the rules declared lossy (``Method.lossy``): typical, static_ensemble, fsd.
+`get(name, **params)` builds one by name; `names()` lists the lossless ones, `lossy_names()` the lossy ones;
 `Method(name, draft=..., verify=...)` wraps a researcher's own rule. Methods that need more than
 the models and L (a pool snapshot, a confidence threshold) live in their own modules:
 `verispec.reference.ouroboros` (Ouroboros' phrase drafts), `verispec.reference.adaptive`;
@@ -30,6 +30,7 @@ from .randomness import Randomness, Sampler
 from .static_trees import static_shape
 from .verifiers.importance import (khisti_truncated_verify, khisti_verify, optimal_is_truncated_verify,
                                    optimal_is_verify)
+from .verifiers.global_resolution import global_resolution_verify
 from .verifiers.lossy import DIVERGENCES, FuzzyAcceptance, StaticEnsemble, TypicalAcceptance
 from .verifiers.hu_greedy import hu_greedy_verify
 from .verifiers.spechub import hub_pairs, spechub_verify
@@ -194,6 +195,16 @@ def optimal_is(draft_length: int, num_paths: int, truncation: int | None = None)
     affordable at any vocabulary, below alpha* in general. None: the LP over the full vocabulary."""
     return _is_method("optimal_is", draft_length, num_paths, truncation, optimal_is_verify,
                       optimal_is_truncated_verify)
+
+
+def global_resolution(draft_length: int, num_paths: int) -> Method:
+    """The alpha*-optimal selection for K i.i.d. drafts at any vocabulary size, then single-draft SD,
+    top down on K i.i.d. paths (after Thomas & Pal, "Global Resolution", arXiv 2511.15898; the
+    construction is `verifiers.global_resolution`'s). Exact for rational p, q: no LP, no
+    truncation; one node costs O(V log V) plus the resolution's segments."""
+    params = {"draft_length": draft_length, "num_paths": num_paths}
+    return Method("global_resolution", drafters.iid_paths(draft_length, num_paths), global_resolution_verify, params,
+                  model_state_only=True)
 
 
 def _is_method(name, draft_length, num_paths, truncation, full_verify, truncated_verify) -> Method:

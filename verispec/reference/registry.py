@@ -158,6 +158,10 @@ _ENTRIES = (
                (L, NGRAM), needs_draft=False, reference=f"{_REF}:prompt_lookup", torch=f"{_TORCH}:prompt_lookup"),
     _selection("khisti", "K i.i.d. paths + importance-sampling selection, top down (Khisti et al., arXiv 2410.18234, Theorem 1)"),
     _selection("optimal_is", "K i.i.d. paths + the optimal one-step selection LP, top down (Hu et al., arXiv 2502.18779)"),
+    MethodSpec("global_resolution", "K i.i.d. paths + the alpha*-optimal selection at any vocabulary, no LP, top down "
+               "(after Global Resolution, Thomas & Pal, arXiv 2511.15898)", (L, K, T_DRAFT),
+               reference=f"{_REF}:global_resolution", torch=f"{_TORCH}:selection_method",
+               torch_fixed=(("name", "global_resolution"), ("truncation", None)), torch_only=("draft_temperature",)),
     MethodSpec("spechub", "a hub pair of 2 paths + SpecHub's verification (Sun et al., arXiv 2411.05289)",
                (L, T_DRAFT), reference=f"{_REF}:spechub", torch=f"{_TORCH}:selection_method",
                torch_fixed=(("name", "spechub"), ("num_paths", 2), ("truncation", None)), torch_only=("draft_temperature",)),

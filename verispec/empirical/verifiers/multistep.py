@@ -1,6 +1,8 @@
 """Top-down multi-draft selection with one-step rules: the engine verifiers of `khisti`,
-`optimal_is`, `spechub` and `hu_greedy` (torch twins of `verispec.reference.verifiers.importance.khisti_verify`,
-`optimal_is_verify`, `verispec.reference.verifiers.spechub.spechub_verify` and
+`optimal_is`, `global_resolution`, `spechub` and `hu_greedy` (torch twins of
+`verispec.reference.verifiers.importance.khisti_verify`, `optimal_is_verify`,
+`verispec.reference.verifiers.global_resolution.global_resolution_verify`,
+`verispec.reference.verifiers.spechub.spechub_verify` and
 `verispec.reference.verifiers.hu_greedy.hu_greedy_verify`).
 
 Each descends the draft tree from the root. At a node with drafted children it applies its one-step
@@ -12,6 +14,9 @@ the bonus token is drawn from p (one uniform).
   then single-draft speculative sampling (arXiv 2410.18234; `importance.khisti_step`).
 - `optimal_is`: the alpha*-optimal IS selection law among the distinct drafted tokens, then
   single-draft speculative sampling (arXiv 2502.18779 / 2410.18234; `importance.optimal_is_step`).
+- `global_resolution`: the same two steps with the alpha*-optimal selection of
+  `global_resolution.Resolution` (after Thomas & Pal, arXiv 2511.15898): no LP, any V; its winner
+  law and q_I are the reference's, computed per node on the CPU in float64.
 - `spechub`: SpecHub's hub-pair transport at the root, single-draft speculative sampling on each
   path below it (Sun et al. 2024, arXiv 2411.05289; `spechub.spechub_step`).
 - `hu_greedy`: speculative sampling of the one drawn draft against its law q_last, whose residual
@@ -29,9 +34,12 @@ fed the same stream (`NumpyUniforms`, B = 1) it emits the tokens of the referenc
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import torch
 
+from ...reference.verifiers import global_resolution
 from ...reference.verifiers import importance as reference
 from ..uniforms import bernoulli, categorical
 from .importance import khisti_step, optimal_is_step, single_draft
@@ -41,7 +49,7 @@ from .spechub import spechub_step
 __all__ = ["MAX_LP_VOCAB", "TopDownSelection", "SELECTION_RULES", "hu_greedy_step"]
 
 #: The one-step rules `TopDownSelection` applies.
-SELECTION_RULES = ("khisti", "optimal_is", "spechub", "hu_greedy")
+SELECTION_RULES = ("khisti", "optimal_is", "global_resolution", "spechub", "hu_greedy")
 #: The rules whose one-step law comes from a selection LP (`truncation` applies to them).
 LP_RULES = ("khisti", "optimal_is")
 #: Largest vocabulary the IS rules' selection LPs are solved for: `khisti`'s LP has V(V - 1)
@@ -216,7 +224,7 @@ def _importance(name, p, q, drafts, u, truncation=None):
 
 def _tables(name, p, q, drafts, truncation=None):
     """The reference's selection tables at one node (numpy float64 p, q [V]; drafts in path order):
-    khisti -> (keeps [k - 1, V, V], q_I [V], drafts [k]); optimal_is -> (select [S],
+    khisti -> (keeps [k - 1, V, V], q_I [V], drafts [k]); optimal_is, global_resolution -> (select [S],
     candidates [S], q_I [V]) for the sorted distinct drafts (s-truncated LP with `truncation`)."""
     V = len(p)
     if name == "khisti":
@@ -227,6 +235,11 @@ def _tables(name, p, q, drafts, truncation=None):
         keeps = np.array(keeps, dtype=np.float64).reshape(len(drafts) - 1, V, V)
         return keeps, np.asarray(law, dtype=np.float64), np.array(drafts, dtype=np.int64)
     candidates = tuple(sorted(set(drafts)))
+    if name == "global_resolution":  # the winner law of the drafts' copies (their counts) and its q_I
+        found = global_resolution.resolution(p, q, len(drafts))
+        select = found.winner_probabilities(dict(Counter(drafts)), q)
+        return (np.asarray(select, dtype=np.float64), np.array(candidates, dtype=np.int64),
+                np.asarray(found.law, dtype=np.float64))
     if truncation is not None:
         selection = reference.truncated_set_selection(p, q, len(drafts), truncation)
         select, q_sel = {candidates: selection.probabilities(candidates)}, selection.law

@@ -349,8 +349,8 @@ def optimal_selection(p, q, k: int):
     For each set S of distinct drafted tokens, P(select i | S) solves the LP
     max sum_i min(p(i), q_I(i)), q_I(i) = sum_S Q(S) P(i | S), whose value is alpha*
     (Hu et al. 2025, arXiv 2502.18779; the LP of Khisti et al.). One LP per (p, q, k) with at most
-    2^V - 1 sets: a reference for small vocabularies (the near-linear-time solver of Thomas & Pal,
-    "Global Resolution", arXiv 2511.15898, is not implemented here).
+    2^V - 1 sets: a reference for small vocabularies (`global_resolution.Resolution` reaches alpha*
+    at any vocabulary size, after Thomas & Pal, arXiv 2511.15898).
 
     Exactness: the LP is solved in float64 (scipy HiGHS); its selection probabilities are turned
     into exact Fractions (rounded to 1e-12, each selection law summing to exactly 1) when p and q

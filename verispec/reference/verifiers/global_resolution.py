@@ -1,0 +1,307 @@
+"""Global Resolution: the alpha*-optimal selection for K i.i.d. drafts at any vocabulary size.
+
+After Thomas & Pal 2025, "Global Resolution: Optimal Multi-Draft Speculative Sampling via Convex
+Minimization" (arXiv 2511.15898): the optimal transport LP for K i.i.d. drafts is a max-flow whose
+feasible selected-token laws y form the base polytope of the polymatroid f(A) = 1 - (1 - q(A))^K
+(P(some draft in A)), so the best selection solves a problem in V variables, not one per drafted
+set. Only the paper's abstract was read; its algorithm is not reproduced and no algorithm number
+is cited. The construction below is derived here in that frame, and is exact:
+
+1. Target law (`resolution_targets`). alpha* = min_H p(H) + 1 - q(H)^K is reached at a prefix H
+   of the tokens sorted by p/q (`verispec.theory.closed_forms.optimal_multidraft_acceptance`).
+   Any y in the base polytope with y <= p off H, y >= p on H and y(H) = q(H)^K reaches it; we take
+   y = min(p, c q) off H and y = max(p, c' q) on H, c and c' fixing the two sums (O(V log V)).
+2. Realisation (`Resolution`). Every draft copy of token j gets a position in [0, 1] from a law
+   mu_j / q(j), sum_j mu_j = Lebesgue; the copy of highest position is selected, so
+   y_j = int K v^(K-1) d mu_j(v). Tokens are laid out by ratio on [0, 1] (H below); each segment
+   blends a fraction lambda of its tokens uniformly over itself (the largest lambda keeping the
+   rest feasible, a ratio of linear terms) and splits where the rest becomes tight (a prefix
+   whose targets equal the bottom of the segment's weight) - recursion until one token is left.
+3. Verification (`global_resolution_step`): select a drafted token with the exact winner law of
+   the copies' positions (`Resolution.winner_probabilities`), then single-draft speculative
+   sampling against y (Khisti et al., arXiv 2410.18234: lossless for any selection whose law y is
+   exact). Rational in, rational out: only + - * / and comparisons, so `verispec prove` runs it on
+   symbolic probabilities.
+"""
+
+from __future__ import annotations
+
+import functools
+from fractions import Fraction
+
+import numpy as np
+
+from ..probability import accept_probability, is_exact, is_symbolic, residual
+from .gbv import rank_key
+from .multidraft import top_down
+
+#: Vocabularies up to this size have their resolutions memoised (the enumerator revisits nodes).
+_MEMO_VOCAB = 256
+
+
+def ratio_order(p, q) -> np.ndarray:
+    """Drafted tokens (q > 0) sorted by p/q ascending, ties by id -> int64 [n]."""
+    drafted = [t for t in range(len(q)) if q[t] > 0]
+    if is_exact(q):
+        return np.array(sorted(drafted, key=lambda t: rank_key(p, q, t)), dtype=np.int64)
+    drafted = np.array(drafted, dtype=np.int64)
+    return drafted[np.argsort(p[drafted] / q[drafted], kind="stable")]
+
+
+def resolution_targets(p, q, num_drafts: int):
+    """The optimal selected-token law of step 1 (module docstring).
+
+    Args:
+        p, q: target and draft distributions [V] (float64 or exact); num_drafts: K >= 1.
+
+    Returns:
+        (order, h, targets): the drafted tokens by p/q ascending [n], the size h of the minimising
+        prefix H = order[:h], and targets [n] (y of order[i]).
+    """
+    K = int(num_drafts)
+    order = ratio_order(p, q)
+    ps, qs = p[order], q[order]  # [n]
+    zero = ps[:0].sum() * 0
+    p_prefix = np.concatenate([[zero], np.cumsum(ps)])  # [n + 1]
+    q_prefix = np.concatenate([[zero], np.cumsum(qs)])
+    h = _first_argmin([p_prefix[i] - min(q_prefix[i], 1) ** K for i in range(len(order) + 1)])
+    mass = q_prefix[h]
+    bottom = _clip_targets(ps[:h], qs[:h], mass ** K, below=True)
+    top = _clip_targets(ps[h:], qs[h:], 1 - mass ** K, below=False)
+    return order, h, np.concatenate([bottom, top])
+
+
+def _first_argmin(values) -> int:
+    best = 0
+    for i, v in enumerate(values):
+        if v < values[best]:
+            best = i
+    return best
+
+
+def _clip_targets(ps, qs, total, below: bool):
+    """max(p, c q) (below) or min(p, c q) with c such that the sum is `total`; p/q ascending [m]."""
+    m = len(ps)
+    if m == 0:
+        return ps
+    ratios = [ps[i] / qs[i] for i in range(m)]
+    p_cum, q_cum = np.cumsum(ps), np.cumsum(qs)  # [m]
+    p_all, q_all = p_cum[-1], q_cum[-1]
+    for j in range(m):  # c in [ratio_{j-1}, ratio_j]: tokens before j are clipped
+        p_before = p_cum[j - 1] if j else 0
+        q_before = q_cum[j - 1] if j else 0
+        if below and ratios[j] * q_before + p_all - p_before >= total:
+            c = (total - (p_all - p_before)) / q_before if j else ratios[0]
+            return np.array([c * qs[i] if i < j else ps[i] for i in range(m)], dtype=ps.dtype)
+        if not below and p_before + ratios[j] * (q_all - q_before) >= total:
+            c = (total - p_before) / (q_all - q_before)
+            return np.array([ps[i] if i < j else c * qs[i] for i in range(m)], dtype=ps.dtype)
+    if not below:  # float64 round-off left p(top) a hair under its total: keep p
+        return ps.copy()
+    c = total / q_all  # every token is lifted to c q
+    return np.array([c * qs[i] for i in range(m)], dtype=ps.dtype)
+
+
+class Resolution:
+    """The realisation of `resolution_targets` as positions of the draft copies (step 2).
+
+    Attributes:
+        num_drafts: K. order, split, targets: as `resolution_targets`.
+        nodes: [(a, b, weight, parent)]: a blend of segment [a, b]; each token under it has density
+            weight * q(token) there; parent: the enclosing blend's index, or -1.
+        node_of: {token: innermost blend containing it, or -1}.
+        leaves: {token: (a, b, scale)}: the token's own segment, density `scale` (absent when a
+            full blend, lambda = 1, ended its segment).
+        law: y [V], the exact law of the selected token (computed from the positions, not copied
+            from the targets; zero off the drafted tokens).
+    """
+
+    def __init__(self, p, q, num_drafts: int):
+        self.num_drafts = K = int(num_drafts)
+        self.order, self.split, self.targets = resolution_targets(p, q, K)
+        self.nodes, self.node_of, self.leaves = [], {}, {}
+        one = Fraction(1) if is_exact(q) else 1.0  # segment ends stay exact for exact q
+        qs = q[self.order]  # [n]
+        mass = qs[:self.split].sum() + 0 * one  # q(H)
+        self._resolve(0, self.split, 0 * one, mass, qs)
+        self._resolve(self.split, len(self.order), mass, one, qs)
+        self.law = self._law(q)
+
+    def _resolve(self, lo, hi, a, b, qs):
+        """Realise targets[lo:hi] on [a, b] (iterative: a segment's children go on the stack)."""
+        stack = [(lo, hi, a, b, 1 + 0 * a, self.targets[lo:hi], -1)]
+        while stack:
+            lo, hi, a, b, scale, targets, parent = stack.pop()
+            if hi - lo == 1:
+                self.node_of[int(self.order[lo])] = parent
+                self.leaves[int(self.order[lo])] = (a, b, scale)
+                continue
+            if hi == lo:
+                continue
+            if not b > a:  # float64: tokens of ~1e-17 total mass squeezed to a point; never selected
+                for i in range(lo, hi):
+                    self.node_of[int(self.order[i])], self.leaves[int(self.order[i])] = parent, (a, a, scale)
+                continue
+            lam, splits, targets = self._blend(qs[lo:hi], targets, a, b)
+            if lam > 0:
+                self.nodes.append((a, b, scale * lam / (b - a), parent))
+                parent = len(self.nodes) - 1
+            if lam >= 1:  # every token of the segment is spread uniformly over it: done
+                for i in range(lo, hi):
+                    self.node_of[int(self.order[i])] = parent
+                continue
+            cuts = [0, *(j + 1 for j in splits), hi - lo]
+            q_cum = np.cumsum(qs[lo:hi])
+            for start, end in zip(cuts, cuts[1:]):
+                left = min(a + q_cum[start - 1], b) if start else a  # min: float64 round-off past b
+                right = b if end == hi - lo else min(a + q_cum[end - 1], b)
+                stack.append((lo + start, lo + end, left, right, scale * (1 - lam), targets[start:end], parent))
+
+    def _blend(self, qs, targets, a, b):
+        """(lambda, tight interior breakpoints, the rest's targets) of one segment [a, b]."""
+        K = self.num_drafts
+        mean = (b ** K - a ** K) / (b - a)  # the segment's average weight K v^(K-1)
+        q_cum, t_cum = np.cumsum(qs)[:-1], np.cumsum(targets)[:-1]  # interior breakpoints [m - 1]
+        floor = (a + q_cum) ** K - a ** K  # the least value of each prefix (stacked at the bottom)
+        slack, room = t_cum - floor, mean * q_cum - floor  # room = uniform value - least value
+        exact = is_exact(np.asarray(targets))
+        lam, tight = (_exact_lambda if exact else _float_lambda)(slack, room)
+        if lam >= 1:
+            return lam, [], targets
+        rest = (targets - lam * mean * qs) / (1 - lam)
+        if not exact:  # float64: also split where round-off left the rest a hair from tight
+            rest_slack = np.cumsum(rest)[:-1] - floor
+            near = np.nonzero(rest_slack <= 1e-13 * np.maximum(floor, 1e-300))[0]
+            tight = sorted(set(tight) | set(near.tolist()))
+        return lam, sorted(set(tight)), rest
+
+    def _law(self, q):
+        """y [V]: y_j = sum over j's blends of weight q_j (b^K - a^K) + its leaf's scale (b^K - a^K)."""
+        K = self.num_drafts
+        value = []  # [nodes]: sum over the blend and its ancestors of weight (b^K - a^K)
+        for a, b, weight, parent in self.nodes:
+            value.append(weight * (b ** K - a ** K) + (value[parent] if parent >= 0 else 0))
+        law = q * 0  # [V]
+        for token, node in self.node_of.items():
+            own = value[node] * q[token] if node >= 0 else 0
+            if token in self.leaves:
+                a, b, scale = self.leaves[token]
+                own = own + scale * (b ** K - a ** K)
+            law[token] = own
+        return law
+
+    def pieces(self, token, q_token) -> list:
+        """[(a, b, density)]: where the positions of `token`'s copies lie, density of mu_token."""
+        out, node = [], self.node_of[token]
+        while node >= 0:
+            a, b, weight, parent = self.nodes[node]
+            out.append((a, b, weight * q_token))
+            node = parent
+        if token in self.leaves:
+            out.append(self.leaves[token])
+        return out
+
+    def winner_probabilities(self, counts: dict, q) -> list:
+        """P(the highest-positioned copy is a copy of t) for t in sorted(counts) (exact for exact q).
+
+        Args:
+            counts: {drafted token: number of the K i.i.d. drafts equal to it}; q: draft law [V].
+        """
+        tokens = sorted(counts)
+        pieces = {t: self.pieces(t, q[t]) for t in tokens}
+        cuts = sorted({x for t in tokens for a, b, _ in pieces[t] for x in (a, b)})
+        mass = {t: 0 * q[t] for t in tokens}  # mu_t([0, u0])
+        probs = {t: 0 * q[t] for t in tokens}
+        for u0, u1 in zip(cuts, cuts[1:]):
+            density = {t: sum((d for a, b, d in pieces[t] if a <= u0 and u1 <= b), 0 * q[t]) for t in tokens}
+            width = u1 - u0
+            for i in tokens:
+                if density[i] != 0:
+                    probs[i] = probs[i] + _winner_integral(i, tokens, counts, mass, density, q, width)
+            for t in tokens:
+                mass[t] = mass[t] + density[t] * width
+        out = [probs[t] for t in tokens]
+        if not is_exact(q):  # float64: q(t) ~ 1e-17 squeezes a token's segment to a point; renormalise
+            total = sum(out)
+            out = [x / total for x in out] if total > 0 else [1.0 / len(out)] * len(out)
+        return out
+
+
+
+def _exact_lambda(slack, room):
+    """(lambda, tight breakpoints): the largest blend keeping every prefix's slack >= 0, exactly.
+
+    slack_j = targets' prefix sum - its least value, room_j = its uniform value - its least value;
+    lambda = min_j slack_j / room_j. A breakpoint with no room (K = 1: a linear weight) is stacked,
+    hence always tight."""
+    lam, tight, forced = None, [], []
+    for j in range(len(slack)):
+        if not room[j] > 0:
+            forced.append(j)
+            continue
+        ratio = slack[j] / room[j]
+        if lam is None or ratio < lam:
+            lam, tight = ratio, [j]
+        elif ratio == lam:
+            tight.append(j)
+    if lam is None:
+        return 0, forced
+    return (lam if lam > 0 else 0 * lam), forced + tight
+
+
+def _float_lambda(slack, room):
+    """`_exact_lambda` in float64, vectorised (tight: the argmin and every stacked breakpoint)."""
+    open_ = room > 1e-300
+    forced = np.nonzero(~open_)[0].tolist()
+    if not open_.any():
+        return 0.0, forced
+    ratio = np.where(open_, slack / np.where(open_, room, 1.0), np.inf)
+    j = int(np.argmin(ratio))
+    return min(max(float(ratio[j]), 0.0), 1.0), forced + [j]
+
+def _winner_integral(i, tokens, counts, mass, density, q, width):
+    """int_0^width c_i f_i F_i^(c_i - 1) prod_{j != i} F_j^(c_j), F_j = (mass_j + density_j s) / q_j."""
+    poly = [counts[i] * density[i] / q[i]]  # coefficients in s, lowest degree first
+    for t in tokens:
+        power = counts[t] - 1 if t == i else counts[t]
+        for _ in range(power):
+            lo, hi = mass[t] / q[t], density[t] / q[t]
+            poly = [(poly[k] * lo if k < len(poly) else 0) + (poly[k - 1] * hi if k else 0)
+                    for k in range(len(poly) + 1)]
+    return sum(c * width ** (k + 1) / (k + 1) for k, c in enumerate(poly))
+
+
+@functools.lru_cache(maxsize=4096)
+def _memo_resolution(p_key, q_key, num_drafts: int, exact: bool):
+    dtype = object if exact else np.float64
+    return Resolution(np.array(p_key, dtype=dtype), np.array(q_key, dtype=dtype), num_drafts)
+
+
+def resolution(p, q, num_drafts: int) -> Resolution:
+    """`Resolution(p, q, K)`, memoised for small vocabularies (not for symbolic p, q); read-only."""
+    if len(p) > _MEMO_VOCAB or is_symbolic(p) or is_symbolic(q):
+        return Resolution(p, q, num_drafts)
+    exact = is_exact(p) and is_exact(q)
+    key = (lambda v: tuple(v.tolist())) if exact else (lambda v: tuple(float(x) for x in v))
+    return _memo_resolution(key(p), key(q), int(num_drafts), exact)
+
+
+def global_resolution_step(p, q, counts: dict, rand) -> int:
+    """One node: select a drafted token by its copies' positions, then single-draft SD against y.
+
+    Args:
+        p, q: target and draft distributions [V]; counts: {drafted token: paths through it} (the K
+            i.i.d. drafts at this node); rand: `Randomness`.
+    """
+    found = resolution(p, q, sum(counts.values()))
+    drafted = sorted(counts)
+    probs = np.array(found.winner_probabilities(counts, q), dtype=object if is_exact(q) else np.float64)
+    y = drafted[rand.categorical(probs)]
+    if rand.bernoulli(accept_probability(p[y], found.law[y])):
+        return y
+    return rand.categorical(residual(p, found.law))
+
+
+global_resolution_verify = top_down(global_resolution_step, counts=True)
+global_resolution_verify.__doc__ = ("Global Resolution's alpha*-optimal selection + single-draft SD, top-down on the "
+                                    "tree of K i.i.d. paths (reads each node's drafted tokens and their counts).")
