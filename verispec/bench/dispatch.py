@@ -53,5 +53,12 @@ def build_method(spec: BenchMethod, pair, config, T: float, pools: dict):
     entry = registry.spec(spec.name)
     params = dict(spec.params)
     if "pool" in entry.defaults("torch"):
-        params["pool"] = pools.setdefault((spec.label, T), PhrasePool())
+        params["pool"] = pools.setdefault((spec.label, T), _fresh_pool({**entry.defaults("torch"), **params}))
     return methods.get(spec.name, draft_vocab=draft_vocabulary(spec, pair), **params), entry.needs_draft
+
+
+def _fresh_pool(params: dict) -> PhrasePool:
+    """A pool for a phrase method's parameters: phrases of its phrase_length (the pool's default
+    where it has none) and room for its guess set."""
+    n = params.get("phrase_length") or PhrasePool().phrase_length
+    return PhrasePool(n, max(20, params.get("guess_set") or 20))
