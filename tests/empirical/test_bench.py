@@ -322,3 +322,30 @@ def test_cli_bench_runs_the_tiny_pair_under_a_progress_bar(tiny_pair, tmp_path, 
     printed = capsys.readouterr().out
     assert set(json.load(open(out))["records"]) == {"target_only|T=0|HumanEval/0", "block|T=0|HumanEval/0"}
     assert "2/2" in printed and "eta" in printed and "verispec bench" in printed
+
+
+def test_stop_at_eos_every_runner_and_the_hf_peer(tiny_pair, tmp_path):
+    """`verispec bench --stop-at-eos`: with the tokenizer's EOS planted on a token target-only
+    greedy emits, every runner (the hf peers too) stops there at T = 0 and keeps only the tokens
+    up to EOS; the peer's per-call counts add up to them, as the engine's do."""
+    prompt = tiny_pair.tokenizer(PROMPTS[0]["prompt"]).input_ids
+    greedy = engine.decode(tiny_pair.target, None, prompt, engine.target_only_method(), 12).tokens[0].tolist()
+    eos = greedy[4]
+    cut = greedy[:greedy.index(eos) + 1]
+    peer = hf_assisted(tiny_pair.target, tiny_pair.draft, prompt, 12, eos_token_id=eos)
+    ours = engine.decode(tiny_pair.target, tiny_pair.draft, prompt, methods.get("block"), 12, eos_token_id=eos)
+    for result in (peer, ours):
+        assert result.lengths.tolist() == [len(cut)] and result.tokens[0].tolist() == cut + [eos] * (12 - len(cut))
+        assert int((result.stats.accepted_lengths + 1).sum()) == len(cut)
+    tokenizer = CharTokenizer(64)
+    tokenizer.eos_token_id = eos
+    pair = types.SimpleNamespace(target=tiny_pair.target, draft=tiny_pair.draft, tokenizer=tokenizer)
+    runners = ("hf", "hf_prompt_lookup", "block", "gbv:K=2", "opt_tree:n=6", "ouroboros_phrase")
+    cfg = config(methods=runners, temperatures=(0.0,), max_new_tokens=12, stop_at_eos=True)
+    results = bench.run_bench(cfg, str(tmp_path / "eos.json"), pair=pair, prompts=PROMPTS[:1], plot=False)
+    assert results["config"]["stop_at_eos"] is True and "stop_at_eos" not in config().identity()
+    for runner in ("target_only",) + runners:
+        record = results["records"][f"{runner}|T=0|t/0"]
+        assert record["tokens"] == cut and record["new_tokens"] == len(cut), runner
+    with pytest.raises(ValueError, match="stop_at_eos"):
+        bench.run_bench(cfg, str(tmp_path / "none.json"), pair=tiny_pair, prompts=PROMPTS[:1], plot=False)
