@@ -34,8 +34,10 @@ from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
 __all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "run_batched_bench", "summarize_batched",
            "format_batched_table", "plot_batched"]
 
-#: The methods the batched bench runs (registry names; prompt_lookup drafts without a draft model).
-BATCHED_METHODS = ("token", "block", "prompt_lookup")
+#: The methods that decode a batch (registry names): every torch method but target-only (each
+#: batch's baseline) and the phrase-pool ones, whose drafter holds one row's pool and sequence.
+BATCHED_METHODS = tuple(name for name in registry.names("torch")
+                        if name != "target_only" and "pool" not in registry.spec(name).defaults("torch"))
 #: Implementation -> the engine's KV storage: padded rows (vanilla) or packed rows (EMS-SD).
 STORAGES = {"vanilla": "vanilla", "ems": "packed"}
 IMPLEMENTATIONS = tuple(STORAGES)
