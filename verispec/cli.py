@@ -276,7 +276,7 @@ def _add_bench(sub) -> None:
                    help="tokens per prompt (default 128; with --batch-size 64)")
     p.add_argument("--batch-size", type=_int_list, default=None, metavar="B,B,...",
                    help="batched mode (EMS-SD vs padded, e.g. 1,2,4,8): speedup over batched target-only "
-                        "per B; methods token, block, prompt_lookup (default block)")
+                        "per B; any method but the phrase-pool ones, e.g. block,gbv:K=3,opt_tree:n=20 (default block)")
     p.add_argument("--batches", type=_positive_int, default=None,
                    help="batched mode: at most N batches per B (default every batch of the prompts)")
     p.add_argument("--methods", type=_method_list, default=None,
