@@ -125,6 +125,28 @@ def call_tokens(starts: list[int], prompt_length: int, final_length: int) -> lis
     return out
 
 
+def _padded(tokens: torch.Tensor, N: int, eos):
+    """(tokens [1, N], lengths [1]) from generate's new tokens [1, n], n = N unless it stopped at
+    EOS: padded with the EOS id, as `engine.decode` pads a row after EOS."""
+    lengths = torch.tensor([tokens.shape[1]], dtype=torch.long)
+    if tokens.shape[1] < N:
+        tokens = torch.cat([tokens, tokens.new_full((1, N - tokens.shape[1]), int(eos[0]))], 1)
+    return tokens, lengths
+
+
+def _check_models(target, draft, prompt_lookup_num_tokens) -> None:
+    """TypeError / ValueError naming the argument: models that `hf_assisted` cannot run or count."""
+    if not isinstance(target, CausalLM):
+        raise TypeError(f"target: expected a CausalLM, got {type(target).__name__}")
+    if draft is None and prompt_lookup_num_tokens is None:
+        raise ValueError("draft: None needs prompt_lookup_num_tokens")
+    if draft is not None and not isinstance(draft, CausalLM):
+        raise TypeError(f"draft: expected a CausalLM, got {type(draft).__name__}")
+    if draft is not None and draft.model is target.model:
+        raise ValueError("draft: the same module as the target; its calls could not be told apart "
+                         "(pass a copy, e.g. copy.deepcopy(target))")
+
+
 def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_tokens: int,
                 temperature: float = 0.0, seed: int = 0, prompt_lookup_num_tokens: int | None = None,
                 eos_token_id=None) -> DecodeResult:
@@ -148,15 +170,7 @@ def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_to
     Raises:
         TypeError / ValueError: bad models, prompt with batch > 1, bad N or temperature.
     """
-    if not isinstance(target, CausalLM):
-        raise TypeError(f"target: expected a CausalLM, got {type(target).__name__}")
-    if draft is None and prompt_lookup_num_tokens is None:
-        raise ValueError("draft: None needs prompt_lookup_num_tokens")
-    if draft is not None and not isinstance(draft, CausalLM):
-        raise TypeError(f"draft: expected a CausalLM, got {type(draft).__name__}")
-    if draft is not None and draft.model is target.model:
-        raise ValueError("draft: the same module as the target; its calls could not be told apart "
-                         "(pass a copy, e.g. copy.deepcopy(target))")
+    _check_models(target, draft, prompt_lookup_num_tokens)
     prompt = check_prompt(prompt_ids, target)
     if prompt.shape[0] != 1:
         raise ValueError(f"prompt_ids: assisted generation takes batch size 1, got {prompt.shape[0]}")
@@ -177,10 +191,7 @@ def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_to
     finally:
         for counter in counters:
             counter.remove()
-    tokens = out[:, prompt.shape[1]:].cpu()  # [1, n], n = N unless generate stopped at EOS
-    lengths = torch.tensor([tokens.shape[1]], dtype=torch.long)
-    if tokens.shape[1] < N:  # padded as engine.decode pads a row after EOS
-        tokens = torch.cat([tokens, tokens.new_full((1, N - tokens.shape[1]), int(eos[0]))], 1)
+    tokens, lengths = _padded(out[:, prompt.shape[1]:].cpu(), N, eos)  # [1, N], [1]
     target_calls = counters[0].count
     draft_calls = counters[1].count if draft is not None else 0
     target.forward_count += target_calls
