@@ -29,8 +29,8 @@ from verispec.empirical.uniforms import TorchUniforms  # noqa: E402
 from verispec.reference import registry  # noqa: E402
 from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
 
-from .test_batched import LAW_PROMPT, _exact_two_token_law, coupled_pair, law_pair  # noqa: E402,F401 (fixtures)
-from .test_decode_tiny import tiny  # noqa: E402
+from .test_batched import (LAW_PROMPT, _exact_two_token_law, _leaky_rows, coupled_pair,  # noqa: E402,F401
+                           law_pair, pair, prompts)  # (fixtures)
 
 N_TOKENS = 10
 STORAGES = ("padded", "vanilla", "packed")
@@ -39,24 +39,14 @@ OTHERS = [name for name in BATCHED_METHODS if name not in ("token", "block")]
 
 
 @pytest.fixture(scope="module")
-def pair():
-    return tiny(64, 0), tiny(64, 0, noise=0.1)
+def few(prompts):
+    """5 of test_batched's prompts: lengths 5, 1, 9, 3, 12 (some repeat a phrase: prompt lookup drafts)."""
+    return prompts[:5]
 
 
 @pytest.fixture(scope="module")
-def prompts():
-    """5 prompts of lengths 1..12, some with a repeated phrase (so prompt lookup drafts early)."""
-    g = torch.Generator().manual_seed(3)
-    out = []
-    for i, n in enumerate([5, 1, 9, 3, 12]):
-        p = torch.randint(0, 64, (n,), generator=g)
-        out.append(torch.cat([p, p[: n // 2]]) if i % 3 == 0 else p)
-    return out
-
-
-@pytest.fixture(scope="module")
-def greedy(pair, prompts):
-    return torch.cat([engine.decode(pair[0], None, p, engine.target_only_method(), N_TOKENS).tokens for p in prompts])
+def greedy(pair, few):
+    return torch.cat([engine.decode(pair[0], None, p, engine.target_only_method(), N_TOKENS).tokens for p in few])
 
 
 def _decode(pair, name, prompts, storage, T=0.0, seed=0, n=N_TOKENS, **params):
@@ -84,8 +74,8 @@ def test_every_batched_method_is_registered_and_phrase_pools_are_not(pair):
 
 
 @pytest.mark.parametrize("name", OTHERS)
-def test_greedy_rows_equal_batch1(pair, prompts, greedy, name):
-    check_rows(pair, prompts, greedy, name)
+def test_greedy_rows_equal_batch1(pair, few, greedy, name):
+    check_rows(pair, few, greedy, name)
 
 
 @pytest.mark.parametrize("name", OTHERS)
@@ -131,15 +121,8 @@ def test_first_two_tokens_follow_target_law_batched_tv_001(law_pair, name, param
     _g_test_first_two_tokens(law_pair, name, params, 0.01)
 
 
-def _leaky_rows(self, ancestry, parents, rows, cols, S):
-    """Bug: the per-row attention sees every cached slot and every earlier packed token (rows mix)."""
-    from verispec.empirical.speedups.attention import packed_rows
-
-    return packed_rows(torch.zeros_like(self.owner), torch.zeros_like(rows))
-
-
-def test_planted_leak_between_rows_is_caught(pair, prompts, greedy, monkeypatch):
-    check_rows(pair, prompts, greedy, "gbv")
+def test_planted_leak_between_rows_is_caught(pair, few, greedy, monkeypatch):
+    check_rows(pair, few, greedy, "gbv")
     monkeypatch.setattr(kv.PackedKV, "_varlen_rows", _leaky_rows)
     with pytest.raises(AssertionError):
-        check_rows(pair, prompts, greedy, "gbv")
+        check_rows(pair, few, greedy, "gbv")

@@ -26,6 +26,7 @@ transformers = pytest.importorskip("transformers")
 from verispec.empirical import engine, methods  # noqa: E402
 from verispec.reference import registry  # noqa: E402
 
+from .test_batched import prompts  # noqa: E402,F401 (fixture)
 from .test_decode_tiny import tiny  # noqa: E402
 
 N = 16
@@ -77,14 +78,9 @@ def test_every_method_stops_at_eos_greedy(pair, greedy, name):
 
 
 @pytest.fixture(scope="module")
-def batch():
-    """8 prompts of lengths 1..12 (some with a repeated phrase: prompt lookup drafts early)."""
-    g = torch.Generator().manual_seed(3)
-    out = []
-    for i, n in enumerate([5, 1, 9, 3, 12, 2, 7, 4]):
-        p = torch.randint(0, 64, (n,), generator=g)
-        out.append(torch.cat([p, p[: n // 2]]) if i % 3 == 0 else p)
-    return out
+def batch(prompts):
+    """8 of test_batched's prompts, lengths 1..12."""
+    return prompts[:8]
 
 
 @pytest.fixture(scope="module")
