@@ -277,7 +277,8 @@ class PhraseOuroborosDrafter(_PhraseDrafter):
     paper and its code:
     - the 2D window is seeded with the context's last tokens and adds phrases from the n-th forward
       on (the code seeds it with random prompt tokens and fills it level by level);
-    - the draft checks the G newest phrases (the code: all of the key's guess set, up to 20);
+    - the draft checks the G newest phrases (the code: all of the key's guess set, up to 20: the
+      same at the default G = 20 and a pool of 20 phrases per key);
     - the phrases of (i) may continue into the pool tails after the chain (the code stops at the
       chain's end); (iii)'s output n-grams are not in the paper (output_ngrams=False drops them);
     - the draft's phrases are checked by the draft's argmax on the trie (the code: one chain per
