@@ -276,7 +276,7 @@ def _add_bench(sub) -> None:
                    help="tokens per prompt (default 128; with --batch-size 64)")
     p.add_argument("--batch-size", type=_int_list, default=None, metavar="B,B,...",
                    help="batched mode (EMS-SD vs padded, e.g. 1,2,4,8): speedup over batched target-only "
-                        "per B; methods token, block, prompt_lookup (default block)")
+                        "per B; any method but the phrase-pool ones, e.g. block,gbv:K=3,opt_tree:n=20 (default block)")
     p.add_argument("--batches", type=_positive_int, default=None,
                    help="batched mode: at most N batches per B (default every batch of the prompts)")
     p.add_argument("--methods", type=_method_list, default=None,
@@ -297,6 +297,9 @@ def _add_bench(sub) -> None:
                    help='target placement for from_pretrained, e.g. "auto" to shard a large target over GPUs')
     p.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default torch's)")
     p.add_argument("--seed", type=_nonnegative_int, default=0)
+    p.add_argument("--stop-at-eos", action="store_true",
+                   help="every method (hf included) stops at the tokenizer's EOS instead of always generating "
+                        "--max-new-tokens tokens (not with --batch-size)")
     p.add_argument("--output", default=None, help="JSON path (default benchmarks/results/bench_real_<device>.json)")
     p.add_argument("--fresh", action="store_true", help="discard an existing output file instead of resuming")
     p.add_argument("--no-plot", action="store_true", help="skip the matplotlib plot")
@@ -406,15 +409,16 @@ def _run_bench(args) -> int:
                   threads=args.threads or 0, seed=args.seed, device_map=args.device_map)
     console = Console(width=max(Console().width, 120))
     if args.batch_size:
-        if args.first_prompt:
-            print("verispec bench: --first-prompt is not taken with --batch-size", file=sys.stderr)
-            return 2
+        for flag, given in (("--first-prompt", args.first_prompt), ("--stop-at-eos", args.stop_at_eos)):
+            if given:
+                print(f"verispec bench: {flag} is not taken with --batch-size", file=sys.stderr)
+                return 2
         return _run_batched_bench(args, common, console)
     config = bench.BenchConfig(prompts=args.prompts or 10, first_prompt=args.first_prompt,
                                max_new_tokens=args.max_new_tokens or 128,
                                methods=args.methods or bench.DEFAULT_METHODS,
                                temperatures=args.temperatures or (0.0, 1.0), draft_length=args.draft_length,
-                               num_paths=args.num_paths, **common)
+                               num_paths=args.num_paths, stop_at_eos=args.stop_at_eos, **common)
     try:
         specs = [bench.parse_method(m, config.draft_length, config.num_paths) for m in config.methods]
     except ValueError as err:

@@ -272,8 +272,28 @@ def test_batched_bench_vanilla_and_ems_against_batched_target_only(tiny_pair, tm
         bench_batched.BatchedBenchConfig(batches=-1).check()
     with pytest.raises(ValueError, match="prompts"):
         bench_batched.BatchedBenchConfig(prompts=2, batch_sizes=(4,)).check()
-    with pytest.raises(ValueError, match="methods"):
-        bench_batched.BatchedBenchConfig(methods=("gbv",)).check()
+    for bad in ("ouroboros", "hf", "target_only", "block:dq=8", "gbv:K=0", "nope"):  # phrase pools, peers, options
+        with pytest.raises(ValueError, match="methods"):
+            bench_batched.BatchedBenchConfig(methods=(bad,)).check()
+
+
+def test_batched_bench_takes_multi_path_selection_and_tree_methods(tiny_pair, tmp_path):
+    """Any method of BATCHED_METHODS, with its parameters (``gbv:K=3``), through `run_batched_bench`:
+    every row at T = 0 is target-only greedy, in both layouts."""
+    from verispec.bench import batched as bench_batched
+
+    runners = ("gbv:K=3", "spechub", "opt_tree:n=6", "adaptive")
+    cfg = bench_batched.BatchedBenchConfig(prompts=2, max_new_tokens=8, batch_sizes=(2,), methods=runners,
+                                           temperatures=(0.0,), dtype="float32", draft_length=2)
+    results = bench_batched.run_batched_bench(cfg, str(tmp_path / "b.json"), pair=tiny_pair, prompts=PROMPTS,
+                                              plot=False)
+    rows = {r["runner"]: r for r in results["summary"]}
+    assert set(rows) == {"target_only"} | {f"{m}/{impl}" for m in runners for impl in ("vanilla", "ems")}
+    for runner, row in rows.items():
+        assert row["greedy_match_rate"] == 1.0 and row["tokens"] == 2 * 8, runner
+        assert runner == "target_only" or row["block_efficiency"] > 1.0
+    assert bench_batched.batched_method("gbv:K=3", 2).params == (("draft_length", 2), ("num_paths", 3))
+    assert dict(bench_batched.batched_method("gbv", 5).params) == {"draft_length": 5, "num_paths": 2}
 
 
 def test_cli_bench_rejects_bad_runner(capsys):
@@ -287,6 +307,10 @@ def test_cli_bench_rejects_bad_runner(capsys):
     assert "prompts" in capsys.readouterr().err
     assert main(["bench", "--batch-size", "2", "--first-prompt", "3"]) == 2
     assert "--first-prompt" in capsys.readouterr().err
+    assert main(["bench", "--batch-size", "2", "--stop-at-eos"]) == 2
+    assert "--stop-at-eos" in capsys.readouterr().err
+    assert main(["bench", "--batch-size", "2", "--methods", "ouroboros"]) == 2
+    assert "not batched" in capsys.readouterr().err
 
 
 def test_first_prompt_skips_prompts_and_is_not_part_of_the_identity(tiny_pair):
@@ -322,3 +346,30 @@ def test_cli_bench_runs_the_tiny_pair_under_a_progress_bar(tiny_pair, tmp_path, 
     printed = capsys.readouterr().out
     assert set(json.load(open(out))["records"]) == {"target_only|T=0|HumanEval/0", "block|T=0|HumanEval/0"}
     assert "2/2" in printed and "eta" in printed and "verispec bench" in printed
+
+
+def test_stop_at_eos_every_runner_and_the_hf_peer(tiny_pair, tmp_path):
+    """`verispec bench --stop-at-eos`: with the tokenizer's EOS planted on a token target-only
+    greedy emits, every runner (the hf peers too) stops there at T = 0 and keeps only the tokens
+    up to EOS; the peer's per-call counts add up to them, as the engine's do."""
+    prompt = tiny_pair.tokenizer(PROMPTS[0]["prompt"]).input_ids
+    greedy = engine.decode(tiny_pair.target, None, prompt, engine.target_only_method(), 12).tokens[0].tolist()
+    eos = greedy[4]
+    cut = greedy[:greedy.index(eos) + 1]
+    peer = hf_assisted(tiny_pair.target, tiny_pair.draft, prompt, 12, eos_token_id=eos)
+    ours = engine.decode(tiny_pair.target, tiny_pair.draft, prompt, methods.get("block"), 12, eos_token_id=eos)
+    for result in (peer, ours):
+        assert result.lengths.tolist() == [len(cut)] and result.tokens[0].tolist() == cut + [eos] * (12 - len(cut))
+        assert int((result.stats.accepted_lengths + 1).sum()) == len(cut)
+    tokenizer = CharTokenizer(64)
+    tokenizer.eos_token_id = eos
+    pair = types.SimpleNamespace(target=tiny_pair.target, draft=tiny_pair.draft, tokenizer=tokenizer)
+    runners = ("hf", "hf_prompt_lookup", "block", "gbv:K=2", "opt_tree:n=6", "ouroboros_phrase")
+    cfg = config(methods=runners, temperatures=(0.0,), max_new_tokens=12, stop_at_eos=True)
+    results = bench.run_bench(cfg, str(tmp_path / "eos.json"), pair=pair, prompts=PROMPTS[:1], plot=False)
+    assert results["config"]["stop_at_eos"] is True and "stop_at_eos" not in config().identity()
+    for runner in ("target_only",) + runners:
+        record = results["records"][f"{runner}|T=0|t/0"]
+        assert record["tokens"] == cut and record["new_tokens"] == len(cut), runner
+    with pytest.raises(ValueError, match="stop_at_eos"):
+        bench.run_bench(cfg, str(tmp_path / "none.json"), pair=tiny_pair, prompts=PROMPTS[:1], plot=False)

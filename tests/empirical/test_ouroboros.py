@@ -326,7 +326,8 @@ def _whole_loop_runs(law_pair, kind):
         if kind == "ouroboros":
             method = ouroboros_method(pool, draft_length=1, num_candidates=3, window=2)
         elif kind == "ouroboros_phrase":
-            method = phrases.ouroboros_phrase_method(pool, draft_length=1, num_candidates=3, guess_set=4, window=2)
+            method = phrases.ouroboros_phrase_method(pool, draft_length=1, num_candidates=3, guess_set=4, window=2,
+                                                     phrase_length=2)
         else:
             method = lookahead_method(pool, num_candidates=3, window=2)
         result = engine.decode(target, None if kind == "lookahead" else draft, torch.tensor([prompt]), method, 40,

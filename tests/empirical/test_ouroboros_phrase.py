@@ -52,7 +52,7 @@ def test_greedy_equals_target_only_with_warm_pool(pair, params):
     hits = 0
     for prompt in PROMPTS:
         ids = torch.tensor([prompt])
-        result = engine.decode(target, draft, ids, ouroboros_phrase_method(pool, **params), 30, storage="sequence")
+        result = engine.decode(target, draft, ids, ouroboros_phrase_method(pool, phrase_length=3, **params), 30, storage="sequence")
         reference = engine.decode(target, None, ids, engine.target_only_method(), 30)
         assert torch.equal(result.tokens, reference.tokens), prompt
         hits += result.stats.logs["pool_hits"]
@@ -89,7 +89,8 @@ def test_engine_drafts_are_the_reference_twins(pair, monkeypatch):
     seen = _draft_seen(monkeypatch)
     pool = PhrasePool(phrase_length=3)
     for i, prompt in enumerate(PROMPTS):
-        method = ouroboros_phrase_method(pool, draft_length=3, num_candidates=2, guess_set=4, window=0)
+        method = ouroboros_phrase_method(pool, draft_length=3, num_candidates=2, guess_set=4, window=0,
+                                         phrase_length=3)
         engine.decode(target, draft, torch.tensor([prompt]), method, 24, 1.0, i, "sequence")
     oracle = TorchLanguageModel(draft, temperature=1.0)
     longer = 0
@@ -108,10 +109,11 @@ def test_whole_phrases_cut_draft_forwards(pair):
     pool = PhrasePool(phrase_length=4)
     pool.add_ngrams(prompt[-1:] + greedy)
     ids = torch.tensor([prompt])
-    run = engine.decode(target, draft, ids, ouroboros_phrase_method(pool, draft_length=4, window=0,
+    run = engine.decode(target, draft, ids, ouroboros_phrase_method(pool, draft_length=4, window=0, phrase_length=4,
                                                                     output_ngrams=False), 40, storage="sequence")
     assert run.stats.logs["draft_pool_tokens"] > 0
-    cold_method = ouroboros_phrase_method(PhrasePool(phrase_length=4), draft_length=4, window=0, output_ngrams=False)
+    cold_method = ouroboros_phrase_method(PhrasePool(phrase_length=4), draft_length=4, window=0, output_ngrams=False,
+                                          phrase_length=4)
     cold = engine.decode(target, draft, ids, cold_method, 40, storage="sequence")
     assert run.stats.draft_forwards < cold.stats.draft_forwards
 
@@ -177,6 +179,20 @@ def test_bad_input(pair):
         ouroboros_phrase_method(output_ngrams=1)
     with pytest.raises(TypeError):
         ouroboros_phrase_method(pool={})
+    with pytest.raises(ValueError, match="phrase_length"):
+        ouroboros_phrase_method(phrase_length=0)
+    with pytest.raises(ValueError, match="phrase_length"):  # a pool of another phrase length
+        ouroboros_phrase_method(PhrasePool(phrase_length=4), phrase_length=6)
+
+
+def test_paper_defaults_reach_the_drafter():
+    """phrase_length 6 (lookahead level 7) and guess set 20, the authors' values, are the
+    defaults; a fresh pool per decode call has that phrase length and room for the guess set."""
+    drafter = ouroboros_phrase_method().drafter()
+    assert (drafter.G, drafter.pool.phrase_length, drafter.pool.max_phrases_per_key) == (20, 6, 20)
+    assert ouroboros_phrase_method().drafter().pool is not drafter.pool
+    wide = ouroboros_phrase_method(guess_set=32, phrase_length=3).drafter()
+    assert (wide.G, wide.pool.phrase_length, wide.pool.max_phrases_per_key) == (32, 3, 32)
 
 
 def test_planted_cut_phrases_are_caught(pair, monkeypatch):
@@ -203,15 +219,16 @@ def test_bench_runner(tmp_path):
     spec = bench.parse_method("ouroboros_phrase", 4, 2)
     declared = registry.spec("ouroboros_phrase").defaults("torch")
     assert spec.params == (("draft_length", 4),)  # the rest: the registry's defaults, the factory's own
-    assert [declared[k] for k in ("num_candidates", "window", "guess_set")] == [
-        defaults["num_candidates"].default, defaults["window"].default, defaults["guess_set"].default]
+    names = ("num_candidates", "window", "guess_set", "phrase_length")
+    assert [declared[k] for k in names] == [defaults[k].default for k in names]
     assert bench.parse_method("ouroboros_phrase:G=20,W=0,L=5", 4, 2) == bench.BenchMethod(
         "ouroboros_phrase:G=20,W=0,L=5", "ouroboros_phrase", (("draft_length", 5), ("guess_set", 20), ("window", 0)))
     with pytest.raises(ValueError, match="guess set"):
         bench.parse_method("ouroboros:G=4", 4, 2)
     pair = types.SimpleNamespace(target=tiny(64, 0, head_scale=4.0), draft=tiny(64, 0, noise=0.1, head_scale=4.0),
                                  tokenizer=CharTokenizer(64))  # as test_bench's tiny_pair
-    methods = ("ouroboros_phrase", "ouroboros_phrase:G=2,W=0")
+    assert bench.parse_method("ouroboros_phrase:n=3", 4, 2).params == (("draft_length", 4), ("phrase_length", 3))
+    methods = ("ouroboros_phrase", "ouroboros_phrase:G=2,W=0,n=3")
     results = bench.run_bench(config(methods=methods, temperatures=(0.0,), max_new_tokens=12),
                               str(tmp_path / "b.json"), pair=pair, prompts=BENCH_PROMPTS, plot=False)
     rows = {r["runner"]: r for r in results["summary"]}

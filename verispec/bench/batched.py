@@ -4,9 +4,10 @@ the same batch size B, as in EMS-SD's Figure 1 (speedup vs B).
 
 The first `prompts` HumanEval prompts (P, at least the largest B) are cut into consecutive batches
 of B (P rounded down to a multiple of B), so every B decodes the same prompts. Per batch and
-temperature, methods: ``target_only`` and, for every method (``token``,
-``block``: draft-model chains; ``prompt_lookup``: n-gram drafts verified by the token rule), both
-implementations (KV storages of `verispec.empirical.engine.decode`). Times are wall-clock of the
+temperature, methods: ``target_only`` and, for every method (any of `BATCHED_METHODS`: chains,
+multi-path rules, multi-draft selection, trees, prompt lookup; ``name:K=3,L=5`` as for `verispec
+bench`, L defaulting to `draft_length` and K to the registry's), both implementations (KV
+storages of `verispec.empirical.engine.decode`). Times are wall-clock of the
 whole call (prefill included, the same prompts for all methods of a B); speedup = target-only's
 time / the method's at the same B and T. Each record also keeps the KV accounting (padded slots
 written, peak slots) and, at T = 0, whether every row equals batched target-only greedy.
@@ -29,13 +30,16 @@ from .clocks import PeakMemory
 from .records import load_results, save_results
 from .report import pyplot, save_figure, table
 from .run import default_output, environment, prepare, resolved_dtype
+from .spec import BenchMethod, parse_method
 from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
 
-__all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "run_batched_bench", "summarize_batched",
+__all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "batched_method", "run_batched_bench", "summarize_batched",
            "format_batched_table", "plot_batched"]
 
-#: The methods the batched bench runs (registry names; prompt_lookup drafts without a draft model).
-BATCHED_METHODS = ("token", "block", "prompt_lookup")
+#: The methods that decode a batch (registry names): every torch method but target-only (each
+#: batch's baseline) and the phrase-pool ones, whose drafter holds one row's pool and sequence.
+BATCHED_METHODS = tuple(name for name in registry.names("torch")
+                        if name != "target_only" and "pool" not in registry.spec(name).defaults("torch"))
 #: Implementation -> the engine's KV storage: padded rows (vanilla) or packed rows (EMS-SD).
 STORAGES = {"vanilla": "vanilla", "ems": "packed"}
 IMPLEMENTATIONS = tuple(STORAGES)
@@ -68,16 +72,33 @@ class BatchedBenchConfig:
         return out
 
     def check(self) -> None:
-        """Raises ValueError naming the field: unknown method, B < 1, fewer prompts than max B."""
+        """Raises ValueError naming the field: unknown or unbatched method, an option (dv, dq,
+        lin), B < 1, fewer prompts than max B."""
         for m in self.methods:
-            if m not in BATCHED_METHODS:
-                raise ValueError(f"methods: {m!r} is not batched; known: {', '.join(BATCHED_METHODS)}")
+            batched_method(m, self.draft_length)
         if not self.batch_sizes or any(not isinstance(b, int) or b < 1 for b in self.batch_sizes):
             raise ValueError(f"batch_sizes: expected ints >= 1, got {self.batch_sizes!r}")
         if not isinstance(self.batches, int) or self.batches < 0:
             raise ValueError(f"batches: expected an int >= 0 (0 = every batch), got {self.batches!r}")
         if self.prompts < max(self.batch_sizes):
             raise ValueError(f"prompts: {self.prompts} prompts cannot fill a batch of {max(self.batch_sizes)}")
+
+
+def batched_method(text: str, draft_length: int) -> BenchMethod:
+    """``"name"`` or ``"name:K=3,L=5"`` parsed as `verispec bench` does (`spec.parse_method`; L:
+    `draft_length` unless set, K: the registry's default unless set).
+
+    Raises:
+        ValueError (naming ``methods``): an unknown method, one that does not batch (phrase pools,
+            the peers, target-only: each batch's baseline, run anyway), or an option.
+    """
+    name = text.partition(":")[0] if isinstance(text, str) else text
+    if name not in BATCHED_METHODS:
+        raise ValueError(f"methods: {text!r} is not batched; known: {', '.join(BATCHED_METHODS)}")
+    spec = parse_method(text, draft_length, registry.spec(name).defaults("torch").get("num_paths", 1))
+    if spec.draft_vocab or spec.draft_quant or spec.linear_layout != "xw":
+        raise ValueError(f"methods: {text!r}: the options dv, dq and lin are not taken in batched mode")
+    return spec
 
 
 def _methods(config):
@@ -91,9 +112,10 @@ def _run(label, pair, batch, config, T):
     N = config.max_new_tokens
     if label == "target_only":
         return decode(pair.target, None, batch, target_only_method(), N, T, uniforms=config.seed, storage="vanilla")
-    name, implementation = label.split("/")
-    draft = pair.draft if registry.spec(name).needs_draft else None
-    return decode(pair.target, draft, batch, methods.get(name, draft_length=config.draft_length), N, T,
+    text, _, implementation = label.rpartition("/")
+    spec = batched_method(text, config.draft_length)
+    draft = pair.draft if registry.spec(spec.name).needs_draft else None
+    return decode(pair.target, draft, batch, methods.get(spec.name, **dict(spec.params)), N, T,
                   uniforms=config.seed, storage=STORAGES[implementation])
 
 

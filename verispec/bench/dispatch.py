@@ -16,7 +16,7 @@ from ..reference.methods import load
 from .peer import hf_assisted
 from .spec import USER_METHOD, BenchMethod, draft_vocabulary
 
-__all__ = ["run_method", "build_method"]
+__all__ = ["run_method", "build_method", "eos_token_id"]
 
 
 def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, pools: dict):
@@ -26,23 +26,40 @@ def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, poo
     Args:
         spec: a parsed `BenchMethod`. pair: the `ModelPair` it decodes with (``dq=8``: the int8
             draft already swapped in, `QuantizedDrafts.pair_for`). config: a `BenchConfig` (reads
-            max_new_tokens, and draft_length / num_paths for a user's Method). T: temperature.
+            max_new_tokens, stop_at_eos, and draft_length / num_paths for a user's Method). T: temperature.
             seed: the uniforms' seed. pools: {(label, T): PhrasePool}, kept warm across prompts.
 
     Returns:
-        the decoder's `DecodeResult` (tokens int64 [1, N] and its stats).
+        the decoder's `DecodeResult` (tokens int64 [1, N], padded after EOS with stop_at_eos;
+        lengths; its stats).
     """
-    N = config.max_new_tokens
+    N, eos = config.max_new_tokens, eos_token_id(config, pair)
     with linear_layout(pair.target.model, spec.linear_layout):  # "xw": changes nothing
         if spec.name == "hf":
-            return hf_assisted(pair.target, pair.draft, prompt, N, T, seed=seed)
+            return hf_assisted(pair.target, pair.draft, prompt, N, T, seed=seed, eos_token_id=eos)
         if spec.name == "hf_prompt_lookup":
-            return hf_assisted(pair.target, None, prompt, N, T, seed=seed, prompt_lookup_num_tokens=10)
+            return hf_assisted(pair.target, None, prompt, N, T, seed=seed, prompt_lookup_num_tokens=10,
+                               eos_token_id=eos)
         method, needs_draft = build_method(spec, pair, config, T, pools)
         # target-only decodes as the engine's baseline always has: the padded KV (one row)
         storage = "padded" if spec.name == "target_only" else "sequence"
         return decode(pair.target, pair.draft if needs_draft else None, prompt, method, N, T, uniforms=seed,
-                      storage=storage)
+                      storage=storage, eos_token_id=eos)
+
+
+def eos_token_id(config, pair):
+    """The EOS id every method of a run stops at: the pair's tokenizer's with
+    `config.stop_at_eos`, else None (exactly max_new_tokens tokens).
+
+    Raises:
+        ValueError: stop_at_eos with a tokenizer that has no eos_token_id.
+    """
+    if not getattr(config, "stop_at_eos", False):
+        return None
+    eos = getattr(getattr(pair, "tokenizer", None), "eos_token_id", None)
+    if eos is None:
+        raise ValueError("stop_at_eos: the tokenizer has no eos_token_id")
+    return eos
 
 
 def build_method(spec: BenchMethod, pair, config, T: float, pools: dict):
@@ -53,5 +70,12 @@ def build_method(spec: BenchMethod, pair, config, T: float, pools: dict):
     entry = registry.spec(spec.name)
     params = dict(spec.params)
     if "pool" in entry.defaults("torch"):
-        params["pool"] = pools.setdefault((spec.label, T), PhrasePool())
+        params["pool"] = pools.setdefault((spec.label, T), _fresh_pool({**entry.defaults("torch"), **params}))
     return methods.get(spec.name, draft_vocab=draft_vocabulary(spec, pair), **params), entry.needs_draft
+
+
+def _fresh_pool(params: dict) -> PhrasePool:
+    """A pool for a phrase method's parameters: phrases of its phrase_length (the pool's default
+    where it has none) and room for its guess set."""
+    n = params.get("phrase_length") or PhrasePool().phrase_length
+    return PhrasePool(n, max(20, params.get("guess_set") or 20))

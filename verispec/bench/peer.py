@@ -5,8 +5,8 @@ speculative decoding, batch size 1; arXiv 2211.17192) with the assistant's own d
 number of draft tokens (transformers 5.x: up to 20 per call under a constant schedule, the chain
 stopped after a token of draft confidence below 0.4), so the comparison is against what a user
 gets out of the box. Everything that would change the output
-law is switched off: no top-k / top-p / repetition penalty, no EOS stop (exactly
-`max_new_tokens` tokens, like every verispec method).
+law is switched off: no top-k / top-p / repetition penalty; no EOS stop (exactly
+`max_new_tokens` tokens) unless an `eos_token_id` is given, as for `engine.decode`.
 
 Forward passes are counted with forward hooks on both models (generate calls the modules
 directly). A pre-hook on the target also reads where each target call starts (its first position
@@ -24,21 +24,24 @@ import time
 import torch
 
 from ..empirical.engine import DecodeResult, DecodeStats
-from ..empirical.validation import check_positive, check_prompt, check_temperature
+from ..empirical.validation import check_eos, check_positive, check_prompt, check_temperature
 from ..empirical.model import CausalLM
 
 __all__ = ["hf_assisted", "hf_generation_config", "call_tokens"]
 
 
-def hf_generation_config(max_new_tokens: int, temperature: float):
-    """A `GenerationConfig` for plain sampling at `temperature` (greedy at 0), no stopping."""
+def hf_generation_config(max_new_tokens: int, temperature: float, eos_token_id=None):
+    """A `GenerationConfig` for plain sampling at `temperature` (greedy at 0), no stopping but
+    at `eos_token_id` (an id or a list of ids; None: none)."""
     from transformers import GenerationConfig
 
     sampling = temperature > 0
     return GenerationConfig(max_new_tokens=max_new_tokens,
                             do_sample=sampling, temperature=temperature if sampling else None,
                             top_k=0 if sampling else None, top_p=1.0 if sampling else None,
-                            repetition_penalty=1.0, eos_token_id=None, pad_token_id=0)
+                            repetition_penalty=1.0, eos_token_id=eos_token_id,
+                            pad_token_id=0 if eos_token_id is None else ([eos_token_id] if isinstance(
+                                eos_token_id, int) else eos_token_id)[0])
 
 
 # transformers' own assistant call (`AssistedCandidateGenerator` passes a generation config AND
@@ -122,27 +125,17 @@ def call_tokens(starts: list[int], prompt_length: int, final_length: int) -> lis
     return out
 
 
-def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_tokens: int,
-                temperature: float = 0.0, seed: int = 0, prompt_lookup_num_tokens: int | None = None) -> DecodeResult:
-    """``target.model.generate(prompt, assistant_model=draft.model)`` timed and counted.
+def _padded(tokens: torch.Tensor, N: int, eos):
+    """(tokens [1, N], lengths [1]) from generate's new tokens [1, n], n = N unless it stopped at
+    EOS: padded with the EOS id, as `engine.decode` pads a row after EOS."""
+    lengths = torch.tensor([tokens.shape[1]], dtype=torch.long)
+    if tokens.shape[1] < N:
+        tokens = torch.cat([tokens, tokens.new_full((1, N - tokens.shape[1]), int(eos[0]))], 1)
+    return tokens, lengths
 
-    Args:
-        target, draft: `CausalLM`s (draft None with `prompt_lookup_num_tokens`: transformers'
-            prompt-lookup decoding instead of a draft model).
-        prompt_ids: int [n] or [1, n] (batch size 1: transformers' assisted generation refuses more).
-        max_new_tokens: N >= 1. temperature: >= 0 (0: greedy). seed: torch.manual_seed before
-            sampling.
 
-    Returns:
-        `DecodeResult`: tokens int64 [1, N]; stats with forward counts, iterations = target calls
-        (the first also reads the prompt), `accepted_lengths` int64 [calls]: the accepted
-        candidates tau of every call, counted from the hooks (`call_tokens` - 1), wall time
-        (prompt processing included); stats.logs["call_tokens"] (tokens emitted per call) and
-        ["call_fed"] (tokens fed per call: prompt + candidates for call 0, 1 + candidates after).
-
-    Raises:
-        TypeError / ValueError: bad models, prompt with batch > 1, bad N or temperature.
-    """
+def _check_models(target, draft, prompt_lookup_num_tokens) -> None:
+    """TypeError / ValueError naming the argument: models that `hf_assisted` cannot run or count."""
     if not isinstance(target, CausalLM):
         raise TypeError(f"target: expected a CausalLM, got {type(target).__name__}")
     if draft is None and prompt_lookup_num_tokens is None:
@@ -152,11 +145,38 @@ def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_to
     if draft is not None and draft.model is target.model:
         raise ValueError("draft: the same module as the target; its calls could not be told apart "
                          "(pass a copy, e.g. copy.deepcopy(target))")
+
+
+def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_tokens: int,
+                temperature: float = 0.0, seed: int = 0, prompt_lookup_num_tokens: int | None = None,
+                eos_token_id=None) -> DecodeResult:
+    """``target.model.generate(prompt, assistant_model=draft.model)`` timed and counted.
+
+    Args:
+        target, draft: `CausalLM`s (draft None with `prompt_lookup_num_tokens`: transformers'
+            prompt-lookup decoding instead of a draft model).
+        prompt_ids: int [n] or [1, n] (batch size 1: transformers' assisted generation refuses more).
+        max_new_tokens: N >= 1. temperature: >= 0 (0: greedy). seed: torch.manual_seed before
+            sampling. eos_token_id: None, or the id(s) generate stops at (as `engine.decode`'s).
+
+    Returns:
+        `DecodeResult`: tokens int64 [1, N] (after an EOS stop, padded with the EOS id), lengths
+        int64 [1] (the tokens generated); stats with forward counts, iterations = target calls
+        (the first also reads the prompt), `accepted_lengths` int64 [calls]: the accepted
+        candidates tau of every call, counted from the hooks (`call_tokens` - 1), wall time
+        (prompt processing included); stats.logs["call_tokens"] (tokens emitted per call) and
+        ["call_fed"] (tokens fed per call: prompt + candidates for call 0, 1 + candidates after).
+
+    Raises:
+        TypeError / ValueError: bad models, prompt with batch > 1, bad N or temperature.
+    """
+    _check_models(target, draft, prompt_lookup_num_tokens)
     prompt = check_prompt(prompt_ids, target)
     if prompt.shape[0] != 1:
         raise ValueError(f"prompt_ids: assisted generation takes batch size 1, got {prompt.shape[0]}")
     N = check_positive(max_new_tokens, "max_new_tokens")
     T = check_temperature(temperature, "temperature")
+    eos = check_eos(eos_token_id, target.vocab_size, "cpu")  # int64 [k] or None
     kwargs = {"assistant_model": draft.model} if draft is not None else {
         "prompt_lookup_num_tokens": prompt_lookup_num_tokens}
     counters = [_Counter(target.model)] + ([_Counter(draft.model)] if draft is not None else [])
@@ -165,12 +185,13 @@ def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_to
         start = time.perf_counter()
         with torch.inference_mode(), _quiet_assistant_notice():
             out = target.model.generate(prompt, attention_mask=torch.ones_like(prompt),
-                                        generation_config=hf_generation_config(N, T), **kwargs)
+                                        generation_config=hf_generation_config(
+                                            N, T, None if eos is None else eos.tolist()), **kwargs)
         wall = time.perf_counter() - start
     finally:
         for counter in counters:
             counter.remove()
-    tokens = out[:, prompt.shape[1]:].cpu()  # [1, N]
+    tokens, lengths = _padded(out[:, prompt.shape[1]:].cpu(), N, eos)  # [1, N], [1]
     target_calls = counters[0].count
     draft_calls = counters[1].count if draft is not None else 0
     target.forward_count += target_calls
@@ -181,4 +202,4 @@ def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_to
                         target_forwards=target_calls, draft_forwards=draft_calls,
                         accepted_lengths=torch.tensor(emitted, dtype=torch.long) - 1, wall_time_s=wall,
                         logs={"call_tokens": emitted, "call_fed": list(counters[0].fed)})
-    return DecodeResult(tokens, stats)
+    return DecodeResult(tokens, stats, lengths)

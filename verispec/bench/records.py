@@ -61,7 +61,8 @@ def measured_record(spec: BenchMethod, result, memory: PeakMemory, clock: PhaseC
     `engine.decode(verify_in_prefill=True)`), which then fall in the prefill phase; a separate
     prefill forward emits none."""
     stats = result.stats
-    tokens = result.tokens[0].tolist()
+    length = result.tokens.shape[1] if result.lengths is None else int(result.lengths[0])
+    tokens = result.tokens[0, :length].tolist()  # the real tokens: up to EOS with stop_at_eos
     taus = stats.accepted_lengths.long()  # one per target call after a prefill (the peer: one per call)
     first = 0
     if spec.name.startswith("hf"):

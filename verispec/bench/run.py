@@ -48,15 +48,19 @@ class BenchConfig:
     threads: int = 0
     seed: int = 0
     device_map: str | None = None
+    stop_at_eos: bool = False  # every method (the hf peers too) stops at the tokenizer's EOS
 
     def identity(self) -> dict:
         """The fields a resumed run must share with the file it resumes (every record depends on
         them), with the record layout's version. Prompts, methods and temperatures may change:
         records are keyed by them, so a rerun with more of either only adds records. "auto" is
-        resolved first (`resolve`), so a file records the dtype its records ran in."""
+        resolved first (`resolve`), so a file records the dtype its records ran in. stop_at_eos
+        is listed only when set (files written before it existed ran without an EOS stop)."""
         out = asdict(self)
         for name in ("threads", "prompts", "first_prompt", "methods", "temperatures", "device_map"):
             out.pop(name)
+        if not self.stop_at_eos:
+            out.pop("stop_at_eos")
         out["record_schema"] = RECORD_SCHEMA
         return out
 

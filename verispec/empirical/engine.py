@@ -17,7 +17,8 @@ the first tree's root), as transformers' assisted generation does: the drafter d
 prompt first, so no target forward is spent on the prompt alone (`decode(verify_in_prefill=False)`
 runs a separate prefill instead).
 
-Rows that reach `max_new_tokens` leave the batch (every storage drops them). Storages
+Rows that reach `max_new_tokens`, or emit an end-of-sequence id (`decode(eos_token_id=...)`),
+leave the batch (every storage drops them). Storages
 (`verispec.empirical.kv`): "sequence" (B = 1), "padded" (compact), "vanilla" (padded, masked
 slots kept), "packed" (EMS-SD). Prompts of different lengths work with every storage and method.
 
@@ -33,7 +34,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .validation import check_pair, check_positive, check_prompt, check_prompts, check_source, check_temperature
+from .validation import (check_eos, check_pair, check_positive, check_prompt, check_prompts, check_source,
+                         check_temperature)
 from .drafters import DraftTree, probabilities
 from .kv import STORAGES, new_kv
 from .torch_method import TorchMethod, target_only_method
@@ -53,7 +55,9 @@ class DecodeStats:
         iterations: batched verification steps, one target forward each (with
             `verify_in_prefill`, the first one also reads the prompt; else a prefill precedes).
         target_forwards, draft_forwards: forward passes (prefills included).
-        accepted_lengths: int64 [num_row_iterations]: tau of every (row, iteration).
+        accepted_lengths: int64 [num_row_iterations]: tau of every (row, iteration); in the
+            iteration where a row emits EOS, the tokens it emitted up to and including EOS, minus
+            one (tokens after EOS are not counted).
         wall_time_s: seconds spent.
         storage: the KV storage. padded_kv_slots: cache slots written that hold no token of
             their row, or left in the cache masked (target + draft; `verispec.empirical.kv`).
@@ -105,10 +109,14 @@ class DecodeStats:
 
 @dataclass
 class DecodeResult:
-    """tokens: int64 [B, max_new_tokens], the generated tokens (prompt excluded); stats."""
+    """tokens: int64 [B, max_new_tokens], the generated tokens (prompt excluded); stats.
+    lengths: int64 [B], the real tokens of each row: max_new_tokens, or with an EOS stop the
+    tokens up to and including the first EOS, after which the row is padded with the (first) EOS
+    id. None from a decoder that does not report it (then every row has max_new_tokens)."""
 
     tokens: torch.Tensor
     stats: DecodeStats
+    lengths: torch.Tensor | None = None
 
 
 class Rows:
@@ -145,10 +153,28 @@ class Rows:
         self.ctx_len = self.ctx_len + tau + 1
         self.last = y
 
-    def finish(self, done: torch.Tensor, out: torch.Tensor, N: int) -> None:
-        """Copy the first N generated tokens of the rows in `done` [B] into out [B0, N] (CPU)."""
+    def finish(self, done: torch.Tensor, out: torch.Tensor, N: int, pad=None) -> None:
+        """Copy the first N generated tokens of the rows in `done` [B] into out [B0, N] (CPU);
+        with `pad` (an int), positions past a row's context (a row cut at EOS) get `pad`."""
         index = self.prompt_len[done].unsqueeze(1) + torch.arange(N, device=done.device)  # [b, N]
-        out[self.row_id[done].cpu()] = self.ctx[done].gather(1, index).cpu()
+        tokens = self.ctx[done].gather(1, index)  # [b, N]
+        if pad is not None:
+            tokens = torch.where(index < self.ctx_len[done].unsqueeze(1), tokens, pad)
+        out[self.row_id[done].cpu()] = tokens.cpu()
+
+    def stop_at(self, eos: torch.Tensor, before: torch.Tensor, tau: torch.Tensor):
+        """Cut each row's tokens emitted this iteration (context positions before[b] ..
+        before[b] + tau[b], within the first N generated) at the first id in eos [k]: the row's
+        context then ends with that EOS. Returns (stopped bool [B], the real tau [B]: tau, or
+        the EOS's index among the emitted tokens)."""
+        j = torch.arange(int(tau.max()) + 1, device=tau.device)
+        pos = before.unsqueeze(1) + j  # [B, D + 1], context positions of the emitted tokens
+        ours = (j <= tau.unsqueeze(1)) & (pos - self.prompt_len.unsqueeze(1) < self.N)
+        hit = ours & torch.isin(self.ctx.gather(1, pos.clamp(max=self.ctx.shape[1] - 1)), eos)
+        stopped = hit.any(1)
+        first = torch.where(stopped, hit.long().argmax(1), tau)  # argmax: the first EOS
+        self.ctx_len = torch.where(stopped, before + first + 1, self.ctx_len)
+        return stopped, first
 
     def select(self, keep: torch.Tensor) -> None:
         for name in ("prompt_len", "ctx", "ctx_len", "row_id", "last"):
@@ -232,8 +258,8 @@ def _check_verdict(verdict, tree: DraftTree, name: str) -> None:
 class _Run:
     """The state of one `decode` call: rows, target KV, drafter, counters."""
 
-    def __init__(self, target, draft, method, tokens, lengths, N, T, source, storage, verify_in_prefill):
-        self.target, self.method, self.N, self.T, self.source = target, method, N, T, source
+    def __init__(self, target, draft, method, tokens, lengths, N, T, source, storage, verify_in_prefill, eos=None):
+        self.target, self.method, self.N, self.T, self.source, self.eos = target, method, N, T, source, eos
         B = tokens.shape[0]
         start = time.perf_counter()
         self.kv = new_kv(storage, target, B)
@@ -248,6 +274,7 @@ class _Run:
         self.prompt_call_tokens = torch.zeros(B, dtype=torch.long)  # emitted by the forward reading the prompt
         self.rows = Rows(tokens, lengths, N, room=64, vocab_size=target.vocab_size)
         self.out = torch.zeros(B, N, dtype=torch.long)
+        self.lengths = torch.full((B,), N, dtype=torch.long)  # real tokens per row (< N after EOS)
         self.accepted, self.trace = [], []
 
     def step(self) -> bool:
@@ -271,14 +298,19 @@ class _Run:
         keep = keep.gather(1, order) & tree.real.gather(1, order)
         self.kv.commit(keep if unread is None else torch.cat([unread[1], keep], 1))
         self.drafter.accept(tree, verdict)
+        before, tau = rows.ctx_len, verdict.num_accepted
         rows.emit(tree, verdict)
+        self.trace.append((self.kv.slots(), int((rows.ctx_len - 1).sum())))
+        done = torch.zeros_like(tau, dtype=torch.bool)  # [B], rows stopped at EOS
+        if self.eos is not None:
+            done, tau = rows.stop_at(self.eos, before, tau)
         if unread is not None:  # this iteration read the prompt: its time and tokens are the prefill's
             self.unread, self.prefill_s = None, self.prefill_s + time.perf_counter() - start
-            self.prompt_call_tokens = verdict.num_accepted.cpu() + 1
-        self.accepted.append(verdict.num_accepted.cpu())
-        self.trace.append((self.kv.slots(), int((rows.ctx_len - 1).sum())))
-        done = rows.ctx_len - rows.prompt_len >= self.N  # [B]
-        rows.finish(done, self.out, self.N)
+            self.prompt_call_tokens = tau.cpu() + 1
+        self.accepted.append(tau.cpu())
+        done = done | (rows.ctx_len - rows.prompt_len >= self.N)  # [B]
+        rows.finish(done, self.out, self.N, None if self.eos is None else int(self.eos[0]))
+        self.lengths[rows.row_id[done].cpu()] = (rows.ctx_len - rows.prompt_len)[done].clamp(max=self.N).cpu()
         if bool(done.all()):
             return False
         if bool(done.any()):
@@ -291,9 +323,9 @@ class _Run:
 
 def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_tokens: int,
            temperature: float = 0.0, uniforms=None, storage: str = "padded",
-           verify_in_prefill: bool = True) -> DecodeResult:
+           verify_in_prefill: bool = True, eos_token_id=None) -> DecodeResult:
     """Speculative decoding of B prompts with one method: drafter -> one target tree forward ->
-    verifier -> KV keep, until every row has `max_new_tokens` tokens (no EOS stop).
+    verifier -> KV keep, until every row has `max_new_tokens` tokens or has emitted EOS.
 
     Args:
         target: `CausalLM`. draft: `CausalLM` on the same vocabulary and device (None for
@@ -309,14 +341,20 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
             generation does), one target forward fewer than False: a prefill forward of the
             prompt, then the first iteration. Same output law; with shared uniforms, the same
             tokens up to floating-point ties.
+        eos_token_id: None (default: every row gets exactly N tokens), or the tokenizer's EOS
+            id (an int, or a sequence of ids, any of which stops): a row stops in the iteration
+            that emits it; accepted tokens after it are dropped, the row's output is padded
+            with the (first) EOS id after it, `DecodeResult.lengths` counts its tokens up to and
+            including EOS, and its stats count only those (`DecodeStats.accepted_lengths`). The
+            law of the tokens up to EOS is unchanged (as transformers' `generate` stops).
 
     Returns:
-        `DecodeResult`: tokens int64 [B, N] on CPU; `DecodeStats`.
+        `DecodeResult`: tokens int64 [B, N] on CPU, lengths int64 [B]; `DecodeStats`.
 
     Raises:
         TypeError / ValueError naming the argument: non-CausalLM models, vocabulary or device
         mismatch, bad prompts, N < 1, negative temperature, unknown storage, a stream source with
-        B > 1, a drafter returning a malformed tree, a verifier returning a non-path.
+        B > 1, an EOS id that is not an int in [0, V), a drafter returning a malformed tree, a verifier returning a non-path.
     """
     method = _as_method(method)
     if not isinstance(target, CausalLM):
@@ -334,10 +372,11 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
     start, counts = time.perf_counter(), (target.forward_count, draft.forward_count if draft is not None else 0)
     if not isinstance(verify_in_prefill, bool):
         raise TypeError(f"verify_in_prefill: expected a bool, got {type(verify_in_prefill).__name__}")
-    run = _Run(target, draft, method, tokens, lengths, N, T, source, storage, verify_in_prefill)
+    eos = check_eos(eos_token_id, target.vocab_size, target.device)
+    run = _Run(target, draft, method, tokens, lengths, N, T, source, storage, verify_in_prefill, eos)
     while run.step():
         pass
-    return DecodeResult(run.out, _stats(run, method, storage, draft, counts, start))
+    return DecodeResult(run.out, _stats(run, method, storage, draft, counts, start), run.lengths)
 
 
 def _stats(run: _Run, method: TorchMethod, storage: str, draft, counts, start) -> DecodeStats:

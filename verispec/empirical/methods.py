@@ -10,7 +10,7 @@ Each is a `TorchMethod` = a drafter (`verispec.empirical.drafters`) + a verifier
     get("khisti", draft_length=4, num_paths=2)       multi-draft selection top down (optimal_is,
                                                      global_resolution, hu_greedy; spechub: K = 2)
     get("adaptive", draft_length=4, threshold=0.4)   confidence-stopped chain (hybrid: a lookup phrase first)
-    get("ouroboros_phrase", pool=PhrasePool())       phrase pools (ouroboros, lookahead)
+    get("ouroboros_phrase", pool=PhrasePool(6))      phrase pools (ouroboros, lookahead)
     get("target_only")                               no draft: the baseline
     get("hybrid", draft_vocab=32768)                 the draft's head over a token subset (FR-Spec)
 

@@ -7,7 +7,8 @@ import torch
 from .model import CausalLM
 from .uniforms import as_uniform_source
 
-__all__ = ["check_temperature", "check_int", "check_positive", "check_pair", "check_prompt", "check_prompts", "check_source"]
+__all__ = ["check_temperature", "check_int", "check_positive", "check_pair", "check_prompt", "check_prompts", "check_source",
+           "check_eos"]
 
 
 def check_temperature(value, name):
@@ -30,6 +31,22 @@ def check_int(value, name: str, minimum: int) -> int:
 def check_positive(value, name):
     """`value` if it is an int >= 1, else TypeError / ValueError naming `name`."""
     return check_int(value, name, 1)
+
+
+def check_eos(value, vocab_size: int, device) -> torch.Tensor | None:
+    """`eos_token_id` of `engine.decode`: None, or an int / non-empty sequence of ints in
+    [0, vocab_size) (several ids: any of them stops a row) -> int64 [k] on `device`."""
+    if value is None:
+        return None
+    ids = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    if isinstance(ids, torch.Tensor):
+        ids = ids.reshape(-1).tolist()
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, (list, tuple)) or not ids or any(
+            isinstance(t, bool) or not isinstance(t, int) for t in ids):
+        raise TypeError(f"eos_token_id: expected None, an int or a non-empty sequence of ints, got {value!r}")
+    if any(not 0 <= t < vocab_size for t in ids):
+        raise ValueError(f"eos_token_id: ids must lie in [0, {vocab_size}) (the target's vocabulary), got {value!r}")
+    return torch.tensor(ids, dtype=torch.long, device=device)
 
 
 def check_pair(target, draft) -> None:

@@ -194,9 +194,10 @@ _ENTRIES = (
                torch="verispec.empirical.drafters.phrases:ouroboros_method", no_twin=_POOL_STATE),
     MethodSpec("ouroboros_phrase", "Ouroboros phrase by phrase: a guess set checked per draft forward, 2-D window, "
                "pool refinement (arXiv 2402.13720, Algorithm 1)",
-               (POOL, L, CANDIDATES, Param("guess_set", 8, "G", "the guess set: pool phrases the draft checks per forward"), WINDOW,
-                Param("output_ngrams", True, None, "also pool the verified output's n-grams"),
-                Param("flat_window", False, None, "a one-level window instead of the 2-D one")),
+               (POOL, L, CANDIDATES, Param("guess_set", 20, "G", "the guess set: pool phrases the draft checks per forward"),
+                WINDOW, Param("output_ngrams", True, None, "also pool the verified output's n-grams"),
+                Param("flat_window", False, None, "a one-level window instead of the 2-D one"),
+                Param("phrase_length", 6, "n", "tokens per pool phrase (the lookahead level minus one)")),
                torch="verispec.empirical.drafters.phrases:ouroboros_phrase_method", no_twin=_POOL_STATE),
     MethodSpec("lookahead", "no draft model: pool phrases from a one-level Jacobi window, point-mass tree "
                "verification (after Fu et al., arXiv 2402.02057)", (POOL, CANDIDATES, WINDOW), needs_draft=False,

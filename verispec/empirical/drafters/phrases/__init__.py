@@ -5,8 +5,8 @@ after Fu et al. 2024, arXiv 2402.02057).
 Each is a method of the engine, built by a factory here (`ouroboros_method`,
 `ouroboros_phrase_method`, `lookahead_method`) and run by
 `verispec.empirical.engine.decode(target, draft, prompt, method, N, T, uniforms, "sequence")`
-(draft None for lookahead). All decode one prompt (B = 1), generate exactly `max_new_tokens`
-tokens (no EOS stop) and read their drafts from a `PhrasePool`: phrases of a fixed length keyed by
+(draft None for lookahead). All decode one prompt (B = 1), generate `max_new_tokens` tokens
+(fewer with `decode(eos_token_id=...)`: a stop at EOS) and read their drafts from a `PhrasePool`: phrases of a fixed length keyed by
 the token they follow, newest first, least-recently-used entries evicted. The pool is an ordinary
 object the caller may pass to many methods, so it stays warm across prompts; the pool counters of
 a call are in `stats.logs`. One iteration of each: `OuroborosDrafter`, `PhraseOuroborosDrafter`,

@@ -214,7 +214,8 @@ class OuroborosDrafter(_PhraseDrafter):
       refined guesses written over the newest pool entries; here (b) is the n-grams of the committed
       output and (c) inserts the target's continuation of every scored phrase as the newest entry.
     - on full acceptance it keeps the longest matching guess; the T = 0 walk here does the same.
-    - it stops at EOS and is greedy only; here no EOS stop, and T > 0 is supported (lossless).
+    - it is greedy only; here T > 0 is supported (lossless). Both stop at EOS (here through
+      `engine.decode(eos_token_id=...)`).
     - defaults: its gamma 4, window 20, lookahead level 7 (phrases of 6), guess set 20, top-k 3; here
       draft_length 4, window 4, phrase_length 4, max_phrases_per_key 20, num_candidates 3 (small
       trees: CPU forwards cost grows with rows).
@@ -276,16 +277,18 @@ class PhraseOuroborosDrafter(_PhraseDrafter):
     paper and its code:
     - the 2D window is seeded with the context's last tokens and adds phrases from the n-th forward
       on (the code seeds it with random prompt tokens and fills it level by level);
-    - the draft checks the G newest phrases (the code: all of the key's guess set, up to 20);
+    - the draft checks the G newest phrases (the code: all of the key's guess set, up to 20: the
+      same at the default G = 20 and a pool of 20 phrases per key);
     - the phrases of (i) may continue into the pool tails after the chain (the code stops at the
       chain's end); (iii)'s output n-grams are not in the paper (output_ngrams=False drops them);
-    - pool phrases have one length n (PhrasePool.phrase_length, default 4; the code's 6), and the
-      draft's phrases are checked by the draft's argmax on the trie (the code: one chain per phrase);
+    - the draft's phrases are checked by the draft's argmax on the trie (the code: one chain per
+      phrase);
     - verification: the paper's is greedy (longest prefix equal to the target's argmax); here
       point-mass recursive rejection, identical at T = 0 and lossless at any T > 0;
-    - no EOS stop; defaults L 4, K 3, G 8, W 4 (the code: gamma 4, top-k 3, guess set 20, window 20)
-      because CPU forwards cost grows with rows: up to G n + W n - 1 rows ride in every draft forward
-      (W = 0 or flat_window=True for fewer).
+    - defaults L 4, K 3, G 20, n 6 as the code's (gamma 4, top-k 3, guess set 20, lookahead level
+      7), but W 4 (the code: window 20) because CPU forwards cost grows with rows: up to G n + W n - 1
+      rows ride in every draft forward (W = 0 or flat_window=True for fewer). EOS stops decoding
+      through `engine.decode(eos_token_id=...)`, as in the code.
     """
 
     needs_model = True
@@ -380,14 +383,18 @@ def ouroboros_method(pool: PhrasePool | None = None, draft_length: int = 4, num_
 
 
 def ouroboros_phrase_method(pool: PhrasePool | None = None, draft_length: int = 4, num_candidates: int = 3,
-                            guess_set: int = 8, window: int = 4, output_ngrams: bool = True,
-                            flat_window: bool = False) -> TorchMethod:
+                            guess_set: int = 20, window: int = 4, output_ngrams: bool = True,
+                            flat_window: bool = False, phrase_length: int = 6) -> TorchMethod:
     """Ouroboros (Zhao et al. 2024, arXiv 2402.13720, Algorithm 1 and Section 3) phrase by
     phrase, as a method of the engine (one iteration: `PhraseOuroborosDrafter`); one prompt per
-    decode call (B = 1), as `ouroboros_method`.
+    decode call (B = 1), as `ouroboros_method`. The defaults of phrase_length (6: lookahead level
+    7), guess_set (20), draft_length (gamma 4) and num_candidates (top-k 3) are the authors' (the
+    public code thunlp/Ouroboros); its window is 20 columns, here 4 (CPU forwards cost grows with
+    rows). `engine.decode(eos_token_id=...)` stops at EOS, as theirs does.
 
     Args:
-        pool: a `PhrasePool` (warm across calls) or None (a fresh `PhrasePool()` per decode call).
+        pool: a `PhrasePool` of `phrase_length` (warm across calls) or None (a fresh
+            `PhrasePool(phrase_length, max(20, guess_set))` per decode call).
         draft_length: L >= 1, the paper's gamma: the draft chain holds at least L tokens and at
             most L + phrase_length (whole phrases).
         num_candidates: K >= 1 newest pool phrases hung after the chain (the paper's top-k).
@@ -398,24 +405,30 @@ def ouroboros_phrase_method(pool: PhrasePool | None = None, draft_length: int = 
         output_ngrams: also add the verified output's n-grams to the pool (not in the paper).
         flat_window: a one-level window of W slots instead (`ouroboros_method`'s: W rows, each
             phrase formed over n forwards).
+        phrase_length: n >= 1 tokens per pool phrase (the lookahead level minus one); a given
+            pool must hold phrases of this length.
 
     Returns:
         `TorchMethod` "ouroboros_phrase" (`PhraseOuroborosDrafter` + `verifiers.nodes.PointMassTree`);
         stats.logs: the pool counters ("target_phrases": phrases the target's verification added).
 
     Raises:
-        TypeError / ValueError: as `ouroboros_method`, and G < 1 or a non-bool output_ngrams /
-        flat_window.
+        TypeError / ValueError: as `ouroboros_method`, and G < 1, n < 1, a pool whose
+        phrase_length is not n, or a non-bool output_ngrams / flat_window.
     """
     L, K, W = _phrase_args(draft_length, num_candidates, window)
-    check_pool(pool)
     G = check_positive(guess_set, "guess_set")
+    n = check_positive(phrase_length, "phrase_length")
+    if check_pool(pool if pool is not None else PhrasePool(n)).phrase_length != n:
+        raise ValueError(f"phrase_length: {n} differs from the pool's phrase_length {pool.phrase_length}")
     for flag, name in ((output_ngrams, "output_ngrams"), (flat_window, "flat_window")):
         if not isinstance(flag, bool):
             raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
     return TorchMethod("ouroboros_phrase",
-                       lambda: PhraseOuroborosDrafter(check_pool(pool), L, K, W, G, output_ngrams, flat_window),
-                       PointMassTree(), {"draft_length": L, "num_candidates": K, "guess_set": G, "window": W})
+                       lambda: PhraseOuroborosDrafter(PhrasePool(n, max(20, G)) if pool is None else pool, L, K, W, G,
+                                                      output_ngrams, flat_window),
+                       PointMassTree(),
+                       {"draft_length": L, "num_candidates": K, "guess_set": G, "window": W, "phrase_length": n})
 
 
 def _phrase_args(draft_length, num_candidates, window):
