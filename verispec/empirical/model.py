@@ -10,9 +10,8 @@
   position_ids = prefix length + depth. (A bool mask under eager attention is silently wrong in
   transformers 5.x, docs/real_models.md; FlashAttention-2 takes 2D padding masks only and is refused.)
 
-and edits caches in place: `crop_cache` (drop the tail; `DynamicCache.crop` with a negative count,
-which transformers 4.x and 5.x both accept), `gather_cache` (keep given positions per row: the
-accepted path of a tree), `select_cache_rows` / `repeat_cache_rows` (batch axis).
+and edits caches in place: `crop_cache` (drop the tail), `gather_cache` (keep given positions per
+row: the accepted path of a tree), `select_cache_rows` (batch axis).
 Works on CPU and CUDA, in float32 and bfloat16; logits are returned in float32.
 `with_head_subset(S)` gives a view whose output layer runs over the token ids S only (FR-Spec,
 arXiv 2502.14856; for draft models: `verispec.empirical.speedups.draftvocab`).
@@ -30,7 +29,7 @@ from .speedups.draftvocab import check_subset
 from .speedups.int8_head import is_quantized_linear, subset_head
 
 __all__ = ["CausalLM", "tree_attention_mask", "tree_ancestors", "additive_mask", "cache_length", "crop_cache", "gather_cache",
-           "select_cache_rows", "repeat_cache_rows"]
+           "select_cache_rows"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -38,29 +37,21 @@ __all__ = ["CausalLM", "tree_attention_mask", "tree_ancestors", "additive_mask",
 # ----------------------------------------------------------------------------------------------
 
 def _layers(cache):
-    """(keys, values, setter) per layer for transformers 5.x (`cache.layers`) or 4.x lists."""
-    if hasattr(cache, "layers"):
-        out = []
-        for layer in cache.layers:
-            if getattr(layer, "is_sliding", False):
-                raise ValueError("cache: sliding-window cache layers cannot be edited position-wise")
-            if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
-                continue
+    """(keys, values, setter) per initialised layer of a `DynamicCache` (`cache.layers`)."""
+    if not hasattr(cache, "layers"):
+        raise TypeError(f"cache: expected a transformers DynamicCache, got {type(cache).__name__}")
+    out = []
+    for layer in cache.layers:
+        if getattr(layer, "is_sliding", False):
+            raise ValueError("cache: sliding-window cache layers cannot be edited position-wise")
+        if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
+            continue
 
-            def setter(k, v, layer=layer):
-                layer.keys, layer.values = k, v
+        def setter(k, v, layer=layer):
+            layer.keys, layer.values = k, v
 
-            out.append((layer.keys, layer.values, setter))
-        return out
-    if hasattr(cache, "key_cache"):  # transformers 4.x
-        out = []
-        for i in range(len(cache.key_cache)):
-            def setter(k, v, i=i):
-                cache.key_cache[i], cache.value_cache[i] = k, v
-
-            out.append((cache.key_cache[i], cache.value_cache[i], setter))
-        return out
-    raise TypeError(f"cache: expected a transformers DynamicCache, got {type(cache).__name__}")
+        out.append((layer.keys, layer.values, setter))
+    return out
 
 
 def cache_length(cache) -> int:
@@ -74,7 +65,7 @@ def crop_cache(cache, length: int) -> None:
     """Keep the first `length` positions of every layer (in place).
 
     Uses `DynamicCache.crop(-(current - length))`: transformers 5.x accepts only a negative count
-    of tokens to drop (a positive target length raises); 4.x accepts both.
+    of tokens to drop (a positive target length raises).
 
     Raises:
         ValueError: length < 0 or longer than the cache.
@@ -126,12 +117,6 @@ def select_cache_rows(cache, rows: torch.Tensor) -> None:
     for keys, values, setter in _layers(cache):
         index = rows.to(keys.device)
         setter(keys.index_select(0, index), values.index_select(0, index))
-
-
-def repeat_cache_rows(cache, repeats: int) -> None:
-    """Repeat every batch row `repeats` times (row b -> rows b*repeats .. b*repeats+repeats-1)."""
-    for keys, values, setter in _layers(cache):
-        setter(keys.repeat_interleave(repeats, dim=0), values.repeat_interleave(repeats, dim=0))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -204,14 +189,16 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> 
         ~allowed, torch.finfo(dtype).min)
 
 
-def _depths(parents: torch.Tensor) -> torch.Tensor:
-    """Depth of every node of the block (root = 0): parents [B, N] -> [B, N]."""
-    B, N = parents.shape
-    depth = torch.zeros(B, N, dtype=torch.long, device=parents.device)
-    for j in range(N):
-        parent = parents[:, j]
-        depth[:, j] = torch.where(parent >= 0, depth.gather(1, parent.clamp(min=0).unsqueeze(1)).squeeze(1) + 1, 0)
-    return depth
+def _linear_rows(full: torch.nn.Linear, ids: torch.Tensor) -> torch.nn.Linear:
+    """A frozen linear layer over the rows `ids` [|S|] of `full` (weight [|S|, H], contiguous)."""
+    head = torch.nn.utils.skip_init(torch.nn.Linear, full.in_features, ids.numel(), bias=full.bias is not None,
+                                    device=full.weight.device, dtype=full.weight.dtype)
+    index = ids.to(full.weight.device)
+    with torch.no_grad():
+        head.weight.copy_(full.weight.index_select(0, index))
+        if full.bias is not None:
+            head.bias.copy_(full.bias.index_select(0, index))
+    return head.requires_grad_(False)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -258,16 +245,11 @@ class CausalLM:
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, dtype=torch.bfloat16, device="cpu",
                         attn_implementation: str = "sdpa", **kwargs) -> "CausalLM":
-        """Load with `AutoModelForCausalLM.from_pretrained(..., dtype=dtype)` (transformers 5.x
-        spells it `dtype`; 4.x `torch_dtype`) and move to `device`."""
+        """Load with `AutoModelForCausalLM.from_pretrained(..., dtype=dtype)` and move to `device`."""
         from transformers import AutoModelForCausalLM
 
-        try:
-            model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype,
-                                                         attn_implementation=attn_implementation, **kwargs)
-        except TypeError:  # transformers 4.x
-            model = AutoModelForCausalLM.from_pretrained(name_or_path, torch_dtype=dtype,
-                                                         attn_implementation=attn_implementation, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype,
+                                                     attn_implementation=attn_implementation, **kwargs)
         return cls(model.to(device), name=str(name_or_path))
 
     @classmethod
@@ -277,20 +259,14 @@ class CausalLM:
         from transformers import AutoModelForCausalLM
 
         torch.manual_seed(seed)
-        try:
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
-        except TypeError:  # transformers 4.x
-            model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype, attn_implementation=attn_implementation)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
         return cls(model.to(device), name=f"{type(config).__name__}(seed={seed})")
 
     def new_cache(self):
         """An empty `DynamicCache` for this model."""
         from transformers import DynamicCache
 
-        try:
-            return DynamicCache(config=self.model.config)
-        except TypeError:  # transformers 4.x
-            return DynamicCache()
+        return DynamicCache(config=self.model.config)
 
     # -- forwards --------------------------------------------------------------------------------
 
@@ -349,15 +325,14 @@ class CausalLM:
         drafters, rules and KV code need no change. The view shares the model (and its KV
         caches' format) and its `forward_count` (a forward of either counts for both); it keeps
         no prefill memo. Meant for a DRAFT model: a restricted target would change the output law.
+        An int8 head (`verispec.empirical.speedups.quantize`) gives an int8 head over S, its rows
+        at the same scale.
 
         Args:
             subset: token ids, a 1-D integer tensor or sequence (any order, repeats allowed).
 
         Returns:
             a `CausalLM` view; `forward`/`chain`/`tree`/`prefill` return logits float32 [B, q, V].
-
-        An int8 head (`verispec.empirical.speedups.quantize`) gives an int8 head over S, its rows at the
-        same scale.
 
         Raises:
             TypeError: `subset` not integer ids, or a model without output embeddings.
@@ -368,17 +343,9 @@ class CausalLM:
         if not isinstance(full, torch.nn.Linear) and not is_quantized_linear(full):
             raise TypeError(f"model: a head subset needs a torch.nn.Linear output layer, got {type(full).__name__}")
         key = ids.numpy().tobytes()
-        if key not in self._subset_heads and is_quantized_linear(full):  # int8 draft (`quantize`): int8 rows
-            self._subset_heads = {key: (ids.to(self.device), subset_head(full, ids))}
-        if key not in self._subset_heads:
-            head = torch.nn.utils.skip_init(torch.nn.Linear, full.in_features, ids.numel(), bias=full.bias is not None,
-                                            device=full.weight.device, dtype=full.weight.dtype)
-            index = ids.to(full.weight.device)
-            with torch.no_grad():
-                head.weight.copy_(full.weight.index_select(0, index))  # [|S|, H], contiguous
-                if full.bias is not None:
-                    head.bias.copy_(full.bias.index_select(0, index))
-            self._subset_heads = {key: (ids.to(self.device), head.requires_grad_(False))}  # keep the last one
+        if key not in self._subset_heads:  # keep the last subset's head only
+            head = subset_head(full, ids) if is_quantized_linear(full) else _linear_rows(full, ids)
+            self._subset_heads = {key: (ids.to(self.device), head)}
         view = copy.copy(self)
         view._head_subset = self._subset_heads[key]
         view._prefill_memo, view._subset_heads = None, {}
@@ -445,7 +412,8 @@ class CausalLM:
             past_lengths = past_valid.sum(-1) if past_valid is not None else torch.full(
                 (tokens.shape[0],), S, dtype=torch.long, device=self.device)
         mask = tree_attention_mask(parents, S if past_valid is None else past_valid, self.dtype)
-        position_ids = past_lengths.to(self.device).unsqueeze(1) + _depths(parents)  # [B, N]
+        depth = tree_ancestors(parents).sum(-1) - 1  # [B, N], root = 0
+        position_ids = past_lengths.to(self.device).unsqueeze(1) + depth
         logits, _ = self.forward(tokens, cache, position_ids=position_ids, attention_mask=mask)
         return logits
 
