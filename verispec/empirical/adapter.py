@@ -21,9 +21,7 @@ numpy code on real causal LMs, without writing a torch twin:
   the rule asks, so with a stream source (`NumpyUniforms`, B = 1) the adapter and a torch twin of
   the rule read the same uniforms and emit the same tokens.
 
-Drafters: the Method's reference drafter picks its torch twin (`chain`, `iid_paths`,
-`paths_without_replacement`, `opt_tree`, `greedy`, `prompt_lookup`, `hub_pairs`,
-`greedy_draft_paths`); pass `drafter=`
+Drafters: the Method's reference drafter picks its torch twin (`twin_drafter`); pass `drafter=`
 for others.
 Cost: the verify runs in Python per row (V-sized numpy vectors): for research, not for speed.
 """
@@ -124,16 +122,15 @@ def _row_draft(tokens, parents, real, q, paths, point_mass: bool, vocab_size: in
         drafted = [node_of[j] for j in sorted(node_of) if j not in has_child and j]
     drafted = [path for path in drafted if path]
     if q is None:
+        q = np.zeros((len(tokens), vocab_size))  # [N, V]: the draft view serves the same proposals
         children = {}
         for node in index:
             if node:
                 children.setdefault(node[:-1], set()).add(node[-1])
-        proposal = {node: _one_hot(next(iter(kids)), vocab_size) if point_mass and len(kids) == 1 else None
-                    for node, kids in children.items()}
-        q = np.zeros((len(tokens), vocab_size))  # [N, V]: the draft view serves the same proposals
-        for node, row in proposal.items():
-            if row is not None:
-                q[index[node]] = row
+        for node, kids in children.items():
+            if point_mass and len(kids) == 1:
+                q[index[node], next(iter(kids))] = 1.0
+        proposal = {node: q[j] if q[j].any() else None for node, j in index.items()}
     else:
         proposal = {node: q[j] for node, j in index.items()}
     draft = Draft.from_paths(drafted, lambda node: proposal.get(node)) if drafted else None
@@ -187,12 +184,6 @@ class ReferenceVerifier:
         if out[:-1] not in index:
             raise ValueError(f"verify: method {self.name!r} accepted {out[:-1]}, which is not a drafted path")
         return [index[out[:i]] for i in range(1, len(out))], out[-1]
-
-
-def _one_hot(token: int, size: int) -> np.ndarray:
-    out = np.zeros(size)
-    out[token] = 1.0
-    return out
 
 
 def twin_drafter(method: Method) -> Callable:

@@ -27,6 +27,7 @@ import torch
 from ..reference.models import LanguageModel, check_prefix
 from .drafters import probabilities
 from .model import CausalLM
+from .validation import check_temperature
 
 __all__ = ["TorchLanguageModel"]
 
@@ -47,12 +48,9 @@ class TorchLanguageModel(LanguageModel):
     def __init__(self, lm: CausalLM, temperature: float = 1.0, batch_size: int = 4096):
         if not isinstance(lm, CausalLM):
             raise TypeError(f"lm: expected a CausalLM, got {type(lm).__name__}")
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-            raise TypeError(f"temperature: expected a number, got {type(temperature).__name__}")
-        if not (temperature >= 0 and np.isfinite(temperature)):
-            raise ValueError(f"temperature: must be finite and >= 0, got {temperature!r}")
+        temperature = check_temperature(temperature, "temperature")
         super().__init__(lm.vocab_size)
-        self.lm, self.temperature, self.batch_size = lm, float(temperature), int(batch_size)
+        self.lm, self.temperature, self.batch_size = lm, temperature, int(batch_size)
 
     def _forward_last(self, prefixes: list[tuple[int, ...]]) -> np.ndarray:
         """Equal-length prefixes -> probs [n, V] at their last position (batched, no cache)."""

@@ -8,11 +8,9 @@ on these ones by the reference twins `verispec.reference.adaptive.adaptive_chain
 - `AdaptiveChainDrafter`: a draft-model chain that stops after a token whose draft confidence
   falls below `threshold` (transformers' ``assistant_confidence_threshold``), with a per-row cap
   that follows the acceptance history (`SCHEDULES`).
-- Guesses (``guess_length`` k > 0; bench ``g=k``): each draft forward also holds up to k
-  prompt-lookup tokens (Saxena 2023) hung as a chain below the token it feeds, so several tokens
-  can be drawn in one forward while the draws match the guesses; tokens are always drawn from q,
-  never taken from a guess: the draft-side phrase check of Ouroboros (Zhao et al. 2024, arXiv
-  2402.13720) made exact under sampling.
+- Guesses (``guess_length`` k > 0; bench ``g=k``): prompt-lookup tokens (Saxena 2023) ride in each
+  draft forward, so several tokens are drawn per forward while the draws match them: the draft-side
+  phrase check of Ouroboros (Zhao et al. 2024, arXiv 2402.13720) made exact under sampling.
 - `HybridDrafter`: per row and iteration, the prompt-lookup phrase when the context has an n-gram
   match (a point-mass chain: no draft forward), the adaptive chain otherwise.
 
@@ -24,10 +22,9 @@ from __future__ import annotations
 import torch
 
 from ..torch_method import TorchMethod
-from ..validation import check_positive
+from ..validation import check_int, check_positive
 from ..verifiers.nodes import PathRule
 from .base import DraftTree, PathsDrafter, draw, next_token_law, probabilities
-from ..validation import check_int
 from .lookup import prompt_lookup_batch
 
 __all__ = ["AdaptiveChainDrafter", "HybridDrafter", "SCHEDULES", "VERIFIERS", "adaptive_method", "hybrid_method"]
@@ -237,7 +234,10 @@ class AdaptiveChainDrafter(PathsDrafter):
     def _chain_tree(self, last, paths, lengths, q) -> DraftTree:
         """The tree of chains paths [B, 1, L] (lengths [B]) whose nodes have q [B, 1 + l, V]:
         only the l <= L depths some row reached get nodes, while the paths keep their width L
-        (the verifier's uniform reads depend on it, not on l)."""
+        (the verifier's uniform reads depend on it, not on l). Logs the lengths and caps."""
+        self._drafted = lengths
+        self._lengths.append(lengths.cpu())
+        self._caps.append(self.cap.cpu())
         l = q.shape[1] - 1
         tree = self._tree(last, paths[:, :, :l], lengths.unsqueeze(1), q)
         if l < paths.shape[2]:
@@ -256,9 +256,6 @@ class AdaptiveChainDrafter(PathsDrafter):
 
     def draft(self, rows) -> DraftTree:
         paths, lengths, q = self._chain(self._in_budget(self.cap, rows), rows)
-        self._drafted = lengths
-        self._lengths.append(lengths.cpu())
-        self._caps.append(self.cap.cpu())
         return self._chain_tree(rows.last, paths, lengths, q)
 
     # -- after verification -------------------------------------------------------------------------
@@ -337,9 +334,6 @@ class HybridDrafter(AdaptiveChainDrafter):
         else:
             paths, lengths, q = self._empty(found)
         paths, lengths, q = self._with_phrases(paths, lengths, q, phrases, found, lookup)
-        self._drafted = lengths
-        self._lengths.append(lengths.cpu())
-        self._caps.append(self.cap.cpu())
         return self._chain_tree(rows.last, paths, lengths, q)
 
     def _empty(self, found):
@@ -363,9 +357,8 @@ class HybridDrafter(AdaptiveChainDrafter):
             paths = torch.cat([paths, paths.new_zeros(B, 1, L - paths.shape[2])], dim=2)
         if longest > q.shape[1] - 1:
             q = torch.cat([q, q.new_zeros(B, longest - q.shape[1] + 1, V)], dim=1)
-        width = phrases.shape[1]
         phrase = torch.zeros(B, L, dtype=torch.long, device=paths.device)
-        phrase[:, :min(L, width)] = phrases[:, :L]
+        phrase[:, :phrases.shape[1]] = phrases[:, :L]
         paths[:, 0] = torch.where(lookup.unsqueeze(1), phrase, paths[:, 0])
         j = torch.arange(L, device=paths.device)
         point = lookup.unsqueeze(1) & (j < found.unsqueeze(1))  # [B, L]: node d holds q of token d + 1

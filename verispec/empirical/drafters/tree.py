@@ -89,8 +89,6 @@ class TreeRecords:
 
 # --- Shapes and layers ---
 
-
-
 def _shape_layers(paths: list[tuple[int, ...]], device) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per depth d >= 1: (parent position in layer d-1 [m_d], rank [m_d]) of a BFS-ordered shape."""
     layers, index = [], {(): 0}
@@ -140,8 +138,6 @@ def _choose(cat: dict, tree: str, n: int) -> torch.Tensor:
     return torch.zeros_like(cat["valid"]).scatter_(1, order, True) & cat["valid"]
 
 
-
-
 # --- The drafter: one draft forward per layer ---
 
 class TreeDrafter(ModelDrafter):
@@ -162,9 +158,8 @@ class TreeDrafter(ModelDrafter):
 
     def __init__(self, tree="opt_tree", node_budget=50, threshold=0.0, max_depth=10, branching=2,
                  draft_temperature=None, prune=True, keep_q=False):
-        self.tree, self.n, self.delta, self.depth, shape = check_tree_args(
+        self.tree, self.n, self.delta, self.depth, self.shape = check_tree_args(
             tree, node_budget, threshold, max_depth, branching)
-        self.shape = shape
         self.draft_temperature = None if draft_temperature is None else check_temperature(
             draft_temperature, "draft_temperature")
         self.prune, self.keep_q = prune, keep_q
@@ -260,10 +255,7 @@ class TreeDrafter(ModelDrafter):
             best = top.sum(1)  # [B]
             g["active"] = g["active"] & ok.any(1) & (best - g["expected"] > self.delta)
             g["expected"] = best
-            if self.prune and top.shape[1] == self.n:
-                # Exact pruning: a descendant of a node with W <= the n-th largest W so far has
-                # W <= it (W shrinks along paths) and n earlier records with W >= it ahead of it
-                # (ties go to earlier records), so it never enters the final tree nor raises E[A].
+            if self.prune and top.shape[1] == self.n:  # exact pruning (why it is exact: class docstring)
                 run = run & (w > top[:, self.n - 1:])
         else:
             g["active"] = g["active"] & ok.any(1) & (depth < len(self.layers))

@@ -1,13 +1,6 @@
-"""Point-mass tree verification: recursive rejection with a one-hot proposal per child.
-
-The verifier of deterministic drafts arranged as a trie (phrase pools: Ouroboros, lookahead;
-`verispec.empirical.drafters.phrases`), on the node layout of the engine: p [B, N, V] from the one target
-tree forward, tokens / parents [B, N] (node 0 = the root). At each node, children x are tried in
-index order with acceptance p'(x) (p' = p at first, p' <- norm(max(p' - one-hot(x), 0)) after a
-rejection); if none is accepted the correction is drawn from p', at a leaf the bonus from p. This
-is token verification with q = one-hot (Leviathan et al. 2023, arXiv 2211.17192; the reference
-`point_mass` method) per child, i.e. SpecInfer's recursive rejection sampling (arXiv 2305.09781)
-with one point-mass proposal per child: every emitted token is an exact draw from p.
+"""Point-mass tree verification: recursive rejection with a one-hot proposal per child
+(`point_mass_tree_verify`), the verifier of deterministic drafts arranged as a trie (phrase pools:
+Ouroboros, lookahead; `verispec.empirical.drafters.phrases`) on the node layout of the engine.
 """
 
 from __future__ import annotations
