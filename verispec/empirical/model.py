@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import time
 
 import torch
 
@@ -32,9 +31,7 @@ __all__ = ["CausalLM", "tree_attention_mask", "tree_ancestors", "additive_mask",
            "gather_cache", "select_cache_rows"]
 
 
-# ----------------------------------------------------------------------------------------------
-# KV-cache editing
-# ----------------------------------------------------------------------------------------------
+# --- KV-cache editing ---
 
 def _layers(cache):
     """(keys, values, setter) per initialised layer of a `DynamicCache` (`cache.layers`)."""
@@ -119,9 +116,7 @@ def select_cache_rows(cache, rows: torch.Tensor) -> None:
         setter(keys.index_select(0, index), values.index_select(0, index))
 
 
-# ----------------------------------------------------------------------------------------------
-# Tree masks
-# ----------------------------------------------------------------------------------------------
+# --- Tree masks ---
 
 def tree_ancestors(parents: torch.Tensor, prior: torch.Tensor | None = None) -> torch.Tensor:
     """Which nodes each node of a forest descends from (itself included).
@@ -160,8 +155,7 @@ def tree_attention_mask(parents: torch.Tensor, past_valid: torch.Tensor | int, d
     Args:
         parents: int64 [B, N]: parents[b, j] < j is the index (within the new block) of node j's
             parent, -1 for a node attached directly to the cached prefix (the root).
-        past_valid: bool [B, S] (which cached positions each row may see), bool [B, N, S] (per
-            node), or an int S (all valid).
+        past_valid: bool [B, S] (which cached positions each row may see), or an int S (all valid).
         dtype: the model's dtype (the mask is 0 where allowed and finfo(dtype).min elsewhere).
 
     Returns:
@@ -175,8 +169,6 @@ def tree_attention_mask(parents: torch.Tensor, past_valid: torch.Tensor | int, d
     ancestors = tree_ancestors(parents)  # [B, N, N]
     if isinstance(past_valid, int):
         past = torch.ones(B, N, past_valid, dtype=torch.bool, device=device)
-    elif past_valid.dim() == 3:
-        past = past_valid.to(device)
     else:
         past = past_valid.to(device).unsqueeze(1).expand(B, N, past_valid.shape[1])
     return additive_mask(torch.cat([past, ancestors], dim=2), dtype).unsqueeze(1)  # [B, 1, N, S + N]
@@ -201,9 +193,7 @@ def _linear_rows(full: torch.nn.Linear, ids: torch.Tensor) -> torch.nn.Linear:
     return head.requires_grad_(False)
 
 
-# ----------------------------------------------------------------------------------------------
-# The wrapper
-# ----------------------------------------------------------------------------------------------
+# --- The wrapper ---
 
 class CausalLM:
     """A `transformers` causal LM prepared for speculative decoding.
@@ -237,7 +227,6 @@ class CausalLM:
         self.vocab_size = int(head.out_features if head is not None else model.config.vocab_size)
         self._forwards = [0]  # shared with `with_head_subset` views: their forwards count here
         self._prefill_memo: dict | None = None
-        self.prefill_seconds = 0.0  # time spent in prefills actually computed (memo misses)
         self._head_subset = None  # (ids [|S|], the head over S) on a `with_head_subset` view
         self._subset_heads: dict = {}  # the last gathered head per subset (rows copied once)
         # Models whose forward lacks `logits_to_keep` get their logits sliced instead.
@@ -358,9 +347,7 @@ class CausalLM:
             return self.forward(ids, logits_to_keep=logits_to_keep)
         key = (tuple(ids.shape), tuple(ids.flatten().tolist()), logits_to_keep)
         if key not in self._prefill_memo:
-            start = time.perf_counter()
             self._prefill_memo[key] = self.forward(ids, logits_to_keep=logits_to_keep)
-            self.prefill_seconds += time.perf_counter() - start
         else:
             self.forward_count += 1
         logits, cache = self._prefill_memo[key]

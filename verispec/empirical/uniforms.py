@@ -10,13 +10,9 @@ The conventions are exactly those of `verispec.reference.randomness.Sampler`:
 So a torch rule fed the same uniform stream as a reference rule, on the same probability tables
 and the same draft, consumes the uniforms in the same order and emits the same tokens.
 
-Sources (all return float64 tensors):
-
-- `TorchUniforms(seed, device)`: fresh uniforms from a seeded `torch.Generator` (fast; any shape).
-- `NumpyUniforms(seed)`: the stream of `numpy.random.default_rng(seed).random()`, i.e. the stream a
-  reference `Sampler(seed)` draws from. A *stream*: ``peek`` then ``advance`` by the number of
-  uniforms a rule actually consumed keeps the order of the reference.
-- `ReplayUniforms(values)`: replays a fixed list (tests), also a stream.
+Sources (float64 tensors): `TorchUniforms` (fresh, from a seeded `torch.Generator`) and two
+*streams*, `NumpyUniforms` (the stream a reference `Sampler(seed)` reads) and `ReplayUniforms` (a
+fixed list): ``peek`` then ``advance`` by the uniforms a rule consumed keeps the reference's order.
 """
 
 from __future__ import annotations
