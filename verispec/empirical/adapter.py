@@ -28,6 +28,8 @@ Cost: the verify runs in Python per row (V-sized numpy vectors): for research, n
 
 from __future__ import annotations
 
+from functools import partial
+from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
@@ -81,16 +83,14 @@ class _Feed:
         self.used = [0] * rows
 
     def generator(self, row: int):
-        feed = self
+        """Row `row`'s stand-in for a numpy generator: `random()` hands out its next uniform."""
+        return SimpleNamespace(random=partial(self._next, row))
 
-        class _Row:
-            def random(self):
-                if feed.used[row] == len(feed.values[row]):
-                    feed._more(row)
-                feed.used[row] += 1
-                return feed.values[row][feed.used[row] - 1]
-
-        return _Row()
+    def _next(self, row: int) -> float:
+        if self.used[row] == len(self.values[row]):
+            self._more(row)
+        self.used[row] += 1
+        return self.values[row][self.used[row] - 1]
 
     def _more(self, row: int) -> None:
         n = 2 * len(self.values[row]) + 1

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from .model import CausalLM, additive_mask, cache_length, crop_cache, gather_cache, select_cache_rows, tree_ancestors
+from .model import (CausalLM, additive_mask, cache_length, crop_cache, gather_cache, select_cache_rows, tree_ancestors,
+                    visible)
 from .speedups.attention import new_counting_cache, packed_forward, packed_rows, use_packed_attention
 
 __all__ = ["KVState", "PaddedKV", "SequenceKV", "PackedKV", "STORAGES", "new_kv"]
@@ -127,13 +128,7 @@ class PaddedKV(KVState):
         self.cache = model.new_cache()
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=model.device)  # [B, S0] committed
 
-    @staticmethod
-    def visible(valid: torch.Tensor, ancestry: torch.Tensor) -> torch.Tensor:
-        """What each new node of an append may attend to: valid bool [B, S0] (the committed slots
-        each row sees), ancestry bool [B, n, m] (the new nodes' rows of the forest's ancestry; the
-        forest's m slots follow the committed ones) -> bool [B, n, S0 + m]."""
-        B, n = ancestry.shape[:2]
-        return torch.cat([valid.unsqueeze(1).expand(B, n, valid.shape[1]), ancestry], dim=2)
+    visible = staticmethod(visible)  # what a new node may attend to (a planted-bug test swaps it)
 
     def _prefill_whole(self, tokens) -> bool:
         _, self.cache = self.model.prefill(tokens, logits_to_keep=1)

@@ -5,10 +5,8 @@
 - `prefill(input_ids)`: a fresh cache from a prompt;
 - `chain(cache, tokens)`: append tokens (ordinary causal attention);
 - `tree(cache, tokens, parents, ...)`: append a token *tree* in one pass, each token attending to the
-  valid cached positions and to its own ancestors only. The mask is a 4D additive float mask
-  [batch, 1, q_len, kv_len] (0 where allowed, dtype-min elsewhere) with explicit
-  position_ids = prefix length + depth. (A bool mask under eager attention is silently wrong in
-  transformers 5.x, docs/real_models.md; FlashAttention-2 takes 2D padding masks only and is refused.)
+  valid cached positions and to its own ancestors only (a 4D additive mask, `tree_attention_mask`,
+  and position_ids = prefix length + depth);
 
 and edits caches in place: `crop_cache` (drop the tail), `gather_cache` (keep given positions per
 row: the accepted path of a tree), `select_cache_rows` (batch axis).
@@ -28,7 +26,7 @@ from .speedups.draftvocab import check_subset
 from .speedups.int8_head import is_quantized_linear, subset_head
 
 __all__ = ["CausalLM", "tree_attention_mask", "tree_ancestors", "additive_mask", "cache_length", "crop_cache",
-           "gather_cache", "select_cache_rows"]
+           "gather_cache", "select_cache_rows", "visible"]
 
 
 # --- KV-cache editing ---
@@ -164,19 +162,24 @@ def tree_attention_mask(parents: torch.Tensor, past_valid: torch.Tensor | int, d
     Raises:
         ValueError: a parent index not smaller than its child's.
     """
-    B, N = parents.shape
-    device = parents.device
     ancestors = tree_ancestors(parents)  # [B, N, N]
     if isinstance(past_valid, int):
-        past = torch.ones(B, N, past_valid, dtype=torch.bool, device=device)
-    else:
-        past = past_valid.to(device).unsqueeze(1).expand(B, N, past_valid.shape[1])
-    return additive_mask(torch.cat([past, ancestors], dim=2), dtype).unsqueeze(1)  # [B, 1, N, S + N]
+        past_valid = torch.ones(parents.shape[0], past_valid, dtype=torch.bool)
+    return additive_mask(visible(past_valid.to(parents.device), ancestors), dtype).unsqueeze(1)  # [B, 1, N, S + N]
+
+
+def visible(valid: torch.Tensor, ancestry: torch.Tensor) -> torch.Tensor:
+    """What each new node of an append may attend to: valid bool [B, S0] (the cached slots each
+    row sees), ancestry bool [B, n, m] (the new nodes' rows of the ancestry of the m appended
+    slots, which follow the cached ones) -> bool [B, n, S0 + m]."""
+    B, n = ancestry.shape[:2]
+    return torch.cat([valid.unsqueeze(1).expand(B, n, valid.shape[1]), ancestry], dim=2)
 
 
 def additive_mask(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """0 where `allowed` (bool, any shape), finfo(dtype).min elsewhere: transformers adds it to the
-    attention scores (a bool mask under eager attention is silently wrong in transformers 5.x)."""
+    attention scores (a bool mask under eager attention is silently wrong in transformers 5.x,
+    docs/real_models.md)."""
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
         ~allowed, torch.finfo(dtype).min)
 

@@ -259,13 +259,12 @@ class PathsDrafter(ModelDrafter):
         slot_of = 1 + (depth - 1).view(1, 1, L) * K + rep  # [B, K, L]: slot of path k's depth-d node
         own = (rep == torch.arange(K, device=device).view(1, K, 1)) & (depth <= lengths.unsqueeze(-1))
         parent = torch.cat([torch.zeros(B, K, 1, dtype=torch.long, device=device), slot_of[:, :, :-1]], -1)
-        N = 1 + K * L
         flat = (1 + (depth - 1).view(1, 1, L) * K + torch.arange(K, device=device).view(1, K, 1)).expand(B, K, L)
-        tokens = torch.zeros(B, N, dtype=torch.long, device=device).scatter_(
-            1, flat.reshape(B, -1), torch.where(own, paths, 0).reshape(B, -1))
-        parents = torch.zeros(B, N, dtype=torch.long, device=device).scatter_(
-            1, flat.reshape(B, -1), torch.where(own, parent, 0).reshape(B, -1))
-        real = torch.zeros(B, N, dtype=torch.bool, device=device).scatter_(1, flat.reshape(B, -1), own.reshape(B, -1))
+
+        def by_slot(values):  # [B, K, L] -> [B, 1 + K L], each owned value at its node's slot
+            return values.new_zeros(B, 1 + K * L).scatter_(1, flat.reshape(B, -1), values.reshape(B, -1))
+
+        tokens, parents, real = by_slot(torch.where(own, paths, 0)), by_slot(torch.where(own, parent, 0)), by_slot(own)
         tokens[:, 0], parents[:, 0], real[:, 0] = last, -1, True
         node_paths = torch.where(depth <= lengths.unsqueeze(-1), slot_of, -1)  # [B, K, L]
         return DraftTree(tokens, parents, real, q, paths=node_paths)
