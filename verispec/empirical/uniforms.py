@@ -27,29 +27,15 @@ __all__ = ["UniformSource", "TorchUniforms", "NumpyUniforms", "ReplayUniforms", 
 
 
 def bernoulli(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """``u < p`` elementwise (the reference `Sampler.bernoulli` convention).
-
-    Args:
-        p: probabilities, any shape (values are clipped to [0, 1] as the reference does).
-        u: uniforms in [0, 1), broadcastable to `p`.
-
-    Returns:
-        bool tensor, the broadcast shape of `p` and `u`.
-    """
+    """``u < p`` elementwise (module docstring): p probabilities of any shape, clipped to [0, 1] as
+    the reference does; u uniforms in [0, 1) broadcastable to p -> bool, the broadcast shape."""
     return u < p.clamp(0.0, 1.0)
 
 
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF draw along the last axis, one uniform per row.
-
-    Args:
-        probs: [..., V] non-negative rows with positive sum (normalisation is not required: the
-            uniform is scaled by the row sum, as in the reference).
-        u: [...] uniforms in [0, 1), one per row.
-
-    Returns:
-        int64 [...] token ids; never an id of probability 0.
-    """
+    """Inverse-CDF draw along the last axis (module docstring): probs [..., V] non-negative rows with
+    positive sum (not necessarily normalised: u is scaled by the row sum, as in the reference), u
+    [...] uniforms in [0, 1), one per row -> int64 [...] token ids, never one of probability 0."""
     cdf = probs.cumsum(-1)  # [..., V]
     target = (u.to(cdf.dtype) * cdf[..., -1]).unsqueeze(-1)  # [..., 1]
     index = torch.searchsorted(cdf.contiguous(), target.contiguous(), right=True)  # [..., 1]
@@ -191,15 +177,11 @@ class ReplayUniforms(_StreamSource):
         self._next = 0
 
     def _more(self, n):
-        if self._next + n > len(self._values):
-            # Pad with zeros past the end: they are only ever peeked, never consumed, unless the
-            # caller consumes more than it replayed (checked in `advance`).
-            real = self._values[self._next:]
-            self._next = len(self._values)
-            return real + [0.0] * (n - len(real))
+        # Zeros pad past the end: they are only ever peeked, never consumed, unless the caller
+        # consumes more than it replayed (checked in `advance`).
         out = self._values[self._next:self._next + n]
-        self._next += n
-        return out
+        self._next += len(out)
+        return out + [0.0] * (n - len(out))
 
     @property
     def consumed(self) -> int:

@@ -124,9 +124,7 @@ def _top_down(step: Callable, p, q, paths, uniforms, lengths, validate, needed_f
     cursor = Cursor(uniforms)
     alive = torch.ones(B, K, dtype=torch.bool, device=p.device)  # paths through the current node
     done = torch.zeros(B, dtype=torch.bool, device=p.device)
-    tau = torch.zeros(B, dtype=torch.long, device=p.device)
-    last = torch.zeros(B, dtype=torch.long, device=p.device)
-    path_index = torch.zeros(B, dtype=torch.long, device=p.device)
+    tau, last, path_index = (torch.zeros(B, dtype=torch.long, device=p.device) for _ in range(3))  # [B] each
     for d in range(L + 1):
         active = ~done
         node = first_true(alive)  # [B]

@@ -23,7 +23,7 @@ import torch
 
 from ..model import tree_ancestors
 from ..uniforms import categorical
-from .pointmass import child_table, point_mass_walk, tree_height
+from .pointmass import child_table, point_mass_tree_uniforms, point_mass_walk
 from .rule_table import CHAIN_RULES, RULES, uniforms_needed, verify
 from .sample_and_follow import sample_and_follow_nodes
 
@@ -157,9 +157,8 @@ class PointMassTree:
 
     def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
         verifiable = tree.real if tree.verifiable is None else tree.verifiable & tree.real
-        kids = child_table(torch.where(tree.real, tree.parents, -1), verifiable)  # [B, N, C]
-        height = tree_height(torch.where(tree.real, tree.parents, -1), verifiable)
-        u = source.peek(p.shape[0], height * kids.shape[-1] + 1, p.device)
-        path, tau, y, consumed = point_mass_walk(p.double(), tree.tokens, kids, u)
+        parents = torch.where(tree.real, tree.parents, -1)
+        u = source.peek(p.shape[0], point_mass_tree_uniforms(parents, verifiable), p.device)
+        path, tau, y, consumed = point_mass_walk(p.double(), tree.tokens, child_table(parents, verifiable), u)
         source.advance(consumed)
         return _verdict(path, tau, y)

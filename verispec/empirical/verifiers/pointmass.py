@@ -116,11 +116,10 @@ def point_mass_tree_verify(p: torch.Tensor, tokens: torch.Tensor, parents: torch
         token ids outside [0, V), p rows that are not distributions, uniforms outside [0, 1).
     """
     verifiable = _check_verify_input(p, tokens, parents, uniforms, verifiable)
-    kids = child_table(parents, verifiable)  # [B, N, C]
-    needed = tree_height(parents, verifiable) * kids.shape[-1] + 1
+    needed = point_mass_tree_uniforms(parents, verifiable)
     if uniforms.shape[1] < needed:
         raise ValueError(f"uniforms: need at least {needed} per row, got {uniforms.shape[1]}")
-    return point_mass_walk(p, tokens, kids, uniforms)
+    return point_mass_walk(p, tokens, child_table(parents, verifiable), uniforms)
 
 
 def point_mass_walk(p, tokens, kids, uniforms):
