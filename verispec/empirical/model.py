@@ -57,14 +57,8 @@ def cache_length(cache) -> int:
 
 
 def crop_cache(cache, length: int) -> None:
-    """Keep the first `length` positions of every layer (in place).
-
-    Uses `DynamicCache.crop(-(current - length))`: transformers 5.x accepts only a negative count
-    of tokens to drop (a positive target length raises).
-
-    Raises:
-        ValueError: length < 0 or longer than the cache.
-    """
+    """Keep the first `length` positions of every layer (in place); ValueError unless 0 <= length <=
+    the cache length. `DynamicCache.crop` takes a negative count to drop (a positive length raises)."""
     current = cache_length(cache)
     if not 0 <= length <= current:
         raise ValueError(f"length: must lie in [0, {current}] (the cache length), got {length}")
@@ -202,8 +196,7 @@ class CausalLM:
     """A `transformers` causal LM prepared for speculative decoding.
 
     Args:
-        model: a `PreTrainedModel` with a causal-LM head (e.g. from `AutoModelForCausalLM`).
-        name: a label for reports.
+        model: a `PreTrainedModel` with a causal-LM head (e.g. from `AutoModelForCausalLM`). name: a label.
 
     Attributes:
         vocab_size: V, the number of logits per position.
@@ -339,12 +332,9 @@ class CausalLM:
 
     def prefill(self, input_ids: torch.Tensor, logits_to_keep: int = 0):
         """A fresh cache holding `input_ids` [B, n]; returns (logits [B, n, V], cache), or
-        [B, k, V] for the last k positions with logits_to_keep = k >= 1 (as `forward`).
-
-        With `reuse_prefills()` on, a prompt seen before gets a deep copy of its stored cache
-        (still counted as one forward): benchmarks then time every method from the same
-        prefilled state, and the prefill (costly on CPU) is computed once per prompt.
-        """
+        [B, k, V] for the last k positions with logits_to_keep = k >= 1 (as `forward`). With
+        `reuse_prefills()` on, a prompt seen before gets a deep copy of its stored cache (still
+        counted as one forward): benchmarks time every method from the same prefilled state."""
         ids = self._check_ids(input_ids, "input_ids")
         if self._prefill_memo is None:
             return self.forward(ids, logits_to_keep=logits_to_keep)

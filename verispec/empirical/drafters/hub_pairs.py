@@ -39,11 +39,7 @@ def hub_pair(q: torch.Tensor, u: torch.Tensor):
 
 
 class HubPairsDrafter(PathsDrafter):
-    """K = 2 paths of L tokens whose first tokens are `hub_pair`; i.i.d. chains from q below.
-
-    Raises:
-        ValueError: draft_length < 1 (from the engine's method factory).
-    """
+    """K = 2 paths of L tokens whose first tokens are `hub_pair`; i.i.d. chains from q below."""
 
     def __init__(self, draft_length: int, draft_temperature: float | None = None):
         super().__init__(draft_length, 2, True, draft_temperature)
