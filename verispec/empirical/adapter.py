@@ -1,19 +1,16 @@
 """The reference adapter: ANY reference `Method`'s verify runs on real-model p / q from the engine.
 
-A researcher who has checked a rule with `verispec.testing.assert_lossless` runs the very same
-numpy code on real causal LMs, without writing a torch twin:
+A rule checked with `verispec.testing.assert_lossless` runs as is on real causal LMs, no torch twin:
 
     drafter (the torch twin of the Method's reference drafter) -> DraftTree
         -> ONE target tree forward -> p [B, N, V]
         -> per row: method.verify(target_view, draft_view, context, draft, rand)   (numpy)
         -> accepted node path + correction/bonus token -> KV keep
 
-- `target_view.probs(context + node)` serves p at the prefixes the tree forward computed: the root
-  (node ()) and every drafted node. Any other prefix raises `OffTreeError` naming the node: a
-  rule that needs p elsewhere needs another target forward, which one iteration does not have.
+- `target_view.probs(context + node)` serves p at the root (node ()) and every drafted node; any
+  other prefix raises `OffTreeError` naming it (it would need another target forward).
 - `draft_view.probs(context + node)` and `draft.proposal(node)` serve q, the law each drafted
-  node's children were drawn from (one-hot of the drafted child for point-mass drafts); a node
-  whose children were not drafted (a leaf) raises `OffTreeError` too.
+  node's children were drawn from (one-hot for point-mass drafts); at a leaf: `OffTreeError`.
 - `draft` is a reference `Draft` holding the drafted paths in path order (duplicates kept for
   i.i.d. paths), `context` the row's prompt and emitted tokens.
 - `rand` draws with `verispec.reference.randomness.Sampler`'s conventions from the engine's

@@ -1,18 +1,12 @@
 """A real causal LM seen as a reference `LanguageModel`: the exact engine on torch models.
 
-`TorchLanguageModel(lm, temperature)` answers `probs(prefix)` with softmax(logits / T) of ONE
-cache-free forward over the whole prefix (T = 0: the one-hot argmax, ties to the lowest id; the
-engine's own `verispec.empirical.drafters.probabilities`), memoised
-per prefix by `LanguageModel.probs`. No KV cache is involved, so the reference side cannot share a
-cache bug with the decoder it checks. With it, `verispec.reference.exact` computes exact laws of a
-method on the very models a torch decoder runs, e.g. E[tau | context] for one iteration
-(`exact.expected_accepted_length`): the tests compare it with the accepted lengths the decoder
-measures, which exposes draft-side cache desyncs (they lower acceptance without breaking
-losslessness, so no output-law test sees them).
-
-`warm(contexts, depth)` fills the memo for every extension of the given contexts by up to `depth`
-tokens in a few batched forwards (one per length), so that an exact enumeration (which reads many
-such prefixes) costs table look-ups instead of one forward per prefix.
+`TorchLanguageModel(lm, temperature)` answers `probs(prefix)` with the engine's own
+`verispec.empirical.drafters.probabilities` of ONE cache-free forward over the whole prefix,
+memoised per prefix. No KV cache is involved, so the reference side cannot share a cache bug with
+the decoder it checks: `verispec.reference.exact` computes exact laws (e.g. E[tau | context],
+`exact.expected_accepted_length`) on the very models a torch decoder runs, which exposes draft-side
+cache desyncs (they lower acceptance without breaking losslessness: no output-law test sees them).
+`warm(contexts, depth)` fills the memo in a few batched forwards.
 
 Only practical for tiny vocabularies: the enumerator visits up to V^depth prefixes per context.
 """

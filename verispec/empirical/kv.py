@@ -1,9 +1,5 @@
 """The KV state of one model for a batch of rows: append a token tree, keep the accepted path.
 
-In one decoding iteration (`verispec.empirical.engine`): drafter (draft kv.append per layer) ->
-DraftTree -> target kv.append (ONE tree forward) -> p -> verifier -> accepted path ->
-target and draft kv.commit(path).
-
 Every storage holds, per row, a *committed* prefix (tokens emitted) and an *uncommitted forest*
 (nodes appended since the last commit, each attached to the prefix or to an earlier uncommitted
 node). A node attends to its row's committed prefix, its ancestors and itself; its position id is

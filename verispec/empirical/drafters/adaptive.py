@@ -8,9 +8,8 @@ on these ones by the reference twins `verispec.reference.adaptive.adaptive_chain
 - `AdaptiveChainDrafter`: a draft-model chain that stops after a token whose draft confidence
   falls below `threshold` (transformers' ``assistant_confidence_threshold``), with a per-row cap
   that follows the acceptance history (`SCHEDULES`).
-- Guesses (``guess_length`` k > 0; bench ``g=k``): prompt-lookup tokens (Saxena 2023) ride in each
-  draft forward, so several tokens are drawn per forward while the draws match them: the draft-side
-  phrase check of Ouroboros (Zhao et al. 2024, arXiv 2402.13720) made exact under sampling.
+- Guesses (``guess_length`` k > 0; bench ``g=k``): prompt-lookup tokens ride in each draft forward
+  (Ouroboros' draft-side phrase check, Zhao et al. 2024, arXiv 2402.13720, exact under sampling).
 - `HybridDrafter`: per row and iteration, the prompt-lookup phrase when the context has an n-gram
   match (a point-mass chain: no draft forward), the adaptive chain otherwise.
 

@@ -15,11 +15,8 @@ target cache does not hold yet):
 - paths int64 [B, K, L] or None: node id of path k's (d+1)-th token (-1 past its end) for drafters
   of K ordered paths (the layout of the multi-path rules); verifiable bool [B, N] or None.
 
-Drafters here (the drafting schemes of `verispec.reference.drafters`): `PathsDrafter(L, K,
-replacement)`: K paths of L tokens from the draft model, i.i.d. (`iid_paths`, K = 1 is `chain`)
-or with distinct first tokens (`paths_without_replacement`), one draft forward per depth;
-`PromptLookupDrafter(L, max_ngram)`: n-gram drafts from the row's own context (point masses);
-`RootOnly`: no draft (target-only decoding). Trees: `verispec.empirical.drafters.tree`.
+Drafters here (twins of `verispec.reference.drafters`): `PathsDrafter` (K draft-model paths),
+`PromptLookupDrafter` (n-gram point masses), `RootOnly` (no draft). Trees: `drafters.tree`.
 """
 
 from __future__ import annotations

@@ -17,17 +17,9 @@ from __future__ import annotations
 import torch
 
 from ..validation import check_int
+from ..verifiers.common import check_tensor
 
 __all__ = ["prompt_lookup_draft", "prompt_lookup_batch"]
-
-
-def _check_ids(t, name: str, ndim: int) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor of token ids, got {type(t).__name__}")
-    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-        raise TypeError(f"{name}: expected an integer tensor of token ids, got {t.dtype}")
-    if t.dim() != ndim:
-        raise ValueError(f"{name}: expected {ndim} dimension(s), got shape {tuple(t.shape)}")
 
 
 def prompt_lookup_draft(context_ids: torch.Tensor, max_ngram: int, draft_length: int) -> torch.Tensor:
@@ -47,7 +39,7 @@ def prompt_lookup_draft(context_ids: torch.Tensor, max_ngram: int, draft_length:
         TypeError: not an integer tensor, or non-int max_ngram / draft_length.
         ValueError: context_ids not 1-D, max_ngram or draft_length < 1.
     """
-    _check_ids(context_ids, "context_ids", 1)
+    check_tensor(context_ids, "context_ids", 1, "int")
     N = check_int(max_ngram, "max_ngram", 1)
     L = check_int(draft_length, "draft_length", 1)
     if context_ids.numel() == 0:
@@ -74,8 +66,8 @@ def prompt_lookup_batch(contexts: torch.Tensor, context_lengths: torch.Tensor, m
         TypeError / ValueError: as `prompt_lookup_draft` (min_ngram too); context_lengths of the
         wrong shape or outside [0, S].
     """
-    _check_ids(contexts, "contexts", 2)
-    _check_ids(context_lengths, "context_lengths", 1)
+    check_tensor(contexts, "contexts", 2, "int")
+    check_tensor(context_lengths, "context_lengths", 1, "int")
     L = check_int(draft_length, "draft_length", 1)
     B, S = contexts.shape
     if S == 0:

@@ -18,11 +18,9 @@ Trees (`TREES`), every one capped at `max_depth`:
   ``"kary"`` (top-k children of every node, breadth first) and ``"eagle"`` (the n rank paths with
   the largest product of the fixed rank priors `EAGLE_RANK_PRIOR`).
 
-ONE draft forward per layer: the first runs the pending tokens and gives the root's q; each later
-one runs the previous layer as children in the draft KV's uncommitted forest (`verispec.empirical.kv`).
+ONE draft forward per layer, in the draft KV's uncommitted forest (`verispec.empirical.kv`).
 Verification never reads q, so the drafts are deterministic top-n trees at every temperature; the
-draft temperature only shapes the tree (default: T, or 1 at T = 0, where a one-hot q would collapse
-every tree to a chain).
+draft temperature only shapes the tree.
 """
 
 from __future__ import annotations

@@ -5,9 +5,7 @@ Data flow (`verispec.empirical.engine`): drafter -> tree (tokens / parents / rea
 here -> `Verdict` (accepted node ids, tau, correction/bonus token) -> KV keep.
 
 - `PathRule(name)`: token, block, gbv, nss, rrs, rrsw, spectr, traversal on the tree's K ordered
-  paths: p / q are gathered into the path layout of the rules (p [B, K, L+1, V], q [B, K, L, V]);
-  chain rules (token, block) accept drafts of different lengths per row (prompt lookup), grouped
-  by length; point-mass drafts get q = one-hot.
+  paths (`_path_tables`); chain rules accept drafts of different lengths per row (`_chain_by_length`).
 - `SampleAndFollow()`: OPT-Tree's rule on any tree (`verifiers.sample_and_follow`).
 - `PointMassTree()`: recursive rejection with one-hot proposals on a trie (`verifiers.pointmass`).
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..uniforms import bernoulli, categorical
-from .common import Cursor, gather_last, residual
+from .common import Cursor, check_tensor, gather_last, residual
 
 __all__ = ["point_mass_tree_verify", "point_mass_tree_uniforms"]
 
@@ -44,19 +44,14 @@ def tree_height(parents: torch.Tensor, verifiable: torch.Tensor) -> int:
 
 
 def _check_verify_input(p, tokens, parents, uniforms, verifiable):
-    for name, t, kind in (("p", p, "float"), ("tokens", tokens, "int"), ("parents", parents, "int"),
-                          ("uniforms", uniforms, "float")):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        if (kind == "float") != t.is_floating_point() or t.dtype == torch.bool:
-            raise TypeError(f"{name}: expected a {kind} tensor, got {t.dtype}")
-    if p.dim() != 3:
-        raise ValueError(f"p: expected shape [B, N, V], got {tuple(p.shape)}")
+    for name, t, ndim, kind in (("p", p, 3, "float"), ("tokens", tokens, 2, "int"), ("parents", parents, 2, "int"),
+                                ("uniforms", uniforms, 2, "float")):
+        check_tensor(t, name, ndim, kind)
     B, N, V = p.shape
     for name, t in (("tokens", tokens), ("parents", parents)):
         if tuple(t.shape) != (B, N):
             raise ValueError(f"{name}: expected shape [{B}, {N}] (as p), got {tuple(t.shape)}")
-    if uniforms.dim() != 2 or uniforms.shape[0] != B:
+    if uniforms.shape[0] != B:
         raise ValueError(f"uniforms: expected shape [{B}, n], got {tuple(uniforms.shape)}")
     if bool(((uniforms < 0) | (uniforms >= 1) | torch.isnan(uniforms)).any()):
         raise ValueError("uniforms: values must lie in [0, 1)")
