@@ -90,12 +90,9 @@ class _Feed:
         return self.values[row][self.used[row] - 1]
 
     def _more(self, row: int) -> None:
-        n = 2 * len(self.values[row]) + 1
-        if self.source.is_stream:  # a stream keeps what was peeked: peek further
-            self.values = self.source.peek(self.rows, n, self.device).cpu().tolist()
-        else:  # fresh uniforms: every row gets new ones after its old ones (none reread)
-            extra = self.source.peek(self.rows, n, self.device).cpu().tolist()
-            self.values = [old + new for old, new in zip(self.values, extra)]
+        more = self.source.peek(self.rows, 2 * len(self.values[row]) + 1, self.device).cpu().tolist()
+        # A stream keeps what was peeked (peek further); fresh uniforms go after each row's old ones.
+        self.values = more if self.source.is_stream else [old + new for old, new in zip(self.values, more)]
 
     def advance(self) -> None:
         self.source.advance(torch.tensor(self.used, dtype=torch.long))
@@ -155,9 +152,7 @@ class ReferenceVerifier:
         results = [self._row(b, p[b].cpu().numpy(), tree, rows, feed) for b in range(B)]
         feed.advance()
         D = max(1, max(len(nodes) for nodes, _ in results))
-        nodes = torch.full((B, D), -1, dtype=torch.long)
-        for b, (path, _) in enumerate(results):
-            nodes[b, :len(path)] = torch.tensor(path, dtype=torch.long)
+        nodes = torch.tensor([path + [-1] * (D - len(path)) for path, _ in results], dtype=torch.long)  # [B, D]
         tau = torch.tensor([len(path) for path, _ in results], dtype=torch.long)
         y = torch.tensor([token for _, token in results], dtype=torch.long)
         return Verdict(nodes.to(p.device), tau.to(p.device), y.to(p.device))

@@ -50,16 +50,11 @@ _rrsw_step = partial(_rrs_like_step, without_replacement=True)
 
 
 def spectr_rho(p: torch.Tensor, q: torch.Tensor, num_drafts) -> torch.Tensor:
-    """rho in [1, K] with 1 - (1 - beta(rho))^K = rho beta(rho), beta(rho) = sum min(q, p/rho).
+    """rho [B] (dtype of p) in [1, K] with 1 - (1 - beta(rho))^K = rho beta(rho), beta(rho) = sum
+    min(q, p/rho), for p, q [B, V] and num_drafts: K of each row (int or [B] tensor, >= 1).
 
     Vectorised bisection with the reference's iterates (200 steps at most, each row stopping when
     hi - lo <= 1e-15) returning the upper end, where f <= 0 (SpecTr K-SEQ, arXiv 2310.15141).
-
-    Args:
-        p, q: [B, V]. num_drafts: int or [B] tensor, K of each row (>= 1).
-
-    Returns:
-        [B] rho, dtype of p.
     """
     B = p.shape[0]
     K = torch.as_tensor(num_drafts, dtype=p.dtype, device=p.device).expand(B).clamp(min=1)  # [B]
@@ -165,11 +160,8 @@ def nss_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> Rule
     Y ~ p; enter the drafted child equal to Y, else Y is the correction token; bonus at a leaf.
     Uniforms read: one per node visited (at most L + 1).
 
-    Args:
-        p: [B, K, L+1, V]. q: [B, K, L, V] (unused, validated). paths: int [B, K, L].
-        uniforms: [B, >= L+1]. lengths: optional int [B, K]. validate: check inputs.
-
-    Returns / Raises: see `gbv_rule`.
+    Args: as `rrs_rule`, with uniforms [B, >= L+1] (q unused, validated). Returns / Raises: as
+    `gbv_rule`.
     """
     return _top_down(_nss_step, p, q, paths, uniforms, lengths, validate, _one_per_node)
 
@@ -193,11 +185,7 @@ def rrs_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> Rule
         p: [B, K, L+1, V]. q: [B, K, L, V]. paths: int [B, K, L]. uniforms: [B, >= L(K+1)+1].
         lengths: optional int [B, K] in [0, L]. validate: check inputs.
 
-    Returns:
-        `RuleOutput`.
-
-    Raises:
-        TypeError / ValueError: as `gbv_rule`.
+    Returns `RuleOutput`; raises TypeError / ValueError as `gbv_rule`.
     """
     return _top_down(_rrs_step, p, q, paths, uniforms, lengths, validate, top_down_needed)
 
