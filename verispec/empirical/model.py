@@ -299,13 +299,11 @@ class CausalLM:
         """A view of this model whose logits are computed over the token ids `subset` only.
 
         FR-Spec (Zhao et al. 2025, arXiv 2502.14856): the output layer runs over the rows S of its
-        weight (gathered once per subset, contiguous) and the logits are scattered into a full-V
-        float32 tensor filled with -inf, so softmax gives q over S, exactly zero outside S, and
-        drafters, rules and KV code need no change. The view shares the model (and its KV
-        caches' format) and its `forward_count` (a forward of either counts for both); it keeps
-        no prefill memo. Meant for a DRAFT model: a restricted target would change the output law.
-        An int8 head (`verispec.empirical.speedups.quantize`) gives an int8 head over S, its rows
-        at the same scale.
+        weight (gathered once per subset; int8 rows at the same scale for an int8 head) and the
+        logits are scattered into a full-V float32 tensor filled with -inf, so softmax gives q over
+        S, exactly zero outside S, and drafters, rules and KV code need no change. The view shares
+        the model and its `forward_count`, and keeps no prefill memo. Meant for a DRAFT model: a
+        restricted target would change the output law.
 
         Args:
             subset: token ids, a 1-D integer tensor or sequence (any order, repeats allowed).

@@ -89,13 +89,9 @@ def _check_count(value, name):
 
 
 class TorchUniforms(UniformSource):
-    """Fresh uniforms from a seeded `torch.Generator` (unused uniforms are discarded, which keeps
-    every law exact: each uniform is read by at most one draw).
-
-    Args:
-        seed: int seed (None: nondeterministic).
-        device: where the generator lives and the uniforms are made ("cpu", "cuda", ...).
-    """
+    """Fresh uniforms from a `torch.Generator` on `device` ("cpu", "cuda", ...) seeded with the int
+    `seed` (None: nondeterministic). Unused uniforms are discarded, which keeps every law exact:
+    each uniform is read by at most one draw."""
 
     def __init__(self, seed: int | None = None, device="cpu"):
         self.device = torch.device(device)
@@ -159,14 +155,8 @@ class NumpyUniforms(_StreamSource):
 
 
 class ReplayUniforms(_StreamSource):
-    """Replays a fixed list of uniforms; raises `IndexError` when it runs out.
-
-    Args:
-        values: uniforms in [0, 1).
-
-    Raises:
-        ValueError: a value outside [0, 1) or NaN.
-    """
+    """Replays `values`, a fixed list of uniforms in [0, 1) (ValueError for one outside it or NaN);
+    raises `IndexError` when more are consumed than it holds."""
 
     def __init__(self, values: Sequence[float]):
         super().__init__()

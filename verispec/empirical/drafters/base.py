@@ -50,8 +50,8 @@ def next_token_law(logits: torch.Tensor, temperature: float):
     row returns its hot id at every u in [0, 1): `draw` then skips the vocabulary-wide cumsum.
     """
     if temperature == 0:
-        # max(dim).indices is argmax (the first maximal id on ties, as documented for both) at
-        # about half the cost of torch.argmax over a 151936-token vocabulary on CPU.
+        # max(dim).indices is argmax (the first maximal id on ties, as documented for both), and
+        # cheaper than torch.argmax over a large vocabulary on CPU.
         index = logits.max(-1, keepdim=True).indices
         q = torch.zeros(logits.shape, dtype=torch.float64, device=logits.device).scatter_(-1, index, 1.0)
         return q, index.squeeze(-1)

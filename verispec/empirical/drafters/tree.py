@@ -277,10 +277,8 @@ class TreeDrafter(ModelDrafter):
         parents = torch.cat([-ones.long(), torch.where(is_node, parent_node, 0)], dim=1)
         self.fed = torch.cat([(self.pending_count - 1).unsqueeze(1),
                               torch.where(is_node, records.slot.gather(1, order), -1)], dim=1)  # [B, 1 + w]
-        q = None
-        if records.q is not None:
-            V = records.q.shape[-1]
-            q = records.q.gather(1, torch.cat([ones.long() * 0, order + 1], 1).unsqueeze(-1).expand(-1, -1, V))
+        q = None if records.q is None else records.q.gather(  # [B, 1 + w, V]; record q 0 is the root's
+            1, torch.cat([ones.long() * 0, order + 1], 1).unsqueeze(-1).expand(-1, -1, records.q.shape[-1]))
         return DraftTree(tokens, parents, torch.cat([ones, is_node], dim=1), q)
 
 
