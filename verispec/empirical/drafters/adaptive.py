@@ -136,9 +136,6 @@ class AdaptiveChainDrafter(PathsDrafter):
 
     # -- drafting ---------------------------------------------------------------------------------
 
-    def _temperature(self) -> float:
-        return self.temperature if self.draft_temperature is None else self.draft_temperature
-
     def _confidence(self, logits, tokens, q) -> torch.Tensor:
         """The draft's probability of its drawn tokens [B]: their law q [B, V] (the softmax at the
         draft temperature, already computed) at draft temperature > 0, the softmax of the logits
@@ -275,17 +272,10 @@ class AdaptiveChainDrafter(PathsDrafter):
         """Keep in the draft cache the pending tokens (fed this iteration when `ran`) and the
         accepted nodes it ran; queue the accepted tokens it did not run, then the new token."""
         nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token  # [B, D], [B], [B]
-        B, device = nodes.shape[0], nodes.device
         on = nodes >= 0
-        fed = torch.where(on, self.fed.gather(1, nodes.clamp(min=0)), -1) if ran else torch.full_like(nodes, -1)
+        fed = self._commit_fed(nodes) if ran else torch.full_like(nodes, -1)
         P = self.pending.shape[1]
-        old = torch.arange(P, device=device) < self.pending_count.unsqueeze(1)  # [B, P]
-        if ran:
-            m = self.kv.uncommitted
-            keep = torch.zeros(B, m + 1, dtype=torch.bool, device=device)  # column m absorbs -1
-            keep[:, :P] = old
-            keep.scatter_(1, torch.where(fed >= 0, fed, m), True)
-            self.kv.commit(keep[:, :m])
+        old = torch.arange(P, device=nodes.device) < self.pending_count.unsqueeze(1)  # [B, P]
         accepted = tree.tokens.gather(1, nodes.clamp(min=0))  # [B, D]
         parts = torch.cat([self.pending, accepted, y.unsqueeze(1)], dim=1)  # [B, P + D + 1]
         mask = torch.cat([old & (not ran), on & (fed < 0), torch.ones_like(on[:, :1])], dim=1)

@@ -172,20 +172,24 @@ class ModelDrafter(Drafter):
         q_root, self._root_greedy = next_token_law(logits[torch.arange(B, device=device), root], temperature)
         return q_root, root
 
-    def accept(self, tree: DraftTree, verdict) -> None:
-        nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token  # [B, D], [B], [B]
-        B, m = self.kv.real.shape
-        device = nodes.device
-        on_path = nodes >= 0  # [B, D]
-        fed = torch.where(on_path, self.fed.gather(1, nodes.clamp(min=0)), -1)  # forest ids
-        keep = torch.zeros(B, m + 1, dtype=torch.bool, device=device)  # column m absorbs -1
-        keep[:, :2] = torch.arange(2, device=device) < self.pending_count.unsqueeze(1)
+    def _commit_fed(self, nodes: torch.Tensor) -> torch.Tensor:
+        """Keep in the draft cache the pending tokens (fed this iteration) and the accepted nodes
+        nodes [B, D] (-1 padded) it ran; returns their forest ids [B, D] (-1: not run)."""
+        fed = torch.where(nodes >= 0, self.fed.gather(1, nodes.clamp(min=0)), -1)  # [B, D]
+        (B, P), m = self.pending.shape, self.kv.uncommitted
+        keep = torch.zeros(B, m + 1, dtype=torch.bool, device=nodes.device)  # column m absorbs -1
+        keep[:, :P] = torch.arange(P, device=nodes.device) < self.pending_count.unsqueeze(1)
         keep.scatter_(1, torch.where(fed >= 0, fed, m), True)
         self.kv.commit(keep[:, :m])
+        return fed
+
+    def accept(self, tree: DraftTree, verdict) -> None:
+        nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token  # [B, D], [B], [B]
+        fed = self._commit_fed(nodes)
         missing = tau - (fed >= 0).sum(1)  # accepted tokens the draft never ran: 0 or 1
         if bool((missing > 1).any()):
             raise RuntimeError("internal: the draft cache lost an accepted node")
-        rows = torch.arange(B, device=device)
+        rows = torch.arange(nodes.shape[0], device=nodes.device)
         deepest = tree.tokens[rows, nodes[rows, (tau - 1).clamp(min=0)].clamp(min=0)]  # [B]
         self.pending = torch.stack([torch.where(missing == 1, deepest, y), y], dim=1)
         self.pending_count = 1 + missing
@@ -219,8 +223,11 @@ class PathsDrafter(ModelDrafter):
         tokens, drawn = _draw_without_replacement(q_root, K, u)
         return tokens, torch.where(drawn, lengths, 0)
 
+    def _temperature(self) -> float:
+        return self.temperature if self.draft_temperature is None else self.draft_temperature
+
     def draft(self, rows) -> DraftTree:
-        Td = self.temperature if self.draft_temperature is None else self.draft_temperature
+        Td = self._temperature()
         q_root, root = self._feed_pending(Td)  # [B, V], [B]
         B, K, L, device = q_root.shape[0], self.K, self.L, q_root.device
         paths = torch.zeros(B, K, L, dtype=torch.long, device=device)
