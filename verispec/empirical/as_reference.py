@@ -60,14 +60,9 @@ class TorchLanguageModel(LanguageModel):
         return self._forward_last([prefix])[0]
 
     def warm(self, contexts, depth: int) -> int:
-        """Memoise probs at every context + s, s any token sequence of length 0..depth.
-
-        Args:
-            contexts: iterable of non-empty token-id sequences. depth: >= 0.
-
-        Returns:
-            The number of prefixes computed (those not memoised already).
-        """
+        """Memoise probs at every context + s, s any token sequence of length 0..depth >= 0, for
+        `contexts` non-empty token-id sequences, in batched forwards of equal-length prefixes (an
+        exact enumeration then reads table entries); returns the number of prefixes computed."""
         todo: dict[int, list] = {}
         for context in contexts:
             context = check_prefix(context, self.vocab_size, "contexts")

@@ -20,14 +20,9 @@ __all__ = ["HubPairsDrafter", "hub_pair"]
 
 
 def hub_pair(q: torch.Tensor, u: torch.Tensor):
-    """SpecHub's ordered draft pair per row.
-
-    Args:
-        q: draft distributions [B, V] (float64). u: uniforms [B, 2] (first draw, second draw).
-
-    Returns:
-        (tokens [B, 2] int64, single [B] bool: q(a) = 1, only tokens[:, 0] = a is a draft).
-    """
+    """SpecHub's ordered draft pair per row (module docstring): q float64 [B, V] draft laws, u [B, 2]
+    uniforms (first draw, second draw) -> (tokens int64 [B, 2], single bool [B]: q(a) = 1, only
+    tokens[:, 0] = a is a draft)."""
     rows = torch.arange(q.shape[0], device=q.device)
     a = torch.argmax(q, dim=-1)  # [B], the first maximal id
     single = q[rows, a] == 1

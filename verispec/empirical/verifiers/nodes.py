@@ -29,12 +29,8 @@ __all__ = ["Verdict", "PathRule", "SampleAndFollow", "PointMassTree"]
 
 
 class Verdict(NamedTuple):
-    """What a verifier returns per row.
-
-    Attributes:
-        nodes: int64 [B, D]: the accepted node ids in root-to-leaf order, -1 after tau.
-        num_accepted: int64 [B]: tau. token: int64 [B]: the correction/bonus token.
-    """
+    """What a verifier returns per row: nodes int64 [B, D], the accepted node ids in root-to-leaf
+    order, -1 after tau; num_accepted int64 [B], tau; token int64 [B], the correction/bonus token."""
 
     nodes: torch.Tensor
     num_accepted: torch.Tensor
