@@ -1,19 +1,16 @@
 """The reference adapter: ANY reference `Method`'s verify runs on real-model p / q from the engine.
 
-A researcher who has checked a rule with `verispec.testing.assert_lossless` runs the very same
-numpy code on real causal LMs, without writing a torch twin:
+A rule checked with `verispec.testing.assert_lossless` runs as is on real causal LMs, no torch twin:
 
     drafter (the torch twin of the Method's reference drafter) -> DraftTree
         -> ONE target tree forward -> p [B, N, V]
         -> per row: method.verify(target_view, draft_view, context, draft, rand)   (numpy)
         -> accepted node path + correction/bonus token -> KV keep
 
-- `target_view.probs(context + node)` serves p at the prefixes the tree forward computed: the root
-  (node ()) and every drafted node. Any other prefix raises `OffTreeError` naming the node: a
-  rule that needs p elsewhere needs another target forward, which one iteration does not have.
+- `target_view.probs(context + node)` serves p at the root (node ()) and every drafted node; any
+  other prefix raises `OffTreeError` naming it (it would need another target forward).
 - `draft_view.probs(context + node)` and `draft.proposal(node)` serve q, the law each drafted
-  node's children were drawn from (one-hot of the drafted child for point-mass drafts); a node
-  whose children were not drafted (a leaf) raises `OffTreeError` too.
+  node's children were drawn from (one-hot for point-mass drafts); at a leaf: `OffTreeError`.
 - `draft` is a reference `Draft` holding the drafted paths in path order (duplicates kept for
   i.i.d. paths), `context` the row's prompt and emitted tokens.
 - `rand` draws with `verispec.reference.randomness.Sampler`'s conventions from the engine's
@@ -21,15 +18,15 @@ numpy code on real causal LMs, without writing a torch twin:
   the rule asks, so with a stream source (`NumpyUniforms`, B = 1) the adapter and a torch twin of
   the rule read the same uniforms and emit the same tokens.
 
-Drafters: the Method's reference drafter picks its torch twin (`chain`, `iid_paths`,
-`paths_without_replacement`, `opt_tree`, `greedy`, `prompt_lookup`, `hub_pairs`,
-`greedy_draft_paths`); pass `drafter=`
+Drafters: the Method's reference drafter picks its torch twin (`twin_drafter`); pass `drafter=`
 for others.
 Cost: the verify runs in Python per row (V-sized numpy vectors): for research, not for speed.
 """
 
 from __future__ import annotations
 
+from functools import partial
+from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
@@ -83,24 +80,19 @@ class _Feed:
         self.used = [0] * rows
 
     def generator(self, row: int):
-        feed = self
+        """Row `row`'s stand-in for a numpy generator: `random()` hands out its next uniform."""
+        return SimpleNamespace(random=partial(self._next, row))
 
-        class _Row:
-            def random(self):
-                if feed.used[row] == len(feed.values[row]):
-                    feed._more(row)
-                feed.used[row] += 1
-                return feed.values[row][feed.used[row] - 1]
-
-        return _Row()
+    def _next(self, row: int) -> float:
+        if self.used[row] == len(self.values[row]):
+            self._more(row)
+        self.used[row] += 1
+        return self.values[row][self.used[row] - 1]
 
     def _more(self, row: int) -> None:
-        n = 2 * len(self.values[row]) + 1
-        if self.source.is_stream:  # a stream keeps what was peeked: peek further
-            self.values = self.source.peek(self.rows, n, self.device).cpu().tolist()
-        else:  # fresh uniforms: every row gets new ones after its old ones (none reread)
-            extra = self.source.peek(self.rows, n, self.device).cpu().tolist()
-            self.values = [old + new for old, new in zip(self.values, extra)]
+        more = self.source.peek(self.rows, 2 * len(self.values[row]) + 1, self.device).cpu().tolist()
+        # A stream keeps what was peeked (peek further); fresh uniforms go after each row's old ones.
+        self.values = more if self.source.is_stream else [old + new for old, new in zip(self.values, more)]
 
     def advance(self) -> None:
         self.source.advance(torch.tensor(self.used, dtype=torch.long))
@@ -124,16 +116,15 @@ def _row_draft(tokens, parents, real, q, paths, point_mass: bool, vocab_size: in
         drafted = [node_of[j] for j in sorted(node_of) if j not in has_child and j]
     drafted = [path for path in drafted if path]
     if q is None:
+        q = np.zeros((len(tokens), vocab_size))  # [N, V]: the draft view serves the same proposals
         children = {}
         for node in index:
             if node:
                 children.setdefault(node[:-1], set()).add(node[-1])
-        proposal = {node: _one_hot(next(iter(kids)), vocab_size) if point_mass and len(kids) == 1 else None
-                    for node, kids in children.items()}
-        q = np.zeros((len(tokens), vocab_size))  # [N, V]: the draft view serves the same proposals
-        for node, row in proposal.items():
-            if row is not None:
-                q[index[node]] = row
+        for node, kids in children.items():
+            if point_mass and len(kids) == 1:
+                q[index[node], next(iter(kids))] = 1.0
+        proposal = {node: q[j] if q[j].any() else None for node, j in index.items()}
     else:
         proposal = {node: q[j] for node, j in index.items()}
     draft = Draft.from_paths(drafted, lambda node: proposal.get(node)) if drafted else None
@@ -161,9 +152,7 @@ class ReferenceVerifier:
         results = [self._row(b, p[b].cpu().numpy(), tree, rows, feed) for b in range(B)]
         feed.advance()
         D = max(1, max(len(nodes) for nodes, _ in results))
-        nodes = torch.full((B, D), -1, dtype=torch.long)
-        for b, (path, _) in enumerate(results):
-            nodes[b, :len(path)] = torch.tensor(path, dtype=torch.long)
+        nodes = torch.tensor([path + [-1] * (D - len(path)) for path, _ in results], dtype=torch.long)  # [B, D]
         tau = torch.tensor([len(path) for path, _ in results], dtype=torch.long)
         y = torch.tensor([token for _, token in results], dtype=torch.long)
         return Verdict(nodes.to(p.device), tau.to(p.device), y.to(p.device))
@@ -187,12 +176,6 @@ class ReferenceVerifier:
         if out[:-1] not in index:
             raise ValueError(f"verify: method {self.name!r} accepted {out[:-1]}, which is not a drafted path")
         return [index[out[:i]] for i in range(1, len(out))], out[-1]
-
-
-def _one_hot(token: int, size: int) -> np.ndarray:
-    out = np.zeros(size)
-    out[token] = 1.0
-    return out
 
 
 def twin_drafter(method: Method) -> Callable:

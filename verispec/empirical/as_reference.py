@@ -1,18 +1,12 @@
 """A real causal LM seen as a reference `LanguageModel`: the exact engine on torch models.
 
-`TorchLanguageModel(lm, temperature)` answers `probs(prefix)` with softmax(logits / T) of ONE
-cache-free forward over the whole prefix (T = 0: the one-hot argmax, ties to the lowest id; the
-engine's own `verispec.empirical.drafters.probabilities`), memoised
-per prefix by `LanguageModel.probs`. No KV cache is involved, so the reference side cannot share a
-cache bug with the decoder it checks. With it, `verispec.reference.exact` computes exact laws of a
-method on the very models a torch decoder runs, e.g. E[tau | context] for one iteration
-(`exact.expected_accepted_length`): the tests compare it with the accepted lengths the decoder
-measures, which exposes draft-side cache desyncs (they lower acceptance without breaking
-losslessness, so no output-law test sees them).
-
-`warm(contexts, depth)` fills the memo for every extension of the given contexts by up to `depth`
-tokens in a few batched forwards (one per length), so that an exact enumeration (which reads many
-such prefixes) costs table look-ups instead of one forward per prefix.
+`TorchLanguageModel(lm, temperature)` answers `probs(prefix)` with the engine's own
+`verispec.empirical.drafters.probabilities` of ONE cache-free forward over the whole prefix,
+memoised per prefix. No KV cache is involved, so the reference side cannot share a cache bug with
+the decoder it checks: `verispec.reference.exact` computes exact laws (e.g. E[tau | context],
+`exact.expected_accepted_length`) on the very models a torch decoder runs, which exposes draft-side
+cache desyncs (they lower acceptance without breaking losslessness: no output-law test sees them).
+`warm(contexts, depth)` fills the memo in a few batched forwards.
 
 Only practical for tiny vocabularies: the enumerator visits up to V^depth prefixes per context.
 """
@@ -27,6 +21,7 @@ import torch
 from ..reference.models import LanguageModel, check_prefix
 from .drafters import probabilities
 from .model import CausalLM
+from .validation import check_temperature
 
 __all__ = ["TorchLanguageModel"]
 
@@ -47,12 +42,9 @@ class TorchLanguageModel(LanguageModel):
     def __init__(self, lm: CausalLM, temperature: float = 1.0, batch_size: int = 4096):
         if not isinstance(lm, CausalLM):
             raise TypeError(f"lm: expected a CausalLM, got {type(lm).__name__}")
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-            raise TypeError(f"temperature: expected a number, got {type(temperature).__name__}")
-        if not (temperature >= 0 and np.isfinite(temperature)):
-            raise ValueError(f"temperature: must be finite and >= 0, got {temperature!r}")
+        temperature = check_temperature(temperature, "temperature")
         super().__init__(lm.vocab_size)
-        self.lm, self.temperature, self.batch_size = lm, float(temperature), int(batch_size)
+        self.lm, self.temperature, self.batch_size = lm, temperature, int(batch_size)
 
     def _forward_last(self, prefixes: list[tuple[int, ...]]) -> np.ndarray:
         """Equal-length prefixes -> probs [n, V] at their last position (batched, no cache)."""
@@ -68,14 +60,9 @@ class TorchLanguageModel(LanguageModel):
         return self._forward_last([prefix])[0]
 
     def warm(self, contexts, depth: int) -> int:
-        """Memoise probs at every context + s, s any token sequence of length 0..depth.
-
-        Args:
-            contexts: iterable of non-empty token-id sequences. depth: >= 0.
-
-        Returns:
-            The number of prefixes computed (those not memoised already).
-        """
+        """Memoise probs at every context + s, s any token sequence of length 0..depth >= 0, for
+        `contexts` non-empty token-id sequences, in batched forwards of equal-length prefixes (an
+        exact enumeration then reads table entries); returns the number of prefixes computed."""
         todo: dict[int, list] = {}
         for context in contexts:
             context = check_prefix(context, self.vocab_size, "contexts")

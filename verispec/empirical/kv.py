@@ -1,9 +1,5 @@
 """The KV state of one model for a batch of rows: append a token tree, keep the accepted path.
 
-In one decoding iteration (`verispec.empirical.engine`): drafter (draft kv.append per layer) ->
-DraftTree -> target kv.append (ONE tree forward) -> p -> verifier -> accepted path ->
-target and draft kv.commit(path).
-
 Every storage holds, per row, a *committed* prefix (tokens emitted) and an *uncommitted forest*
 (nodes appended since the last commit, each attached to the prefix or to an earlier uncommitted
 node). A node attends to its row's committed prefix, its ancestors and itself; its position id is
@@ -24,8 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from .model import additive_mask, tree_ancestors
-from .model import CausalLM, cache_length, crop_cache, gather_cache, select_cache_rows
+from .model import (CausalLM, additive_mask, cache_length, crop_cache, gather_cache, select_cache_rows, tree_ancestors,
+                    visible)
 from .speedups.attention import new_counting_cache, packed_forward, packed_rows, use_packed_attention
 
 __all__ = ["KVState", "PaddedKV", "SequenceKV", "PackedKV", "STORAGES", "new_kv"]
@@ -79,13 +75,13 @@ class KVState:
 
     def _check_keep(self, keep: torch.Tensor) -> torch.Tensor:
         """keep [B, m] bool: real nodes forming a root path (each kept node's ancestors kept)."""
-        if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool or tuple(keep.shape) != tuple(self.real.shape):
+        if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool or keep.shape != self.real.shape:
             raise ValueError(f"keep: expected a bool tensor of shape {tuple(self.real.shape)}")
-        dropped_ancestor = (self.ancestry & ~keep.unsqueeze(1)).any(-1)  # [B, m]
-        deepest = torch.where(keep, self.ancestry.sum(-1), 0).amax(1, keepdim=True) if keep.numel() else 0
-        if bool((keep & (~self.real | dropped_ancestor)).any()) or bool((keep.sum(1) != deepest.squeeze(1)).any()
-                                                                        if keep.numel() else False):
-            raise ValueError("keep: must mark a root path of real nodes in every row")
+        if keep.numel():
+            dropped_ancestor = (self.ancestry & ~keep.unsqueeze(1)).any(-1)  # [B, m]
+            deepest = torch.where(keep, self.ancestry.sum(-1), 0).amax(1)  # [B]: a path keeps that many nodes
+            if bool((keep & (~self.real | dropped_ancestor)).any()) or bool((keep.sum(1) != deepest).any()):
+                raise ValueError("keep: must mark a root path of real nodes in every row")
         return keep
 
     def _reset(self, kept: torch.Tensor) -> None:
@@ -100,15 +96,23 @@ class KVState:
         self.pos, self.ancestry, self.real = self.pos[rows], self.ancestry[rows], self.real[rows]
 
     def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor) -> None:
-        """Commit row b's first lengths[b] tokens of tokens [B, n] (right padding), as a chain."""
+        """Commit row b's first lengths[b] tokens of tokens [B, n] (right padding), as a chain;
+        rows of one length go through `CausalLM.prefill` where the storage allows (benches reuse it)."""
         n = int(lengths.max()) if lengths.numel() else 0
         if n == 0:
             return
         tokens = tokens[:, :n]
+        if bool((lengths == n).all()) and self._prefill_whole(tokens):
+            self.pos = lengths.to(self.pos)
+            return
         parents = (torch.arange(n, device=tokens.device) - 1).expand_as(tokens)  # a chain
         real = torch.arange(n, device=tokens.device) < lengths.unsqueeze(1)  # [B, n]
         self.append(tokens, parents, real, logits_to_keep=1)  # a prefill reads no logits
         self.commit(real)
+
+    def _prefill_whole(self, tokens: torch.Tensor) -> bool:
+        """Commit tokens [B, n] (no padding) with one `CausalLM.prefill`; False if not supported."""
+        return False
 
 
 class PaddedKV(KVState):
@@ -120,23 +124,12 @@ class PaddedKV(KVState):
         self.cache = model.new_cache()
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=model.device)  # [B, S0] committed
 
-    @staticmethod
-    def visible(valid: torch.Tensor, ancestry: torch.Tensor) -> torch.Tensor:
-        """What each new node of an append may attend to: valid bool [B, S0] (the committed slots
-        each row sees), ancestry bool [B, n, m] (the new nodes' rows of the forest's ancestry; the
-        forest's m slots follow the committed ones) -> bool [B, n, S0 + m]."""
-        B, n = ancestry.shape[:2]
-        return torch.cat([valid.unsqueeze(1).expand(B, n, valid.shape[1]), ancestry], dim=2)
+    visible = staticmethod(visible)  # what a new node may attend to (a planted-bug test swaps it)
 
-    def prefill(self, tokens, lengths) -> None:
-        n = int(lengths.max()) if lengths.numel() else 0
-        if n and bool((lengths == n).all()):  # equal rows: `CausalLM.prefill` (benches reuse it)
-            tokens = tokens[:, :n]
-            _, self.cache = self.model.prefill(tokens, logits_to_keep=1)
-            self.valid = torch.ones(tokens.shape, dtype=torch.bool, device=self.model.device)
-            self.pos = lengths.to(self.pos)
-            return
-        super().prefill(tokens, lengths)
+    def _prefill_whole(self, tokens) -> bool:
+        _, self.cache = self.model.prefill(tokens, logits_to_keep=1)
+        self.valid = torch.ones(tokens.shape, dtype=torch.bool, device=self.model.device)
+        return True
 
     def append(self, tokens: torch.Tensor, parents: torch.Tensor, real: torch.Tensor,
                logits_to_keep: int = 0) -> torch.Tensor:
@@ -222,15 +215,13 @@ class PackedKV(KVState):
         self.slot = torch.zeros(batch, 0, dtype=torch.long, device=device)  # [B, m]: -1 = not fed
         self.parent = torch.zeros(batch, 0, dtype=torch.long, device=device)  # [B, m]: forest parents
 
-    def prefill(self, tokens, lengths) -> None:
-        n = int(lengths.max()) if lengths.numel() else 0
-        if n and tokens.shape[0] == 1 and bool((lengths == n).all()):  # `CausalLM.prefill`, reusable
-            tokens = tokens[:, :n]
-            _, self.cache = self.model.prefill(tokens, logits_to_keep=1)
-            self.owner = torch.zeros(n, dtype=torch.long, device=self.model.device)
-            self.base, self.pos = n, lengths.to(self.pos)
-            return
-        super().prefill(tokens, lengths)
+    def _prefill_whole(self, tokens) -> bool:
+        if tokens.shape[0] != 1:  # several rows are packed into one sequence, not prefilled side by side
+            return False
+        _, self.cache = self.model.prefill(tokens, logits_to_keep=1)
+        self.owner = torch.zeros(tokens.shape[1], dtype=torch.long, device=self.model.device)
+        self.base = tokens.shape[1]
+        return True
 
     def _attention_mask(self, ancestry: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
         """[1, 1, Q, S + Q] additive mask of the Q packed nodes (rows, cols: [Q] into the new
@@ -265,10 +256,10 @@ class PackedKV(KVState):
             return logits
         position = _packed_positions(self.pos, rows, depth[rows, cols]).unsqueeze(0)  # [1, Q]
         fed = tokens[rows, cols].unsqueeze(0)  # [1, Q]
-        rows_spec = self._varlen_rows(ancestry, parents, rows, cols, S) if self.varlen else None
         written = getattr(self.cache, "slots_written", 0)
-        if rows_spec is not None:
-            packed = packed_forward(self.model, fed, self.cache, position, rows_spec)
+        if self.varlen:
+            packed = packed_forward(self.model, fed, self.cache, position,
+                                    self._varlen_rows(ancestry, parents, rows, cols, S))
         else:
             mask = self._attention_mask(ancestry, rows, cols)
             packed, self.cache = self.model.forward(fed, self.cache, position_ids=position, attention_mask=mask)

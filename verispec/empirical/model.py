@@ -5,14 +5,11 @@
 - `prefill(input_ids)`: a fresh cache from a prompt;
 - `chain(cache, tokens)`: append tokens (ordinary causal attention);
 - `tree(cache, tokens, parents, ...)`: append a token *tree* in one pass, each token attending to the
-  valid cached positions and to its own ancestors only. The mask is a 4D additive float mask
-  [batch, 1, q_len, kv_len] (0 where allowed, dtype-min elsewhere) with explicit
-  position_ids = prefix length + depth. (A bool mask under eager attention is silently wrong in
-  transformers 5.x, docs/real_models.md; FlashAttention-2 takes 2D padding masks only and is refused.)
+  valid cached positions and to its own ancestors only (a 4D additive mask, `tree_attention_mask`,
+  and position_ids = prefix length + depth);
 
-and edits caches in place: `crop_cache` (drop the tail; `DynamicCache.crop` with a negative count,
-which transformers 4.x and 5.x both accept), `gather_cache` (keep given positions per row: the
-accepted path of a tree), `select_cache_rows` / `repeat_cache_rows` (batch axis).
+and edits caches in place: `crop_cache` (drop the tail), `gather_cache` (keep given positions per
+row: the accepted path of a tree), `select_cache_rows` (batch axis).
 Works on CPU and CUDA, in float32 and bfloat16; logits are returned in float32.
 `with_head_subset(S)` gives a view whose output layer runs over the token ids S only (FR-Spec,
 arXiv 2502.14856; for draft models: `verispec.empirical.speedups.draftvocab`).
@@ -22,45 +19,34 @@ from __future__ import annotations
 
 import copy
 import inspect
-import time
 
 import torch
 
 from .speedups.draftvocab import check_subset
 from .speedups.int8_head import is_quantized_linear, subset_head
 
-__all__ = ["CausalLM", "tree_attention_mask", "tree_ancestors", "additive_mask", "cache_length", "crop_cache", "gather_cache",
-           "select_cache_rows", "repeat_cache_rows"]
+__all__ = ["CausalLM", "tree_attention_mask", "tree_ancestors", "additive_mask", "cache_length", "crop_cache",
+           "gather_cache", "select_cache_rows", "visible"]
 
 
-# ----------------------------------------------------------------------------------------------
-# KV-cache editing
-# ----------------------------------------------------------------------------------------------
+# --- KV-cache editing ---
 
 def _layers(cache):
-    """(keys, values, setter) per layer for transformers 5.x (`cache.layers`) or 4.x lists."""
-    if hasattr(cache, "layers"):
-        out = []
-        for layer in cache.layers:
-            if getattr(layer, "is_sliding", False):
-                raise ValueError("cache: sliding-window cache layers cannot be edited position-wise")
-            if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
-                continue
+    """(keys, values, setter) per initialised layer of a `DynamicCache` (`cache.layers`)."""
+    if not hasattr(cache, "layers"):
+        raise TypeError(f"cache: expected a transformers DynamicCache, got {type(cache).__name__}")
+    out = []
+    for layer in cache.layers:
+        if getattr(layer, "is_sliding", False):
+            raise ValueError("cache: sliding-window cache layers cannot be edited position-wise")
+        if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
+            continue
 
-            def setter(k, v, layer=layer):
-                layer.keys, layer.values = k, v
+        def setter(k, v, layer=layer):
+            layer.keys, layer.values = k, v
 
-            out.append((layer.keys, layer.values, setter))
-        return out
-    if hasattr(cache, "key_cache"):  # transformers 4.x
-        out = []
-        for i in range(len(cache.key_cache)):
-            def setter(k, v, i=i):
-                cache.key_cache[i], cache.value_cache[i] = k, v
-
-            out.append((cache.key_cache[i], cache.value_cache[i], setter))
-        return out
-    raise TypeError(f"cache: expected a transformers DynamicCache, got {type(cache).__name__}")
+        out.append((layer.keys, layer.values, setter))
+    return out
 
 
 def cache_length(cache) -> int:
@@ -71,14 +57,8 @@ def cache_length(cache) -> int:
 
 
 def crop_cache(cache, length: int) -> None:
-    """Keep the first `length` positions of every layer (in place).
-
-    Uses `DynamicCache.crop(-(current - length))`: transformers 5.x accepts only a negative count
-    of tokens to drop (a positive target length raises); 4.x accepts both.
-
-    Raises:
-        ValueError: length < 0 or longer than the cache.
-    """
+    """Keep the first `length` positions of every layer (in place); ValueError unless 0 <= length <=
+    the cache length. `DynamicCache.crop` takes a negative count to drop (a positive length raises)."""
     current = cache_length(cache)
     if not 0 <= length <= current:
         raise ValueError(f"length: must lie in [0, {current}] (the cache length), got {length}")
@@ -128,15 +108,7 @@ def select_cache_rows(cache, rows: torch.Tensor) -> None:
         setter(keys.index_select(0, index), values.index_select(0, index))
 
 
-def repeat_cache_rows(cache, repeats: int) -> None:
-    """Repeat every batch row `repeats` times (row b -> rows b*repeats .. b*repeats+repeats-1)."""
-    for keys, values, setter in _layers(cache):
-        setter(keys.repeat_interleave(repeats, dim=0), values.repeat_interleave(repeats, dim=0))
-
-
-# ----------------------------------------------------------------------------------------------
-# Tree masks
-# ----------------------------------------------------------------------------------------------
+# --- Tree masks ---
 
 def tree_ancestors(parents: torch.Tensor, prior: torch.Tensor | None = None) -> torch.Tensor:
     """Which nodes each node of a forest descends from (itself included).
@@ -175,8 +147,7 @@ def tree_attention_mask(parents: torch.Tensor, past_valid: torch.Tensor | int, d
     Args:
         parents: int64 [B, N]: parents[b, j] < j is the index (within the new block) of node j's
             parent, -1 for a node attached directly to the cached prefix (the root).
-        past_valid: bool [B, S] (which cached positions each row may see), bool [B, N, S] (per
-            node), or an int S (all valid).
+        past_valid: bool [B, S] (which cached positions each row may see), or an int S (all valid).
         dtype: the model's dtype (the mask is 0 where allowed and finfo(dtype).min elsewhere).
 
     Returns:
@@ -185,45 +156,47 @@ def tree_attention_mask(parents: torch.Tensor, past_valid: torch.Tensor | int, d
     Raises:
         ValueError: a parent index not smaller than its child's.
     """
-    B, N = parents.shape
-    device = parents.device
     ancestors = tree_ancestors(parents)  # [B, N, N]
     if isinstance(past_valid, int):
-        past = torch.ones(B, N, past_valid, dtype=torch.bool, device=device)
-    elif past_valid.dim() == 3:
-        past = past_valid.to(device)
-    else:
-        past = past_valid.to(device).unsqueeze(1).expand(B, N, past_valid.shape[1])
-    return additive_mask(torch.cat([past, ancestors], dim=2), dtype).unsqueeze(1)  # [B, 1, N, S + N]
+        past_valid = torch.ones(parents.shape[0], past_valid, dtype=torch.bool)
+    return additive_mask(visible(past_valid.to(parents.device), ancestors), dtype).unsqueeze(1)  # [B, 1, N, S + N]
+
+
+def visible(valid: torch.Tensor, ancestry: torch.Tensor) -> torch.Tensor:
+    """What each new node of an append may attend to: valid bool [B, S0] (the cached slots each
+    row sees), ancestry bool [B, n, m] (the new nodes' rows of the ancestry of the m appended
+    slots, which follow the cached ones) -> bool [B, n, S0 + m]."""
+    B, n = ancestry.shape[:2]
+    return torch.cat([valid.unsqueeze(1).expand(B, n, valid.shape[1]), ancestry], dim=2)
 
 
 def additive_mask(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """0 where `allowed` (bool, any shape), finfo(dtype).min elsewhere: transformers adds it to the
-    attention scores (a bool mask under eager attention is silently wrong in transformers 5.x)."""
+    attention scores (a bool mask under eager attention is silently wrong in transformers 5.x,
+    docs/real_models.md)."""
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
         ~allowed, torch.finfo(dtype).min)
 
 
-def _depths(parents: torch.Tensor) -> torch.Tensor:
-    """Depth of every node of the block (root = 0): parents [B, N] -> [B, N]."""
-    B, N = parents.shape
-    depth = torch.zeros(B, N, dtype=torch.long, device=parents.device)
-    for j in range(N):
-        parent = parents[:, j]
-        depth[:, j] = torch.where(parent >= 0, depth.gather(1, parent.clamp(min=0).unsqueeze(1)).squeeze(1) + 1, 0)
-    return depth
+def _linear_rows(full: torch.nn.Linear, ids: torch.Tensor) -> torch.nn.Linear:
+    """A frozen linear layer over the rows `ids` [|S|] of `full` (weight [|S|, H], contiguous)."""
+    head = torch.nn.utils.skip_init(torch.nn.Linear, full.in_features, ids.numel(), bias=full.bias is not None,
+                                    device=full.weight.device, dtype=full.weight.dtype)
+    index = ids.to(full.weight.device)
+    with torch.no_grad():
+        head.weight.copy_(full.weight.index_select(0, index))
+        if full.bias is not None:
+            head.bias.copy_(full.bias.index_select(0, index))
+    return head.requires_grad_(False)
 
 
-# ----------------------------------------------------------------------------------------------
-# The wrapper
-# ----------------------------------------------------------------------------------------------
+# --- The wrapper ---
 
 class CausalLM:
     """A `transformers` causal LM prepared for speculative decoding.
 
     Args:
-        model: a `PreTrainedModel` with a causal-LM head (e.g. from `AutoModelForCausalLM`).
-        name: a label for reports.
+        model: a `PreTrainedModel` with a causal-LM head (e.g. from `AutoModelForCausalLM`). name: a label.
 
     Attributes:
         vocab_size: V, the number of logits per position.
@@ -250,24 +223,19 @@ class CausalLM:
         self.vocab_size = int(head.out_features if head is not None else model.config.vocab_size)
         self._forwards = [0]  # shared with `with_head_subset` views: their forwards count here
         self._prefill_memo: dict | None = None
-        self.prefill_seconds = 0.0  # time spent in prefills actually computed (memo misses)
         self._head_subset = None  # (ids [|S|], the head over S) on a `with_head_subset` view
         self._subset_heads: dict = {}  # the last gathered head per subset (rows copied once)
-        self._logits_to_keep: bool | None = None  # the model's forward takes logits_to_keep
+        # Models whose forward lacks `logits_to_keep` get their logits sliced instead.
+        self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, dtype=torch.bfloat16, device="cpu",
                         attn_implementation: str = "sdpa", **kwargs) -> "CausalLM":
-        """Load with `AutoModelForCausalLM.from_pretrained(..., dtype=dtype)` (transformers 5.x
-        spells it `dtype`; 4.x `torch_dtype`) and move to `device`."""
+        """Load with `AutoModelForCausalLM.from_pretrained(..., dtype=dtype)` and move to `device`."""
         from transformers import AutoModelForCausalLM
 
-        try:
-            model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype,
-                                                         attn_implementation=attn_implementation, **kwargs)
-        except TypeError:  # transformers 4.x
-            model = AutoModelForCausalLM.from_pretrained(name_or_path, torch_dtype=dtype,
-                                                         attn_implementation=attn_implementation, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype,
+                                                     attn_implementation=attn_implementation, **kwargs)
         return cls(model.to(device), name=str(name_or_path))
 
     @classmethod
@@ -277,20 +245,14 @@ class CausalLM:
         from transformers import AutoModelForCausalLM
 
         torch.manual_seed(seed)
-        try:
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
-        except TypeError:  # transformers 4.x
-            model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype, attn_implementation=attn_implementation)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
         return cls(model.to(device), name=f"{type(config).__name__}(seed={seed})")
 
     def new_cache(self):
         """An empty `DynamicCache` for this model."""
         from transformers import DynamicCache
 
-        try:
-            return DynamicCache(config=self.model.config)
-        except TypeError:  # transformers 4.x
-            return DynamicCache()
+        return DynamicCache(config=self.model.config)
 
     # -- forwards --------------------------------------------------------------------------------
 
@@ -309,13 +271,12 @@ class CausalLM:
         """One forward pass; returns (logits float32 [B, q, V], cache). A new cache when None.
 
         logits_to_keep: k >= 1 runs the output layer on the last k positions only, so logits are
-        [B, k, V] (a prompt's prefill needs none of its own rows, and the output layer holds about
-        15% of the Qwen2.5 1.5B target's weights and 28% of the 0.5B draft's); 0: every position.
+        [B, k, V] (a prefill reads none of its prompt's rows); 0: every position.
         """
         kwargs = dict(input_ids=input_ids, cache=cache, position_ids=position_ids,
                       attention_mask=attention_mask, use_cache=True)
         keep = logits_to_keep if 0 < logits_to_keep < input_ids.shape[1] else 0
-        if keep and self._takes_logits_to_keep():
+        if keep and self._takes_logits_to_keep:
             kwargs["logits_to_keep"], keep = keep, 0
         self.forward_count += 1
         if self._head_subset is None:
@@ -334,30 +295,21 @@ class CausalLM:
         logits = part.new_full((*part.shape[:-1], self.vocab_size), float("-inf"))  # [B, q, V]
         return logits.index_copy_(-1, ids, part), out.cache
 
-    def _takes_logits_to_keep(self) -> bool:
-        """Whether the wrapped model's forward takes `logits_to_keep` (else logits are sliced)."""
-        if self._logits_to_keep is None:
-            self._logits_to_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
-        return self._logits_to_keep
-
     def with_head_subset(self, subset) -> "CausalLM":
         """A view of this model whose logits are computed over the token ids `subset` only.
 
         FR-Spec (Zhao et al. 2025, arXiv 2502.14856): the output layer runs over the rows S of its
-        weight (gathered once per subset, contiguous) and the logits are scattered into a full-V
-        float32 tensor filled with -inf, so softmax gives q over S, exactly zero outside S, and
-        drafters, rules and KV code need no change. The view shares the model (and its KV
-        caches' format) and its `forward_count` (a forward of either counts for both); it keeps
-        no prefill memo. Meant for a DRAFT model: a restricted target would change the output law.
+        weight (gathered once per subset; int8 rows at the same scale for an int8 head) and the
+        logits are scattered into a full-V float32 tensor filled with -inf, so softmax gives q over
+        S, exactly zero outside S, and drafters, rules and KV code need no change. The view shares
+        the model and its `forward_count`, and keeps no prefill memo. Meant for a DRAFT model: a
+        restricted target would change the output law.
 
         Args:
             subset: token ids, a 1-D integer tensor or sequence (any order, repeats allowed).
 
         Returns:
             a `CausalLM` view; `forward`/`chain`/`tree`/`prefill` return logits float32 [B, q, V].
-
-        An int8 head (`verispec.empirical.speedups.quantize`) gives an int8 head over S, its rows at the
-        same scale.
 
         Raises:
             TypeError: `subset` not integer ids, or a model without output embeddings.
@@ -368,17 +320,9 @@ class CausalLM:
         if not isinstance(full, torch.nn.Linear) and not is_quantized_linear(full):
             raise TypeError(f"model: a head subset needs a torch.nn.Linear output layer, got {type(full).__name__}")
         key = ids.numpy().tobytes()
-        if key not in self._subset_heads and is_quantized_linear(full):  # int8 draft (`quantize`): int8 rows
-            self._subset_heads = {key: (ids.to(self.device), subset_head(full, ids))}
-        if key not in self._subset_heads:
-            head = torch.nn.utils.skip_init(torch.nn.Linear, full.in_features, ids.numel(), bias=full.bias is not None,
-                                            device=full.weight.device, dtype=full.weight.dtype)
-            index = ids.to(full.weight.device)
-            with torch.no_grad():
-                head.weight.copy_(full.weight.index_select(0, index))  # [|S|, H], contiguous
-                if full.bias is not None:
-                    head.bias.copy_(full.bias.index_select(0, index))
-            self._subset_heads = {key: (ids.to(self.device), head.requires_grad_(False))}  # keep the last one
+        if key not in self._subset_heads:  # keep the last subset's head only
+            head = subset_head(full, ids) if is_quantized_linear(full) else _linear_rows(full, ids)
+            self._subset_heads = {key: (ids.to(self.device), head)}
         view = copy.copy(self)
         view._head_subset = self._subset_heads[key]
         view._prefill_memo, view._subset_heads = None, {}
@@ -386,20 +330,15 @@ class CausalLM:
 
     def prefill(self, input_ids: torch.Tensor, logits_to_keep: int = 0):
         """A fresh cache holding `input_ids` [B, n]; returns (logits [B, n, V], cache), or
-        [B, k, V] for the last k positions with logits_to_keep = k >= 1 (as `forward`).
-
-        With `reuse_prefills()` on, a prompt seen before gets a deep copy of its stored cache
-        (still counted as one forward): benchmarks then time every method from the same
-        prefilled state, and the prefill (costly on CPU) is computed once per prompt.
-        """
+        [B, k, V] for the last k positions with logits_to_keep = k >= 1 (as `forward`). With
+        `reuse_prefills()` on, a prompt seen before gets a deep copy of its stored cache (still
+        counted as one forward): benchmarks time every method from the same prefilled state."""
         ids = self._check_ids(input_ids, "input_ids")
         if self._prefill_memo is None:
             return self.forward(ids, logits_to_keep=logits_to_keep)
         key = (tuple(ids.shape), tuple(ids.flatten().tolist()), logits_to_keep)
         if key not in self._prefill_memo:
-            start = time.perf_counter()
             self._prefill_memo[key] = self.forward(ids, logits_to_keep=logits_to_keep)
-            self.prefill_seconds += time.perf_counter() - start
         else:
             self.forward_count += 1
         logits, cache = self._prefill_memo[key]
@@ -445,7 +384,8 @@ class CausalLM:
             past_lengths = past_valid.sum(-1) if past_valid is not None else torch.full(
                 (tokens.shape[0],), S, dtype=torch.long, device=self.device)
         mask = tree_attention_mask(parents, S if past_valid is None else past_valid, self.dtype)
-        position_ids = past_lengths.to(self.device).unsqueeze(1) + _depths(parents)  # [B, N]
+        depth = tree_ancestors(parents).sum(-1) - 1  # [B, N], root = 0
+        position_ids = past_lengths.to(self.device).unsqueeze(1) + depth
         logits, _ = self.forward(tokens, cache, position_ids=position_ids, attention_mask=mask)
         return logits
 

@@ -10,13 +10,9 @@ The conventions are exactly those of `verispec.reference.randomness.Sampler`:
 So a torch rule fed the same uniform stream as a reference rule, on the same probability tables
 and the same draft, consumes the uniforms in the same order and emits the same tokens.
 
-Sources (all return float64 tensors):
-
-- `TorchUniforms(seed, device)`: fresh uniforms from a seeded `torch.Generator` (fast; any shape).
-- `NumpyUniforms(seed)`: the stream of `numpy.random.default_rng(seed).random()`, i.e. the stream a
-  reference `Sampler(seed)` draws from. A *stream*: ``peek`` then ``advance`` by the number of
-  uniforms a rule actually consumed keeps the order of the reference.
-- `ReplayUniforms(values)`: replays a fixed list (tests), also a stream.
+Sources (float64 tensors): `TorchUniforms` (fresh, from a seeded `torch.Generator`) and two
+*streams*, `NumpyUniforms` (the stream a reference `Sampler(seed)` reads) and `ReplayUniforms` (a
+fixed list): ``peek`` then ``advance`` by the uniforms a rule consumed keeps the reference's order.
 """
 
 from __future__ import annotations
@@ -31,29 +27,15 @@ __all__ = ["UniformSource", "TorchUniforms", "NumpyUniforms", "ReplayUniforms", 
 
 
 def bernoulli(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """``u < p`` elementwise (the reference `Sampler.bernoulli` convention).
-
-    Args:
-        p: probabilities, any shape (values are clipped to [0, 1] as the reference does).
-        u: uniforms in [0, 1), broadcastable to `p`.
-
-    Returns:
-        bool tensor, the broadcast shape of `p` and `u`.
-    """
+    """``u < p`` elementwise (module docstring): p probabilities of any shape, clipped to [0, 1] as
+    the reference does; u uniforms in [0, 1) broadcastable to p -> bool, the broadcast shape."""
     return u < p.clamp(0.0, 1.0)
 
 
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF draw along the last axis, one uniform per row.
-
-    Args:
-        probs: [..., V] non-negative rows with positive sum (normalisation is not required: the
-            uniform is scaled by the row sum, as in the reference).
-        u: [...] uniforms in [0, 1), one per row.
-
-    Returns:
-        int64 [...] token ids; never an id of probability 0.
-    """
+    """Inverse-CDF draw along the last axis (module docstring): probs [..., V] non-negative rows with
+    positive sum (not necessarily normalised: u is scaled by the row sum, as in the reference), u
+    [...] uniforms in [0, 1), one per row -> int64 [...] token ids, never one of probability 0."""
     cdf = probs.cumsum(-1)  # [..., V]
     target = (u.to(cdf.dtype) * cdf[..., -1]).unsqueeze(-1)  # [..., 1]
     index = torch.searchsorted(cdf.contiguous(), target.contiguous(), right=True)  # [..., 1]
@@ -107,13 +89,9 @@ def _check_count(value, name):
 
 
 class TorchUniforms(UniformSource):
-    """Fresh uniforms from a seeded `torch.Generator` (unused uniforms are discarded, which keeps
-    every law exact: each uniform is read by at most one draw).
-
-    Args:
-        seed: int seed (None: nondeterministic).
-        device: where the generator lives and the uniforms are made ("cpu", "cuda", ...).
-    """
+    """Fresh uniforms from a `torch.Generator` on `device` ("cpu", "cuda", ...) seeded with the int
+    `seed` (None: nondeterministic). Unused uniforms are discarded, which keeps every law exact:
+    each uniform is read by at most one draw."""
 
     def __init__(self, seed: int | None = None, device="cpu"):
         self.device = torch.device(device)
@@ -177,14 +155,8 @@ class NumpyUniforms(_StreamSource):
 
 
 class ReplayUniforms(_StreamSource):
-    """Replays a fixed list of uniforms; raises `IndexError` when it runs out.
-
-    Args:
-        values: uniforms in [0, 1).
-
-    Raises:
-        ValueError: a value outside [0, 1) or NaN.
-    """
+    """Replays `values`, a fixed list of uniforms in [0, 1) (ValueError for one outside it or NaN);
+    raises `IndexError` when more are consumed than it holds."""
 
     def __init__(self, values: Sequence[float]):
         super().__init__()
@@ -195,15 +167,11 @@ class ReplayUniforms(_StreamSource):
         self._next = 0
 
     def _more(self, n):
-        if self._next + n > len(self._values):
-            # Pad with zeros past the end: they are only ever peeked, never consumed, unless the
-            # caller consumes more than it replayed (checked in `advance`).
-            real = self._values[self._next:]
-            self._next = len(self._values)
-            return real + [0.0] * (n - len(real))
+        # Zeros pad past the end: they are only ever peeked, never consumed, unless the caller
+        # consumes more than it replayed (checked in `advance`).
         out = self._values[self._next:self._next + n]
-        self._next += n
-        return out
+        self._next += len(out)
+        return out + [0.0] * (n - len(out))
 
     @property
     def consumed(self) -> int:

@@ -5,10 +5,8 @@ base (the `Drafter` protocol, `DraftTree`, chain / K-path / prompt-lookup drafte
 ordered draft pairs), greedy_paths (Hu et al.'s greedy drafts), lookup (prompt-lookup n-gram matches
 on tensors), adaptive (adaptive-length and hybrid chains), phrases (Ouroboros and lookahead phrase pools).
 
-This package exports the drafters that the engine and `verispec.empirical.methods` build on.
-`adaptive` and `phrases` also build whole `TorchMethod`s on the engine, which imports this
-package, so they are imported by their own path (`verispec.empirical.drafters.adaptive`,
-`verispec.empirical.drafters.phrases`) and not from here: the import graph stays a tree.
+`adaptive` and `phrases` build whole `TorchMethod`s on the engine, which imports this package, so
+they are imported by their own path, not from here: the import graph stays a tree.
 """
 
 from .base import (DraftTree, Drafter, ModelDrafter, PathsDrafter, PromptLookupDrafter, RootOnly, draw,
@@ -20,6 +18,5 @@ from .tree import EAGLE_RANK_PRIOR, TREES, TreeDrafter, TreeRecords, draft_tree,
 
 __all__ = ["DraftTree", "Drafter", "ModelDrafter", "PathsDrafter", "PromptLookupDrafter", "RootOnly",
            "probabilities", "next_token_law", "draw", "HubPairsDrafter", "hub_pair", "GreedyDraftDrafter",
-           "greedy_draft", "prompt_lookup_draft",
-           "prompt_lookup_batch", "TREES", "EAGLE_RANK_PRIOR", "TreeRecords", "TreeDrafter", "static_shape",
-           "draft_tree"]
+           "greedy_draft", "prompt_lookup_draft", "prompt_lookup_batch", "TREES", "EAGLE_RANK_PRIOR", "TreeRecords",
+           "TreeDrafter", "static_shape", "draft_tree"]

@@ -8,11 +8,8 @@ on these ones by the reference twins `verispec.reference.adaptive.adaptive_chain
 - `AdaptiveChainDrafter`: a draft-model chain that stops after a token whose draft confidence
   falls below `threshold` (transformers' ``assistant_confidence_threshold``), with a per-row cap
   that follows the acceptance history (`SCHEDULES`).
-- Guesses (``guess_length`` k > 0; bench ``g=k``): each draft forward also holds up to k
-  prompt-lookup tokens (Saxena 2023) hung as a chain below the token it feeds, so several tokens
-  can be drawn in one forward while the draws match the guesses; tokens are always drawn from q,
-  never taken from a guess: the draft-side phrase check of Ouroboros (Zhao et al. 2024, arXiv
-  2402.13720) made exact under sampling.
+- Guesses (``guess_length`` k > 0; bench ``g=k``): prompt-lookup tokens ride in each draft forward
+  (Ouroboros' draft-side phrase check, Zhao et al. 2024, arXiv 2402.13720, exact under sampling).
 - `HybridDrafter`: per row and iteration, the prompt-lookup phrase when the context has an n-gram
   match (a point-mass chain: no draft forward), the adaptive chain otherwise.
 
@@ -24,10 +21,9 @@ from __future__ import annotations
 import torch
 
 from ..torch_method import TorchMethod
-from ..validation import check_positive
+from ..validation import check_int, check_positive
 from ..verifiers.nodes import PathRule
 from .base import DraftTree, PathsDrafter, draw, next_token_law, probabilities
-from ..validation import check_int
 from .lookup import prompt_lookup_batch
 
 __all__ = ["AdaptiveChainDrafter", "HybridDrafter", "SCHEDULES", "VERIFIERS", "adaptive_method", "hybrid_method"]
@@ -140,9 +136,6 @@ class AdaptiveChainDrafter(PathsDrafter):
 
     # -- drafting ---------------------------------------------------------------------------------
 
-    def _temperature(self) -> float:
-        return self.temperature if self.draft_temperature is None else self.draft_temperature
-
     def _confidence(self, logits, tokens, q) -> torch.Tensor:
         """The draft's probability of its drawn tokens [B]: their law q [B, V] (the softmax at the
         draft temperature, already computed) at draft temperature > 0, the softmax of the logits
@@ -237,7 +230,10 @@ class AdaptiveChainDrafter(PathsDrafter):
     def _chain_tree(self, last, paths, lengths, q) -> DraftTree:
         """The tree of chains paths [B, 1, L] (lengths [B]) whose nodes have q [B, 1 + l, V]:
         only the l <= L depths some row reached get nodes, while the paths keep their width L
-        (the verifier's uniform reads depend on it, not on l)."""
+        (the verifier's uniform reads depend on it, not on l). Logs the lengths and caps."""
+        self._drafted = lengths
+        self._lengths.append(lengths.cpu())
+        self._caps.append(self.cap.cpu())
         l = q.shape[1] - 1
         tree = self._tree(last, paths[:, :, :l], lengths.unsqueeze(1), q)
         if l < paths.shape[2]:
@@ -256,9 +252,6 @@ class AdaptiveChainDrafter(PathsDrafter):
 
     def draft(self, rows) -> DraftTree:
         paths, lengths, q = self._chain(self._in_budget(self.cap, rows), rows)
-        self._drafted = lengths
-        self._lengths.append(lengths.cpu())
-        self._caps.append(self.cap.cpu())
         return self._chain_tree(rows.last, paths, lengths, q)
 
     # -- after verification -------------------------------------------------------------------------
@@ -279,17 +272,10 @@ class AdaptiveChainDrafter(PathsDrafter):
         """Keep in the draft cache the pending tokens (fed this iteration when `ran`) and the
         accepted nodes it ran; queue the accepted tokens it did not run, then the new token."""
         nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token  # [B, D], [B], [B]
-        B, device = nodes.shape[0], nodes.device
         on = nodes >= 0
-        fed = torch.where(on, self.fed.gather(1, nodes.clamp(min=0)), -1) if ran else torch.full_like(nodes, -1)
+        fed = self._commit_fed(nodes) if ran else torch.full_like(nodes, -1)
         P = self.pending.shape[1]
-        old = torch.arange(P, device=device) < self.pending_count.unsqueeze(1)  # [B, P]
-        if ran:
-            m = self.kv.uncommitted
-            keep = torch.zeros(B, m + 1, dtype=torch.bool, device=device)  # column m absorbs -1
-            keep[:, :P] = old
-            keep.scatter_(1, torch.where(fed >= 0, fed, m), True)
-            self.kv.commit(keep[:, :m])
+        old = torch.arange(P, device=nodes.device) < self.pending_count.unsqueeze(1)  # [B, P]
         accepted = tree.tokens.gather(1, nodes.clamp(min=0))  # [B, D]
         parts = torch.cat([self.pending, accepted, y.unsqueeze(1)], dim=1)  # [B, P + D + 1]
         mask = torch.cat([old & (not ran), on & (fed < 0), torch.ones_like(on[:, :1])], dim=1)
@@ -337,9 +323,6 @@ class HybridDrafter(AdaptiveChainDrafter):
         else:
             paths, lengths, q = self._empty(found)
         paths, lengths, q = self._with_phrases(paths, lengths, q, phrases, found, lookup)
-        self._drafted = lengths
-        self._lengths.append(lengths.cpu())
-        self._caps.append(self.cap.cpu())
         return self._chain_tree(rows.last, paths, lengths, q)
 
     def _empty(self, found):
@@ -363,9 +346,8 @@ class HybridDrafter(AdaptiveChainDrafter):
             paths = torch.cat([paths, paths.new_zeros(B, 1, L - paths.shape[2])], dim=2)
         if longest > q.shape[1] - 1:
             q = torch.cat([q, q.new_zeros(B, longest - q.shape[1] + 1, V)], dim=1)
-        width = phrases.shape[1]
         phrase = torch.zeros(B, L, dtype=torch.long, device=paths.device)
-        phrase[:, :min(L, width)] = phrases[:, :L]
+        phrase[:, :phrases.shape[1]] = phrases[:, :L]
         paths[:, 0] = torch.where(lookup.unsqueeze(1), phrase, paths[:, 0])
         j = torch.arange(L, device=paths.device)
         point = lookup.unsqueeze(1) & (j < found.unsqueeze(1))  # [B, L]: node d holds q of token d + 1

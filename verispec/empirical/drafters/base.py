@@ -15,11 +15,8 @@ target cache does not hold yet):
 - paths int64 [B, K, L] or None: node id of path k's (d+1)-th token (-1 past its end) for drafters
   of K ordered paths (the layout of the multi-path rules); verifiable bool [B, N] or None.
 
-Drafters here (the drafting schemes of `verispec.reference.drafters`): `PathsDrafter(L, K,
-replacement)`: K paths of L tokens from the draft model, i.i.d. (`iid_paths`, K = 1 is `chain`)
-or with distinct first tokens (`paths_without_replacement`), one draft forward per depth;
-`PromptLookupDrafter(L, max_ngram)`: n-gram drafts from the row's own context (point masses);
-`RootOnly`: no draft (target-only decoding). Trees: `verispec.empirical.drafters.tree`.
+Drafters here (twins of `verispec.reference.drafters`): `PathsDrafter` (K draft-model paths),
+`PromptLookupDrafter` (n-gram point masses), `RootOnly` (no draft). Trees: `drafters.tree`.
 """
 
 from __future__ import annotations
@@ -53,8 +50,8 @@ def next_token_law(logits: torch.Tensor, temperature: float):
     row returns its hot id at every u in [0, 1): `draw` then skips the vocabulary-wide cumsum.
     """
     if temperature == 0:
-        # max(dim).indices is argmax (the first maximal id on ties, as documented for both) at
-        # about half the cost of torch.argmax over a 151936-token vocabulary on CPU.
+        # max(dim).indices is argmax (the first maximal id on ties, as documented for both), and
+        # cheaper than torch.argmax over a large vocabulary on CPU.
         index = logits.max(-1, keepdim=True).indices
         q = torch.zeros(logits.shape, dtype=torch.float64, device=logits.device).scatter_(-1, index, 1.0)
         return q, index.squeeze(-1)
@@ -175,20 +172,24 @@ class ModelDrafter(Drafter):
         q_root, self._root_greedy = next_token_law(logits[torch.arange(B, device=device), root], temperature)
         return q_root, root
 
-    def accept(self, tree: DraftTree, verdict) -> None:
-        nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token  # [B, D], [B], [B]
-        B, m = self.kv.real.shape
-        device = nodes.device
-        on_path = nodes >= 0  # [B, D]
-        fed = torch.where(on_path, self.fed.gather(1, nodes.clamp(min=0)), -1)  # forest ids
-        keep = torch.zeros(B, m + 1, dtype=torch.bool, device=device)  # column m absorbs -1
-        keep[:, :2] = torch.arange(2, device=device) < self.pending_count.unsqueeze(1)
+    def _commit_fed(self, nodes: torch.Tensor) -> torch.Tensor:
+        """Keep in the draft cache the pending tokens (fed this iteration) and the accepted nodes
+        nodes [B, D] (-1 padded) it ran; returns their forest ids [B, D] (-1: not run)."""
+        fed = torch.where(nodes >= 0, self.fed.gather(1, nodes.clamp(min=0)), -1)  # [B, D]
+        (B, P), m = self.pending.shape, self.kv.uncommitted
+        keep = torch.zeros(B, m + 1, dtype=torch.bool, device=nodes.device)  # column m absorbs -1
+        keep[:, :P] = torch.arange(P, device=nodes.device) < self.pending_count.unsqueeze(1)
         keep.scatter_(1, torch.where(fed >= 0, fed, m), True)
         self.kv.commit(keep[:, :m])
+        return fed
+
+    def accept(self, tree: DraftTree, verdict) -> None:
+        nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token  # [B, D], [B], [B]
+        fed = self._commit_fed(nodes)
         missing = tau - (fed >= 0).sum(1)  # accepted tokens the draft never ran: 0 or 1
         if bool((missing > 1).any()):
             raise RuntimeError("internal: the draft cache lost an accepted node")
-        rows = torch.arange(B, device=device)
+        rows = torch.arange(nodes.shape[0], device=nodes.device)
         deepest = tree.tokens[rows, nodes[rows, (tau - 1).clamp(min=0)].clamp(min=0)]  # [B]
         self.pending = torch.stack([torch.where(missing == 1, deepest, y), y], dim=1)
         self.pending_count = 1 + missing
@@ -222,8 +223,11 @@ class PathsDrafter(ModelDrafter):
         tokens, drawn = _draw_without_replacement(q_root, K, u)
         return tokens, torch.where(drawn, lengths, 0)
 
+    def _temperature(self) -> float:
+        return self.temperature if self.draft_temperature is None else self.draft_temperature
+
     def draft(self, rows) -> DraftTree:
-        Td = self.temperature if self.draft_temperature is None else self.draft_temperature
+        Td = self._temperature()
         q_root, root = self._feed_pending(Td)  # [B, V], [B]
         B, K, L, device = q_root.shape[0], self.K, self.L, q_root.device
         paths = torch.zeros(B, K, L, dtype=torch.long, device=device)
@@ -259,13 +263,12 @@ class PathsDrafter(ModelDrafter):
         slot_of = 1 + (depth - 1).view(1, 1, L) * K + rep  # [B, K, L]: slot of path k's depth-d node
         own = (rep == torch.arange(K, device=device).view(1, K, 1)) & (depth <= lengths.unsqueeze(-1))
         parent = torch.cat([torch.zeros(B, K, 1, dtype=torch.long, device=device), slot_of[:, :, :-1]], -1)
-        N = 1 + K * L
         flat = (1 + (depth - 1).view(1, 1, L) * K + torch.arange(K, device=device).view(1, K, 1)).expand(B, K, L)
-        tokens = torch.zeros(B, N, dtype=torch.long, device=device).scatter_(
-            1, flat.reshape(B, -1), torch.where(own, paths, 0).reshape(B, -1))
-        parents = torch.zeros(B, N, dtype=torch.long, device=device).scatter_(
-            1, flat.reshape(B, -1), torch.where(own, parent, 0).reshape(B, -1))
-        real = torch.zeros(B, N, dtype=torch.bool, device=device).scatter_(1, flat.reshape(B, -1), own.reshape(B, -1))
+
+        def by_slot(values):  # [B, K, L] -> [B, 1 + K L], each owned value at its node's slot
+            return values.new_zeros(B, 1 + K * L).scatter_(1, flat.reshape(B, -1), values.reshape(B, -1))
+
+        tokens, parents, real = by_slot(torch.where(own, paths, 0)), by_slot(torch.where(own, parent, 0)), by_slot(own)
         tokens[:, 0], parents[:, 0], real[:, 0] = last, -1, True
         node_paths = torch.where(depth <= lengths.unsqueeze(-1), slot_of, -1)  # [B, K, L]
         return DraftTree(tokens, parents, real, q, paths=node_paths)

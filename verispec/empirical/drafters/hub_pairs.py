@@ -20,14 +20,9 @@ __all__ = ["HubPairsDrafter", "hub_pair"]
 
 
 def hub_pair(q: torch.Tensor, u: torch.Tensor):
-    """SpecHub's ordered draft pair per row.
-
-    Args:
-        q: draft distributions [B, V] (float64). u: uniforms [B, 2] (first draw, second draw).
-
-    Returns:
-        (tokens [B, 2] int64, single [B] bool: q(a) = 1, only tokens[:, 0] = a is a draft).
-    """
+    """SpecHub's ordered draft pair per row (module docstring): q float64 [B, V] draft laws, u [B, 2]
+    uniforms (first draw, second draw) -> (tokens int64 [B, 2], single bool [B]: q(a) = 1, only
+    tokens[:, 0] = a is a draft)."""
     rows = torch.arange(q.shape[0], device=q.device)
     a = torch.argmax(q, dim=-1)  # [B], the first maximal id
     single = q[rows, a] == 1
@@ -39,11 +34,7 @@ def hub_pair(q: torch.Tensor, u: torch.Tensor):
 
 
 class HubPairsDrafter(PathsDrafter):
-    """K = 2 paths of L tokens whose first tokens are `hub_pair`; i.i.d. chains from q below.
-
-    Raises:
-        ValueError: draft_length < 1 (from the engine's method factory).
-    """
+    """K = 2 paths of L tokens whose first tokens are `hub_pair`; i.i.d. chains from q below."""
 
     def __init__(self, draft_length: int, draft_temperature: float | None = None):
         super().__init__(draft_length, 2, True, draft_temperature)

@@ -1,16 +1,12 @@
 """Prompt-lookup (n-gram) drafts on token tensors: point-mass drafts read from the context itself.
 
-`prompt_lookup_draft(context_ids, max_ngram, draft_length)` finds the longest suffix n-gram of the
-context (n = max_ngram .. 1) that also occurs earlier, takes its most recent earlier occurrence and
-returns up to `draft_length` tokens that followed it (empty when no suffix n-gram recurs). It is
-the torch twin of `verispec.reference.drafters.lookup_phrase` (same match, same tie-break: the
-latest earlier start), so a torch run and the reference draft the same phrase.
+`prompt_lookup_draft(context_ids, max_ngram, draft_length)` drafts for one context,
+`prompt_lookup_batch` for a batch of right-padded contexts of different lengths. They are the torch
+twins of `verispec.reference.drafters.lookup_phrase` (same match, same tie-break: the latest earlier
+start), so a torch run and the reference draft the same phrase.
 
 The draft is a *point mass*: q = one-hot on each drafted token. Token or block verification with
 that q is lossless at any temperature (docs/algorithms.md, "Drafting without a draft distribution").
-
-`prompt_lookup_batch(contexts, context_lengths, max_ngram, draft_length)` drafts for a batch of
-rows of different lengths (right-padded contexts) and returns padded drafts and their lengths.
 
 Source: prompt lookup decoding, Saxena 2023 (github.com/apoorvumang/prompt-lookup-decoding); used
 as the drafter of EMS-SD, Ni et al. 2024 (arXiv 2405.07542).
@@ -21,17 +17,9 @@ from __future__ import annotations
 import torch
 
 from ..validation import check_int
+from ..verifiers.common import check_tensor
 
 __all__ = ["prompt_lookup_draft", "prompt_lookup_batch"]
-
-
-def _check_ids(t, name: str, ndim: int) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor of token ids, got {type(t).__name__}")
-    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-        raise TypeError(f"{name}: expected an integer tensor of token ids, got {t.dtype}")
-    if t.dim() != ndim:
-        raise ValueError(f"{name}: expected {ndim} dimension(s), got shape {tuple(t.shape)}")
 
 
 def prompt_lookup_draft(context_ids: torch.Tensor, max_ngram: int, draft_length: int) -> torch.Tensor:
@@ -51,19 +39,13 @@ def prompt_lookup_draft(context_ids: torch.Tensor, max_ngram: int, draft_length:
         TypeError: not an integer tensor, or non-int max_ngram / draft_length.
         ValueError: context_ids not 1-D, max_ngram or draft_length < 1.
     """
-    _check_ids(context_ids, "context_ids", 1)
+    check_tensor(context_ids, "context_ids", 1, "int")
     N = check_int(max_ngram, "max_ngram", 1)
     L = check_int(draft_length, "draft_length", 1)
-    ctx = context_ids.long()
-    n_ctx = ctx.numel()
-    for n in range(min(N, n_ctx - 1), 0, -1):
-        # Windows starting at 0 .. n_ctx - n - 1: every earlier occurrence, the suffix itself excluded.
-        windows = ctx.unfold(0, n, 1)[: n_ctx - n]  # [n_ctx - n, n]
-        hits = (windows == ctx[n_ctx - n:]).all(dim=1).nonzero()  # [h, 1]
-        if hits.numel():
-            start = int(hits[-1, 0]) + n  # the most recent occurrence wins (as the reference)
-            return ctx[start:start + L].clone()
-    return ctx.new_zeros(0)
+    if context_ids.numel() == 0:
+        return context_ids.new_zeros(0, dtype=torch.long)
+    drafts, lengths = prompt_lookup_batch(context_ids.unsqueeze(0), torch.tensor([context_ids.numel()]), N, L)
+    return drafts[0, :int(lengths[0])]
 
 
 def prompt_lookup_batch(contexts: torch.Tensor, context_lengths: torch.Tensor, max_ngram: int,
@@ -84,8 +66,8 @@ def prompt_lookup_batch(contexts: torch.Tensor, context_lengths: torch.Tensor, m
         TypeError / ValueError: as `prompt_lookup_draft` (min_ngram too); context_lengths of the
         wrong shape or outside [0, S].
     """
-    _check_ids(contexts, "contexts", 2)
-    _check_ids(context_lengths, "context_lengths", 1)
+    check_tensor(contexts, "contexts", 2, "int")
+    check_tensor(context_lengths, "context_lengths", 1, "int")
     L = check_int(draft_length, "draft_length", 1)
     B, S = contexts.shape
     if S == 0:

@@ -18,11 +18,9 @@ Trees (`TREES`), every one capped at `max_depth`:
   ``"kary"`` (top-k children of every node, breadth first) and ``"eagle"`` (the n rank paths with
   the largest product of the fixed rank priors `EAGLE_RANK_PRIOR`).
 
-ONE draft forward per layer: the first runs the pending tokens and gives the root's q; each later
-one runs the previous layer as children in the draft KV's uncommitted forest (`verispec.empirical.kv`).
+ONE draft forward per layer, in the draft KV's uncommitted forest (`verispec.empirical.kv`).
 Verification never reads q, so the drafts are deterministic top-n trees at every temperature; the
-draft temperature only shapes the tree (default: T, or 1 at T = 0, where a one-hot q would collapse
-every tree to a chain).
+draft temperature only shapes the tree.
 """
 
 from __future__ import annotations
@@ -89,8 +87,6 @@ class TreeRecords:
 
 # --- Shapes and layers ---
 
-
-
 def _shape_layers(paths: list[tuple[int, ...]], device) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per depth d >= 1: (parent position in layer d-1 [m_d], rank [m_d]) of a BFS-ordered shape."""
     layers, index = [], {(): 0}
@@ -140,8 +136,6 @@ def _choose(cat: dict, tree: str, n: int) -> torch.Tensor:
     return torch.zeros_like(cat["valid"]).scatter_(1, order, True) & cat["valid"]
 
 
-
-
 # --- The drafter: one draft forward per layer ---
 
 class TreeDrafter(ModelDrafter):
@@ -162,9 +156,8 @@ class TreeDrafter(ModelDrafter):
 
     def __init__(self, tree="opt_tree", node_budget=50, threshold=0.0, max_depth=10, branching=2,
                  draft_temperature=None, prune=True, keep_q=False):
-        self.tree, self.n, self.delta, self.depth, shape = check_tree_args(
+        self.tree, self.n, self.delta, self.depth, self.shape = check_tree_args(
             tree, node_budget, threshold, max_depth, branching)
-        self.shape = shape
         self.draft_temperature = None if draft_temperature is None else check_temperature(
             draft_temperature, "draft_temperature")
         self.prune, self.keep_q = prune, keep_q
@@ -260,10 +253,7 @@ class TreeDrafter(ModelDrafter):
             best = top.sum(1)  # [B]
             g["active"] = g["active"] & ok.any(1) & (best - g["expected"] > self.delta)
             g["expected"] = best
-            if self.prune and top.shape[1] == self.n:
-                # Exact pruning: a descendant of a node with W <= the n-th largest W so far has
-                # W <= it (W shrinks along paths) and n earlier records with W >= it ahead of it
-                # (ties go to earlier records), so it never enters the final tree nor raises E[A].
+            if self.prune and top.shape[1] == self.n:  # exact pruning (why it is exact: class docstring)
                 run = run & (w > top[:, self.n - 1:])
         else:
             g["active"] = g["active"] & ok.any(1) & (depth < len(self.layers))
@@ -287,10 +277,8 @@ class TreeDrafter(ModelDrafter):
         parents = torch.cat([-ones.long(), torch.where(is_node, parent_node, 0)], dim=1)
         self.fed = torch.cat([(self.pending_count - 1).unsqueeze(1),
                               torch.where(is_node, records.slot.gather(1, order), -1)], dim=1)  # [B, 1 + w]
-        q = None
-        if records.q is not None:
-            V = records.q.shape[-1]
-            q = records.q.gather(1, torch.cat([ones.long() * 0, order + 1], 1).unsqueeze(-1).expand(-1, -1, V))
+        q = None if records.q is None else records.q.gather(  # [B, 1 + w, V]; record q 0 is the root's
+            1, torch.cat([ones.long() * 0, order + 1], 1).unsqueeze(-1).expand(-1, -1, records.q.shape[-1]))
         return DraftTree(tokens, parents, torch.cat([ones, is_node], dim=1), q)
 
 

@@ -17,12 +17,7 @@ of paths sharing a prefix must match (one tree node; the lowest path index is re
 ``lengths [B, K]`` in [0, L]. ``uniforms [B, n]`` in [0, 1), n = `uniforms_needed`. Every rule
 returns a `RuleOutput` (tokens [B, L+1], num_accepted [B], path_index [B], consumed [B]).
 Uniforms as `verispec.reference.randomness.Sampler`: bernoulli(p) = u < p, categorical = inverse CDF.
-
-Sources: token — Leviathan et al. 2023 (arXiv 2211.17192), Chen et al. 2023 (arXiv 2302.01318);
-block — Sun et al. 2024 (arXiv 2403.10444); gbv — Thomas & Pal 2026 (arXiv 2602.16961); nss, rrs
-— SpecInfer (arXiv 2305.09781); rrsw — Jeon et al. 2024 (arXiv 2402.14160); spectr — Sun et al.
-2023 (arXiv 2310.15141); traversal — Weng et al. 2025 (arXiv 2505.12398); sample-and-follow —
-OPT-Tree, Wang et al. 2024 (arXiv 2406.17276).
+Sources (paper, arXiv id, algorithm): each rule's docstring.
 """
 
 

@@ -19,15 +19,8 @@ def block_rule(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: 
     as in the reference: bernoulli(h_L), bernoulli(h_{L-1}), ... until the first success (tau = that
     i, else 0), then one categorical from p_L (tau = L) or norm(max(w_tau p_tau - q_tau, 0)).
 
-    Args:
-        p: [B, L+1, V]. q: [B, L, V]. draft: int [B, L]. uniforms: [B, >= L+1]. validate: as
-        `token_rule`.
-
-    Returns:
-        `RuleOutput` (path_index is 0).
-
-    Raises:
-        TypeError / ValueError: as `token_rule`.
+    Args, Returns (`RuleOutput`, path_index 0) and Raises: as `token_rule` (p [B, L+1, V], q [B, L,
+    V], draft int [B, L], uniforms [B, >= L+1]).
     """
     rows, draft, p_x, q_x = chain_probabilities(p, q, draft, uniforms, validate)  # [B], [B, L] x 3
     B, L = draft.shape

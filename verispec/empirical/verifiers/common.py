@@ -27,15 +27,9 @@ class RuleOutput(NamedTuple):
 # --- Shared math (elementwise / along the last axis); mirrors verispec.reference.probability ---
 
 def residual(p: torch.Tensor, q: torch.Tensor, weight=1.0) -> torch.Tensor:
-    """norm(max(weight * p - q, 0)) along the last axis; `p` where that mass is 0.
-
-    Args:
-        p, q: [..., V]. weight: scalar or [...] tensor.
-
-    Returns:
-        [..., V], the correction law of speculative sampling (weight 1, arXiv 2211.17192) and of
-        block verification (weight w_tau, arXiv 2403.10444).
-    """
+    """norm(max(weight * p - q, 0)) [..., V] along the last axis of p, q [..., V] (weight: scalar or
+    [...]), `p` where that mass is 0: the correction law of speculative sampling (weight 1, arXiv
+    2211.17192) and of block verification (weight w_tau, arXiv 2403.10444)."""
     excess = _excess(p, q, weight)  # [..., V]
     total = excess.sum(-1, keepdim=True)  # [..., 1]
     if bool((total > 0).all()):  # no row falls back to p: normalise in place
@@ -66,11 +60,8 @@ def accept_probability(p_x: torch.Tensor, q_x: torch.Tensor, weight=1.0) -> torc
 
 
 def stop_probability(p_next: torch.Tensor, q_next: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """h = Z / (Z + 1 - w), Z = positive_mass(p_next, q_next, w); exactly 1 where w == 1 or 0/0.
-
-    Args:
-        p_next, q_next: [..., V] the distributions at the *next* position. w: [...].
-    """
+    """h [...] = Z / (Z + 1 - w), Z = positive_mass(p_next, q_next, w); exactly 1 where w == 1 or 0/0.
+    p_next, q_next: [..., V] the distributions at the *next* position; w: [...]."""
     z = positive_mass(p_next, q_next, w)  # [...]
     denominator = z + (1 - w)
     h = z / torch.where(denominator == 0, torch.ones_like(denominator), denominator)
@@ -199,9 +190,9 @@ def check_tree(p, q, paths, uniforms, lengths, needed_fn, validate):
     _check_uniforms(uniforms, B, needed_fn(L, K), p.device)
     if validate:
         depth = torch.arange(L + 1, device=p.device)
-        _check_probs(p, "p", depth <= lengths.unsqueeze(-1))  # rows read: d <= lengths
-        _check_probs(q, "q", depth[:L] < lengths.unsqueeze(-1))
-        used = depth[:L] < lengths.unsqueeze(-1)
+        used = depth[:L] < lengths.unsqueeze(-1)  # [B, K, L]: q rows and tokens read
+        _check_probs(p, "p", depth <= lengths.unsqueeze(-1))  # p rows read: d <= lengths
+        _check_probs(q, "q", used)
         if bool((((paths < 0) | (paths >= V)) & used).any()):
             raise ValueError(f"paths: token ids must lie in [0, {V})")
     return lengths

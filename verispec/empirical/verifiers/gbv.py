@@ -66,11 +66,8 @@ def gbv_rule(p: torch.Tensor, q: torch.Tensor, paths: torch.Tensor, uniforms: to
         p: [B, K, L+1, V]. q: [B, K, L, V]. paths: int [B, K, L] (all of length L; K i.i.d.
         paths from q). uniforms: [B, >= L+1]. validate: check inputs.
 
-    Returns:
-        `RuleOutput`; path_index is the lowest index of a path equal to X*.
-
-    Raises:
-        TypeError / ValueError: as `token_rule`, for the tree layout.
+    Returns `RuleOutput` (path_index: the lowest index of a path equal to X*); raises TypeError /
+    ValueError as `token_rule`, for the tree layout.
     """
     check_tree(p, q, paths, uniforms, None, lambda L, K: L + 1, validate)
     B, K, L = paths.shape

@@ -5,6 +5,7 @@ of `verispec.reference.verifiers.multidraft` / `tree`."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import torch
@@ -19,6 +20,8 @@ def _nss_step(p, q, tokens, drafting, cursor, rows_mask):
 
 
 def _rrs_like_step(p, q, tokens, drafting, cursor, rows_mask, without_replacement):
+    """SpecInfer recursive rejection sampling (arXiv 2305.09781, Algorithm 2); without replacement
+    (arXiv 2402.14160), rejected drafts also leave q."""
     B, K = tokens.shape
     rows = torch.arange(B, device=p.device)
     current, proposal = p, q
@@ -42,27 +45,16 @@ def _rrs_like_step(p, q, tokens, drafting, cursor, rows_mask, without_replacemen
     return torch.where(rest, categorical(current, cursor.take(rest)), y)
 
 
-def _rrs_step(p, q, tokens, drafting, cursor, rows_mask):
-    """SpecInfer recursive rejection sampling (arXiv 2305.09781, Algorithm 2)."""
-    return _rrs_like_step(p, q, tokens, drafting, cursor, rows_mask, False)
-
-
-def _rrsw_step(p, q, tokens, drafting, cursor, rows_mask):
-    """RRS without replacement (arXiv 2402.14160): rejected drafts leave q."""
-    return _rrs_like_step(p, q, tokens, drafting, cursor, rows_mask, True)
+_rrs_step = partial(_rrs_like_step, without_replacement=False)
+_rrsw_step = partial(_rrs_like_step, without_replacement=True)
 
 
 def spectr_rho(p: torch.Tensor, q: torch.Tensor, num_drafts) -> torch.Tensor:
-    """rho in [1, K] with 1 - (1 - beta(rho))^K = rho beta(rho), beta(rho) = sum min(q, p/rho).
+    """rho [B] (dtype of p) in [1, K] with 1 - (1 - beta(rho))^K = rho beta(rho), beta(rho) = sum
+    min(q, p/rho), for p, q [B, V] and num_drafts: K of each row (int or [B] tensor, >= 1).
 
     Vectorised bisection with the reference's iterates (200 steps at most, each row stopping when
     hi - lo <= 1e-15) returning the upper end, where f <= 0 (SpecTr K-SEQ, arXiv 2310.15141).
-
-    Args:
-        p, q: [B, V]. num_drafts: int or [B] tensor, K of each row (>= 1).
-
-    Returns:
-        [B] rho, dtype of p.
     """
     B = p.shape[0]
     K = torch.as_tensor(num_drafts, dtype=p.dtype, device=p.device).expand(B).clamp(min=1)  # [B]
@@ -127,36 +119,28 @@ def _top_down(step: Callable, p, q, paths, uniforms, lengths, validate, needed_f
     cursor = Cursor(uniforms)
     alive = torch.ones(B, K, dtype=torch.bool, device=p.device)  # paths through the current node
     done = torch.zeros(B, dtype=torch.bool, device=p.device)
-    tau = torch.zeros(B, dtype=torch.long, device=p.device)
-    last = torch.zeros(B, dtype=torch.long, device=p.device)
-    path_index = torch.zeros(B, dtype=torch.long, device=p.device)
+    tau, last, path_index = (torch.zeros(B, dtype=torch.long, device=p.device) for _ in range(3))  # [B] each
     for d in range(L + 1):
         active = ~done
         node = first_true(alive)  # [B]
         p_d = p[rows, node, d]  # [B, V]
         drafting = alive & (lengths > d) & active.unsqueeze(1)  # [B, K], paths with a child here
         has_children = drafting.any(-1)
-        leaf = active & ~has_children
-        if bool(leaf.any()):  # bonus token
-            y = categorical(p_d, cursor.take(leaf))
-            last = torch.where(leaf, y, last)
-            tau = torch.where(leaf, torch.full_like(tau, d), tau)
-            path_index = torch.where(leaf, node, path_index)
-            done = done | leaf
+        stop = active & ~has_children  # a leaf: y is the bonus token
+        y = categorical(p_d, cursor.take(stop)) if bool(stop.any()) else last
         inner = active & has_children
-        if d == L or not bool(inner.any()):
-            continue
-        q_d = q[rows, first_true(drafting), d]  # [B, V]
-        tokens = paths[:, :, d]  # [B, K]
-        y = step(p_d, q_d, tokens, drafting, cursor, inner)  # [B]
-        matched = drafting & (tokens == y.unsqueeze(1))  # [B, K]
-        enter = inner & matched.any(-1)
-        stop = inner & ~enter  # y is the correction token
+        if d < L and bool(inner.any()):  # rows read their own uniforms: leaves and inner nodes commute
+            tokens = paths[:, :, d]  # [B, K]
+            y_inner = step(p_d, q[rows, first_true(drafting), d], tokens, drafting, cursor, inner)  # [B]
+            matched = drafting & (tokens == y_inner.unsqueeze(1))  # [B, K]
+            enter = inner & matched.any(-1)
+            stop = stop | (inner & ~enter)  # y is the correction token
+            y = torch.where(inner, y_inner, y)
+            alive = torch.where(enter.unsqueeze(1), matched, alive)
         last = torch.where(stop, y, last)
         tau = torch.where(stop, torch.full_like(tau, d), tau)
         path_index = torch.where(stop, node, path_index)
         done = done | stop
-        alive = torch.where(enter.unsqueeze(1), matched, alive)
     prefix = paths[rows, path_index]  # [B, L]
     return RuleOutput(emit(prefix, tau, last), tau, path_index, cursor.pos)
 
@@ -176,11 +160,8 @@ def nss_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> Rule
     Y ~ p; enter the drafted child equal to Y, else Y is the correction token; bonus at a leaf.
     Uniforms read: one per node visited (at most L + 1).
 
-    Args:
-        p: [B, K, L+1, V]. q: [B, K, L, V] (unused, validated). paths: int [B, K, L].
-        uniforms: [B, >= L+1]. lengths: optional int [B, K]. validate: check inputs.
-
-    Returns / Raises: see `gbv_rule`.
+    Args: as `rrs_rule`, with uniforms [B, >= L+1] (q unused, validated). Returns / Raises: as
+    `gbv_rule`.
     """
     return _top_down(_nss_step, p, q, paths, uniforms, lengths, validate, _one_per_node)
 
@@ -204,11 +185,7 @@ def rrs_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> Rule
         p: [B, K, L+1, V]. q: [B, K, L, V]. paths: int [B, K, L]. uniforms: [B, >= L(K+1)+1].
         lengths: optional int [B, K] in [0, L]. validate: check inputs.
 
-    Returns:
-        `RuleOutput`.
-
-    Raises:
-        TypeError / ValueError: as `gbv_rule`.
+    Returns `RuleOutput`; raises TypeError / ValueError as `gbv_rule`.
     """
     return _top_down(_rrs_step, p, q, paths, uniforms, lengths, validate, top_down_needed)
 

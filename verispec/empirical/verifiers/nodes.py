@@ -5,9 +5,7 @@ Data flow (`verispec.empirical.engine`): drafter -> tree (tokens / parents / rea
 here -> `Verdict` (accepted node ids, tau, correction/bonus token) -> KV keep.
 
 - `PathRule(name)`: token, block, gbv, nss, rrs, rrsw, spectr, traversal on the tree's K ordered
-  paths: p / q are gathered into the path layout of the rules (p [B, K, L+1, V], q [B, K, L, V]);
-  chain rules (token, block) accept drafts of different lengths per row (prompt lookup), grouped
-  by length; point-mass drafts get q = one-hot.
+  paths (`_path_tables`); chain rules accept drafts of different lengths per row (`_chain_by_length`).
 - `SampleAndFollow()`: OPT-Tree's rule on any tree (`verifiers.sample_and_follow`).
 - `PointMassTree()`: recursive rejection with one-hot proposals on a trie (`verifiers.pointmass`).
 
@@ -23,7 +21,7 @@ import torch
 
 from ..model import tree_ancestors
 from ..uniforms import categorical
-from .pointmass import child_table, point_mass_walk, tree_height
+from .pointmass import child_table, point_mass_tree_uniforms, point_mass_walk
 from .rule_table import CHAIN_RULES, RULES, uniforms_needed, verify
 from .sample_and_follow import sample_and_follow_nodes
 
@@ -31,12 +29,8 @@ __all__ = ["Verdict", "PathRule", "SampleAndFollow", "PointMassTree"]
 
 
 class Verdict(NamedTuple):
-    """What a verifier returns per row.
-
-    Attributes:
-        nodes: int64 [B, D]: the accepted node ids in root-to-leaf order, -1 after tau.
-        num_accepted: int64 [B]: tau. token: int64 [B]: the correction/bonus token.
-    """
+    """What a verifier returns per row: nodes int64 [B, D], the accepted node ids in root-to-leaf
+    order, -1 after tau; num_accepted int64 [B], tau; token int64 [B], the correction/bonus token."""
 
     nodes: torch.Tensor
     num_accepted: torch.Tensor
@@ -157,9 +151,8 @@ class PointMassTree:
 
     def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
         verifiable = tree.real if tree.verifiable is None else tree.verifiable & tree.real
-        kids = child_table(torch.where(tree.real, tree.parents, -1), verifiable)  # [B, N, C]
-        height = tree_height(torch.where(tree.real, tree.parents, -1), verifiable)
-        u = source.peek(p.shape[0], height * kids.shape[-1] + 1, p.device)
-        path, tau, y, consumed = point_mass_walk(p.double(), tree.tokens, kids, u)
+        parents = torch.where(tree.real, tree.parents, -1)
+        u = source.peek(p.shape[0], point_mass_tree_uniforms(parents, verifiable), p.device)
+        path, tau, y, consumed = point_mass_walk(p.double(), tree.tokens, child_table(parents, verifiable), u)
         source.advance(consumed)
         return _verdict(path, tau, y)

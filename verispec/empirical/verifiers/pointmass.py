@@ -1,13 +1,6 @@
-"""Point-mass tree verification: recursive rejection with a one-hot proposal per child.
-
-The verifier of deterministic drafts arranged as a trie (phrase pools: Ouroboros, lookahead;
-`verispec.empirical.drafters.phrases`), on the node layout of the engine: p [B, N, V] from the one target
-tree forward, tokens / parents [B, N] (node 0 = the root). At each node, children x are tried in
-index order with acceptance p'(x) (p' = p at first, p' <- norm(max(p' - one-hot(x), 0)) after a
-rejection); if none is accepted the correction is drawn from p', at a leaf the bonus from p. This
-is token verification with q = one-hot (Leviathan et al. 2023, arXiv 2211.17192; the reference
-`point_mass` method) per child, i.e. SpecInfer's recursive rejection sampling (arXiv 2305.09781)
-with one point-mass proposal per child: every emitted token is an exact draw from p.
+"""Point-mass tree verification: recursive rejection with a one-hot proposal per child
+(`point_mass_tree_verify`), the verifier of deterministic drafts arranged as a trie (phrase pools:
+Ouroboros, lookahead; `verispec.empirical.drafters.phrases`) on the node layout of the engine.
 """
 
 from __future__ import annotations
@@ -15,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..uniforms import bernoulli, categorical
-from .common import Cursor, gather_last, residual
+from .common import Cursor, check_tensor, gather_last, residual
 
 __all__ = ["point_mass_tree_verify", "point_mass_tree_uniforms"]
 
@@ -51,19 +44,14 @@ def tree_height(parents: torch.Tensor, verifiable: torch.Tensor) -> int:
 
 
 def _check_verify_input(p, tokens, parents, uniforms, verifiable):
-    for name, t, kind in (("p", p, "float"), ("tokens", tokens, "int"), ("parents", parents, "int"),
-                          ("uniforms", uniforms, "float")):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        if (kind == "float") != t.is_floating_point() or t.dtype == torch.bool:
-            raise TypeError(f"{name}: expected a {kind} tensor, got {t.dtype}")
-    if p.dim() != 3:
-        raise ValueError(f"p: expected shape [B, N, V], got {tuple(p.shape)}")
+    for name, t, ndim, kind in (("p", p, 3, "float"), ("tokens", tokens, 2, "int"), ("parents", parents, 2, "int"),
+                                ("uniforms", uniforms, 2, "float")):
+        check_tensor(t, name, ndim, kind)
     B, N, V = p.shape
     for name, t in (("tokens", tokens), ("parents", parents)):
         if tuple(t.shape) != (B, N):
             raise ValueError(f"{name}: expected shape [{B}, {N}] (as p), got {tuple(t.shape)}")
-    if uniforms.dim() != 2 or uniforms.shape[0] != B:
+    if uniforms.shape[0] != B:
         raise ValueError(f"uniforms: expected shape [{B}, n], got {tuple(uniforms.shape)}")
     if bool(((uniforms < 0) | (uniforms >= 1) | torch.isnan(uniforms)).any()):
         raise ValueError("uniforms: values must lie in [0, 1)")
@@ -123,11 +111,10 @@ def point_mass_tree_verify(p: torch.Tensor, tokens: torch.Tensor, parents: torch
         token ids outside [0, V), p rows that are not distributions, uniforms outside [0, 1).
     """
     verifiable = _check_verify_input(p, tokens, parents, uniforms, verifiable)
-    kids = child_table(parents, verifiable)  # [B, N, C]
-    needed = tree_height(parents, verifiable) * kids.shape[-1] + 1
+    needed = point_mass_tree_uniforms(parents, verifiable)
     if uniforms.shape[1] < needed:
         raise ValueError(f"uniforms: need at least {needed} per row, got {uniforms.shape[1]}")
-    return point_mass_walk(p, tokens, kids, uniforms)
+    return point_mass_walk(p, tokens, child_table(parents, verifiable), uniforms)
 
 
 def point_mass_walk(p, tokens, kids, uniforms):

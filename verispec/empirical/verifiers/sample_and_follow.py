@@ -17,7 +17,7 @@ __all__ = ["sample_and_follow_nodes"]
 
 def sample_and_follow_nodes(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, real: torch.Tensor,
                             uniforms: torch.Tensor | None, greedy: bool, max_steps: int):
-    """Sample-and-follow on one tree per row.
+    """Sample-and-follow on one tree per row (module docstring).
 
     Args:
         p: float [B, N, V] target distribution after every node's root path (node 0 = the root).
