@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from .model import (CausalLM, additive_mask, cache_length, crop_cache, gather_cache, select_cache_rows, tree_ancestors,
-                    visible)
+                    visible_slots)
 from .speedups.attention import new_counting_cache, packed_forward, packed_rows, use_packed_attention
 
 __all__ = ["KVState", "PaddedKV", "SequenceKV", "PackedKV", "STORAGES", "new_kv"]
@@ -124,7 +124,7 @@ class PaddedKV(KVState):
         self.cache = model.new_cache()
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=model.device)  # [B, S0] committed
 
-    visible = staticmethod(visible)  # what a new node may attend to (a planted-bug test swaps it)
+    visible = staticmethod(visible_slots)  # what a new node may attend to (a planted-bug test swaps it)
 
     def _prefill_whole(self, tokens) -> bool:
         _, self.cache = self.model.prefill(tokens, logits_to_keep=1)

@@ -26,7 +26,7 @@ from .speedups.draftvocab import check_subset
 from .speedups.int8_head import is_quantized_linear, subset_head
 
 __all__ = ["CausalLM", "tree_attention_mask", "tree_ancestors", "additive_mask", "cache_length", "crop_cache",
-           "gather_cache", "select_cache_rows", "visible"]
+           "gather_cache", "select_cache_rows", "visible_slots"]
 
 
 # --- KV-cache editing ---
@@ -159,10 +159,11 @@ def tree_attention_mask(parents: torch.Tensor, past_valid: torch.Tensor | int, d
     ancestors = tree_ancestors(parents)  # [B, N, N]
     if isinstance(past_valid, int):
         past_valid = torch.ones(parents.shape[0], past_valid, dtype=torch.bool)
-    return additive_mask(visible(past_valid.to(parents.device), ancestors), dtype).unsqueeze(1)  # [B, 1, N, S + N]
+    allowed = visible_slots(past_valid.to(parents.device), ancestors)  # [B, N, S + N]
+    return additive_mask(allowed, dtype).unsqueeze(1)
 
 
-def visible(valid: torch.Tensor, ancestry: torch.Tensor) -> torch.Tensor:
+def visible_slots(valid: torch.Tensor, ancestry: torch.Tensor) -> torch.Tensor:
     """What each new node of an append may attend to: valid bool [B, S0] (the cached slots each
     row sees), ancestry bool [B, n, m] (the new nodes' rows of the ancestry of the m appended
     slots, which follow the cached ones) -> bool [B, n, S0 + m]."""
