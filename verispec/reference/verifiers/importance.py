@@ -17,9 +17,11 @@ from q at every node (`drafters.iid_paths`).
 
 Provenance: the papers' full texts were not read (only abstracts / first pages); the two-draft LP
 is as the GBV authors' code implements it, and the optimality of the selection law is checked
-numerically against alpha* (closed form) and the transport LP. Exactness: the LPs are solved in
-float64 (scipy HiGHS) and their selection probabilities turned into exact Fractions for exact p, q
-(see `optimal_selection`), so the rules are exactly lossless and optimal up to the LP tolerance.
+numerically against alpha* (closed form) and the transport LP. Exactness: for float64 input the
+LPs are solved by scipy HiGHS; for exact (Fraction) or symbolic input by the exact simplex of
+`verispec.reference.simplex` (closed forms at V = 2), so the rules are exactly lossless and exactly
+optimal there, and `verispec prove` runs them on symbolic probabilities at every V. The truncated
+variants still solve their LPs in float64 (rounded to exact Fractions for exact input).
 """
 
 from __future__ import annotations
@@ -117,8 +119,10 @@ def pair_selection(p, q1, q2):
         (keep, q_I): keep[x1][x2] = probability of keeping x_1 (exact Fractions when p, q1, q2 are
         exact); q_I [V] the exact law of the selected token. Memoised; treat as read-only.
 
-    With V = 2 and exact p, q1, q2 the LP is solved in closed form (`two_token_pair_selection`),
-    exactly: no float64, so `verispec prove` can run the rule on symbolic probabilities.
+    Exact or symbolic p, q1, q2: the LP is solved exactly, in closed form at V = 2
+    (`two_token_pair_selection`), else by the exact simplex (`exact_pair_selection`; Fractions
+    memoised, symbolic values never). No float64, so `verispec prove` can run the rule on symbolic
+    probabilities. Float64 input: scipy HiGHS.
     """
     exact = is_exact(p) and is_exact(q1) and is_exact(q2)
     if exact and len(p) == 2:
@@ -399,20 +403,16 @@ def optimal_selection(p, q, k: int):
     2^V - 1 sets: a reference for small vocabularies (the near-linear-time solver of Thomas & Pal,
     "Global Resolution", arXiv 2511.15898, is not implemented here).
 
-    Exactness: the LP is solved in float64 (scipy HiGHS); its selection probabilities are turned
-    into exact Fractions (rounded to 1e-12, each selection law summing to exactly 1) when p and q
-    are exact, and q_I is computed from them exactly, so the rule is exactly lossless; only its
-    optimality is up to the LP tolerance (~1e-9). At V = 2 with exact input the LPs are solved in
-    closed form instead (`two_token_selection`, `two_token_pair_selection`): exactly optimal and
-    free of float64, so `verispec prove` runs both rules on symbolic probabilities at V = 2.
+    Exactness: for float64 p, q the LP is solved by scipy HiGHS (optimal up to its tolerance,
+    ~1e-9). For exact or symbolic p, q it is solved exactly: in closed form at V = 2
+    (`two_token_selection`), else by the exact simplex (`exact_selection`, Fractions memoised,
+    symbolic values never), so the rule is exactly lossless and exactly optimal, free of float64,
+    and `verispec prove` runs it on symbolic probabilities at every V.
 
     Returns:
         (select, q_I): select[S] = probabilities [len(S)] of choosing each token of the sorted set S
         of distinct drafts (exact Fractions for exact p, q); q_I [V] the exact law of the choice.
         Memoised; treat as read-only.
-
-    With V = 2 and exact p, q the LP is solved in closed form (`two_token_selection`), exactly: no
-    float64, so `verispec prove` can run the rule on symbolic probabilities.
     """
     exact = is_exact(p) and is_exact(q)
     if exact and len(p) == 2:
