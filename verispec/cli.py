@@ -94,12 +94,7 @@ def _add_check(sub) -> None:
     p.add_argument("--workers", type=_positive_int, default=1, metavar="N",
                    help="joblib workers enumerating the (method, instance) pairs (default 1: this process); "
                         "the results are those of a serial run")
-    p.add_argument("--backend", default=None, choices=("loky", "dask", "ray"),
-                   help="joblib backend of the workers: loky (default; processes on this machine), dask or ray "
-                        "(a cluster: see --cluster; needs verispec[dask] / verispec[ray])")
-    p.add_argument("--cluster", default=None, metavar="ADDRESS",
-                   help="the cluster of --backend dask (scheduler address, e.g. tcp://10.0.0.5:8786; default: a "
-                        "local cluster of --workers processes) or ray (default: $RAY_ADDRESS)")
+    prove_command.add_backend_arguments(p)
     p.set_defaults(func=_run_check)
 
 
