@@ -164,7 +164,8 @@ def _run_check(args) -> int:
             "vocab_sizes": list(sizes), "instances_per_vocab_size": {str(v): c for v, c in counts.items()},
             "budget": args.budget, "draft_length": args.draft_length, "num_paths": args.num_paths,
             "num_tokens": args.num_tokens, "instances": args.instances, "seed": args.seed,
-            "rational": args.rational, "seconds": elapsed, "results": [asdict(r) for r in results],
+            "rational": args.rational, "seconds": elapsed, "workers": args.workers,
+            "backend": args.backend or "loky", "results": [asdict(r) for r in results],
         })
     return _check_verdict(console, results)
 
