@@ -144,7 +144,8 @@ def exact_pair_selection(p, q1, q2):
 
     The LP of `khisti_step` in the variables v[i, j] = q_1(i) q_2(j) w[i, j] (the mass of the
     ordered pair (i, j) that keeps x_1 = i) and z_i: maximise sum_i z_i subject to z_i <= p(i),
-    z_i <= q_I(i) = q_2(i) + sum_{j != i} (v[i, j] - v[j, i]) and 0 <= v[i, j] <= q_1(i) q_2(j).
+    z_i <= q_I(i) = q_2(i) + sum_{j != i} (v[i, j] - v[j, i]) (as q_1 sums to 1) and
+    0 <= v[i, j] <= q_1(i) q_2(j).
     Its matrix is concrete (entries 0, 1, -1): the symbolic data of the prover sit in the bounds
     only, so the simplex branches only on its ratio tests. Then w[i, j] = v[i, j] / (q_1(i) q_2(j))
     (1/2 for a pair of mass 0: never drafted). Not memoised (`pair_selection` memoises Fractions).
