@@ -16,7 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 
-
+from .formal.parallel import map_tasks
 from .reference import exact, methods, models
 from .reference.contract import RuleContractError
 from .reference.methods import Method
@@ -241,27 +241,71 @@ def _record_lossy(result: MethodResult, inst: Instance, tv, rational_tv, efficie
 
 
 def run_check(method_names, vocab_size, draft_length, num_paths, num_instances, seed, num_tokens,
-              rational, progress=None, budget: int = DEFAULT_BUDGET) -> list[MethodResult]:
+              rational, progress=None, budget: int = DEFAULT_BUDGET, workers: int = 1, backend=None,
+              cluster=None) -> list[MethodResult]:
     """Check each method (names, ``"pkg.module:attr"`` specs or Methods) on the same instances;
     `progress(name)` is called after each method. ``num_tokens`` None: each method's depth + 2.
 
     Args:
         vocab_size: one V (``num_instances`` random-tree instances) or a sequence of sizes (see
             `plan_instances`: fewer, i.i.d. instances at the larger ones, within ``budget``).
+        workers, backend, cluster: the (method, instance) pairs are independent, so with
+            workers > 1 (or a cluster backend) each pair is one task of `verispec.formal.parallel.
+            map_tasks` (joblib: loky processes by default, "dask" or "ray" at ``cluster``); the
+            results are merged in instance order (`merge_results`), equal to the serial ones but
+            for ``seconds`` (then the sum of the tasks' times). A worker resolves a name itself (a
+            ``pkg.module:attr`` rule must be importable there); a Method object is pickled to it.
 
     Raises:
         ValueError / TypeError: a method spec that does not resolve, or a method without a declared
-            depth when ``num_tokens`` is None (raised before any enumeration).
+            depth when ``num_tokens`` is None (raised before any enumeration); bad workers, backend
+            or cluster (naming the argument).
+        ImportError: workers > 1 without joblib (``pip install verispec[prove]``).
     """
     resolved = [(spec, spec if isinstance(spec, Method) else resolve_method(spec, draft_length, num_paths))
                 for spec in method_names]
     largest_n = max(method_num_tokens(method, num_tokens) for _, method in resolved)
     instances = plan_instances(vocab_size, num_instances, seed, rational, largest_n, budget)
+    if workers == 1 and backend in (None, "loky"):  # serial: each method over all its instances at once
+        tasks = [(method, instances, draft_length, num_paths, num_tokens) for _, method in resolved]
+    else:
+        tasks = [(spec if isinstance(spec, str) else method, [inst], draft_length, num_paths, num_tokens)
+                 for spec, method in resolved for inst in instances]
+    partials = map_tasks(check_method, tasks, workers, backend, cluster)
+    per_method = len(partials) // len(resolved)
     results = []
-    for spec, method in resolved:
-        result = check_method(method, instances, draft_length, num_paths, num_tokens)
+    for number, (spec, method) in enumerate(resolved):
+        result = merge_results(partials[number * per_method:(number + 1) * per_method])
         result.method = spec if isinstance(spec, str) else method.name
         results.append(result)
         if progress is not None:
             progress(result.method)
     return results
+
+
+def merge_results(parts: list[MethodResult]) -> MethodResult:
+    """One method's result from its results on consecutive runs of its instances (one run, or one
+    instance per run), in instance order: what `check_method` gives on all of them at once
+    (``seconds`` summed), stopping at the first contract error as it does."""
+    first = parts[0]
+    out = MethodResult(method=first.method, params=first.params, num_tokens=first.num_tokens)
+    means = []  # (mean block efficiency, instances) of each part that finished some
+    for part in parts:
+        out.branches += part.branches
+        out.max_tv = max(out.max_tv, part.max_tv)
+        out.exact_zero &= part.exact_zero
+        out.failures += part.failures
+        out.seconds += part.seconds
+        out.instances += part.instances
+        if part.instances:
+            means.append((part.mean_block_efficiency, part.instances))
+        if not part.passed:
+            out.passed, out.status, out.contract_error = False, part.status, part.contract_error
+        if part.status == "contract error":
+            break
+    if len(means) == 1:
+        out.mean_block_efficiency = means[0][0]
+    else:  # one instance per part: the serial sum, in the same order, over the same count
+        out.mean_block_efficiency = (sum(mean * count for mean, count in means) / out.instances
+                                     if means else float("nan"))
+    return out

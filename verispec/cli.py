@@ -3,6 +3,7 @@
     verispec check [--method NAME|pkg.module:attr ...] [--vocab-sizes 3,4,5,6 | --vocab-size V]
                    [--budget B] [--draft-length L] [--num-paths K] [--instances N] [--seed S]
                    [--num-tokens N] [--rational] [--json PATH]
+                   [--workers N] [--backend loky|dask|ray] [--cluster ADDRESS]
                    exit status: 0 lossless (or declared lossy: TV reported), 1 a law differs,
                    2 bad arguments, 3 a rule contract error
     verispec lp ...        (LP certificates; needs cvxpy)
@@ -103,6 +104,10 @@ def _add_check(sub) -> None:
                         "user method that declares no depth)")
     p.add_argument("--rational", action="store_true", help="exact Fraction models: lossless means TV == 0")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON (atomically)")
+    p.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+                   help="joblib workers enumerating the (method, instance) pairs (default 1: this process); "
+                        "the results are those of a serial run")
+    prove_command.add_backend_arguments(p)
     p.set_defaults(func=_run_check)
 
 
@@ -136,13 +141,21 @@ def _run_check(args) -> int:
             task = progress.add_task("enumerating", total=len(names))
             results = run_check(names, sizes, args.draft_length, args.num_paths, args.instances, args.seed,
                                 args.num_tokens, args.rational, progress=lambda name: progress.advance(task),
-                                budget=args.budget)
+                                budget=args.budget, workers=args.workers, backend=args.backend,
+                                cluster=args.cluster)
+    except ImportError as err:  # --workers / --backend without joblib, dask or ray installed
+        print(f"verispec check: --backend: {err} (pip install verispec[prove], verispec[dask] or "
+              "verispec[ray])", file=sys.stderr)
+        return 2
     except (ValueError, TypeError) as err:  # a --method that does not load, or no N for it
         if isinstance(err, RuleContractError) or isinstance(err.__cause__, RuleContractError):
             # e.g. the user's module builds a Method whose verify has the wrong signature
             print(f"verispec check: rule contract error (not a lossless verdict): {err}", file=sys.stderr)
             return 3
-        print(f"verispec check: {err}", file=sys.stderr)
+        message = str(err)
+        if message.startswith(("workers:", "backend:", "cluster:")):  # a run_check argument: name its flag
+            message = "--" + message
+        print(f"verispec check: {message}", file=sys.stderr)
         return 2
     elapsed = time.perf_counter() - start
     largest_n = max(r.num_tokens for r in results)
@@ -159,7 +172,8 @@ def _run_check(args) -> int:
             "vocab_sizes": list(sizes), "instances_per_vocab_size": {str(v): c for v, c in counts.items()},
             "budget": args.budget, "draft_length": args.draft_length, "num_paths": args.num_paths,
             "num_tokens": args.num_tokens, "instances": args.instances, "seed": args.seed,
-            "rational": args.rational, "seconds": elapsed, "results": [asdict(r) for r in results],
+            "rational": args.rational, "seconds": elapsed, "workers": args.workers,
+            "backend": args.backend or "loky", "results": [asdict(r) for r in results],
         })
     return _check_verdict(console, results)
 

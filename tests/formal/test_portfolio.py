@@ -4,6 +4,7 @@ import itertools
 import time
 
 import pytest
+import z3
 
 from verispec.formal import portfolio, prove
 from verispec.formal._internal.problem import (check_args, explore, method_program, query_constraints,
@@ -88,3 +89,24 @@ def test_when_cvc5_wins_the_race_its_answer_is_used_and_reported(monkeypatch):
     result = prove(planted.BUGS["residual_p"](1), 2, 1, point_trials=0, workers=1, solvers="z3,cvc5")
     assert result.verdict == "counterexample" and result.counterexample.confirmed
     assert result.answered_by == {"cvc5": 1} and "answered by cvc5 1" in result.summary()
+
+
+def test_an_interrupt_that_cancels_a_model_eval_does_not_end_the_proof(monkeypatch):
+    """cvc5's win interrupts whatever z3 call runs then; a model's eval raises "canceled" (seen at
+    nss V = 3, L = 2): the rival's answer stands, the proof goes on."""
+    from verispec.formal import splitting
+
+    def z3_silent(constraints, seconds):
+        return "unknown", None, "timeout"
+
+    def split_canceled(self, region, conditions):  # a z3 call in progress when the rival answers
+        deadline = time.monotonic() + 60
+        while not self.racing.answered and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise z3.Z3Exception(b"canceled")
+
+    monkeypatch.setattr(splitting, "check", z3_silent)
+    monkeypatch.setattr(splitting.CellSplitter, "_split", split_canceled)
+    result = prove(planted.BUGS["residual_p"](1), 2, 1, point_trials=0, workers=1, solvers="z3,cvc5")
+    assert result.verdict == "counterexample" and result.counterexample.confirmed
+    assert result.answered_by == {"cvc5": 1}

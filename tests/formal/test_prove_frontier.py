@@ -1,8 +1,9 @@
 """`prove` on rules that used to leave exact arithmetic: the importance-sampling selection laws at
-V = 2 (exact closed forms of their LPs: optimal_is, khisti) and OPT-Tree's structure (ranked by
-exact comparisons).
+V = 2 (exact closed forms of their LPs: optimal_is, khisti) and at V = 3 (their LPs solved by the
+exact simplex, `verispec.reference.simplex`), and OPT-Tree's structure (ranked by exact comparisons).
 
-Cheap sizes only (each proof or refutation well under a second of symbolic work).
+Cheap sizes in the default suite (each under a second of symbolic work); the V = 3 proofs and the
+SAT refutation there take minutes: marked slow.
 """
 
 import random
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from verispec.formal import prove
-from verispec.reference import drafters, exact
+from verispec.reference import drafters, exact, methods
 from verispec.reference.methods import Method
 from verispec.reference.verifiers import importance
 from verispec.testing import planted
@@ -75,9 +76,50 @@ def test_optimal_is_is_proved_at_v2():
 
 
 @pytest.mark.parametrize("name", ["optimal_is", "khisti"])
-def test_is_rules_at_v3_still_name_their_float_lp(name):
-    result = prove(name, 3, 1, 2, timeout=TIMEOUT, point_trials=0)
+def test_truncated_is_rules_at_v3_still_name_their_float_lp(name):
+    method = getattr(methods, name)(1, 2, truncation=2)
+    result = prove(method, 3, 1, 2, timeout=TIMEOUT, point_trials=0)
     assert result.verdict == "unknown" and "cannot be run symbolically" in result.reason
+
+
+# -- importance sampling at V = 3: the selection LPs through the exact simplex ------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["optimal_is", "khisti"])
+def test_is_rules_are_proved_at_v3_through_the_exact_simplex(name):
+    result = prove(name, 3, 1, 2, timeout=TIMEOUT)
+    assert result.verdict == "proved", result.summary()
+    assert result.branch_points > 0 and len(result.queries) == 9
+    assert all(q.result == "unsat" for q in result.queries)
+
+
+@pytest.fixture()
+def other_drafts_law(monkeypatch):
+    """Planted: khisti's selection hands single-draft SD the law of the draft it did NOT keep
+    (q_1 + q_2 - q_I) instead of q_I's; the LP and its simplex are untouched."""
+    original = importance.exact_pair_selection
+
+    def wrong(p, q1, q2):
+        keep, law = original(p, q1, q2)
+        return keep, q1 + q2 - law
+
+    importance._memo_exact_pair_selection.cache_clear()  # Fractions solved before the plant
+    monkeypatch.setattr(importance, "exact_pair_selection", wrong)
+    yield
+    importance._memo_exact_pair_selection.cache_clear()
+
+
+def test_planted_wrong_selection_law_at_v3_is_refuted_by_the_point_search(other_drafts_law):
+    result = prove(methods.khisti(1, 2), 3, 1, 2, timeout=TIMEOUT)
+    assert result.verdict == "counterexample" and result.counterexample.confirmed
+    assert result.counterexample.found_by == "point search"
+
+
+@pytest.mark.slow
+def test_planted_wrong_selection_law_at_v3_is_refuted_by_a_sat_query(other_drafts_law):
+    bug = methods.khisti(1, 2)
+    _confirmed(prove(bug, 3, 1, 2, timeout=TIMEOUT, point_trials=0), bug)
 
 
 def test_two_token_pair_selection_is_an_optimum_of_khistis_lp():

@@ -15,6 +15,7 @@ import sys
 from .. import __version__
 from ..atomic import write_json_atomic
 from .cutoff import prove_all_vocab
+from .parallel import BACKENDS
 from .prove import prove
 from .tv_bound import tv_bound_from_args
 
@@ -56,12 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help="processes deciding the output queries, this one included (default: 2 where the machine "
                              "has 2 cores; each other worker explores the same rule itself and decides its share)")
-    parser.add_argument("--backend", default=None, choices=("loky", "dask", "ray"),
-                        help="joblib backend of the other workers: loky (default; processes on this machine), "
-                             "dask or ray (a cluster: see --cluster)")
-    parser.add_argument("--cluster", default=None, metavar="ADDRESS",
-                        help="the cluster of --backend dask (scheduler address, e.g. tcp://10.0.0.5:8786; default: "
-                             "a local cluster) or ray (default: $RAY_ADDRESS); --workers counts this process too")
+    add_backend_arguments(parser, "; --workers counts this process too")
     parser.add_argument("--solvers", default=None, metavar="z3[,cvc5]",
                         help="z3 alone, or z3 raced by cvc5 on the queries z3 does not answer at once (default: "
                              "z3,cvc5 where cvc5 is installed, else z3); the report says which solver answered")
@@ -71,6 +67,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "(w, eps, delta, T), V, L, N; numbers, + - * / **, min, max, abs")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON (atomically)")
     return parser
+
+
+def add_backend_arguments(parser: argparse.ArgumentParser, cluster_note: str = "") -> None:
+    """--backend and --cluster: where the joblib workers run (`verispec.formal.parallel`); shared
+    by `verispec prove` and `verispec check`. `cluster_note` ends the --cluster help."""
+    parser.add_argument("--backend", default=None, choices=BACKENDS,
+                        help="joblib backend of the workers: loky (default; processes on this machine), "
+                             "dask or ray (a cluster: see --cluster)")
+    parser.add_argument("--cluster", default=None, metavar="ADDRESS",
+                        help="the cluster of --backend dask (scheduler address, e.g. tcp://10.0.0.5:8786; default: "
+                             "a local cluster) or ray (default: $RAY_ADDRESS)" + cluster_note)
 
 
 #: `prove`'s argument names as the flags that set them (its errors start with the argument's name).

@@ -31,8 +31,8 @@ from ._internal.problem import decide_output, explore_job
 from ._internal.values import model_values
 from .symbolic import building
 
-__all__ = ["BACKENDS", "Workers", "check_backend", "decide_share", "helper_job", "joblib_available", "output_group",
-           "shares"]
+__all__ = ["BACKENDS", "Workers", "check_backend", "decide_share", "helper_job", "joblib_available", "map_tasks",
+           "output_group", "shares"]
 
 #: joblib backends `prove` can run its workers on.
 BACKENDS = ("loky", "dask", "ray")
@@ -162,6 +162,28 @@ class Workers:
 
             get_reusable_executor().shutdown(wait=False, kill_workers=True)
         self.stack.close()
+
+
+def map_tasks(function, tasks, workers: int, backend="loky", cluster=None) -> list:
+    """[function(*task) for task in tasks], in order, computed by `workers` joblib workers on
+    `backend` (`check_backend`: loky processes here, or a Dask / Ray cluster at `cluster`), or in
+    this process when workers == 1 and the backend is loky. `verispec check` fans its instances x
+    methods out through it; `function` and the tasks must pickle (cloudpickle: closures do).
+
+    Raises:
+        ValueError: workers not an int >= 1, or a bad backend / cluster (`check_backend`).
+        ImportError: joblib (or the backend's dask / ray) is not installed.
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers: expected an int >= 1, got {workers!r}")
+    backend, cluster = check_backend(backend, cluster)
+    tasks = list(tasks)
+    if workers == 1 and backend == "loky":
+        return [function(*task) for task in tasks]
+    from joblib import Parallel, delayed
+
+    with _backend(backend, cluster, workers + 1):  # + 1: `_backend` counts a process that does not work here
+        return list(Parallel(n_jobs=max(workers, 1))(delayed(function)(*task) for task in tasks))
 
 
 @contextlib.contextmanager

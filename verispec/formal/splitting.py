@@ -80,6 +80,12 @@ class CellSplitter:
         self.racing = self.rival(self.base + [law != self.ref], self.left())
         try:
             result, model, reason = self._split({}, [])
+        except z3.Z3Exception:
+            # The rival's win interrupts whatever z3 call runs then (a model's eval, a simplify),
+            # not only a check: that call raises "canceled"; the rival's answer stands.
+            if not self.racing.answered:
+                raise
+            result, model, reason = "unknown", None, "canceled: the rival solver answered first"
         finally:
             self.racing.stop()
         if result in ("sat", "unsat") and not self.racing.answered:

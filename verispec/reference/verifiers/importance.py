@@ -17,9 +17,11 @@ from q at every node (`drafters.iid_paths`).
 
 Provenance: the papers' full texts were not read (only abstracts / first pages); the two-draft LP
 is as the GBV authors' code implements it, and the optimality of the selection law is checked
-numerically against alpha* (closed form) and the transport LP. Exactness: the LPs are solved in
-float64 (scipy HiGHS) and their selection probabilities turned into exact Fractions for exact p, q
-(see `optimal_selection`), so the rules are exactly lossless and optimal up to the LP tolerance.
+numerically against alpha* (closed form) and the transport LP. Exactness: for float64 input the
+LPs are solved by scipy HiGHS; for exact (Fraction) or symbolic input by the exact simplex of
+`verispec.reference.simplex` (closed forms at V = 2), so the rules are exactly lossless and exactly
+optimal there, and `verispec prove` runs them on symbolic probabilities at every V. The truncated
+variants still solve their LPs in float64 (rounded to exact Fractions for exact input).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from scipy.optimize import linprog
 
 from ..draft_sets import draft_set_law
 from ..models import check_positive_int
-from ..probability import accept_probability, is_exact, residual
+from ..probability import accept_probability, is_exact, is_symbolic, residual
+from ..simplex import maximize
 from .multidraft import top_down
 
 #: Denominator used to turn LP selection probabilities into exact Fractions.
@@ -115,13 +118,61 @@ def pair_selection(p, q1, q2):
         (keep, q_I): keep[x1][x2] = probability of keeping x_1 (exact Fractions when p, q1, q2 are
         exact); q_I [V] the exact law of the selected token. Memoised; treat as read-only.
 
-    With V = 2 and exact p, q1, q2 the LP is solved in closed form (`two_token_pair_selection`),
-    exactly: no float64, so `verispec prove` can run the rule on symbolic probabilities.
+    Exact or symbolic p, q1, q2: the LP is solved exactly, in closed form at V = 2
+    (`two_token_pair_selection`), else by the exact simplex (`exact_pair_selection`; Fractions
+    memoised, symbolic values never). No float64, so `verispec prove` can run the rule on symbolic
+    probabilities. Float64 input: scipy HiGHS.
     """
     exact = is_exact(p) and is_exact(q1) and is_exact(q2)
     if exact and len(p) == 2:
         return two_token_pair_selection(p, q1, q2)
+    if exact:
+        if any(is_symbolic(x) for x in (p, q1, q2)):
+            return exact_pair_selection(p, q1, q2)
+        return _memo_exact_pair_selection(_key(p), _key(q1), _key(q2))
     return _pair_selection(_key(p), _key(q1), _key(q2), exact)
+
+
+@functools.lru_cache(maxsize=4096)
+def _memo_exact_pair_selection(p_key, q1_key, q2_key):
+    return exact_pair_selection(*(np.array(k, dtype=object) for k in (p_key, q1_key, q2_key)))
+
+
+def exact_pair_selection(p, q1, q2):
+    """Khisti et al.'s two-draft LP solved exactly (`verispec.reference.simplex`), any V.
+
+    The LP of `khisti_step` in the variables v[i, j] = q_1(i) q_2(j) w[i, j] (the mass of the
+    ordered pair (i, j) that keeps x_1 = i) and z_i: maximise sum_i z_i subject to z_i <= p(i),
+    z_i <= q_I(i) = q_2(i) + sum_{j != i} (v[i, j] - v[j, i]) (as q_1 sums to 1) and
+    0 <= v[i, j] <= q_1(i) q_2(j).
+    Its matrix is concrete (entries 0, 1, -1): the symbolic data of the prover sit in the bounds
+    only, so the simplex branches only on its ratio tests. Then w[i, j] = v[i, j] / (q_1(i) q_2(j))
+    (1/2 for a pair of mass 0: never drafted). Not memoised (`pair_selection` memoises Fractions).
+
+    Args:
+        p, q1, q2: exact (Fraction) or symbolic distributions [V] (dtype=object).
+
+    Returns:
+        (keep, q_I) as `pair_selection`, exact: an optimum of the LP, not a tolerance of it.
+    """
+    V = len(p)
+    pairs = [(i, j) for i in range(V) for j in range(V) if i != j]
+    n = len(pairs)  # variables: v[pairs] (n), then z (V)
+    rows = [[0] * (n + V) for _ in range(2 * V + n)]
+    bounds = [p[i] for i in range(V)] + [q2[i] for i in range(V)] + [q1[a] * q2[b] for a, b in pairs]
+    for i in range(V):
+        rows[i][n + i] = rows[V + i][n + i] = 1  # z_i <= p(i); z_i - q_I(i) + q_2(i) <= q_2(i)
+    for k, (a, b) in enumerate(pairs):
+        rows[V + a][k], rows[V + b][k], rows[2 * V + k][k] = -1, 1, 1
+    x, _ = maximize([0] * n + [1] * V, rows, bounds)
+    keep = [[1] * V for _ in range(V)]
+    for k, (a, b) in enumerate(pairs):
+        mass = bounds[2 * V + k]
+        keep[a][b] = x[k] / mass if mass > 0 else Fraction(1, 2)
+    q_sel = q1 * 0  # [V]
+    for i in range(V):
+        q_sel[i] = q2[i] + sum(x[k] if a == i else -x[k] for k, (a, b) in enumerate(pairs) if i in (a, b))
+    return keep, q_sel
 
 
 def two_token_pair_selection(p, q1, q2):
@@ -352,24 +403,77 @@ def optimal_selection(p, q, k: int):
     2^V - 1 sets: a reference for small vocabularies (`global_resolution.Resolution` reaches alpha*
     at any vocabulary size, after Thomas & Pal, arXiv 2511.15898).
 
-    Exactness: the LP is solved in float64 (scipy HiGHS); its selection probabilities are turned
-    into exact Fractions (rounded to 1e-12, each selection law summing to exactly 1) when p and q
-    are exact, and q_I is computed from them exactly, so the rule is exactly lossless; only its
-    optimality is up to the LP tolerance (~1e-9). At V = 2 with exact input the LPs are solved in
-    closed form instead (`two_token_selection`, `two_token_pair_selection`): exactly optimal and
-    free of float64, so `verispec prove` runs both rules on symbolic probabilities at V = 2.
+    Exactness: for float64 p, q the LP is solved by scipy HiGHS (optimal up to its tolerance,
+    ~1e-9). For exact or symbolic p, q it is solved exactly: in closed form at V = 2
+    (`two_token_selection`), else by the exact simplex (`exact_selection`, Fractions memoised,
+    symbolic values never), so the rule is exactly lossless and exactly optimal, free of float64,
+    and `verispec prove` runs it on symbolic probabilities at every V.
 
     Returns:
         (select, q_I): select[S] = probabilities [len(S)] of choosing each token of the sorted set S
         of distinct drafts (exact Fractions for exact p, q); q_I [V] the exact law of the choice.
         Memoised; treat as read-only.
-
-    With V = 2 and exact p, q the LP is solved in closed form (`two_token_selection`), exactly: no
-    float64, so `verispec prove` can run the rule on symbolic probabilities.
     """
-    if len(p) == 2 and is_exact(p) and is_exact(q):
+    exact = is_exact(p) and is_exact(q)
+    if exact and len(p) == 2:
         return two_token_selection(p, q, int(k))
-    return _optimal_selection(_key(p), _key(q), int(k), is_exact(p) and is_exact(q))
+    if exact:
+        if is_symbolic(p) or is_symbolic(q):
+            return exact_selection(p, q, int(k))
+        return _memo_exact_selection(_key(p), _key(q), int(k))
+    return _optimal_selection(_key(p), _key(q), int(k), exact)
+
+
+@functools.lru_cache(maxsize=4096)
+def _memo_exact_selection(p_key, q_key, k: int):
+    return exact_selection(np.array(p_key, dtype=object), np.array(q_key, dtype=object), k)
+
+
+def exact_selection(p, q, k: int):
+    """The optimal selection law for k i.i.d. drafts, its LP solved exactly (any V).
+
+    Q(S) = sum_{R subset of S} (-1)^{|S| - |R|} q(R)^k is the probability that the distinct drafts
+    are exactly S. Variables x[S, t] = Q(S) P(t | S) for |S| >= 2 and t in S but its last token
+    (which takes the rest, Q(S) - sum_t x[S, t]) and z_t: maximise sum_t z_t subject to
+    z_t <= p(t), z_t <= q_I(t) and sum_t x[S, t] <= Q(S), x >= 0. The matrix is concrete (0, 1, -1),
+    so on the prover's symbolic reals the simplex (`verispec.reference.simplex`) branches only on
+    its ratio tests. P(t | S) = x[S, t] / Q(S) (uniform when Q(S) = 0: S is never drafted).
+
+    Args:
+        p, q: exact (Fraction) or symbolic distributions [V] (dtype=object); k: drafts, int >= 1.
+
+    Returns:
+        (select, q_I) as `optimal_selection` (select also lists the sets of mass 0), exact.
+    """
+    V = len(p)
+    sets = [S for size in range(1, min(k, V) + 1) for S in itertools.combinations(range(V), size)]
+    mass = {S: sum((-1) ** (len(S) - len(R)) * sum(q[list(R)]) ** k
+                   for j in range(1, len(S) + 1) for R in itertools.combinations(S, j)) for S in sets}
+    choices = [(S, t) for S in sets if len(S) > 1 for t in S[:-1]]
+    n, shared = len(choices), [S for S in sets if len(S) > 1]
+    rows = [[0] * (n + V) for _ in range(2 * V + len(shared))]
+    bounds = [p[t] for t in range(V)] + [sum(mass[S] for S in sets if S[-1] == t) for t in range(V)]
+    bounds += [mass[S] for S in shared]
+    for t in range(V):
+        rows[t][n + t] = rows[V + t][n + t] = 1  # z_t <= p(t); z_t - q_I(t) <= 0
+    for col, (S, t) in enumerate(choices):
+        rows[V + t][col] -= 1
+        rows[V + S[-1]][col] += 1  # the last token of S gets what the others do not
+        rows[2 * V + shared.index(S)][col] = 1
+    x, _ = maximize([0] * n + [1] * V, rows, bounds)
+    select, q_sel = {}, q * 0  # q_sel [V]
+    for S in sets:
+        taken = [x[col] for col, (R, _) in enumerate(choices) if R == S]
+        share = taken + [mass[S] - sum(taken)]  # [|S|]: Q(S) P(t | S)
+        for t, value in zip(S, share):
+            q_sel[t] = q_sel[t] + value
+        if len(S) == 1:
+            select[S] = np.array([1], dtype=object)
+        elif mass[S] > 0:
+            select[S] = np.array([v / mass[S] for v in share], dtype=object)
+        else:
+            select[S] = np.array([Fraction(1, len(S))] * len(S), dtype=object)
+    return select, q_sel
 
 
 def two_token_selection(p, q, k: int):
