@@ -3,7 +3,8 @@ through the chain harness, standard mode (must pass) and DIVERSE ensemble mode (
 
 Each mode runs `verispec.integrations.transformers.check_speculative_sampling` with the command's
 defaults (tv 0.05, alpha 1e-6, power 0.9) and records the verdict, n, the number of instances, the
-measured TV of a rejection and the wall time, with the host's CPU capability and the 1-minute load
+measured TV of a rejection beside the exact TV of the reference rule (the static ensemble on the
+same instance) and the wall time, with the host's CPU capability and the 1-minute load
 average before and after (a run is marked contended when it exceeds `QUIET_LOAD`; run it alone).
 
     python3 benchmarks/bench_check_sampler.py [--repeats 3] [--out PATH]
@@ -35,6 +36,7 @@ def _record(mode: str, repeat: int) -> dict:
     verdict = hf.check_speculative_sampling(mode)
     load_after = os.getloadavg()[0]
     return {"mode": mode, "repeat": repeat, "lossless": verdict.lossless, "measured_tv": verdict.tv,
+            "exact_tv_of_the_reference_rule": verdict.exact_tv,
             "tv_target": verdict.tv_target, "alpha": verdict.alpha, "power": verdict.power, "n": verdict.n,
             "instances": len(verdict.report.results), "seconds": round(verdict.seconds, 2),
             "load_before": load_before, "load_after": load_after}

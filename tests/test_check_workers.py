@@ -1,8 +1,9 @@
 """`verispec check --workers N`: the (method, instance) pairs fanned out on joblib's loky workers
-give the serial results exactly (lossless, lossy and contract-error methods; every field but the
-time), and the flags are checked."""
+give the serial results exactly (lossless, not lossless, declared-lossy and contract-error methods;
+every field but the time), and the flags are checked."""
 
 from dataclasses import asdict
+from fractions import Fraction
 
 import pytest
 
@@ -36,14 +37,17 @@ def _fields(results):
 
 @pytest.mark.parametrize("rational", [False, True])
 def test_workers_give_the_serial_results(rational):
-    names = ["token", "gbv", planted.residual_p(1), _crashes_at_v3()]
+    names = ["token", "gbv", planted.residual_p(1), _crashes_at_v3(), "static_ensemble"]
     args = (names, (2, 3), 1, 2, 3, 0, None, rational)
     serial = run_check(*args)
     fanned = run_check(*args, workers=2)
     assert _fields(fanned) == _fields(serial)
     status = {r.method: r.status for r in serial}
     assert status == {"token": "lossless", "gbv": "lossless", "planted.residual_p": "NOT lossless",
-                      "crashes_at_v3": "contract error"}
+                      "crashes_at_v3": "contract error", "static_ensemble": "lossy"}
+    lossy = serial[4]  # declared lossy: every instance's TV kept, and the exact maximum (each instance's exact twin)
+    assert lossy.lossy and len(lossy.lossy_instances) == lossy.instances and lossy.max_tv > 0
+    assert abs(float(Fraction(lossy.max_tv_rational)) - lossy.max_tv) <= 1e-12
     assert 0 < serial[3].instances < serial[0].instances  # stopped at its first crash
 
 

@@ -235,9 +235,13 @@ def _record_lossy(result: MethodResult, inst: Instance, tv, rational_tv, efficie
     result.lossy_instances.append({"instance": inst.index, "vocab_size": inst.vocab_size, "tv": float(tv),
                                    "tv_rational": None if rational_tv is None else str(rational_tv),
                                    "block_efficiency": efficiency})
-    exact_tvs = [Fraction(r["tv_rational"]) for r in result.lossy_instances if r["tv_rational"] is not None]
-    result.max_tv_rational = str(max(exact_tvs)) if exact_tvs and len(exact_tvs) == len(result.lossy_instances) \
-        else None
+    result.max_tv_rational = _max_exact_tv(result.lossy_instances)
+
+
+def _max_exact_tv(lossy_instances: list) -> str | None:
+    """The largest exact TV ("a/b") of a declared-lossy rule's instances; None unless every one has one."""
+    exact_tvs = [Fraction(r["tv_rational"]) for r in lossy_instances if r["tv_rational"] is not None]
+    return str(max(exact_tvs)) if exact_tvs and len(exact_tvs) == len(lossy_instances) else None
 
 
 def run_check(method_names, vocab_size, draft_length, num_paths, num_instances, seed, num_tokens,
@@ -288,7 +292,8 @@ def merge_results(parts: list[MethodResult]) -> MethodResult:
     instance per run), in instance order: what `check_method` gives on all of them at once
     (``seconds`` summed), stopping at the first contract error as it does."""
     first = parts[0]
-    out = MethodResult(method=first.method, params=first.params, num_tokens=first.num_tokens)
+    out = MethodResult(method=first.method, params=first.params, num_tokens=first.num_tokens, lossy=first.lossy,
+                       status="lossy" if first.lossy else "lossless")
     means = []  # (mean block efficiency, instances) of each part that finished some
     for part in parts:
         out.branches += part.branches
@@ -297,12 +302,15 @@ def merge_results(parts: list[MethodResult]) -> MethodResult:
         out.failures += part.failures
         out.seconds += part.seconds
         out.instances += part.instances
+        out.lossy_instances += part.lossy_instances
         if part.instances:
             means.append((part.mean_block_efficiency, part.instances))
         if not part.passed:
             out.passed, out.status, out.contract_error = False, part.status, part.contract_error
         if part.status == "contract error":
             break
+    if out.lossy:
+        out.max_tv_rational = _max_exact_tv(out.lossy_instances)
     if len(means) == 1:
         out.mean_block_efficiency = means[0][0]
     else:  # one instance per part: the serial sum, in the same order, over the same count
