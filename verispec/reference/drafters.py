@@ -296,10 +296,11 @@ def iid_paths(draft_length: int, num_paths: int) -> Drafter:
     return node_by_node("iid_paths", draft_length, num_paths, lambda q, k, rand: (draw_counts(q, k, rand), q))
 
 
-def node_by_node(name: str, draft_length: int, num_paths: int, draft_node: Callable) -> Drafter:
+def node_by_node(name: str, draft_length: int, num_paths: int, draft_node: Callable, **params) -> Drafter:
     """K paths of length L drafted one node at a time: at every node above depth L,
     `draft_node(q, k, rand) -> (drafted, proposal)` drafts the next tokens of the k paths through
     it from the draft model's q [V] there (`drafted` and `proposal` as `Draft`'s expand returns).
+    `params` are recorded on the Drafter beside draft_length and num_paths.
 
     Raises:
         TypeError / ValueError: draft_length or num_paths not an int >= 1; no draft LanguageModel.
@@ -317,7 +318,7 @@ def node_by_node(name: str, draft_length: int, num_paths: int, draft_node: Calla
 
         return Draft(K, expand, rand)
 
-    return Drafter(name, build, draft_length=L, num_paths=K)
+    return Drafter(name, build, draft_length=L, num_paths=K, **params)
 
 
 def root_only() -> Drafter:

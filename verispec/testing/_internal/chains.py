@@ -6,8 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...reference.drafters import Draft, Drafter, draw_counts, require_draft_model
-from ...reference.models import check_positive_int
+from ...reference.drafters import Drafter, draw_counts, node_by_node
 
 
 def processed_chain(name: str, draft_length: int, process: Callable[[np.ndarray], np.ndarray], **params) -> Drafter:
@@ -19,17 +18,8 @@ def processed_chain(name: str, draft_length: int, process: Callable[[np.ndarray]
     Raises:
         TypeError / ValueError: draft_length not an int >= 1; no draft LanguageModel (on use).
     """
-    L = check_positive_int(draft_length, "draft_length")
+    def draft_node(q, k, rand):
+        q = process(q)  # [V], the processed law drawn from
+        return draw_counts(q, k, rand), q
 
-    def build(draft_model, context, rand):
-        model = require_draft_model(draft_model, name)
-
-        def expand(node, k):
-            if len(node) == L:
-                return (), None
-            q = process(model.probs(context + node))  # [V], the processed law drawn from
-            return draw_counts(q, k, rand), q
-
-        return Draft(1, expand, rand)
-
-    return Drafter(name, build, draft_length=L, **params)
+    return node_by_node(name, draft_length, 1, draft_node, **params)
