@@ -98,19 +98,25 @@ def record(args) -> None:
     keep = {key: {field: value[field] for field in COMPARED + ("decode_s", "wall_s")}
             for key, value in results["records"].items()}
     out = {"pair": args.pair, "methods": list(args.methods), "prompts": args.prompts, "first_prompt": args.first_prompt,
-           "commit": _commit(), "environment": results.get("environment", {}),
+           "commit": _commit(os.path.dirname(bench.__file__)), "environment": results.get("environment", {}),
            "max_new_tokens": args.max_new_tokens, "records": keep}
-    with open(args.output, "w") as f:
-        json.dump(out, f, indent=1, sort_keys=True)
+    _write(args.output, out)
     print(f"{len(keep)} records -> {args.output}")
 
 
-def _commit() -> str:
-    """The checkout's HEAD commit (the code that recorded), or "" outside git."""
+def _write(path: str, data: dict) -> None:
+    """Write JSON atomically (a temporary file, then rename), so a killed run leaves no half file."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+
+
+def _commit(where: str) -> str:
+    """HEAD of the checkout holding `where` (the imported bench, so the code that recorded), or ""
+    outside git."""
     import subprocess
 
-    done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                          cwd=os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=where)
     return done.stdout.strip()
 
 
@@ -144,21 +150,36 @@ def compare(args) -> int:
     return 1 if lines else 0
 
 
-def alternate(args) -> int:
-    """Quiet timing: for each prompt, `record` it in the BEFORE checkout, then in the AFTER one (one
-    process each, so the two codes never share a process), and report every method's decode
-    tokens/s ratio after / before, with the behaviour compared as `compare` does."""
+def _record_one(args, root: str, prompt: int, out: str) -> None:
+    """One `record` process for one prompt with `root`'s verispec first on PYTHONPATH; its log
+    goes to OUT.log (a failure names it)."""
     import subprocess
 
+    with open(out + ".log", "w") as log:
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "record", "--pair", "real",
+                               "--first-prompt", str(prompt), "--prompts", "1", "--threads", str(args.threads),
+                               "--max-new-tokens", str(args.max_new_tokens), "--output", out,
+                               "--methods", *args.methods], env={**os.environ, "PYTHONPATH": root},
+                              stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode:
+        raise SystemExit(f"record failed for {root} prompt {prompt}: see {out}.log")
+
+
+def alternate(args) -> int:
+    """Quiet timing: for each prompt, `record` it with the BEFORE checkout on PYTHONPATH, then with
+    the AFTER one (one process each, so the two codes never share a process), and report every
+    method's decode tokens/s ratio after / before, with the behaviour compared as `compare` does.
+    This script runs in both processes (the BEFORE commit may predate it); a per-prompt file already
+    in --scratch is kept, so an interrupted run resumes."""
     runs = {"before": {"records": {}}, "after": {"records": {}}}
     for i in range(args.first_prompt, args.first_prompt + args.prompts):
         for side, root in (("before", args.before), ("after", args.after)):
             out = os.path.join(args.scratch, f"{side}_{i}.json")
-            subprocess.run([sys.executable, os.path.join(root, "benchmarks", "same_behaviour.py"), "record",
-                            "--pair", "real", "--first-prompt", str(i), "--prompts", "1", "--threads",
-                            str(args.threads), "--max-new-tokens", str(args.max_new_tokens), "--output", out,
-                            "--methods", *args.methods], check=True, env={**os.environ, "PYTHONPATH": root},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if os.path.exists(out):
+                print(f"{side} prompt {i}: kept {out}", flush=True)
+            else:
+                _record_one(args, root, i, out)
+                print(f"{side} prompt {i}: recorded {out}", flush=True)
             with open(out) as f:
                 part = json.load(f)
             runs[side]["records"].update(part["records"])
@@ -169,14 +190,18 @@ def alternate(args) -> int:
         label = key.rsplit("|", 1)[0]
         rates.setdefault(label, []).append((len(b["tokens"]) / b["decode_s"], len(a["tokens"]) / a["decode_s"]))
     ratios = {label: sum(x[1] for x in v) / sum(x[0] for x in v) for label, v in rates.items()}
+    per_prompt = {label: [x[1] / x[0] for x in v] for label, v in rates.items()}
     lines = differences(runs["before"], runs["after"])
     summary = {"before_commit": runs["before"]["commit"], "after_commit": runs["after"]["commit"],
                "environment": runs["after"]["environment"], "threads": args.threads,
+               "max_new_tokens": args.max_new_tokens, "methods": list(args.methods),
                "decode_tokens_per_s_ratio_after_over_before": ratios,
-               "ratio_is": "derived: mean decode tokens/s after / before over the prompts, per method|T",
+               "per_prompt_ratio_after_over_before": per_prompt,
+               "within_10_percent": sorted(k for k, r in ratios.items() if abs(r - 1) <= 0.10),
+               "outside_10_percent": sorted(k for k, r in ratios.items() if abs(r - 1) > 0.10),
+               "ratio_is": "derived: (sum over prompts of decode tokens/s after) / (the same sum before), per method|T",
                "differences": lines, "same": not lines, "before": runs["before"], "after": runs["after"]}
-    with open(args.output, "w") as f:
-        json.dump(summary, f, indent=1, sort_keys=True)
+    _write(args.output, summary)
     for label, r in sorted(ratios.items()):
         print(f"{label:45s} after/before decode tok/s {r:.3f}")
     print("same behaviour" if not lines else "\n".join(lines))
@@ -205,7 +230,7 @@ def main(argv=None) -> int:
     alt.add_argument("--first-prompt", type=int, default=0)
     alt.add_argument("--max-new-tokens", type=int, default=64)
     alt.add_argument("--threads", type=int, default=2)
-    alt.add_argument("--methods", nargs="+", default=["target_only", "hf", "block", "gbv:K=2"])
+    alt.add_argument("--methods", nargs="+", default=list(REAL_METHODS))
     alt.add_argument("--scratch", default=tempfile.gettempdir())
     alt.add_argument("--output", required=True)
     args = parser.parse_args(argv)
