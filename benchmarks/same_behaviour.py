@@ -150,7 +150,7 @@ def compare(args) -> int:
     return 1 if lines else 0
 
 
-def _record_one(args, root: str, prompt: int, out: str) -> None:
+def _record_one(args, root: str, prompt: int, out: str, methods) -> None:
     """One `record` process for one prompt with `root`'s verispec first on PYTHONPATH; its log
     goes to OUT.log (a failure names it)."""
     import subprocess
@@ -159,10 +159,32 @@ def _record_one(args, root: str, prompt: int, out: str) -> None:
         done = subprocess.run([sys.executable, os.path.abspath(__file__), "record", "--pair", "real",
                                "--first-prompt", str(prompt), "--prompts", "1", "--threads", str(args.threads),
                                "--max-new-tokens", str(args.max_new_tokens), "--output", out,
-                               "--methods", *args.methods], env={**os.environ, "PYTHONPATH": root},
+                               "--methods", *methods], env={**os.environ, "PYTHONPATH": root},
                               stdout=log, stderr=subprocess.STDOUT)
     if done.returncode:
         raise SystemExit(f"record failed for {root} prompt {prompt}: see {out}.log")
+
+
+def _aliases(pairs) -> dict:
+    """--after-alias NAME=SPEC pairs -> {NAME: SPEC}: the AFTER side runs SPEC where the BEFORE
+    side runs NAME (a default that changed on purpose, spelled out so the code path compares)."""
+    aliases = {}
+    for pair in pairs or ():
+        name, sep, spec = pair.partition("=")
+        if not sep or not name or not spec:
+            raise SystemExit(f"--after-alias: expected NAME=SPEC, got {pair!r}")
+        aliases[name] = spec
+    return aliases
+
+
+def _renamed(records: dict, aliases: dict) -> dict:
+    """Record keys SPEC|T|prompt of the AFTER side back to NAME|T|prompt."""
+    back = {spec: name for name, spec in aliases.items()}
+    out = {}
+    for key, value in records.items():
+        label, sep, rest = key.partition("|")
+        out[back.get(label, label) + sep + rest] = value
+    return out
 
 
 def alternate(args) -> int:
@@ -171,18 +193,21 @@ def alternate(args) -> int:
     method's decode tokens/s ratio after / before, with the behaviour compared as `compare` does.
     This script runs in both processes (the BEFORE commit may predate it); a per-prompt file already
     in --scratch is kept, so an interrupted run resumes."""
+    aliases = _aliases(args.after_alias)
+    sides = (("before", args.before, list(args.methods)),
+             ("after", args.after, [aliases.get(m, m) for m in args.methods]))
     runs = {"before": {"records": {}}, "after": {"records": {}}}
     for i in range(args.first_prompt, args.first_prompt + args.prompts):
-        for side, root in (("before", args.before), ("after", args.after)):
+        for side, root, methods in sides:
             out = os.path.join(args.scratch, f"{side}_{i}.json")
             if os.path.exists(out):
                 print(f"{side} prompt {i}: kept {out}", flush=True)
             else:
-                _record_one(args, root, i, out)
+                _record_one(args, root, i, out, methods)
                 print(f"{side} prompt {i}: recorded {out}", flush=True)
             with open(out) as f:
                 part = json.load(f)
-            runs[side]["records"].update(part["records"])
+            runs[side]["records"].update(_renamed(part["records"], aliases) if side == "after" else part["records"])
             runs[side].update({k: part[k] for k in ("pair", "commit", "environment")})
     rates = {}
     for key, b in runs["before"]["records"].items():
@@ -194,7 +219,7 @@ def alternate(args) -> int:
     lines = differences(runs["before"], runs["after"])
     summary = {"before_commit": runs["before"]["commit"], "after_commit": runs["after"]["commit"],
                "environment": runs["after"]["environment"], "threads": args.threads,
-               "max_new_tokens": args.max_new_tokens, "methods": list(args.methods),
+               "max_new_tokens": args.max_new_tokens, "methods": list(args.methods), "after_aliases": aliases,
                "decode_tokens_per_s_ratio_after_over_before": ratios,
                "per_prompt_ratio_after_over_before": per_prompt,
                "within_10_percent": sorted(k for k, r in ratios.items() if abs(r - 1) <= 0.10),
@@ -231,6 +256,9 @@ def main(argv=None) -> int:
     alt.add_argument("--max-new-tokens", type=int, default=64)
     alt.add_argument("--threads", type=int, default=2)
     alt.add_argument("--methods", nargs="+", default=list(REAL_METHODS))
+    alt.add_argument("--after-alias", action="append", metavar="NAME=SPEC",
+                     help="the AFTER side runs SPEC for NAME (a default changed on purpose), e.g. "
+                          "ouroboros_phrase=ouroboros_phrase:G=8,n=4")
     alt.add_argument("--scratch", default=tempfile.gettempdir())
     alt.add_argument("--output", required=True)
     args = parser.parse_args(argv)
