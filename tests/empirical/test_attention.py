@@ -187,9 +187,39 @@ def test_work_is_sum_of_row_lengths(monkeypatch):
         spec = packed_rows(rows, torch.arange(B).repeat_interleave(q))
         packed_forward(lm, torch.ones(1, B * q, dtype=torch.long), cache, (S + torch.arange(q)).repeat(B)[None], spec)
         layers = lm.model.config.num_hidden_layers
+        assert len(issued) == layers  # one SDPA call per layer, whatever B: no loop over rows
         assert sum(issued) == layers * spec.scores == layers * B * q * (S + q)
         per_row.append(sum(issued) / B)
     assert per_row[0] == per_row[1] == per_row[2]  # dense block-diagonal: B * q * B * (S + q)
+
+
+def test_ragged_rows_pad_only_the_gathered_keys(monkeypatch):
+    """Rows of different lengths: one SDPA call per layer over R q_max k_max scores; the cache
+    gains exactly the Q new slots (no padded slot written)."""
+    lm = tiny()
+    use_packed_attention(lm)
+    cache = new_counting_cache(lm)
+    lengths = [2, 7, 4]
+    rows = torch.arange(3).repeat_interleave(torch.tensor(lengths))
+    positions = torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0)
+    packed_forward(lm, torch.ones(1, rows.numel(), dtype=torch.long), cache, positions,
+                   packed_rows(torch.zeros(0, dtype=torch.long), rows))
+    issued = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def counting(q, k, v, **kwargs):
+        issued.append((q.shape[0], q.shape[2], k.shape[2]))
+        return sdpa(q, k, v, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
+    new = torch.tensor([0, 1, 1, 1, 2])  # q_b = 1, 3, 1
+    spec = packed_rows(rows, new)
+    packed_forward(lm, torch.ones(1, 5, dtype=torch.long), cache,
+                   torch.tensor([[2, 7, 8, 9, 4]]), spec)
+    layers = lm.model.config.num_hidden_layers
+    assert issued == [(3, 3, 10)] * layers  # R = 3 rows, q_max = 3, k_max = 7 + 3
+    assert spec.padded_scores == 3 * 3 * 10 and spec.scores == 1 * 3 + 3 * 10 + 1 * 5
+    assert cache.slots_written == sum(lengths) + 5
 
 
 def test_counting_cache_counts_real_writes():

@@ -152,6 +152,12 @@ def test_stream_sources_match_reference_sampler():
     replay.advance(1)
     assert replay.take(1, 2).tolist() == [[0.2, 0.3]]
     assert replay.consumed == 3
+    short = ReplayUniforms([0.4])
+    assert short.peek(1, 3).tolist() == [[0.4, 0.0, 0.0]] and short.consumed == 0  # a peek past the end is free
+    short.advance(1)
+    assert short.consumed == 1
+    with pytest.raises(IndexError, match="ran out"):  # consuming the padding is an error
+        short.advance(1)
     with pytest.raises(ValueError, match="values"):
         ReplayUniforms([1.0])
     with pytest.raises(ValueError, match="rows"):

@@ -164,18 +164,20 @@ class ReplayUniforms(_StreamSource):
         if not all(0.0 <= v < 1.0 for v in values):
             raise ValueError("values: uniforms must lie in [0, 1)")
         self._values = values
-        self._next = 0
+        self._next = 0  # values handed to the peek buffer, the zero padding past the end included
 
     def _more(self, n):
         # Zeros pad past the end: they are only ever peeked, never consumed, unless the caller
         # consumes more than it replayed (checked in `advance`).
         out = self._values[self._next:self._next + n]
-        self._next += len(out)
-        return out + [0.0] * (n - len(out))
+        out = out + [0.0] * (n - len(out))
+        self._next += n
+        return out
 
     @property
     def consumed(self) -> int:
-        """How many of the replayed values have been consumed so far."""
+        """How many values have been consumed so far (more than given once a consumer read into
+        the padding; `advance` then raises)."""
         return self._next - len(self._buffer)
 
     def advance(self, used) -> None:

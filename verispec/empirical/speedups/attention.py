@@ -3,14 +3,18 @@
 EMS-SD (Ni et al. 2024, arXiv 2405.07542, Sec. 3) holds a batch of rows of different lengths in
 ONE sequence (KV batch dimension 1, `owner[slot]` = the slot's row) and feeds every row's new
 tokens packed into one [1, Q] input. A dense block-diagonal mask would make every row's queries
-score every row's keys (about B times the work); here each row attends to its own keys only:
+score every row's keys (about B times the work); here each row attends to its own keys only, all
+rows in ONE SDPA call per layer (no Python loop over rows in the forward):
 
-    for each row b:  out[b's queries] = SDPA(q_b [1, H, q_b, D], keys[index_b], values[index_b], mask_b)
+    q = query[:, :, query_index]   # [R, H, q_max, D]     row b's queries, padded to the longest
+    k = key[:, :, key_index]       # [R, H_kv, k_max, D]  row b's cached slots, then its new tokens
+    out[real queries] = SDPA(q, k, v, mask)   # mask [R, 1, q_max, k_max]
 
-with index_b = b's cached slots then b's new tokens, and mask_b [q_b, k_b] its committed cache plus,
-among new tokens, ancestors and itself (a chain, a tree by `parents`, or with `forest` uncommitted
-nodes of earlier forwards seen by their descendants only). Cost grows with the sum of the rows'
-lengths, not B times it.
+with mask[b] row b's committed cache plus, among new tokens, ancestors and itself (a chain, a tree
+by `parents`, or with `forest` uncommitted nodes of earlier forwards seen by their descendants
+only); padded keys are masked out. The cache itself stays unpadded (EMS-SD's point); only the
+transient gathered keys of one layer are padded, so the scores computed are R q_max k_max (sum_b
+q_b k_b when rows have equal lengths), not the dense mask's Q (K + Q).
 
     use_packed_attention(lm)                              # once; forwards without PackedRows unchanged
     rows = packed_rows(owner, new_rows, parents=None)     # once per packed forward
@@ -25,6 +29,7 @@ the slots it writes, so padded KV slots are measured, not set by construction.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from dataclasses import dataclass
@@ -66,8 +71,39 @@ class PackedRows:
 
     @property
     def scores(self) -> int:
-        """sum_b q_b k_b: the attention scores a varlen forward computes per head and layer."""
+        """sum_b q_b k_b: the attention scores the rows need per head and layer."""
         return sum((end - start) * index.numel() for _, start, end, index, _ in self.segments)
+
+    @property
+    def padded_scores(self) -> int:
+        """R q_max k_max: the scores the one batched SDPA call computes per head and layer (equal
+        to `scores` when every row has the same q_b and k_b)."""
+        query_index, _, key_index, _ = self.batch
+        return query_index.numel() * key_index.shape[1]
+
+    @functools.cached_property
+    def batch(self):
+        """The rows as one padded batch, built once per forward and shared by every layer:
+        (query_index int64 [R, q_max]: packed query positions; query_real bool [R, q_max];
+        key_index int64 [R, k_max]: positions on the key axis; mask bool [R, 1, q_max, k_max],
+        True = may attend). Padded keys are masked; a padded query row sees every key of its row
+        (its output is dropped, and a fully masked row would give NaN)."""
+        R = len(self.segments)
+        q_max = max(end - start for _, start, end, _, _ in self.segments)
+        k_max = max(index.numel() for _, _, _, index, _ in self.segments)
+        device = self.owner.device
+        query_index = torch.zeros(R, q_max, dtype=torch.long, device=device)  # [R, q_max]
+        query_real = torch.zeros(R, q_max, dtype=torch.bool, device=device)
+        key_index = torch.zeros(R, k_max, dtype=torch.long, device=device)  # [R, k_max]
+        mask = torch.zeros(R, 1, q_max, k_max, dtype=torch.bool, device=device)
+        for r, (_, start, end, index, row_mask) in enumerate(self.segments):
+            q_b, k_b = end - start, index.numel()
+            query_index[r, :q_b] = torch.arange(start, end, device=device)
+            query_real[r, :q_b] = True
+            key_index[r, :k_b] = index
+            mask[r, 0, :, :k_b] = True if row_mask is None else torch.cat(
+                [row_mask, row_mask.new_ones(q_max - q_b, k_b)])
+        return query_index, query_real, key_index, mask
 
 
 def _check_index_vector(value, name: str) -> torch.Tensor:
@@ -225,14 +261,18 @@ def varlen_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     if key.shape[0] != 1 or key.shape[2] != rows.cache_length + rows.query_length:
         raise ValueError(f"key: expected [1, H_kv, {rows.cache_length + rows.query_length}, D] (cache length "
                          f"{rows.cache_length} + {rows.query_length} new), got {tuple(key.shape)}")
-    out = query.new_empty(query.shape)  # [1, H, Q, D]
-    gqa = query.shape[1] != key.shape[1]
-    for _, start, end, index, mask in rows.segments:
-        k = key.index_select(2, index)  # [1, H_kv, k_b, D]
-        v = value.index_select(2, index)
-        out[:, :, start:end] = torch.nn.functional.scaled_dot_product_attention(
-            query[:, :, start:end], k, v, attn_mask=mask, dropout_p=dropout, scale=scaling, enable_gqa=gqa)
-    return out.transpose(1, 2).contiguous()  # [1, Q, H, D]
+    query_index, query_real, key_index, mask = rows.batch  # see PackedRows.batch
+    (R, q_max), k_max, H, D = query_index.shape, key_index.shape[1], query.shape[1], query.shape[3]
+    q = query[0].index_select(1, query_index.flatten()).view(H, R, q_max, D).transpose(0, 1)  # [R, H, q_max, D]
+    H_kv = key.shape[1]
+    k = key[0].index_select(1, key_index.flatten()).view(H_kv, R, k_max, D).transpose(0, 1)  # [R, H_kv, k_max, D]
+    v = value[0].index_select(1, key_index.flatten()).view(H_kv, R, k_max, -1).transpose(0, 1)
+    batched = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling, enable_gqa=H != H_kv)  # [R, H, q_max, D_v]
+    out = query.new_zeros(query.shape[2], H, v.shape[-1])  # [Q, H, D_v]
+    real = query_real.flatten()  # [R * q_max]
+    out[query_index.flatten()[real]] = batched.transpose(1, 2).reshape(R * q_max, H, -1)[real]
+    return out.unsqueeze(0)  # [1, Q, H, D]
 
 
 def _base_function(name: str, module):

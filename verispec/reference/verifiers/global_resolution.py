@@ -209,7 +209,9 @@ class Resolution:
         """
         tokens = sorted(counts)
         pieces = {t: self.pieces(t, q[t]) for t in tokens}
-        cuts = sorted({x for t in tokens for a, b, _ in pieces[t] for x in (a, b)})
+        # dict, not set: symbolic ends hash by identity, so a set's order (hence the comparisons
+        # sorted() makes, which a symbolic replay must repeat) would change from run to run
+        cuts = sorted(dict.fromkeys(x for t in tokens for a, b, _ in pieces[t] for x in (a, b)))
         mass = {t: 0 * q[t] for t in tokens}  # mu_t([0, u0])
         probs = {t: 0 * q[t] for t in tokens}
         for u0, u1 in zip(cuts, cuts[1:]):

@@ -1,0 +1,144 @@
+"""Which multi-draft rules does a real-pair run separate? Paired per-prompt differences in block
+efficiency against a baseline rule, with 95% confidence intervals, beside the one-step ordering
+the reference computes exactly on measured target/draft rows.
+
+    python3 benchmarks/multidraft_separation.py --bench benchmarks/results/bench_real_cpu_avx512_t1_verifiers.json \
+        --rows benchmarks/results/real_pair_rows.npz --output OUT.json
+
+Measured part (`--bench`, a `verispec bench` JSON at T = 1): for every method and prompt, block
+efficiency = accepted tokens / iterations + 1. Each method is paired with `--baseline` (default
+token) on the prompts both ran (same prompts, same seed): d_i = BE_method(i) - BE_baseline(i). The
+95% interval is the paired t interval mean(d) +/- t_{0.975, n-1} s_d / sqrt(n) (scipy.stats.t);
+"resolved" means the interval excludes 0. Per-prompt differences are not independent draws of one
+law across prompts of different difficulty; the pairing removes the prompt's own effect, which is
+why the baseline runs on the same prompts.
+
+Exact part (`--rows`, from `benchmarks/real_pair_rows.py`): on each measured (p, q) row at
+temperature 1, the one-step (L = 1) acceptance probability of each rule with K i.i.d. drafts, from
+the closed forms in `verispec.theory.closed_forms` (token: sum min(p, q); nss; rrs; rrsw; spectr;
+alpha*, reached by optimal_is and global_resolution; hu_greedy's own greedy drafts), averaged over
+the rows. It is an exact ordering for one step on these rows, not a prediction of the L > 1 block
+efficiency the bench measures; rows are the npz's truncation (top-k plus one merged token, whose
+error on sum min(p, q) the npz states).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+#: rule name -> one-step acceptance closed form in verispec.theory.closed_forms (None: K = 1 overlap).
+ONE_STEP = {"token": None, "nss": "nss_acceptance", "rrs": "rrs_acceptance", "rrsw": "rrsw_acceptance",
+            "spectr": "spectr_acceptance", "optimal_is": "optimal_multidraft_acceptance",
+            "global_resolution": "optimal_multidraft_acceptance", "hu_greedy": "greedy_draft_acceptance"}
+
+
+def per_prompt_block_efficiency(bench: dict, temperature: float = 1.0) -> dict:
+    """{method label: {prompt id: block efficiency}} from a bench JSON's records at one T."""
+    out: dict = {}
+    for key, record in bench["records"].items():
+        method, T, prompt = key.split("|")
+        if float(T[2:]) != temperature or not record.get("accepted_count"):
+            continue
+        out.setdefault(method, {})[prompt] = record["accepted_sum"] / record["accepted_count"] + 1.0
+    return out
+
+
+def paired(values: dict, baseline: str, level: float = 0.95) -> list[dict]:
+    """One row per method (baseline excluded): n, means, mean difference, its paired t interval."""
+    from scipy import stats
+
+    base = values[baseline]
+    rows = []
+    for method, by_prompt in sorted(values.items()):
+        if method == baseline:
+            continue
+        common = sorted(set(by_prompt) & set(base))
+        d = np.array([by_prompt[p] - base[p] for p in common])
+        n = len(d)
+        row = {"method": method, "baseline": baseline, "prompts": n,
+               "mean_block_efficiency": float(np.mean([by_prompt[p] for p in common])) if n else None,
+               "baseline_mean_block_efficiency": float(np.mean([base[p] for p in common])) if n else None,
+               "mean_difference": float(d.mean()) if n else None}
+        if n >= 2:
+            half = float(stats.t.ppf(0.5 + level / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))
+            row.update(ci_low=row["mean_difference"] - half, ci_high=row["mean_difference"] + half,
+                       resolved=bool(row["mean_difference"] - half > 0 or row["mean_difference"] + half < 0))
+        rows.append(row)
+    return rows
+
+
+def _row(data, r: int, top_k: int | None):
+    """Row r as float64 distributions: the first top_k stored tokens (stored by max(p, q)
+    decreasing) and one merged token holding the rest of each, renormalised (float32 storage)."""
+    p, q = data["p"][r].astype(np.float64), data["q"][r].astype(np.float64)
+    k = len(p) if top_k is None else min(top_k, len(p))
+    p = np.append(p[:k], float(data["p_other"][r]) + p[k:].sum())
+    q = np.append(q[:k], float(data["q_other"][r]) + q[k:].sum())
+    return p / p.sum(), q / q.sum()
+
+
+def one_step_ordering(rows_path: str, num_drafts: int, temperature: float = 1.0, rules=tuple(ONE_STEP),
+                      top_k: int | None = None) -> dict:
+    """{rule: mean one-step acceptance over the npz rows at `temperature`} and the rows used."""
+    from verispec.theory import closed_forms
+
+    data = np.load(rows_path)
+    keep = np.nonzero(np.isclose(data["temperature"], temperature))[0]
+    sums = {rule: 0.0 for rule in rules}
+    for r in keep:
+        p, q = _row(data, int(r), top_k)
+        for rule in rules:
+            form = ONE_STEP[rule]
+            value = np.minimum(p, q).sum() if form is None else getattr(closed_forms, form)(p, q, num_drafts)
+            sums[rule] += float(value)
+    return {"rows": int(len(keep)), "num_drafts": num_drafts, "temperature": temperature,
+            "tokens_per_row": "every stored token + 1 merged" if top_k is None else f"top {top_k} + 1 merged",
+            "mean_one_step_acceptance": {rule: sums[rule] / len(keep) for rule in rules}}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", required=True, help="verispec bench JSON with T = 1 records")
+    parser.add_argument("--baseline", default="token")
+    parser.add_argument("--rows", help="real_pair_rows.npz for the exact one-step ordering")
+    parser.add_argument("--num-drafts", type=int, default=2)
+    parser.add_argument("--rules", default=",".join(ONE_STEP), help="rules of the exact part")
+    parser.add_argument("--top-k", type=int, help="exact part: keep the first k stored tokens per row, merge the rest")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args(argv)
+    with open(args.bench) as f:
+        bench = json.load(f)
+    values = per_prompt_block_efficiency(bench)
+    if args.baseline not in values:
+        raise SystemExit(f"--baseline: {args.baseline!r} has no T = 1 records in {args.bench}")
+    given = sys.argv[1:] if argv is None else list(argv)
+    out = {"command": "python3 " + " ".join([os.path.relpath(__file__, os.getcwd()), *given]),
+           "bench": args.bench, "interval": "paired t, 95%", "paired": paired(values, args.baseline)}
+    if args.rows:
+        rules = tuple(r for r in args.rules.split(",") if r)
+        unknown = [r for r in rules if r not in ONE_STEP]
+        if unknown:
+            raise SystemExit(f"--rules: no one-step closed form for {unknown}; known: {', '.join(ONE_STEP)}")
+        out["exact_one_step"] = one_step_ordering(args.rows, args.num_drafts, rules=rules, top_k=args.top_k)
+    tmp = args.output + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(out, f, indent=1)
+    os.replace(tmp, args.output)
+    for row in out["paired"]:
+        ci = f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]" if "ci_low" in row else "(n < 2)"
+        print(f"{row['method']:28s} n={row['prompts']:3d} d={row['mean_difference']:+.3f} 95% CI {ci} "
+              f"{'resolved' if row.get('resolved') else 'not resolved'}")
+    if "exact_one_step" in out:
+        ranked = sorted(out["exact_one_step"]["mean_one_step_acceptance"].items(), key=lambda kv: -kv[1])
+        print("exact one-step acceptance:", ", ".join(f"{r} {v:.4f}" for r, v in ranked))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
