@@ -4,13 +4,16 @@ lengths and forward counts, recorded on one model pair and compared between two 
     python3 benchmarks/same_behaviour.py record --pair tiny --output OUT.json
     python3 benchmarks/same_behaviour.py record --pair real --prompts 3 --max-new-tokens 64 --output OUT.json
     python3 benchmarks/same_behaviour.py compare BEFORE.json AFTER.json
+    python3 benchmarks/same_behaviour.py alternate --before WORKTREE --after WORKTREE --prompts 3 \
+        --max-new-tokens 64 --threads 2 --scratch DIR --output OUT.json
 
 `record` runs `verispec bench`'s own harness (`run_bench`, the public entry of the bench at any
 commit since the bench existed), so the same script runs in a worktree of the commit a change
 starts from and in the changed checkout. `compare` prints every (method, T, prompt) whose tokens,
 accepted-length sum and count, iteration count or target / draft forward counts differ, and exits
-1 if any does. Timings are recorded but not compared here (they need a quiet machine and
-alternated runs).
+1 if any does. Timings are recorded but not compared there; `alternate` compares them: it records
+prompt by prompt, the BEFORE checkout then the AFTER one (a quiet machine, one process per side and
+prompt), and writes the behaviour comparison with every method's decode tokens/s ratio.
 
 The tiny pair is the test suite's: two 2-layer Qwen2 models with seeded random weights (vocab 64),
 float32 on CPU, tokens = bytes mod 64.
