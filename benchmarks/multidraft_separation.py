@@ -32,6 +32,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from verispec.atomic import write_json_atomic  # noqa: E402
+
 #: rule name -> one-step acceptance closed form in verispec.theory.closed_forms (None: K = 1 overlap).
 ONE_STEP = {"token": None, "nss": "nss_acceptance", "rrs": "rrs_acceptance", "rrsw": "rrsw_acceptance",
             "spectr": "spectr_acceptance", "optimal_is": "optimal_multidraft_acceptance",
@@ -126,10 +129,7 @@ def main(argv=None) -> int:
         if unknown:
             raise SystemExit(f"--rules: no one-step closed form for {unknown}; known: {', '.join(ONE_STEP)}")
         out["exact_one_step"] = one_step_ordering(args.rows, args.num_drafts, rules=rules, top_k=args.top_k)
-    tmp = args.output + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(out, f, indent=1)
-    os.replace(tmp, args.output)
+    write_json_atomic(args.output, out)
     for row in out["paired"]:
         ci = f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]" if "ci_low" in row else "(n < 2)"
         print(f"{row['method']:28s} n={row['prompts']:3d} d={row['mean_difference']:+.3f} 95% CI {ci} "

@@ -108,7 +108,9 @@ def record(args) -> None:
 
 
 def _write(path: str, data: dict) -> None:
-    """Write JSON atomically (a temporary file, then rename), so a killed run leaves no half file."""
+    """Write JSON atomically (a temporary file, then rename), so a killed run leaves no half file.
+    Not `verispec.atomic.write_json_atomic`: `record` also runs with an older checkout on
+    PYTHONPATH (the commit a change starts from), which may predate that module."""
     with open(path + ".tmp", "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
     os.replace(path + ".tmp", path)
