@@ -20,6 +20,15 @@ A plain 1-row forward of the same prefix after a fresh prefill is reported too (
     python3 benchmarks/explain_divergences.py [results.json] [--output out.json]
 
 Reads benchmarks/results/bench_real_cpu.json by default; writes <results>_divergences.json.
+
+Batched files (`verispec bench --batch-size`, records ``runner|B=..|T=..|batch``): each row that
+differs from batched target-only's row of the same batch is reproduced the same way, by re-running
+the whole batch on both sides (`bench.batched.run_batch`) with a tap on the batched KV storages'
+`append` (`BatchTap`), which keeps the logits of the row's node at position n_row + i - 1 on the
+row's emitted path. "target_only" is then batched target-only, and a row's "rows" are that row's
+nodes in the deciding forward ("fed": every row's). A divergence at the first generated token of
+a batch whose prompts have one length is not found (that prefill does not go through `append`).
+
 Phrase runners (ouroboros, lookahead) restart from an empty pool here, so their divergences are
 reproduced only when the pool the bench had does not matter.
 """
@@ -37,6 +46,8 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from verispec.atomic import write_json_atomic  # noqa: E402
 from verispec import bench  # noqa: E402
+from verispec.bench import batched  # noqa: E402
+from verispec.empirical import kv  # noqa: E402
 
 
 class TargetTap:
@@ -134,17 +145,27 @@ def fresh_one_row(pair, prompt_ids, prefix: list[int], a: int, b: int) -> dict:
 
 
 def explain_one(divergence: dict, runner: str, pair, prompt_ids, records: dict, config,
-                near_tie: float = bench.NEAR_TIE) -> dict:
+                near_tie: float = bench.NEAR_TIE, base_runs: dict | None = None) -> dict:
     """Reproduce one first divergence (`bench.greedy_match`'s entry) of `runner`; see the
-    module docstring for the verdicts."""
+    module docstring for the verdicts. base_runs: target-only's re-runs by (task, index), shared
+    by the runners that diverge at the same token (one decode each)."""
     task, i = divergence["task_id"], divergence["index"]
     a, b = divergence["target_only_token"], divergence["token"]
     base_tokens = records[f"target_only|T=0|{task}"]["tokens"]
     method_tokens = records[f"{runner}|T=0|{task}"]["tokens"]
-    base = _side(replay("target_only", pair, prompt_ids, config, i, base_tokens), a, b, a)
+    base_runs = {} if base_runs is None else base_runs
+    if (task, i) not in base_runs:
+        base_runs[task, i] = replay("target_only", pair, prompt_ids, config, i, base_tokens)
+    base = _side(base_runs[task, i], a, b, a)
     method = _side(replay(runner, pair, prompt_ids, config, i, method_tokens), a, b, b)
     out = {"runner": runner, "task_id": task, "index": i, "target_only_token": a, "method_token": b,
            "target_only": base, "method": method, "fresh_1_row": fresh_one_row(pair, prompt_ids, base_tokens[:i], a, b)}
+    return _verdict(out, base, method, runner, near_tie)
+
+
+def _verdict(out: dict, base: dict, method: dict, runner: str, near_tie: float) -> dict:
+    """`out` with verdict, explained and why, from the two sides' reports (`_side`)."""
+    a, b = out["target_only_token"], out["method_token"]
     if not (base["reproduced"] and method["reproduced"]):
         sides = [name for name, side in (("target_only", base), (runner, method)) if not side["reproduced"]]
         out.update(verdict="not reproduced", explained=False, why=f"re-run of {', '.join(sides)} does not "
@@ -164,13 +185,150 @@ def explain(results: dict, pair, prompts: dict, near_tie: float = bench.NEAR_TIE
     prompts: {task_id: prompt text}."""
     fields = {f.name for f in dataclasses.fields(bench.BenchConfig)}
     config = bench.BenchConfig(**{k: v for k, v in results["config"].items() if k in fields})
-    out = []
+    out, base_runs = [], {}
     for row in results["summary"]:
         for divergence in row.get("divergences", []):
             ids = pair.tokenizer(prompts[divergence["task_id"]], return_tensors="pt").input_ids
             out.append(explain_one(divergence, row["runner"], pair, ids.to(pair.target.device),
-                                   results["records"], config, near_tie))
+                                   results["records"], config, near_tie, base_runs))
     return out
+
+
+class BatchTap:
+    """While active, wraps the batched KV storages' `append` (`PaddedKV`, `PackedKV`): for the
+    target's storage, keeps the logits of every fed node at a watched (row, position) whose
+    ancestors in the forest hold that row's sequence. watch: {(row, position): sequence (prompt +
+    recorded tokens), rows numbered as in the batch given to the run (finished rows leave the
+    storage through `select`, which the tap follows); found: {(row, position): [{"forward", "rows",
+    "fed", "logits"}]} in call order ("rows": the row's nodes in that forward, "fed": every row's)."""
+
+    def __init__(self, model, watch: dict):
+        self.model, self.watch = model, watch
+        self.found = {key: [] for key in watch}
+        self.forwards, self._tokens, self._rows, self._originals = 0, {}, {}, {}
+
+    def __enter__(self):
+        for cls in (kv.PaddedKV, kv.PackedKV):
+            self._originals[cls] = (cls.append, cls.select)
+            cls.append, cls.select = self._wrap(cls.append), self._wrap_select(cls.select)
+        return self
+
+    def __exit__(self, *exc):
+        for cls, (append, select) in self._originals.items():
+            cls.append, cls.select = append, select
+        return False
+
+    def _wrap(self, original):
+        def append(storage, tokens, parents, real, logits_to_keep=0):
+            m, pos = storage.uncommitted, storage.pos.clone()  # before this forward
+            logits = original(storage, tokens, parents, real, logits_to_keep)
+            if storage.model is self.model:
+                self._see(storage, m, pos, tokens, logits)
+            return logits
+        return append
+
+    def _wrap_select(self, original):
+        def select(storage, rows):  # finished rows leave the batch: keep each row's original index
+            original(storage, rows)
+            if id(storage) in self._rows:
+                self._rows[id(storage)] = self._rows[id(storage)][rows.cpu()]
+        return select
+
+    def _see(self, storage, m, pos, tokens, logits):
+        """Record the watched nodes among the n new ones (forest: m earlier uncommitted + n)."""
+        earlier = self._tokens.get(id(storage)) if m else tokens[:, :0]
+        if earlier is None or earlier.shape[1] != m:  # a forest grown before the tap: matches nothing
+            earlier = tokens.new_full((tokens.shape[0], m), -1)
+        forest = torch.cat([earlier, tokens], 1).cpu()  # [B, m + n], every uncommitted node's token
+        self._tokens[id(storage)] = forest
+        ancestry = storage.ancestry.cpu()  # [B, m + n, m + n], after this forward's nodes were added
+        depth = ancestry.sum(-1) - 1  # [B, m + n]
+        real = storage.real[:, m:].cpu()  # [B, n]
+        original = self._rows.setdefault(id(storage), torch.arange(tokens.shape[0])).tolist()  # [B]
+        n, k = tokens.shape[1], logits.shape[1]  # logits: the last k columns
+        for (row, position), sequence in self.watch.items():
+            if row not in original:  # the row has finished
+                continue
+            r = original.index(row)
+            for j in range(n - k, n):
+                node = m + j
+                if not real[r, j] or int(pos[r] + depth[r, node]) != position:
+                    continue
+                if all(int(pos[r] + depth[r, a]) < len(sequence)
+                       and int(forest[r, a]) == sequence[int(pos[r] + depth[r, a])]
+                       for a in ancestry[r, node].nonzero().flatten().tolist()):
+                    self.found[row, position].append({
+                        "forward": self.forwards, "rows": int(real[r].sum()), "fed": int(real.sum()),
+                        "logits": logits[r, j - (n - k)].float().cpu()})
+        self.forwards += 1
+
+
+def replay_batched(label: str, pair, batch: list, config, watch: dict, recorded: list) -> dict:
+    """Re-run one batch at T = 0 as the batched bench did (`bench.batched.run_batch`), tapping the
+    target's forwards -> {(row, position): run dict as `replay` returns}. recorded: every row's
+    recorded tokens; a run matches a row when it emits that row's tokens up to the watched one."""
+    with BatchTap(pair.target, watch) as tap:
+        result = batched.run_batch(label, pair, batch, config, 0.0)
+    tokens = result.tokens.tolist()
+    out = {}
+    for (row, position), found in tap.found.items():
+        index = position - len(batch[row]) + 1
+        run = {"tokens_match": tokens[row][:index + 1] == list(recorded[row][:index + 1]),
+               "forwards_matching": len(found)}
+        if found:  # the deciding forward: the last to hold the emitted node
+            run.update(rows=found[-1]["rows"], row=row, fed=found[-1]["fed"], logits=found[-1]["logits"])
+        out[row, position] = run
+    return out
+
+
+def batched_divergences(results: dict) -> dict:
+    """{(B, batch): [(runner, row, index)]}: every first divergence of a T = 0 batched record from
+    batched target-only's record of the same batch."""
+    out: dict = {}
+    for key, record in sorted(results["records"].items()):
+        runner, B, T, batch = key.split("|")
+        if runner == "target_only" or float(T[2:]) != 0:
+            continue
+        base = results["records"][f"target_only|{B}|{T}|{batch}"]["tokens"]
+        for row, (mine, theirs) in enumerate(zip(record["tokens"], base)):
+            index = next((i for i, (x, y) in enumerate(zip(mine, theirs)) if x != y), None)
+            if index is not None:
+                out.setdefault((int(B[2:]), int(batch)), []).append((runner, row, index))
+    return out
+
+
+def explain_batched(results: dict, pair, prompts: list, near_tie: float = bench.NEAR_TIE) -> list[dict]:
+    """Every first divergence of a batched bench file (`verispec bench --batch-size`), reproduced
+    by re-running the batch (both sides) with `BatchTap`; verdicts as `explain_one`.
+    prompts: the bench's prompts in order ({"task_id", "prompt"})."""
+    fields = {f.name for f in dataclasses.fields(bench.BatchedBenchConfig)}
+    config = bench.BatchedBenchConfig(**{k: v for k, v in results["config"].items() if k in fields})
+    records, out = results["records"], []
+    for (B, batch), found in batched_divergences(results).items():
+        items = prompts[batch * B:(batch + 1) * B]
+        ids = [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids[0] for p in items]  # each [n_i]
+        base_tokens = records[f"target_only|B={B}|T=0|{batch}"]["tokens"]
+        watch = {(row, len(ids[row]) + i - 1): ids[row].tolist() + base_tokens[row] for _, row, i in found}
+        base_runs = replay_batched("target_only", pair, ids, config, watch, base_tokens)
+        for runner in dict.fromkeys(runner for runner, _, _ in found):  # one re-run per runner and batch
+            method_tokens = records[f"{runner}|B={B}|T=0|{batch}"]["tokens"]
+            rows = {row: i for name, row, i in found if name == runner}
+            mine = {(row, len(ids[row]) + i - 1): ids[row].tolist() + method_tokens[row] for row, i in rows.items()}
+            method_runs = replay_batched(runner, pair, ids, config, mine, method_tokens)
+            for row, i in rows.items():
+                key, a, b = (row, len(ids[row]) + i - 1), base_tokens[row][i], method_tokens[row][i]
+                base, method = _side(base_runs[key], a, b, a), _side(method_runs[key], a, b, b)
+                item = {"runner": runner, "batch_size": B, "batch": batch, "row": row,
+                        "task_id": items[row]["task_id"], "index": i, "target_only_token": a, "method_token": b,
+                        "target_only": base, "method": method,
+                        "fresh_1_row": fresh_one_row(pair, ids[row].unsqueeze(0), base_tokens[row][:i], a, b)}
+                out.append(_verdict(item, base, method, runner, near_tie))
+    return out
+
+
+def is_batched(results: dict) -> bool:
+    """Whether a results file comes from the batched bench (record keys runner|B=..|T=..|batch)."""
+    return any(key.split("|")[1].startswith("B=") for key in results["records"])
 
 
 def main(argv=None):
@@ -189,10 +347,13 @@ def main(argv=None):
     cfg = results["config"]
     pair = load_pair(cfg["target"], cfg["draft"], dtype=getattr(torch, cfg["dtype"]), device=cfg["device"],
                      progress=False)
-    prompts = {p["task_id"]: p["prompt"] for p in humaneval_prompts()}
-    found = explain(results, pair, prompts)
+    if is_batched(results):
+        found = explain_batched(results, pair, humaneval_prompts())
+    else:
+        found = explain(results, pair, {p["task_id"]: p["prompt"] for p in humaneval_prompts()})
     for item in found:
-        print(f"{item['runner']} {item['task_id']} token {item['index']}: {item['verdict']}: {item['why']}")
+        where = f"B={item['batch_size']} row {item['row']} " if "batch_size" in item else ""
+        print(f"{item['runner']} {where}{item['task_id']} token {item['index']}: {item['verdict']}: {item['why']}")
     output = args.output or os.path.splitext(args.results)[0] + "_divergences.json"
     write_json_atomic(output, found)
     print(f"{sum(i['explained'] for i in found)}/{len(found)} divergences reproduced as near-ties; {output}")

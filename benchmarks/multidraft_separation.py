@@ -9,7 +9,12 @@ Measured part (`--bench`, a `verispec bench` JSON at T = 1): for every method an
 efficiency = accepted tokens / iterations + 1. Each method is paired with `--baseline` (default
 token) on the prompts both ran (same prompts, same seed): d_i = BE_method(i) - BE_baseline(i). The
 95% interval is the paired t interval mean(d) +/- t_{0.975, n-1} s_d / sqrt(n) (scipy.stats.t);
-"resolved" means the interval excludes 0. Per-prompt differences are not independent draws of one
+"resolved" means the interval excludes 0; "resolved_holm" means the paired t test rejects a zero
+mean difference at family-wise error 5% over all the methods of the file (Holm's step-down
+procedure on the two-sided p-values), which guards the many comparisons of one file.
+"prompts_to_resolve" is derived, not measured: ceil((t_{0.975, n-1} s_d / |mean(d)|)^2), the number
+(at least 2) of prompts at which the interval's half-width would equal the mean difference if both stayed as
+measured. Per-prompt differences are not independent draws of one
 law across prompts of different difficulty; the pairing removes the prompt's own effect, which is
 why the baseline runs on the same prompts.
 
@@ -46,8 +51,8 @@ def per_prompt_block_efficiency(bench: dict, temperature: float = 1.0) -> dict:
     out: dict = {}
     for key, record in bench["records"].items():
         method, T, prompt = key.split("|")
-        if float(T[2:]) != temperature or not record.get("accepted_count"):
-            continue
+        if float(T[2:]) != temperature or not record.get("accepted_count") or method == "target_only":
+            continue  # target-only verifies no draft: its block efficiency is 1 by definition
         out.setdefault(method, {})[prompt] = record["accepted_sum"] / record["accepted_count"] + 1.0
     return out
 
@@ -71,9 +76,39 @@ def paired(values: dict, baseline: str, level: float = 0.95) -> list[dict]:
         if n >= 2:
             half = float(stats.t.ppf(0.5 + level / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))
             row.update(ci_low=row["mean_difference"] - half, ci_high=row["mean_difference"] + half,
-                       resolved=bool(row["mean_difference"] - half > 0 or row["mean_difference"] + half < 0))
+                       resolved=bool(row["mean_difference"] - half > 0 or row["mean_difference"] + half < 0),
+                       p_value=_paired_p_value(d))
+            if row["mean_difference"] != 0 and d.std(ddof=1) > 0:  # derived: same spread and mean assumed
+                t = float(stats.t.ppf(0.5 + level / 2, n - 1))
+                row["prompts_to_resolve"] = max(2, math.ceil((t * d.std(ddof=1) / abs(row["mean_difference"])) ** 2))
         rows.append(row)
+    tested = [row for row in rows if "p_value" in row]
+    for row, kept in zip(tested, holm([row["p_value"] for row in tested], 1 - level)):
+        row["resolved_holm"] = kept
     return rows
+
+
+def _paired_p_value(d) -> float:
+    """Two-sided paired t p-value of differences d (scipy.stats.ttest_rel against zero); 0 or 1
+    when every difference is equal (scipy's NaN: no spread), as the interval is then a point."""
+    from scipy import stats
+
+    if np.all(d == d[0]):
+        return 0.0 if d[0] != 0 else 1.0
+    return float(stats.ttest_1samp(d, 0.0).pvalue)
+
+
+def holm(p_values, alpha: float = 0.05) -> list[bool]:
+    """Holm's step-down procedure (Holm 1979): which hypotheses are rejected at family-wise error
+    rate alpha. The i-th smallest p-value (i = 0, 1, ...) is compared with alpha / (m - i); the first
+    that fails stops the procedure, and it and every larger p-value are kept."""
+    m = len(p_values)
+    rejected = [False] * m
+    for i, j in enumerate(sorted(range(m), key=lambda j: p_values[j])):
+        if p_values[j] > alpha / (m - i):
+            break
+        rejected[j] = True
+    return rejected
 
 
 def _row(data, r: int, top_k: int | None):
@@ -122,7 +157,9 @@ def main(argv=None) -> int:
         raise SystemExit(f"--baseline: {args.baseline!r} has no T = 1 records in {args.bench}")
     given = sys.argv[1:] if argv is None else list(argv)
     out = {"command": "python3 " + " ".join([os.path.relpath(__file__, os.getcwd()), *given]),
-           "bench": args.bench, "interval": "paired t, 95%", "paired": paired(values, args.baseline)}
+           "bench": args.bench, "interval": "paired t, 95%",
+           "family": "resolved_holm: Holm step-down over the file's methods, family-wise error 5%",
+           "paired": paired(values, args.baseline)}
     if args.rows:
         rules = tuple(r for r in args.rules.split(",") if r)
         unknown = [r for r in rules if r not in ONE_STEP]
@@ -132,8 +169,9 @@ def main(argv=None) -> int:
     write_json_atomic(args.output, out)
     for row in out["paired"]:
         ci = f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]" if "ci_low" in row else "(n < 2)"
+        holm_verdict = ", Holm: resolved" if row.get("resolved_holm") else ""
         print(f"{row['method']:28s} n={row['prompts']:3d} d={row['mean_difference']:+.3f} 95% CI {ci} "
-              f"{'resolved' if row.get('resolved') else 'not resolved'}")
+              f"{'resolved' if row.get('resolved') else 'not resolved'}{holm_verdict}")
     if "exact_one_step" in out:
         ranked = sorted(out["exact_one_step"]["mean_one_step_acceptance"].items(), key=lambda kv: -kv[1])
         print("exact one-step acceptance:", ", ".join(f"{r} {v:.4f}" for r, v in ranked))

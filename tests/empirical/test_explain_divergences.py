@@ -109,3 +109,71 @@ def test_a_flip_that_does_not_reproduce_is_not_claimed(explain_script, tiny_pair
     # a flip read off the wrong forward (the old script's k-row forwards of target-only's prefix)
     # would not be claimed either: the fresh 1-row forward is reported, never used as evidence
     assert "argmax" in item["fresh_1_row"]
+
+
+def _plant_batched(model, position: int, gap: float):
+    """`_plant` for batched forwards ([B, m] padded rows or [1, Q] packed nodes, position ids
+    given): at every row's node at `position`, a forward feeding one node per row (batched
+    target-only) ranks the top token a over the runner-up b by `gap`, any other forward b over a."""
+
+    def hook(module, args, kwargs, output):
+        B, m = kwargs["input_ids"].shape
+        positions = kwargs.get("position_ids")  # absent only in a prefill of rows of one length
+        if positions is None:
+            start = output.past_key_values.get_seq_length() - m
+            positions = torch.arange(start, start + m).expand(B, m)
+        logits = output.logits.clone()  # [B, k, V]: the last k columns
+        k = logits.shape[1]
+        for row, j in (positions == position).nonzero().tolist():
+            if j < m - k:
+                continue
+            scores = logits[row, j - (m - k)]
+            top = scores.topk(2)
+            a, b = int(top.indices[0]), int(top.indices[1])
+            scores[b] = scores[a] - gap if m == 1 else scores[a] + gap
+        output.logits = logits
+        return output
+
+    return model.model.register_forward_hook(hook, with_kwargs=True)
+
+
+def _batched_with_plant(tiny_pair, tmp_path, position, gap):
+    from verispec.bench import batched
+
+    cfg = batched.BatchedBenchConfig(prompts=2, max_new_tokens=20, batch_sizes=(2,), methods=("block",),
+                                     temperatures=(0.0,), dtype="float32", draft_length=3)
+    handle = _plant_batched(tiny_pair.target, position, gap)
+    try:
+        return batched.run_batched_bench(cfg, str(tmp_path / "batched.json"), pair=tiny_pair, prompts=PROMPTS,
+                                         plot=False)
+    finally:
+        handle.remove()
+
+
+def test_batched_near_tie_flips_are_reproduced_in_both_layouts(explain_script, tiny_pair, tmp_path):
+    position = max(len(p["prompt"]) for p in PROMPTS) + 3  # past every prompt: a generated token
+    results = _batched_with_plant(tiny_pair, tmp_path, position, 0.01)
+    assert explain_script.is_batched(results)
+    rows = {r["runner"]: r for r in results["summary"]}
+    assert rows["block/vanilla"]["greedy_match_rate"] < 1 and rows["block/ems"]["greedy_match_rate"] < 1
+    handle = _plant_batched(tiny_pair.target, position, 0.01)  # the numerics, re-run
+    try:
+        found = explain_script.explain_batched(results, tiny_pair, PROMPTS)
+    finally:
+        handle.remove()
+    expected = {(runner, row, position - len(PROMPTS[row]["prompt"]) + 1)
+                for runner in ("block/vanilla", "block/ems") for row in (0, 1)}
+    assert {(item["runner"], item["row"], item["index"]) for item in found} == expected
+    for item in found:
+        assert item["verdict"] == "reproduced near-tie" and item["explained"], item
+        assert item["method"]["rows"] > 1 and item["target_only"]["rows"] == 1
+        assert item["method"]["gap"] == pytest.approx(-0.01, abs=1e-4)
+        assert item["task_id"] == PROMPTS[item["row"]]["task_id"]
+
+
+def test_a_batched_flip_that_does_not_reproduce_is_not_claimed(explain_script, tiny_pair, tmp_path):
+    position = max(len(p["prompt"]) for p in PROMPTS) + 3
+    results = _batched_with_plant(tiny_pair, tmp_path, position, 0.01)
+    found = explain_script.explain_batched(results, tiny_pair, PROMPTS)  # re-run without the numerics
+    assert found and all(item["verdict"] == "not reproduced" and not item["explained"] for item in found)
+    assert all(item["target_only"]["reproduced"] and not item["method"]["reproduced"] for item in found)

@@ -43,7 +43,8 @@ def test_paired_interval_matches_scipy(script):
     token = rng.uniform(3, 5, 12)
     other = token + rng.normal(0.05, 0.3, 12)
     values = script.per_prompt_block_efficiency(_bench({"token": token, "nss:K=2": other, "same": token,
-                                                        "shifted": token + 0.5}))
+                                                        "shifted": token + 0.5, "target_only": token * 0 + 1}))
+    assert "target_only" not in values  # no draft is verified: not a rule to compare
     rows = {r["method"]: r for r in script.paired(values, "token")}
     ci = stats.ttest_rel(other, token).confidence_interval(0.95)
     assert rows["nss:K=2"]["ci_low"] == pytest.approx(ci.low, abs=1e-9)
@@ -51,6 +52,22 @@ def test_paired_interval_matches_scipy(script):
     assert rows["nss:K=2"]["prompts"] == 12
     assert rows["shifted"]["resolved"] and rows["shifted"]["mean_difference"] == pytest.approx(0.5)
     assert not rows["same"]["resolved"]
+    assert rows["nss:K=2"]["p_value"] == pytest.approx(stats.ttest_rel(other, token).pvalue, abs=1e-12)
+    assert rows["shifted"]["resolved_holm"] and not rows["same"]["resolved_holm"]
+    d = other - token  # prompts_to_resolve: the n whose t half-width equals |mean(d)|
+    t = stats.t.ppf(0.975, len(d) - 1)
+    assert rows["nss:K=2"]["prompts_to_resolve"] == max(2, int(np.ceil((t * d.std(ddof=1) / abs(d.mean())) ** 2)))
+    assert "prompts_to_resolve" not in rows["same"]  # no difference to resolve
+    assert rows["shifted"].get("prompts_to_resolve", 2) == 2  # a constant shift: the fewest prompts
+
+
+def test_holm_step_down(script):
+    # m = 3: the smallest p-value against 0.05 / 3, the next against 0.05 / 2, the last against 0.05
+    assert script.holm([0.01, 0.04, 0.03]) == [True, False, False]  # 0.03 > 0.025 stops it
+    assert script.holm([0.001, 0.02, 0.04]) == [True, True, True]
+    assert script.holm([0.02, 0.001, 0.04]) == [True, True, True]  # order of the input is kept
+    assert script.holm([0.03, 0.03]) == [False, False]  # each below 0.05 alone, not as a family of 2
+    assert script.holm([]) == []
 
 
 def test_exact_one_step_ordering(script, tmp_path):

@@ -33,8 +33,8 @@ from .run import default_output, environment, prepare, resolved_dtype
 from .spec import BenchMethod, parse_method
 from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
 
-__all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "batched_method", "run_batched_bench", "summarize_batched",
-           "format_batched_table", "plot_batched"]
+__all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "batched_method", "run_batch", "run_batched_bench",
+           "summarize_batched", "format_batched_table", "plot_batched"]
 
 #: The methods that decode a batch (registry names): every torch method but target-only (each
 #: batch's baseline) and the phrase-pool ones, whose drafter holds one row's pool and sequence.
@@ -106,9 +106,21 @@ def _methods(config):
     return ["target_only"] + [f"{m}/{impl}" for m in config.methods for impl in IMPLEMENTATIONS]
 
 
-def _run(label, pair, batch, config, T):
-    """One batch through the engine's entry point: target-only on a padded KV, or a method with the
-    implementation's KV storage (vanilla: padded; ems: packed, EMS-SD)."""
+def run_batch(label: str, pair, batch: list, config: BatchedBenchConfig, T: float):
+    """One batch through the engine's entry point, as the bench runs it: target-only on a padded
+    KV, or a method with the implementation's KV storage (vanilla: padded; ems: packed, EMS-SD).
+
+    Args:
+        label: ``"target_only"`` or ``"name/implementation"`` (``"block/ems"``, ``"gbv:K=3/vanilla"``).
+        pair: a `ModelPair`. batch: the rows' prompt ids, each int64 [n_i]. config: the bench's
+            configuration (max_new_tokens, draft_length, seed). T: temperature.
+
+    Returns:
+        `verispec.empirical.engine.decode`'s result (tokens int64 [B, max_new_tokens], stats).
+
+    Raises:
+        ValueError: an unknown or unbatched method (`batched_method`).
+    """
     N = config.max_new_tokens
     if label == "target_only":
         return decode(pair.target, None, batch, target_only_method(), N, T, uniforms=config.seed, storage="vanilla")
@@ -147,7 +159,7 @@ def run_batched_bench(config: BatchedBenchConfig, output: str | None = None, *, 
     results["environment"] = environment(config, torch.get_num_threads(), dtype_reason)
     small = BatchedBenchConfig(**{**asdict(config), "max_new_tokens": 2})
     for method in _methods(config):  # warm-up
-        _run(method, pair, ids[:2], small, 1.0)
+        run_batch(method, pair, ids[:2], small, 1.0)
     for B in config.batch_sizes:
         for i in range(min(len(ids) // B, config.batches or len(ids))):
             for T in config.temperatures:
@@ -158,7 +170,7 @@ def run_batched_bench(config: BatchedBenchConfig, output: str | None = None, *, 
                     if progress:
                         progress(f"B={B} batch {i} {method} T={float(T):g}")
                     with PeakMemory(config.device) as memory:
-                        result = _run(method, pair, ids[i * B:(i + 1) * B], config, float(T))
+                        result = run_batch(method, pair, ids[i * B:(i + 1) * B], config, float(T))
                     results["records"][key] = _record(result, memory)
                     save_results(output, results)
     results["summary"] = summarize_batched(results)
