@@ -35,6 +35,14 @@ def explain_script():
     return module
 
 
+def _flip(scores, gap: float, one_row: bool) -> None:
+    """In place on one node's logits [V]: a 1-row forward ranks the top token a over the runner-up
+    b by `gap`, any other forward b over a."""
+    top = scores.topk(2)
+    a, b = int(top.indices[0]), int(top.indices[1])
+    scores[b] = scores[a] - gap if one_row else scores[a] + gap
+
+
 def _plant(model, position: int, gap: float):
     """At `position`, 1-row forwards rank the top token over the runner-up by `gap`, multi-row
     forwards the runner-up over the top token by `gap` (a forward hook replacing the logits)."""
@@ -52,10 +60,7 @@ def _plant(model, position: int, gap: float):
         for j in (positions == position).nonzero().flatten().tolist():
             if j < m - k:
                 continue
-            row = logits[0, j - (m - k)]
-            top = row.topk(2)
-            a, b = int(top.indices[0]), int(top.indices[1])
-            row[b] = row[a] - gap if m == 1 else row[a] + gap
+            _flip(logits[0, j - (m - k)], gap, m == 1)
         output.logits = logits
         return output
 
@@ -127,10 +132,7 @@ def _plant_batched(model, position: int, gap: float):
         for row, j in (positions == position).nonzero().tolist():
             if j < m - k:
                 continue
-            scores = logits[row, j - (m - k)]
-            top = scores.topk(2)
-            a, b = int(top.indices[0]), int(top.indices[1])
-            scores[b] = scores[a] - gap if m == 1 else scores[a] + gap
+            _flip(logits[row, j - (m - k)], gap, m == 1)
         output.logits = logits
         return output
 
