@@ -13,8 +13,8 @@ token) on the prompts both ran (same prompts, same seed): d_i = BE_method(i) - B
 mean difference at family-wise error 5% over all the methods of the file (Holm's step-down
 procedure on the two-sided p-values), which guards the many comparisons of one file.
 "prompts_to_resolve" is derived, not measured: ceil((t_{0.975, n-1} s_d / |mean(d)|)^2), the number
-(at least 2) of prompts at which the interval's half-width would equal the mean difference if both stayed as
-measured. Per-prompt differences are not independent draws of one
+(at least 2) of prompts at which the interval's half-width would equal the mean difference if both
+stayed as measured. Per-prompt differences are not independent draws of one
 law across prompts of different difficulty; the pairing removes the prompt's own effect, which is
 why the baseline runs on the same prompts.
 
@@ -74,12 +74,12 @@ def paired(values: dict, baseline: str, level: float = 0.95) -> list[dict]:
                "baseline_mean_block_efficiency": float(np.mean([base[p] for p in common])) if n else None,
                "mean_difference": float(d.mean()) if n else None}
         if n >= 2:
-            half = float(stats.t.ppf(0.5 + level / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))
+            t = float(stats.t.ppf(0.5 + level / 2, n - 1))
+            half = t * float(d.std(ddof=1)) / math.sqrt(n)
             row.update(ci_low=row["mean_difference"] - half, ci_high=row["mean_difference"] + half,
                        resolved=bool(row["mean_difference"] - half > 0 or row["mean_difference"] + half < 0),
                        p_value=_paired_p_value(d))
             if row["mean_difference"] != 0 and d.std(ddof=1) > 0:  # derived: same spread and mean assumed
-                t = float(stats.t.ppf(0.5 + level / 2, n - 1))
                 row["prompts_to_resolve"] = max(2, math.ceil((t * d.std(ddof=1) / abs(row["mean_difference"])) ** 2))
         rows.append(row)
     tested = [row for row in rows if "p_value" in row]
@@ -89,7 +89,8 @@ def paired(values: dict, baseline: str, level: float = 0.95) -> list[dict]:
 
 
 def _paired_p_value(d) -> float:
-    """Two-sided paired t p-value of differences d (scipy.stats.ttest_rel against zero); 0 or 1
+    """Two-sided paired t p-value of differences d (scipy.stats.ttest_1samp of d against 0, which
+    is ttest_rel of the two samples); 0 or 1
     when every difference is equal (scipy's NaN: no spread), as the interval is then a point."""
     from scipy import stats
 
