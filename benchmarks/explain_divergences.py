@@ -29,8 +29,12 @@ row's emitted path. "target_only" is then batched target-only, and a row's "rows
 nodes in the deciding forward ("fed": every row's). A divergence at the first generated token of
 a batch whose prompts have one length is not found (that prefill does not go through `append`).
 
-Phrase runners (ouroboros, lookahead) restart from an empty pool here, so their divergences are
-reproduced only when the pool the bench had does not matter.
+Phrase-pool runners (ouroboros_phrase, lookahead) keep one pool per runner and temperature across
+the bench's prompts, so the drafts at prompt k depend on prompts 0..k-1. Their re-run first rebuilds
+that pool (`PoolReplay`): it runs the runner at T = 0 on every earlier prompt of the file, in the
+bench's order, and checks that each emits its recorded tokens ("pool" in the report: the prompts
+re-run and whether they matched). A mismatch leaves the pool unknown, and the divergence is then
+"not reproduced".
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ from verispec.atomic import write_json_atomic  # noqa: E402
 from verispec import bench  # noqa: E402
 from verispec.bench import batched  # noqa: E402
 from verispec.empirical import kv  # noqa: E402
+from verispec.empirical.drafters.phrases.pool import PhrasePool  # noqa: E402
+from verispec.reference import registry  # noqa: E402
 
 
 class TargetTap:
@@ -107,15 +113,51 @@ def _block_ancestry(mask, m: int) -> torch.Tensor:
     return torch.ones(m, m, dtype=torch.bool).tril()
 
 
-def replay(label: str, pair, prompt_ids, config, index: int, recorded: list[int]):
-    """Re-run runner `label` at T = 0 as the bench did, capturing the forward that decided token
-    `index` of `recorded` -> dict (tokens_match, found, rows, row, forwards_matching, logits)."""
+def uses_pool(label: str) -> bool:
+    """Whether the bench keeps a phrase pool for runner `label` across prompts."""
+    name = label.partition(":")[0]
+    return name in registry.REGISTRY and "pool" in registry.spec(name).defaults("torch")
+
+
+class PoolReplay:
+    """The phrase pool a runner had in the bench before each prompt, rebuilt by re-running it at
+    T = 0 on the file's prompts in order (one pass per runner, however many prompts ask).
+    order: [(task_id, prompt ids [1, n])] as the bench ran them; records: the file's records."""
+
+    def __init__(self, label: str, pair, config, order: list, records: dict):
+        self.label, self.pair, self.config, self.order, self.records = label, pair, config, order, records
+        self.spec = bench.parse_method(label, config.draft_length, config.num_paths)
+        self.pools: dict = {}  # {(label, T): PhrasePool}, as `bench.run_method` keeps them
+        self.done, self.mismatch = 0, None
+
+    def before(self, task: str) -> tuple[dict, dict]:
+        """(pools to pass to `bench.run_method`: a copy of the runner's pool before `task`, report
+        {"prompts_rerun", "tokens_match", "first_mismatch"})."""
+        tasks = [t for t, _ in self.order]
+        if task not in tasks:  # the file's last run did not list it: its pool is unknown
+            return {}, {"prompts_rerun": 0, "tokens_match": False, "first_mismatch": f"{task} (not in last_run)"}
+        while self.done < tasks.index(task):
+            earlier, ids = self.order[self.done]
+            result = bench.run_method(self.spec, self.pair, ids, self.config, 0.0, self.config.seed, self.pools)
+            recorded = self.records.get(f"{self.label}|T=0|{earlier}", {}).get("tokens")
+            if self.mismatch is None and result.tokens[0].tolist() != recorded:
+                self.mismatch = earlier
+            self.done += 1
+        copy = {key: PhrasePool.from_state(pool.state()) for key, pool in self.pools.items()}
+        return copy, {"prompts_rerun": self.done, "tokens_match": self.mismatch is None,
+                      "first_mismatch": self.mismatch}
+
+
+def replay(label: str, pair, prompt_ids, config, index: int, recorded: list[int], pools: dict | None = None):
+    """Re-run runner `label` at T = 0 as the bench did (`pools`: its phrase pool then), capturing
+    the forward that decided token `index` of `recorded` -> dict (tokens_match, found, rows, row,
+    forwards_matching, logits)."""
     spec = bench.parse_method(label, config.draft_length, config.num_paths)
     n = prompt_ids.shape[1]
     sequence = prompt_ids[0].tolist() + list(recorded)
     with TargetTap(pair.target, n + index - 1, sequence) as tap:
         method_pair = bench.QuantizedDrafts().pair_for(spec, pair)  # dq=8: int8 draft
-        result = bench.run_method(spec, method_pair, prompt_ids, config, 0.0, config.seed, {})
+        result = bench.run_method(spec, method_pair, prompt_ids, config, 0.0, config.seed, pools or {})
     tokens = result.tokens[0].tolist()
     out = {"tokens_match": tokens[:index + 1] == list(recorded[:index + 1]), "forwards_matching": len(tap.found)}
     if tap.found:
@@ -145,10 +187,12 @@ def fresh_one_row(pair, prompt_ids, prefix: list[int], a: int, b: int) -> dict:
 
 
 def explain_one(divergence: dict, runner: str, pair, prompt_ids, records: dict, config,
-                near_tie: float = bench.NEAR_TIE, base_runs: dict | None = None) -> dict:
+                near_tie: float = bench.NEAR_TIE, base_runs: dict | None = None,
+                pool_replay: PoolReplay | None = None) -> dict:
     """Reproduce one first divergence (`bench.greedy_match`'s entry) of `runner`; see the
     module docstring for the verdicts. base_runs: target-only's re-runs by (task, index), shared
-    by the runners that diverge at the same token (one decode each)."""
+    by the runners that diverge at the same token (one decode each). pool_replay: a phrase-pool
+    runner's pools before each prompt."""
     task, i = divergence["task_id"], divergence["index"]
     a, b = divergence["target_only_token"], divergence["token"]
     base_tokens = records[f"target_only|T=0|{task}"]["tokens"]
@@ -157,16 +201,24 @@ def explain_one(divergence: dict, runner: str, pair, prompt_ids, records: dict, 
     if (task, i) not in base_runs:
         base_runs[task, i] = replay("target_only", pair, prompt_ids, config, i, base_tokens)
     base = _side(base_runs[task, i], a, b, a)
-    method = _side(replay(runner, pair, prompt_ids, config, i, method_tokens), a, b, b)
+    pools, pool = pool_replay.before(task) if pool_replay is not None else ({}, None)
+    method = _side(replay(runner, pair, prompt_ids, config, i, method_tokens, pools), a, b, b)
+    if pool is not None and not pool["tokens_match"]:
+        method["reproduced"] = False  # the pool the bench had is unknown
     out = {"runner": runner, "task_id": task, "index": i, "target_only_token": a, "method_token": b,
            "target_only": base, "method": method, "fresh_1_row": fresh_one_row(pair, prompt_ids, base_tokens[:i], a, b)}
+    if pool is not None:
+        out["pool"] = pool
     return _verdict(out, base, method, runner, near_tie)
 
 
 def _verdict(out: dict, base: dict, method: dict, runner: str, near_tie: float) -> dict:
     """`out` with verdict, explained and why, from the two sides' reports (`_side`)."""
     a, b = out["target_only_token"], out["method_token"]
-    if not (base["reproduced"] and method["reproduced"]):
+    if out.get("pool") and not out["pool"]["tokens_match"]:
+        out.update(verdict="not reproduced", explained=False, why=f"{runner}'s pool before this prompt is "
+                   f"unknown: the rebuild failed at {out['pool']['first_mismatch']}")
+    elif not (base["reproduced"] and method["reproduced"]):
         sides = [name for name, side in (("target_only", base), (runner, method)) if not side["reproduced"]]
         out.update(verdict="not reproduced", explained=False, why=f"re-run of {', '.join(sides)} does not "
                    "emit the recorded token from the recorded prefix")
@@ -185,13 +237,26 @@ def explain(results: dict, pair, prompts: dict, near_tie: float = bench.NEAR_TIE
     prompts: {task_id: prompt text}."""
     fields = {f.name for f in dataclasses.fields(bench.BenchConfig)}
     config = bench.BenchConfig(**{k: v for k, v in results["config"].items() if k in fields})
-    out, base_runs = [], {}
+    out, base_runs, pool_replays = [], {}, {}
+    order = [(task, _ids(pair, prompts[task])) for task in _bench_order(results)]
     for row in results["summary"]:
+        runner = row["runner"]
         for divergence in row.get("divergences", []):
-            ids = pair.tokenizer(prompts[divergence["task_id"]], return_tensors="pt").input_ids
-            out.append(explain_one(divergence, row["runner"], pair, ids.to(pair.target.device),
-                                   results["records"], config, near_tie, base_runs))
+            if uses_pool(runner) and runner not in pool_replays:
+                pool_replays[runner] = PoolReplay(runner, pair, config, order, results["records"])
+            out.append(explain_one(divergence, runner, pair, _ids(pair, prompts[divergence["task_id"]]),
+                                   results["records"], config, near_tie, base_runs, pool_replays.get(runner)))
     return out
+
+
+def _ids(pair, text: str) -> torch.Tensor:
+    return pair.tokenizer(text, return_tensors="pt").input_ids.to(pair.target.device)  # [1, n]
+
+
+def _bench_order(results: dict) -> list[str]:
+    """The file's prompts in the order the bench ran them (its last run's list, which a resumed
+    run keeps)."""
+    return list(results["last_run"]["prompts"])
 
 
 class BatchTap:

@@ -25,6 +25,17 @@ alpha*, reached by optimal_is and global_resolution; hu_greedy's own greedy draf
 the rows. It is an exact ordering for one step on these rows, not a prediction of the L > 1 block
 efficiency the bench measures; rows are the npz's truncation (top-k plus one merged token, whose
 error on sum min(p, q) the npz states).
+
+Stationary prediction (`--stationary-top-k k`, derived, not measured): for every rule of the bench
+file at its own L and K, the exact block efficiency of one iteration when every position of every
+draft path sees the same measured row (context-free target iid(p), draft iid(q), each cut to its
+first k stored tokens plus one merged token), by exact enumeration of the numpy reference rule;
+averaged over the rows. Unlike the one-step ordering, it follows how many paths survive to each
+depth, which is what separates rules of equal one-step acceptance (optimal_is and
+global_resolution both reach alpha* at every node, yet differ at L = 2). Beside each measured
+paired interval it puts the predicted difference from the baseline, whether the interval contains
+it, and Spearman's rank correlation of the two orderings. The model's assumption (one row for the
+whole tree) is what real contexts break; the comparison says by how much.
 """
 
 from __future__ import annotations
@@ -141,6 +152,77 @@ def one_step_ordering(rows_path: str, num_drafts: int, temperature: float = 1.0,
             "mean_one_step_acceptance": {rule: sums[rule] / len(keep) for rule in rules}}
 
 
+def reference_method(label: str, draft_length: int, num_drafts: int):
+    """The numpy reference Method a bench label names, with the bench's L and K where it takes them
+    (`verispec.bench.spec.parse_method`), less the torch twin's engine options."""
+    from verispec.bench.spec import parse_method
+    from verispec.reference import methods, registry
+
+    spec = parse_method(label, draft_length, num_drafts)
+    engine_only = registry.spec(spec.name).torch_only
+    return methods.get(spec.name, **{k: v for k, v in spec.params if k not in engine_only})
+
+
+def stationary_block_efficiency(p, q, labels, draft_length: int, num_drafts: int) -> list[float]:
+    """Exact block efficiency E[tau] + 1 of one iteration of each labelled rule when every position
+    of every draft path sees the same target row p and draft row q (context-free models `iid(p)`,
+    `iid(q)`), by exact enumeration of the reference rule (`verispec.reference.exact`)."""
+    from verispec.reference import exact, models
+
+    target, draft = models.iid(p), models.iid(q)
+    return [float(exact.block_efficiency(target, draft, reference_method(label, draft_length, num_drafts)))
+            for label in labels]
+
+
+def stationary_prediction(rows_path: str, labels, draft_length: int, num_drafts: int, top_k: int,
+                          baseline: str = "token", temperature: float = 1.0, n_jobs: int = 1) -> dict:
+    """The L > 1 block efficiency the reference predicts from the measured rows under a stationary
+    model: per row, `stationary_block_efficiency` on its first `top_k` stored tokens plus one merged
+    token; then the mean over rows, and each rule's predicted difference from `baseline`. Rows run
+    in parallel with joblib (`n_jobs` processes)."""
+    from joblib import Parallel, delayed
+
+    if baseline not in labels:
+        labels = [baseline, *labels]
+    data = np.load(rows_path)
+    keep = np.nonzero(np.isclose(data["temperature"], temperature))[0]
+    rows = [_row(data, int(r), top_k) for r in keep]
+    per_row = np.array(Parallel(n_jobs=n_jobs)(
+        delayed(stationary_block_efficiency)(p, q, labels, draft_length, num_drafts) for p, q in rows))  # [rows, rules]
+    base = per_row[:, labels.index(baseline)]
+    return {"rows": len(rows), "draft_length": draft_length, "num_drafts": num_drafts, "temperature": temperature,
+            "tokens_per_row": f"top {top_k} + 1 merged", "model": "stationary: every position sees the row's p and q",
+            "mean_block_efficiency": {label: float(per_row[:, i].mean()) for i, label in enumerate(labels)},
+            "mean_difference": {label: float((per_row[:, i] - base).mean()) for i, label in enumerate(labels)
+                                if label != baseline}}
+
+
+def compare(paired_rows: list[dict], predicted: dict) -> list[dict]:
+    """Per method: the measured paired difference and interval beside the stationary prediction's
+    difference, and whether the interval contains it."""
+    out = []
+    for row in paired_rows:
+        guess = predicted["mean_difference"].get(row["method"])
+        if guess is None or "ci_low" not in row:
+            continue
+        out.append({"method": row["method"], "measured_difference": row["mean_difference"],
+                    "ci_low": row["ci_low"], "ci_high": row["ci_high"], "predicted_difference": guess,
+                    "prediction_inside_interval": bool(row["ci_low"] <= guess <= row["ci_high"])})
+    return out
+
+
+def rank_agreement(rows: list[dict]) -> dict:
+    """Spearman's rank correlation (scipy.stats.spearmanr) between the measured and the predicted
+    differences of `compare`'s rows, with its two-sided p-value and the number of rules."""
+    from scipy import stats
+
+    if len(rows) < 3:
+        return {"rules": len(rows)}
+    result = stats.spearmanr([r["measured_difference"] for r in rows], [r["predicted_difference"] for r in rows])
+    return {"rules": len(rows), "spearman_rho": float(result.statistic), "p_value": float(result.pvalue),
+            "inside_interval": sum(r["prediction_inside_interval"] for r in rows)}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bench", required=True, help="verispec bench JSON with T = 1 records")
@@ -149,6 +231,11 @@ def main(argv=None) -> int:
     parser.add_argument("--num-drafts", type=int, default=2)
     parser.add_argument("--rules", default=",".join(ONE_STEP), help="rules of the exact part")
     parser.add_argument("--top-k", type=int, help="exact part: keep the first k stored tokens per row, merge the rest")
+    parser.add_argument("--stationary-top-k", type=int,
+                        help="also predict L > 1 block efficiency of every bench rule on the rows under the "
+                             "stationary model, rows cut to this many tokens + 1 merged (2 costs minutes)")
+    parser.add_argument("--draft-length", type=int, default=4, help="L of the stationary prediction")
+    parser.add_argument("--jobs", type=int, default=1, help="processes for the stationary prediction")
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
     with open(args.bench) as f:
@@ -167,6 +254,17 @@ def main(argv=None) -> int:
         if unknown:
             raise SystemExit(f"--rules: no one-step closed form for {unknown}; known: {', '.join(ONE_STEP)}")
         out["exact_one_step"] = one_step_ordering(args.rows, args.num_drafts, rules=rules, top_k=args.top_k)
+    if args.stationary_top_k:
+        if not args.rows:
+            raise SystemExit("--stationary-top-k: needs --rows")
+        labels = sorted(values)
+        out["stationary_prediction"] = stationary_prediction(
+            args.rows, labels, args.draft_length, args.num_drafts, args.stationary_top_k, args.baseline,
+            n_jobs=args.jobs)
+        out["stationary_one_step"] = one_step_ordering(args.rows, args.num_drafts, rules=rules,
+                                                       top_k=args.stationary_top_k)
+        out["measured_vs_stationary"] = compare(out["paired"], out["stationary_prediction"])
+        out["rank_agreement"] = rank_agreement(out["measured_vs_stationary"])
     write_json_atomic(args.output, out)
     for row in out["paired"]:
         ci = f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]" if "ci_low" in row else "(n < 2)"
@@ -176,6 +274,14 @@ def main(argv=None) -> int:
     if "exact_one_step" in out:
         ranked = sorted(out["exact_one_step"]["mean_one_step_acceptance"].items(), key=lambda kv: -kv[1])
         print("exact one-step acceptance:", ", ".join(f"{r} {v:.4f}" for r, v in ranked))
+    for row in out.get("measured_vs_stationary", []):
+        print(f"{row['method']:28s} measured {row['measured_difference']:+.3f} "
+              f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}], stationary model {row['predicted_difference']:+.3f}"
+              f"{'' if row['prediction_inside_interval'] else '  (outside)'}")
+    if out.get("rank_agreement", {}).get("spearman_rho") is not None:
+        agree = out["rank_agreement"]
+        print(f"rank agreement over {agree['rules']} rules: Spearman rho {agree['spearman_rho']:+.2f} "
+              f"(p = {agree['p_value']:.2g}); {agree['inside_interval']} predictions inside the measured interval")
     return 0
 
 

@@ -179,3 +179,47 @@ def test_a_batched_flip_that_does_not_reproduce_is_not_claimed(explain_script, t
     found = explain_script.explain_batched(results, tiny_pair, PROMPTS)  # re-run without the numerics
     assert found and all(item["verdict"] == "not reproduced" and not item["explained"] for item in found)
     assert all(item["target_only"]["reproduced"] and not item["method"]["reproduced"] for item in found)
+
+
+def _lookahead_bench(tiny_pair, tmp_path, gap):
+    """Lookahead (a phrase-pool runner) on both prompts at T = 0; with `gap`, a near-tie planted at
+    the second prompt's generated token 4, whose drafts come from the pool the first prompt filled."""
+    position = len(PROMPTS[1]["prompt"]) + 3
+    handle = _plant(tiny_pair.target, position, gap) if gap is not None else None
+    try:
+        results = bench.run_bench(config(methods=("lookahead",), temperatures=(0.0,), max_new_tokens=10),
+                                  str(tmp_path / "pool.json"), pair=tiny_pair, prompts=PROMPTS, plot=False)
+    finally:
+        if handle is not None:
+            handle.remove()
+    return results, position
+
+
+def test_pool_replay_rebuilds_the_pool_the_bench_had(explain_script, tiny_pair, tmp_path):
+    results, _ = _lookahead_bench(tiny_pair, tmp_path, None)
+    cfg = bench.BenchConfig(**{k: v for k, v in results["config"].items() if k in bench.BenchConfig.__dataclass_fields__})
+    order = [(p["task_id"], explain_script._ids(tiny_pair, p["prompt"])) for p in PROMPTS] + [("next", None)]
+    replay = explain_script.PoolReplay("lookahead", tiny_pair, cfg, order, results["records"])
+    pools, report = replay.before("next")
+    assert report == {"prompts_rerun": 2, "tokens_match": True, "first_mismatch": None}
+    saved = results["pools"]["lookahead|T=0"]  # the bench's pool after its last record
+    assert saved["table"] and pools["lookahead", 0.0].state() == saved
+    assert not explain_script.PoolReplay("lookahead", tiny_pair, cfg, order, results["records"]).before("t/0")[0]
+
+
+def test_a_phrase_pool_near_tie_is_reproduced_from_the_warm_pool(explain_script, tiny_pair, tmp_path):
+    results, position = _lookahead_bench(tiny_pair, tmp_path, 0.01)
+    (divergence,) = {r["runner"]: r for r in results["summary"]}["lookahead"]["divergences"]
+    assert divergence["task_id"] == PROMPTS[1]["task_id"] and divergence["index"] == 4
+    handle = _plant(tiny_pair.target, position, 0.01)  # the numerics, re-run
+    try:
+        (item,) = explain_script.explain(results, tiny_pair, {p["task_id"]: p["prompt"] for p in PROMPTS})
+        results["records"][f"lookahead|T=0|{PROMPTS[0]['task_id']}"]["tokens"][0] += 1  # an edited record
+        (edited,) = explain_script.explain(results, tiny_pair, {p["task_id"]: p["prompt"] for p in PROMPTS})
+    finally:
+        handle.remove()
+    assert item["verdict"] == "reproduced near-tie" and item["explained"], item
+    assert item["pool"] == {"prompts_rerun": 1, "tokens_match": True, "first_mismatch": None}
+    assert item["method"]["rows"] > 1 and item["target_only"]["rows"] == 1
+    assert edited["verdict"] == "not reproduced" and not edited["explained"]
+    assert edited["pool"]["first_mismatch"] == PROMPTS[0]["task_id"]

@@ -96,3 +96,65 @@ def test_cli_writes_json(script, tmp_path):
     assert [r["method"] for r in data["paired"]] == ["gbv:K=2"] and data["interval"] == "paired t, 95%"
     with pytest.raises(SystemExit, match="baseline"):
         script.main(["--bench", str(bench), "--baseline", "block", "--output", str(out)])
+
+
+def _rows_file(tmp_path, seed=2, rows=2, vocab=3):
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.ones(vocab + 1), rows), rng.dirichlet(np.ones(vocab + 1), rows)
+    path = tmp_path / "rows.npz"
+    np.savez(path, p=p[:, :vocab].astype(np.float32), q=q[:, :vocab].astype(np.float32), p_other=p[:, vocab],
+             q_other=q[:, vocab], temperature=np.ones(rows, dtype=np.float32))
+    return str(path)
+
+
+def test_stationary_prediction_meets_the_closed_forms(script, tmp_path):
+    from verispec.theory import closed_forms
+
+    path = _rows_file(tmp_path)
+    data = np.load(path)
+    # token at L = 3 on a context-free pair: Leviathan et al.'s (1 - a^(L+1)) / (1 - a), a = sum min(p, q)
+    out = script.stationary_prediction(path, ["token", "optimal_is:L=1"], 3, 2, top_k=1)
+    expected = []
+    for r in range(2):
+        p, q = script._row(data, r, 1)
+        expected.append((float(closed_forms.leviathan_block_efficiency(np.minimum(p, q).sum(), 3)),
+                         1 + float(closed_forms.optimal_multidraft_acceptance(p, q, 2))))
+    assert out["mean_block_efficiency"]["token"] == pytest.approx(np.mean([e[0] for e in expected]), abs=1e-12)
+    # one step of K = 2 i.i.d. drafts with the optimal selection: 1 + alpha*
+    assert out["mean_block_efficiency"]["optimal_is:L=1"] == pytest.approx(np.mean([e[1] for e in expected]),
+                                                                            abs=1e-12)
+    assert out["mean_difference"]["optimal_is:L=1"] == pytest.approx(
+        np.mean([e[1] - e[0] for e in expected]), abs=1e-12)
+    assert out["rows"] == 2 and out["tokens_per_row"] == "top 1 + 1 merged"
+
+
+def test_stationary_prediction_orders_rules_as_the_theory_does(script, tmp_path):
+    path = _rows_file(tmp_path, seed=3)
+    out = script.stationary_prediction(path, ["nss", "spectr", "optimal_is", "global_resolution"], 2, 2,
+                                       top_k=2, n_jobs=2)["mean_block_efficiency"]
+    assert set(out) == {"token", "nss", "spectr", "optimal_is", "global_resolution"}  # the baseline joins
+    # context-free pair: a node's acceptance depends only on how many paths reach it (>= 1), and each
+    # of these rules accepts at least token's sum min(p, q) there
+    for rule in ("spectr", "optimal_is", "global_resolution"):
+        assert out["token"] < out[rule]
+    # both reach alpha* at every node, yet at L = 2 they differ: how often BOTH paths carry the
+    # accepted token (and so reach the next node) is not fixed by the one-step acceptance
+    assert abs(out["optimal_is"] - out["global_resolution"]) > 1e-6
+
+
+def test_measured_and_predicted_side_by_side(script):
+    paired = [{"method": "a", "mean_difference": 0.1, "ci_low": -0.1, "ci_high": 0.3},
+              {"method": "b", "mean_difference": -0.5, "ci_low": -0.7, "ci_high": -0.3},
+              {"method": "c", "mean_difference": 0.0}]  # one prompt: no interval
+    rows = script.compare(paired, {"mean_difference": {"a": 0.25, "b": 0.2, "c": 0.0}})
+    assert [(r["method"], r["prediction_inside_interval"]) for r in rows] == [("a", True), ("b", False)]
+
+
+def test_rank_agreement_of_the_two_orderings(script):
+    rows = [{"measured_difference": m, "predicted_difference": p, "prediction_inside_interval": inside}
+            for m, p, inside in ((0.1, 0.2, True), (-0.3, 0.05, False), (0.4, 0.3, True), (0.0, 0.1, True))]
+    agree = script.rank_agreement(rows)
+    assert agree["spearman_rho"] == pytest.approx(1.0) and agree["inside_interval"] == 3 and agree["rules"] == 4
+    flipped = [{**r, "predicted_difference": -r["predicted_difference"]} for r in rows]
+    assert script.rank_agreement(flipped)["spearman_rho"] == pytest.approx(-1.0)
+    assert "spearman_rho" not in script.rank_agreement(rows[:2])  # too few rules to rank
