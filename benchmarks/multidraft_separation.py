@@ -234,7 +234,8 @@ def main(argv=None) -> int:
     parser.add_argument("--stationary-top-k", type=int,
                         help="also predict L > 1 block efficiency of every bench rule on the rows under the "
                              "stationary model, rows cut to this many tokens + 1 merged (2 costs minutes)")
-    parser.add_argument("--draft-length", type=int, default=4, help="L of the stationary prediction")
+    parser.add_argument("--draft-length", type=int,
+                        help="L of the stationary prediction (default: the bench file's draft_length)")
     parser.add_argument("--jobs", type=int, default=1, help="processes for the stationary prediction")
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
@@ -258,14 +259,20 @@ def main(argv=None) -> int:
         if not args.rows:
             raise SystemExit("--stationary-top-k: needs --rows")
         labels = sorted(values)
+        draft_length = args.draft_length or bench.get("config", {}).get("draft_length", 4)
         out["stationary_prediction"] = stationary_prediction(
-            args.rows, labels, args.draft_length, args.num_drafts, args.stationary_top_k, args.baseline,
-            n_jobs=args.jobs)
+            args.rows, labels, draft_length, args.num_drafts, args.stationary_top_k, args.baseline, n_jobs=args.jobs)
         out["stationary_one_step"] = one_step_ordering(args.rows, args.num_drafts, rules=rules,
                                                        top_k=args.stationary_top_k)
         out["measured_vs_stationary"] = compare(out["paired"], out["stationary_prediction"])
         out["rank_agreement"] = rank_agreement(out["measured_vs_stationary"])
     write_json_atomic(args.output, out)
+    report(out)
+    return 0
+
+
+def report(out: dict) -> None:
+    """Print the paired verdicts, the one-step ordering and the stationary comparison of `out`."""
     for row in out["paired"]:
         ci = f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}]" if "ci_low" in row else "(n < 2)"
         holm_verdict = ", Holm: resolved" if row.get("resolved_holm") else ""
@@ -282,7 +289,6 @@ def main(argv=None) -> int:
         agree = out["rank_agreement"]
         print(f"rank agreement over {agree['rules']} rules: Spearman rho {agree['spearman_rho']:+.2f} "
               f"(p = {agree['p_value']:.2g}); {agree['inside_interval']} predictions inside the measured interval")
-    return 0
 
 
 if __name__ == "__main__":

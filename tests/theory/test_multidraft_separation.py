@@ -158,3 +158,19 @@ def test_rank_agreement_of_the_two_orderings(script):
     flipped = [{**r, "predicted_difference": -r["predicted_difference"]} for r in rows]
     assert script.rank_agreement(flipped)["spearman_rho"] == pytest.approx(-1.0)
     assert "spearman_rho" not in script.rank_agreement(rows[:2])  # too few rules to rank
+
+
+def test_cli_stationary_part(script, tmp_path):
+    bench = tmp_path / "bench.json"
+    data = _bench({"token": [4.0, 4.2, 3.9], "spectr": [4.1, 4.4, 4.0], "nss": [3.5, 3.9, 3.6]})
+    data["config"] = {"draft_length": 2}
+    bench.write_text(json.dumps(data))
+    out = tmp_path / "out.json"
+    args = ["--bench", str(bench), "--output", str(out), "--stationary-top-k", "1"]
+    with pytest.raises(SystemExit, match="needs --rows"):
+        script.main(args)
+    assert script.main([*args, "--rows", _rows_file(tmp_path)]) == 0
+    written = json.loads(out.read_text())
+    assert written["stationary_prediction"]["draft_length"] == 2  # the bench file's L
+    assert {r["method"] for r in written["measured_vs_stationary"]} == {"spectr", "nss"}
+    assert written["rank_agreement"] == {"rules": 2}  # two rules: nothing to rank
