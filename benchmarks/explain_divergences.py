@@ -116,7 +116,7 @@ def _block_ancestry(mask, m: int) -> torch.Tensor:
 def uses_pool(label: str) -> bool:
     """Whether the bench keeps a phrase pool for runner `label` across prompts."""
     name = label.partition(":")[0]
-    return name in registry.REGISTRY and "pool" in registry.spec(name).defaults("torch")
+    return name in registry.REGISTRY and registry.spec(name).keeps_pool
 
 
 class PoolReplay:

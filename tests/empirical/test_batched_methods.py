@@ -68,6 +68,9 @@ def check_rows(pair, prompts, greedy, name):
 def test_every_batched_method_is_registered_and_phrase_pools_are_not(pair):
     torch_names = set(registry.names("torch"))
     assert set(BATCHED_METHODS) <= torch_names and "block" in BATCHED_METHODS and "gbv" in BATCHED_METHODS
+    pools = {"ouroboros", "ouroboros_phrase", "lookahead"}
+    assert {name for name in registry.REGISTRY if registry.spec(name).keeps_pool} == pools
+    assert torch_names - set(BATCHED_METHODS) - {"target_only"} == pools
     for name in torch_names - set(BATCHED_METHODS) - {"target_only"}:  # the rest refuse a batch
         with pytest.raises(ValueError, match="prompts"):
             _decode(pair, name, [torch.tensor([1, 2]), torch.tensor([3])], "padded")

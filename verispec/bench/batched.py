@@ -39,7 +39,7 @@ __all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "batched_method", "run_batch
 #: The methods that decode a batch (registry names): every torch method but target-only (each
 #: batch's baseline) and the phrase-pool ones, whose drafter holds one row's pool and sequence.
 BATCHED_METHODS = tuple(name for name in registry.names("torch")
-                        if name != "target_only" and "pool" not in registry.spec(name).defaults("torch"))
+                        if name != "target_only" and not registry.spec(name).keeps_pool)
 #: Implementation -> the engine's KV storage: padded rows (vanilla) or packed rows (EMS-SD).
 STORAGES = {"vanilla": "vanilla", "ems": "packed"}
 IMPLEMENTATIONS = tuple(STORAGES)

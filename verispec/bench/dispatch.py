@@ -69,7 +69,7 @@ def build_method(spec: BenchMethod, pair, config, T: float, pools: dict):
         return load(spec.label, "methods", draft_length=config.draft_length, num_paths=config.num_paths), True
     entry = registry.spec(spec.name)
     params = dict(spec.params)
-    if "pool" in entry.defaults("torch"):
+    if entry.keeps_pool:
         params["pool"] = pools.setdefault((spec.label, T), _fresh_pool({**entry.defaults("torch"), **params}))
     return methods.get(spec.name, draft_vocab=draft_vocabulary(spec, pair), **params), entry.needs_draft
 

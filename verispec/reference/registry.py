@@ -83,6 +83,12 @@ class MethodSpec:
         return {p.name: p.default for p in self.params if backend == "torch" or p.name not in self.torch_only}
 
     @property
+    def keeps_pool(self) -> bool:
+        """True for a phrase-pool method: its torch twin takes a `pool` (`PhrasePool`) that learns
+        across decode calls, which the bench keeps per method and temperature across prompts."""
+        return any(p.name == "pool" for p in self.params)
+
+    @property
     def keys(self) -> dict:
         """{short key: parameter name} (the bench's ``name:L=4,K=3`` form)."""
         return {p.key: p.name for p in self.params if p.key}
