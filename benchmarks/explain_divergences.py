@@ -356,7 +356,7 @@ def batched_divergences(results: dict) -> dict:
             continue
         base = results["records"][f"target_only|{B}|{T}|{batch}"]["tokens"]
         for row, (mine, theirs) in enumerate(zip(record["tokens"], base)):
-            index = next((i for i, (x, y) in enumerate(zip(mine, theirs)) if x != y), None)
+            index = bench.first_divergence(mine, theirs)
             if index is not None:
                 out.setdefault((int(B[2:]), int(batch)), []).append((runner, row, index))
     return out

@@ -23,15 +23,15 @@ from .drafts import QuantizedDrafts
 from .peer import call_tokens, hf_assisted
 from .prompts import HUMANEVAL_SIZE, humaneval_prompts
 from .records import load_results
-from .report import (FIELDS, NEAR_TIE, display_name, format_table, greedy_match, plot_summary, summarize,
-                     tree_budget_curves)
+from .report import (FIELDS, NEAR_TIE, display_name, first_divergence, format_table, greedy_match,
+                     plot_summary, summarize, tree_budget_curves)
 from .run import BenchConfig, default_output, environment, prepare, resolved_dtype, run_bench, warm_up
 from .spec import DEFAULT_METHODS, PEERS, BenchMethod, method_names, parse_method
 from .weights import DEFAULT_DRAFT, DEFAULT_TARGET, ModelPair, load_model, load_pair
 
 __all__ = ["BenchConfig", "run_bench", "summarize", "format_table", "plot_summary", "tree_budget_curves",
-           "display_name", "greedy_match", "NEAR_TIE", "FIELDS", "BenchMethod", "parse_method", "method_names",
-           "DEFAULT_METHODS", "PEERS", "run_method", "QuantizedDrafts", "PeakMemory", "PhaseClock",
+           "display_name", "greedy_match", "first_divergence", "NEAR_TIE", "FIELDS", "BenchMethod", "parse_method",
+           "method_names", "DEFAULT_METHODS", "PEERS", "run_method", "QuantizedDrafts", "PeakMemory", "PhaseClock",
            "load_results", "default_output", "environment", "prepare", "resolved_dtype", "warm_up",
            "BatchedBenchConfig", "run_batched_bench", "summarize_batched", "format_batched_table", "hf_assisted",
            "call_tokens", "humaneval_prompts", "HUMANEVAL_SIZE", "load_pair", "load_model", "ModelPair",

@@ -13,11 +13,13 @@ from rich.table import Table
 
 from .spec import parse_method
 
-__all__ = ["summarize", "greedy_match", "format_table", "table", "display_name", "plot_summary", "pyplot",
-           "save_figure", "tree_budget_curves", "all_tokens_rate", "FIELDS", "COLUMNS", "SIMPLIFIED", "NEAR_TIE"]
+__all__ = ["summarize", "greedy_match", "first_divergence", "format_table", "table", "display_name",
+           "plot_summary", "pyplot", "save_figure", "tree_budget_curves", "all_tokens_rate", "FIELDS", "COLUMNS",
+           "SIMPLIFIED", "NEAR_TIE"]
 
 
-def _first_divergence(tokens, reference):
+def first_divergence(tokens, reference) -> int | None:
+    """The first index where two token lists differ (over their common length), or None."""
     return next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b), None)
 
 
@@ -108,7 +110,7 @@ def greedy_match(done, base, common):
     forward's top-1/top-2 logit margin there and whether the method chose the runner-up."""
     divergences = []
     for t in common:
-        i = _first_divergence(done[t]["tokens"], base[t]["tokens"])
+        i = first_divergence(done[t]["tokens"], base[t]["tokens"])
         if i is None:
             continue
         margins, runner_up = base[t].get("top2_margins"), base[t].get("runner_up_tokens")
@@ -117,7 +119,7 @@ def greedy_match(done, base, common):
                             "top2_margin": margins[i] if margins else None,
                             "near_tie": bool(margins and margins[i] <= NEAR_TIE),
                             "chose_runner_up": bool(runner_up and runner_up[i] == done[t]["tokens"][i])})
-    matched = [min((_first_divergence(done[t]["tokens"], base[t]["tokens"]) or len(base[t]["tokens"])),
+    matched = [min((first_divergence(done[t]["tokens"], base[t]["tokens"]) or len(base[t]["tokens"])),
                    len(base[t]["tokens"])) / len(base[t]["tokens"]) for t in common]
     return {"greedy_match_rate": 1 - len(divergences) / len(common),
             "greedy_matched_fraction": sum(matched) / len(matched), "divergences": divergences}
