@@ -235,8 +235,7 @@ def _verdict(out: dict, base: dict, method: dict, runner: str, near_tie: float) 
 def explain(results: dict, pair, prompts: dict, near_tie: float = bench.NEAR_TIE) -> list[dict]:
     """Every first divergence of the summary's T = 0 rows, reproduced (`explain_one`).
     prompts: {task_id: prompt text}."""
-    fields = {f.name for f in dataclasses.fields(bench.BenchConfig)}
-    config = bench.BenchConfig(**{k: v for k, v in results["config"].items() if k in fields})
+    config = config_of(results, bench.BenchConfig)
     out, base_runs, pool_replays = [], {}, {}
     order = [(task, _ids(pair, prompts[task])) for task in _bench_order(results)]
     for row in results["summary"]:
@@ -247,6 +246,13 @@ def explain(results: dict, pair, prompts: dict, near_tie: float = bench.NEAR_TIE
             out.append(explain_one(divergence, runner, pair, _ids(pair, prompts[divergence["task_id"]]),
                                    results["records"], config, near_tie, base_runs, pool_replays.get(runner)))
     return out
+
+
+def config_of(results: dict, config_class):
+    """The bench configuration (`bench.BenchConfig` or `bench.BatchedBenchConfig`) a results file
+    was written with: its "config" less the keys the class does not take (the record schema)."""
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    return config_class(**{k: v for k, v in results["config"].items() if k in fields})
 
 
 def _ids(pair, text: str) -> torch.Tensor:
@@ -366,8 +372,7 @@ def explain_batched(results: dict, pair, prompts: list, near_tie: float = bench.
     """Every first divergence of a batched bench file (`verispec bench --batch-size`), reproduced
     by re-running the batch (both sides) with `BatchTap`; verdicts as `explain_one`.
     prompts: the bench's prompts in order ({"task_id", "prompt"})."""
-    fields = {f.name for f in dataclasses.fields(bench.BatchedBenchConfig)}
-    config = bench.BatchedBenchConfig(**{k: v for k, v in results["config"].items() if k in fields})
+    config = config_of(results, bench.BatchedBenchConfig)
     records, out = results["records"], []
     for (B, batch), found in batched_divergences(results).items():
         items = prompts[batch * B:(batch + 1) * B]

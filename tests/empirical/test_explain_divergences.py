@@ -197,7 +197,7 @@ def _lookahead_bench(tiny_pair, tmp_path, gap):
 
 def test_pool_replay_rebuilds_the_pool_the_bench_had(explain_script, tiny_pair, tmp_path):
     results, _ = _lookahead_bench(tiny_pair, tmp_path, None)
-    cfg = bench.BenchConfig(**{k: v for k, v in results["config"].items() if k in bench.BenchConfig.__dataclass_fields__})
+    cfg = explain_script.config_of(results, bench.BenchConfig)
     order = [(p["task_id"], explain_script._ids(tiny_pair, p["prompt"])) for p in PROMPTS] + [("next", None)]
     replay = explain_script.PoolReplay("lookahead", tiny_pair, cfg, order, results["records"])
     pools, report = replay.before("next")

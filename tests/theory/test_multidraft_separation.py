@@ -70,20 +70,25 @@ def test_holm_step_down(script):
     assert script.holm([]) == []
 
 
-def test_exact_one_step_ordering(script, tmp_path):
-    rng = np.random.default_rng(1)
-    rows = 3
-    p = rng.dirichlet(np.ones(6), rows)
-    q = rng.dirichlet(np.ones(6), rows)
+def _rows_file(tmp_path, seed=2, rows=2, vocab=3):
+    """An npz in real_pair_rows.py's layout: `rows` random T = 1 rows of `vocab` stored tokens and
+    the merged rest of each distribution."""
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.ones(vocab + 1), rows), rng.dirichlet(np.ones(vocab + 1), rows)
     path = tmp_path / "rows.npz"
-    np.savez(path, p=p[:, :5].astype(np.float32), q=q[:, :5].astype(np.float32), p_other=p[:, 5], q_other=q[:, 5],
-             temperature=np.ones(rows, dtype=np.float32))
-    out = script.one_step_ordering(str(path), 2)["mean_one_step_acceptance"]
+    np.savez(path, p=p[:, :vocab].astype(np.float32), q=q[:, :vocab].astype(np.float32), p_other=p[:, vocab],
+             q_other=q[:, vocab], temperature=np.ones(rows, dtype=np.float32))
+    return str(path)
+
+
+def test_exact_one_step_ordering(script, tmp_path):
+    path = _rows_file(tmp_path, seed=1, rows=3, vocab=5)
+    out = script.one_step_ordering(path, 2)["mean_one_step_acceptance"]
     for rule in ("token", "nss", "rrs", "rrsw", "spectr"):
         assert out[rule] <= out["optimal_is"] + 1e-9  # alpha* bounds every rule with the same drafts
     assert out["token"] <= out["rrs"] + 1e-12  # a second draft never hurts recursive rejection
     assert out["optimal_is"] == out["global_resolution"]
-    merged = script.one_step_ordering(str(path), 2, top_k=2)
+    merged = script.one_step_ordering(path, 2, top_k=2)
     assert merged["tokens_per_row"] == "top 2 + 1 merged"
 
 
@@ -96,15 +101,6 @@ def test_cli_writes_json(script, tmp_path):
     assert [r["method"] for r in data["paired"]] == ["gbv:K=2"] and data["interval"] == "paired t, 95%"
     with pytest.raises(SystemExit, match="baseline"):
         script.main(["--bench", str(bench), "--baseline", "block", "--output", str(out)])
-
-
-def _rows_file(tmp_path, seed=2, rows=2, vocab=3):
-    rng = np.random.default_rng(seed)
-    p, q = rng.dirichlet(np.ones(vocab + 1), rows), rng.dirichlet(np.ones(vocab + 1), rows)
-    path = tmp_path / "rows.npz"
-    np.savez(path, p=p[:, :vocab].astype(np.float32), q=q[:, :vocab].astype(np.float32), p_other=p[:, vocab],
-             q_other=q[:, vocab], temperature=np.ones(rows, dtype=np.float32))
-    return str(path)
 
 
 def test_stationary_prediction_meets_the_closed_forms(script, tmp_path):
