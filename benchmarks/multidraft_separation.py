@@ -57,6 +57,21 @@ ONE_STEP = {"token": None, "nss": "nss_acceptance", "rrs": "rrs_acceptance", "rr
             "global_resolution": "optimal_multidraft_acceptance", "hu_greedy": "greedy_draft_acceptance"}
 
 
+#: What each part of the output is: measured, or derived with its formula.
+FIELDS = {
+    "paired.mean_block_efficiency": "measured: per prompt, accepted tokens / iterations + 1 from the bench records; "
+                                    "mean over the prompts both rules ran",
+    "paired.mean_difference, ci_low, ci_high, p_value": "derived from the measured per-prompt differences: mean, "
+                                                        "paired t interval, two-sided paired t test",
+    "paired.prompts_to_resolve": "derived: max(2, ceil((t_{0.975, n-1} s_d / |mean(d)|)^2))",
+    "exact_one_step, stationary_one_step": "derived: exact one-step acceptance (closed forms) on the measured rows",
+    "stationary_prediction": "derived: exact block efficiency of the reference rules under the stationary model "
+                             "(every position sees the row's p and q), mean over the rows",
+    "measured_vs_stationary.predicted_difference": "derived: stationary_prediction's difference from the baseline",
+    "rank_agreement": "derived: scipy.stats.spearmanr of measured against predicted differences",
+}
+
+
 def per_prompt_block_efficiency(bench: dict, temperature: float = 1.0) -> dict:
     """{method label: {prompt id: block efficiency}} from a bench JSON's records at one T."""
     out: dict = {}
@@ -123,9 +138,10 @@ def holm(p_values, alpha: float = 0.05) -> list[bool]:
     return rejected
 
 
-def _row(data, r: int, top_k: int | None):
-    """Row r as float64 distributions: the first top_k stored tokens (stored by max(p, q)
-    decreasing) and one merged token holding the rest of each, renormalised (float32 storage)."""
+def truncated_row(data, r: int, top_k: int | None):
+    """Row r of a real_pair_rows npz as (p, q), float64 [k + 1]: the first k = top_k stored tokens
+    (stored by max(p, q) decreasing; every stored token when top_k is None) and one merged token
+    holding the rest of each, renormalised (float32 storage)."""
     p, q = data["p"][r].astype(np.float64), data["q"][r].astype(np.float64)
     k = len(p) if top_k is None else min(top_k, len(p))
     p = np.append(p[:k], float(data["p_other"][r]) + p[k:].sum())
@@ -142,7 +158,7 @@ def one_step_ordering(rows_path: str, num_drafts: int, temperature: float = 1.0,
     keep = np.nonzero(np.isclose(data["temperature"], temperature))[0]
     sums = {rule: 0.0 for rule in rules}
     for r in keep:
-        p, q = _row(data, int(r), top_k)
+        p, q = truncated_row(data, int(r), top_k)
         for rule in rules:
             form = ONE_STEP[rule]
             value = np.minimum(p, q).sum() if form is None else getattr(closed_forms, form)(p, q, num_drafts)
@@ -154,7 +170,11 @@ def one_step_ordering(rows_path: str, num_drafts: int, temperature: float = 1.0,
 
 def reference_method(label: str, draft_length: int, num_drafts: int):
     """The numpy reference Method a bench label names, with the bench's L and K where it takes them
-    (`verispec.bench.spec.parse_method`), less the torch twin's engine options."""
+    (`verispec.bench.spec.parse_method`), less the torch twin's engine options.
+
+    Raises:
+        ValueError (naming ``methods``): an unknown method or key (`parse_method`).
+    """
     from verispec.bench.spec import parse_method
     from verispec.reference import methods, registry
 
@@ -166,7 +186,17 @@ def reference_method(label: str, draft_length: int, num_drafts: int):
 def stationary_block_efficiency(p, q, labels, draft_length: int, num_drafts: int) -> list[float]:
     """Exact block efficiency E[tau] + 1 of one iteration of each labelled rule when every position
     of every draft path sees the same target row p and draft row q (context-free models `iid(p)`,
-    `iid(q)`), by exact enumeration of the reference rule (`verispec.reference.exact`)."""
+    `iid(q)`), by exact enumeration of the reference rule (`verispec.reference.exact`). For token
+    this is Leviathan et al.'s (1 - a^(L+1)) / (1 - a) under their i.i.d. acceptance assumption
+    (arXiv 2211.17192, Equation 1); for trees it follows how many paths reach each depth.
+
+    Args:
+        p, q: target and draft rows, float64 [V], each summing to 1. labels: bench method labels.
+        draft_length, num_drafts: the bench's L and K.
+
+    Returns:
+        [block efficiency per label], floats.
+    """
     from verispec.reference import exact, models
 
     target, draft = models.iid(p), models.iid(q)
@@ -186,7 +216,7 @@ def stationary_prediction(rows_path: str, labels, draft_length: int, num_drafts:
         labels = [baseline, *labels]
     data = np.load(rows_path)
     keep = np.nonzero(np.isclose(data["temperature"], temperature))[0]
-    rows = [_row(data, int(r), top_k) for r in keep]
+    rows = [truncated_row(data, int(r), top_k) for r in keep]
     per_row = np.array(Parallel(n_jobs=n_jobs)(
         delayed(stationary_block_efficiency)(p, q, labels, draft_length, num_drafts) for p, q in rows))  # [rows, rules]
     base = per_row[:, labels.index(baseline)]
@@ -247,7 +277,7 @@ def main(argv=None) -> int:
     given = sys.argv[1:] if argv is None else list(argv)
     out = {"command": "python3 " + " ".join([os.path.relpath(__file__, os.getcwd()), *given]),
            "bench": args.bench, "interval": "paired t, 95%",
-           "family": "resolved_holm: Holm step-down over the file's methods, family-wise error 5%",
+           "family": "resolved_holm: Holm step-down over the file's methods, family-wise error 5%", "fields": FIELDS,
            "paired": paired(values, args.baseline)}
     if args.rows:
         rules = tuple(r for r in args.rules.split(",") if r)

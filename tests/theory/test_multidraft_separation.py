@@ -112,7 +112,7 @@ def test_stationary_prediction_meets_the_closed_forms(script, tmp_path):
     out = script.stationary_prediction(path, ["token", "optimal_is:L=1"], 3, 2, top_k=1)
     expected = []
     for r in range(2):
-        p, q = script._row(data, r, 1)
+        p, q = script.truncated_row(data, r, 1)
         expected.append((float(closed_forms.leviathan_block_efficiency(np.minimum(p, q).sum(), 3)),
                          1 + float(closed_forms.optimal_multidraft_acceptance(p, q, 2))))
     assert out["mean_block_efficiency"]["token"] == pytest.approx(np.mean([e[0] for e in expected]), abs=1e-12)
@@ -170,3 +170,5 @@ def test_cli_stationary_part(script, tmp_path):
     assert written["stationary_prediction"]["draft_length"] == 2  # the bench file's L
     assert {r["method"] for r in written["measured_vs_stationary"]} == {"spectr", "nss"}
     assert written["rank_agreement"] == {"rules": 2}  # two rules: nothing to rank
+    assert written["fields"]["stationary_prediction"].startswith("derived")
+    assert written["fields"]["paired.prompts_to_resolve"].startswith("derived")
