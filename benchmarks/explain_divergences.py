@@ -237,14 +237,15 @@ def explain(results: dict, pair, prompts: dict, near_tie: float = bench.NEAR_TIE
     prompts: {task_id: prompt text}."""
     config = config_of(results, bench.BenchConfig)
     out, base_runs, pool_replays = [], {}, {}
-    order = [(task, _ids(pair, prompts[task])) for task in _bench_order(results)]
+    order = [(task, encode_prompt(pair, prompts[task])) for task in _bench_order(results)]
     for row in results["summary"]:
         runner = row["runner"]
         for divergence in row.get("divergences", []):
             if uses_pool(runner) and runner not in pool_replays:
                 pool_replays[runner] = PoolReplay(runner, pair, config, order, results["records"])
-            out.append(explain_one(divergence, runner, pair, _ids(pair, prompts[divergence["task_id"]]),
-                                   results["records"], config, near_tie, base_runs, pool_replays.get(runner)))
+            ids = encode_prompt(pair, prompts[divergence["task_id"]])
+            out.append(explain_one(divergence, runner, pair, ids, results["records"], config, near_tie, base_runs,
+                                   pool_replays.get(runner)))
     return out
 
 
@@ -255,7 +256,8 @@ def config_of(results: dict, config_class):
     return config_class(**{k: v for k, v in results["config"].items() if k in fields})
 
 
-def _ids(pair, text: str) -> torch.Tensor:
+def encode_prompt(pair, text: str) -> torch.Tensor:
+    """A prompt's token ids as the bench feeds them: int64 [1, n] on the target's device."""
     return pair.tokenizer(text, return_tensors="pt").input_ids.to(pair.target.device)  # [1, n]
 
 

@@ -198,7 +198,7 @@ def _lookahead_bench(tiny_pair, tmp_path, gap):
 def test_pool_replay_rebuilds_the_pool_the_bench_had(explain_script, tiny_pair, tmp_path):
     results, _ = _lookahead_bench(tiny_pair, tmp_path, None)
     cfg = explain_script.config_of(results, bench.BenchConfig)
-    order = [(p["task_id"], explain_script._ids(tiny_pair, p["prompt"])) for p in PROMPTS] + [("next", None)]
+    order = [(p["task_id"], explain_script.encode_prompt(tiny_pair, p["prompt"])) for p in PROMPTS] + [("next", None)]
     replay = explain_script.PoolReplay("lookahead", tiny_pair, cfg, order, results["records"])
     pools, report = replay.before("next")
     assert report == {"prompts_rerun": 2, "tokens_match": True, "first_mismatch": None}
