@@ -41,10 +41,10 @@ _MEMO_VOCAB = 256
 
 def ratio_order(p, q) -> np.ndarray:
     """Drafted tokens (q > 0) sorted by p/q ascending, ties by id -> int64 [n]."""
-    drafted = [t for t in range(len(q)) if q[t] > 0]
     if is_exact(q):
+        drafted = [t for t in range(len(q)) if q[t] > 0]
         return np.array(sorted(drafted, key=lambda t: rank_key(p, q, t)), dtype=np.int64)
-    drafted = np.array(drafted, dtype=np.int64)
+    drafted = np.flatnonzero(q > 0)  # [n]
     return drafted[np.argsort(p[drafted] / q[drafted], kind="stable")]
 
 
@@ -64,7 +64,10 @@ def resolution_targets(p, q, num_drafts: int):
     zero = ps[:0].sum() * 0
     p_prefix = np.concatenate([[zero], np.cumsum(ps)])  # [n + 1]
     q_prefix = np.concatenate([[zero], np.cumsum(qs)])
-    h = _first_argmin([p_prefix[i] - min(q_prefix[i], 1) ** K for i in range(len(order) + 1)])
+    if is_exact(q):
+        h = _first_argmin([p_prefix[i] - min(q_prefix[i], 1) ** K for i in range(len(order) + 1)])
+    else:  # np.argmin returns the first minimiser, as _first_argmin
+        h = int(np.argmin(p_prefix - np.minimum(q_prefix, 1) ** K))
     mass = q_prefix[h]
     bottom = _clip_targets(ps[:h], qs[:h], mass ** K, below=True)
     top = _clip_targets(ps[h:], qs[h:], 1 - mass ** K, below=False)
@@ -84,6 +87,8 @@ def _clip_targets(ps, qs, total, below: bool):
     m = len(ps)
     if m == 0:
         return ps
+    if not is_exact(ps):
+        return _clip_targets_float(ps, qs, total, below)
     ratios = [ps[i] / qs[i] for i in range(m)]
     p_cum, q_cum = np.cumsum(ps), np.cumsum(qs)  # [m]
     p_all, q_all = p_cum[-1], q_cum[-1]
@@ -102,16 +107,89 @@ def _clip_targets(ps, qs, total, below: bool):
     return np.array([c * qs[i] for i in range(m)], dtype=ps.dtype)
 
 
+def _clip_targets_float(ps, qs, total, below: bool):
+    """`_clip_targets` in float64, vectorised: the same candidates j, formulas and operation order."""
+    m = len(ps)
+    ratios = ps / qs  # [m]
+    p_cum, q_cum = np.cumsum(ps), np.cumsum(qs)  # [m]
+    p_all, q_all = p_cum[-1], q_cum[-1]
+    p_before, q_before = np.concatenate([[0.0], p_cum[:-1]]), np.concatenate([[0.0], q_cum[:-1]])  # [m]
+    if below:
+        hit = np.flatnonzero(ratios * q_before + p_all - p_before >= total)
+    else:
+        hit = np.flatnonzero(p_before + ratios * (q_all - q_before) >= total)
+    clipped = np.arange(m) < (hit[0] if len(hit) else m)  # [m]: the tokens before j
+    if len(hit) and below:
+        j = hit[0]
+        c = (total - (p_all - p_before[j])) / q_before[j] if j else ratios[0]
+        return np.where(clipped, c * qs, ps)
+    if len(hit):
+        j = hit[0]
+        c = (total - p_before[j]) / (q_all - q_before[j])
+        return np.where(clipped, ps, c * qs)
+    if not below:  # float64 round-off left p(top) a hair under its total: keep p
+        return ps.copy()
+    return (total / q_all) * qs  # every token is lifted to c q
+
+
+#: float64 ratios y/q closer than this (relative) are one tie run: clipping sets y = c q, and c q / q
+#: comes back within a few ulps of c.
+_TIE_RTOL = 16 * np.finfo(np.float64).eps
+
+
+def tie_runs(targets, qs, split: int, symbolic: bool) -> np.ndarray:
+    """Boundaries [G + 1] of the runs of equal target ratio y/q along the p/q order (ratios ascend).
+
+    A run's tokens need the same average weight, so they share one position law per unit of q: the
+    segments then count runs, not tokens (clipping ties most of a real vocabulary). The boundary at
+    `split` (H) is always kept. Symbolic values stay one token per run: an equality test would be a
+    branch of the prover's replay.
+
+    Args:
+        targets, qs: y and q of the ordered drafted tokens [n]; split: |H|; symbolic: as `is_symbolic`.
+    """
+    n = len(qs)
+    if symbolic or n == 0:
+        return np.arange(n + 1)
+    if is_exact(qs):
+        new = [i for i in range(1, n) if targets[i] * qs[i - 1] != targets[i - 1] * qs[i]]
+    else:
+        ratio = targets / qs  # [n]
+        new = (np.flatnonzero(ratio[1:] > ratio[:-1] * (1 + _TIE_RTOL)) + 1).tolist()
+    runs = np.array(sorted({0, n, *new, *([split] if 0 < split < n else [])}), dtype=np.int64)  # [G + 1]
+    if not is_exact(qs):  # a run whose ratios crept (each step a few ulps) is split back into tokens
+        ratio = targets / qs
+        crept = [g for g in range(len(runs) - 1)
+                 if ratio[runs[g + 1] - 1] > ratio[runs[g]] * (1 + 4 * _TIE_RTOL)]
+        if crept:
+            singles = [np.arange(runs[g], runs[g + 1]) for g in crept]
+            runs = np.union1d(runs, np.concatenate(singles))
+    return runs
+
+
+def _run_sums(values, runs) -> np.ndarray:
+    """Sum of `values` [n] over each run [G] (a one-token run keeps its value as it is)."""
+    if values.dtype != object:
+        return np.add.reduceat(values, runs[:-1]) if len(runs) > 1 else values[:0]
+    return np.array([values[a] if b - a == 1 else values[a:b].sum() for a, b in zip(runs, runs[1:])],
+                    dtype=object)
+
+
 class Resolution:
     """The realisation of `resolution_targets` as positions of the draft copies (step 2).
 
+    Tokens of one tie run (`tie_runs`) are realised as one token of mass q(run); each of them gets
+    the run's position law, scaled by its own q.
+
     Attributes:
         num_drafts: K. order, split, targets: as `resolution_targets`.
+        runs: [G + 1] boundaries in `order` of the tie runs; run_q: q of each run [G].
+        run_of: int64 [V]: each drafted token's run (-1 off the drafted tokens).
         nodes: [(a, b, weight, parent)]: a blend of segment [a, b]; each token under it has density
             weight * q(token) there; parent: the enclosing blend's index, or -1.
-        node_of: {token: innermost blend containing it, or -1}.
-        leaves: {token: (a, b, scale)}: the token's own segment, density `scale` (absent when a
-            full blend, lambda = 1, ended its segment).
+        run_node: [G] the innermost blend containing the run, or -1.
+        run_leaf: [G] (a, b, scale): the run's own segment, where its tokens together have density
+            `scale` (None when a full blend, lambda = 1, ended its segment).
         law: y [V], the exact law of the selected token (computed from the positions, not copied
             from the targets; zero off the drafted tokens).
     """
@@ -119,43 +197,48 @@ class Resolution:
     def __init__(self, p, q, num_drafts: int):
         self.num_drafts = K = int(num_drafts)
         self.order, self.split, self.targets = resolution_targets(p, q, K)
-        self.nodes, self.node_of, self.leaves = [], {}, {}
         one = Fraction(1) if is_exact(q) else 1.0  # segment ends stay exact for exact q
         qs = q[self.order]  # [n]
+        self.runs = tie_runs(self.targets, qs, self.split, is_symbolic(p) or is_symbolic(q))  # [G + 1]
+        self.run_q, run_targets = _run_sums(qs, self.runs), _run_sums(self.targets, self.runs)  # [G]
+        G = len(self.runs) - 1
+        self.run_of = np.full(len(q), -1, dtype=np.int64)
+        self.run_of[self.order] = np.repeat(np.arange(G), np.diff(self.runs))
+        self.nodes, self.run_node, self.run_leaf = [], [-1] * G, [None] * G
+        split = int(np.searchsorted(self.runs, self.split))  # H ends at a run boundary
         mass = qs[:self.split].sum() + 0 * one  # q(H)
-        self._resolve(0, self.split, 0 * one, mass, qs)
-        self._resolve(self.split, len(self.order), mass, one, qs)
+        self._resolve(0, split, 0 * one, mass, run_targets)
+        self._resolve(split, G, mass, one, run_targets)
         self.law = self._law(q)
 
-    def _resolve(self, lo, hi, a, b, qs):
-        """Realise targets[lo:hi] on [a, b] (iterative: a segment's children go on the stack)."""
-        stack = [(lo, hi, a, b, 1 + 0 * a, self.targets[lo:hi], -1)]
+    def _resolve(self, lo, hi, a, b, run_targets):
+        """Realise runs [lo, hi) on [a, b] (iterative: a segment's children go on the stack)."""
+        stack = [(lo, hi, a, b, 1 + 0 * a, run_targets[lo:hi], -1)]
         while stack:
             lo, hi, a, b, scale, targets, parent = stack.pop()
             if hi - lo == 1:
-                self.node_of[int(self.order[lo])] = parent
-                self.leaves[int(self.order[lo])] = (a, b, scale)
+                self.run_node[lo], self.run_leaf[lo] = parent, (a, b, scale)
                 continue
             if hi == lo:
                 continue
-            if not b > a:  # float64: tokens of ~1e-17 total mass squeezed to a point; never selected
-                for i in range(lo, hi):
-                    self.node_of[int(self.order[i])], self.leaves[int(self.order[i])] = parent, (a, a, scale)
+            if not b > a:  # float64: runs of ~1e-17 total mass squeezed to a point; never selected
+                for g in range(lo, hi):
+                    self.run_node[g], self.run_leaf[g] = parent, (a, a, scale)
                 continue
-            lam, splits, targets = self._blend(qs[lo:hi], targets, a, b)
+            lam, splits, targets = self._blend(self.run_q[lo:hi], targets, a, b)
             if lam > 0:
                 self.nodes.append((a, b, scale * lam / (b - a), parent))
                 parent = len(self.nodes) - 1
-            if lam >= 1:  # every token of the segment is spread uniformly over it: done
-                for i in range(lo, hi):
-                    self.node_of[int(self.order[i])] = parent
+            if lam >= 1:  # every run of the segment is spread uniformly over it: done
+                self.run_node[lo:hi] = [parent] * (hi - lo)
                 continue
             cuts = [0, *(j + 1 for j in splits), hi - lo]
-            q_cum = np.cumsum(qs[lo:hi])
+            q_cum = np.cumsum(self.run_q[lo:hi])
             for start, end in zip(cuts, cuts[1:]):
                 left = min(a + q_cum[start - 1], b) if start else a  # min: float64 round-off past b
                 right = b if end == hi - lo else min(a + q_cum[end - 1], b)
-                stack.append((lo + start, lo + end, left, right, scale * (1 - lam), targets[start:end], parent))
+                # a copy, so that a waiting child does not hold its parent's whole array
+                stack.append((lo + start, lo + end, left, right, scale * (1 - lam), targets[start:end].copy(), parent))
 
     def _blend(self, qs, targets, a, b):
         """(lambda, tight interior breakpoints, the rest's targets) of one segment [a, b]."""
@@ -176,29 +259,35 @@ class Resolution:
         return lam, sorted(set(tight)), rest
 
     def _law(self, q):
-        """y [V]: y_j = sum over j's blends of weight q_j (b^K - a^K) + its leaf's scale (b^K - a^K)."""
+        """y [V]: y_j = sum over j's blends of weight q_j (b^K - a^K) + its share of its run's leaf."""
         K = self.num_drafts
         value = []  # [nodes]: sum over the blend and its ancestors of weight (b^K - a^K)
         for a, b, weight, parent in self.nodes:
             value.append(weight * (b ** K - a ** K) + (value[parent] if parent >= 0 else 0))
         law = q * 0  # [V]
-        for token, node in self.node_of.items():
-            own = value[node] * q[token] if node >= 0 else 0
-            if token in self.leaves:
-                a, b, scale = self.leaves[token]
-                own = own + scale * (b ** K - a ** K)
-            law[token] = own
+        for g, node in enumerate(self.run_node):
+            tokens = self.order[self.runs[g]:self.runs[g + 1]]  # [run size]
+            own = value[node] * q[tokens] if node >= 0 else None
+            if self.run_leaf[g] is not None:
+                a, b, scale = self.run_leaf[g]
+                leaf = scale * (b ** K - a ** K)
+                leaf = leaf if len(tokens) == 1 else leaf * q[tokens] / self.run_q[g]
+                own = leaf if own is None else own + leaf
+            law[tokens] = own if own is not None else 0 * q[tokens]
         return law
 
     def pieces(self, token, q_token) -> list:
-        """[(a, b, density)]: where the positions of `token`'s copies lie, density of mu_token."""
-        out, node = [], self.node_of[token]
+        """[(a, b, density)]: where the positions of `token`'s copies lie, density of mu_token; the
+        blends innermost first, then the token's share of its run's leaf (innermost of all)."""
+        g = int(self.run_of[token])
+        out, node = [], self.run_node[g]
         while node >= 0:
             a, b, weight, parent = self.nodes[node]
             out.append((a, b, weight * q_token))
             node = parent
-        if token in self.leaves:
-            out.append(self.leaves[token])
+        if self.run_leaf[g] is not None:
+            a, b, scale = self.run_leaf[g]
+            out.append((a, b, scale if self.runs[g + 1] - self.runs[g] == 1 else scale * q_token / self.run_q[g]))
         return out
 
     def winner_probabilities(self, counts: dict, q) -> list:
@@ -207,6 +296,8 @@ class Resolution:
         Args:
             counts: {drafted token: number of the K i.i.d. drafts equal to it}; q: draft law [V].
         """
+        if not is_exact(q):
+            return _float_winner_probabilities(self, counts, q)
         tokens = sorted(counts)
         pieces = {t: self.pieces(t, q[t]) for t in tokens}
         # dict, not set: symbolic ends hash by identity, so a set's order (hence the comparisons
@@ -222,12 +313,41 @@ class Resolution:
                     probs[i] = probs[i] + _winner_integral(i, tokens, counts, mass, density, q, width)
             for t in tokens:
                 mass[t] = mass[t] + density[t] * width
-        out = [probs[t] for t in tokens]
-        if not is_exact(q):  # float64: q(t) ~ 1e-17 squeezes a token's segment to a point; renormalise
-            total = sum(out)
-            out = [x / total for x in out] if total > 0 else [1.0 / len(out)] * len(out)
-        return out
+        return [probs[t] for t in tokens]
 
+
+def _float_winner_probabilities(found: Resolution, counts: dict, q) -> list:
+    """`Resolution.winner_probabilities` in float64, vectorised over the elementary intervals.
+
+    A token's pieces are nested (each blend inside its parent, the leaf innermost), so the pieces
+    covering an elementary interval are the outermost n of them, n counted from the ends: its
+    density is a prefix sum of positive terms, with no cancellation."""
+    tokens = sorted(counts)
+    chains = []  # per token: its pieces outermost first, [pieces, 3] (a, b, density)
+    for t in tokens:
+        pieces = found.pieces(t, q[t])
+        blends = len(pieces) - (found.run_leaf[found.run_of[t]] is not None)
+        chains.append(np.array(pieces[:blends][::-1] + pieces[blends:], dtype=np.float64).reshape(-1, 3))
+    cuts = np.unique(np.concatenate([c[:, :2].ravel() for c in chains]))  # [C]
+    u0, width = cuts[:-1], np.diff(cuts)  # [C - 1]
+    density = np.empty((len(tokens), len(u0)))  # [tokens, C - 1]
+    for i, chain in enumerate(chains):
+        covering = (np.searchsorted(np.sort(chain[:, 0]), u0, side="right")
+                    - np.searchsorted(np.sort(chain[:, 1]), u0, side="right"))  # [C - 1]
+        density[i] = np.concatenate([[0.0], np.cumsum(chain[:, 2])])[covering]
+    qt = q[tokens][:, None]  # [tokens, 1]
+    mass = np.concatenate([np.zeros((len(tokens), 1)), np.cumsum(density * width, axis=1)[:, :-1]], axis=1)
+    lo, hi = mass / qt, density / qt  # F_t(u0 + s) = lo + hi s on each interval  [tokens, C - 1]
+    out = []
+    for i, t in enumerate(tokens):
+        poly = [counts[t] * hi[i]]  # coefficients in s, lowest degree first, each [C - 1]
+        for j, other in enumerate(tokens):
+            for _ in range(counts[other] - (other == t)):
+                poly = [(poly[k] * lo[j] if k < len(poly) else 0) + (poly[k - 1] * hi[j] if k else 0)
+                        for k in range(len(poly) + 1)]
+        out.append(float(sum((c * width ** (k + 1) / (k + 1)).sum() for k, c in enumerate(poly))))
+    total = sum(out)  # q(t) ~ 1e-17 squeezes a token's segment to a point; renormalise
+    return [x / total for x in out] if total > 0 else [1.0 / len(out)] * len(out)
 
 
 def _exact_lambda(slack, room):
