@@ -1,6 +1,6 @@
 """Global Resolution (`verispec.reference.verifiers.global_resolution`, registered `global_resolution`):
 exactly lossless, its one-step acceptance equals alpha* (exactly in Fractions, against optimal_is's LP
-at V = 3..6, against the closed form at V = 1000), proved at V = 2, and two planted bugs that fail."""
+at V = 3..6, against the closed form at V = 1000 and V = 151,936), proved at V = 2, and two planted bugs that fail."""
 
 from collections import Counter
 from fractions import Fraction
@@ -89,6 +89,89 @@ def test_float_law_is_the_selected_law():
     p, q = rng.dirichlet(np.ones(7) * 0.5), rng.dirichlet(np.ones(7) * 0.5)
     found = gr.Resolution(p, q, 3)
     assert np.abs(np.array(_selected_law(found, q, 3), dtype=float) - found.law).max() < 1e-12
+
+
+def test_tie_runs_share_one_position_law_exactly():
+    # tokens 0-3 have one (p, q), so one target ratio: one run, each token with the run's law per unit q
+    q = np.array([Fraction(1, 12)] * 4 + [Fraction(2, 12), Fraction(6, 12)], dtype=object)
+    p = np.array([Fraction(1, 20)] * 4 + [Fraction(8, 20), Fraction(8, 20)], dtype=object)
+    for K in (2, 3):
+        found = gr.Resolution(p, q, K)
+        assert len(found.runs) - 1 <= 3 and len(set(found.run_of[:4].tolist())) == 1
+        shapes = {tuple((a, b, d / q[t]) for a, b, d in found.pieces(t, q[t])) for t in range(4)}
+        assert len(shapes) == 1
+        assert list(found.law[found.order]) == list(found.targets) and _selected_law(found, q, K) == list(found.law)
+        assert sum(min(a, b) for a, b in zip(p, found.law)) == optimal_multidraft_acceptance(p, q, K)
+
+
+def _multisets(q, K):
+    drafted = [t for t in range(len(q)) if q[t] > 0]
+    return [dict(Counter(draws)) for draws in combinations_with_replacement(drafted, K)]
+
+
+@pytest.mark.parametrize("K", [2, 3])
+def test_float_resolution_matches_the_exact_one(K):
+    """The float64 paths (vectorised targets, tie runs within a few ulps, the winner law as prefix sums
+    over nested pieces) give the exact construction's law and winner law to 1e-12."""
+    rng = np.random.default_rng(20 + K)
+    for V in range(2, 7):
+        for _ in range(6):
+            p, q = _rational(rng, V), _rational(rng, V)
+            exact, fast = gr.Resolution(p, q, K), gr.Resolution(p.astype(float), q.astype(float), K)
+            assert np.abs(exact.law.astype(float) - fast.law).max() <= 1e-12
+            for counts in _multisets(q, K):
+                want = np.array(exact.winner_probabilities(counts, q), dtype=float)
+                assert np.abs(np.array(fast.winner_probabilities(counts, q.astype(float))) - want).max() <= 1e-12
+
+
+class _InnermostFirst(gr.Resolution):
+    """Planted bug: pieces handed over outermost first, so the float64 winner law's prefix sums run
+    from the innermost piece (the exact path sums the covering pieces and does not notice)."""
+
+    def pieces(self, token, q_token):
+        out = super().pieces(token, q_token)
+        blends = len(out) - (self.run_leaf[self.run_of[token]] is not None)
+        return out[:blends][::-1] + out[blends:]
+
+
+def test_planted_bug_prefix_sums_from_the_innermost_piece_is_caught():
+    rng = np.random.default_rng(23)
+    worst = 0.0
+    for _ in range(20):
+        p, q = _rational(rng, 6), _rational(rng, 6)
+        exact, bug = gr.Resolution(p, q, 3), _InnermostFirst(p.astype(float), q.astype(float), 3)
+        for counts in _multisets(q, 3):
+            want = np.array(exact.winner_probabilities(counts, q), dtype=float)
+            worst = max(worst, np.abs(np.array(bug.winner_probabilities(counts, q.astype(float))) - want).max())
+    assert worst > 1e-3  # the comparison above would fail
+
+
+def test_real_vocabulary_size_peaked_rows():
+    """V = 151,936 (the real pair's vocabulary), peaked rows from logits on a 1/32 grid (low-precision
+    logits repeat their differences, hence their p/q ratios, as the real pair's bf16 ones do): alpha*
+    from the closed form to 1e-10, the winner law of drafted multisets a distribution."""
+    rng = np.random.default_rng(0)
+    V = 151_936
+
+    def logits():
+        z = rng.standard_normal(V) * 2.0
+        z[:50] += 8.0
+        return z
+
+    def softmax(z):
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+    target, other = logits(), logits()
+    p, q = softmax(np.round(target * 32) / 32), softmax(np.round((0.7 * target + 0.3 * other) * 32) / 32)
+    found = gr.Resolution(p, q, 2)
+    assert abs(found.law.sum() - 1) < 1e-12 and found.law.min() >= 0
+    assert len(found.runs) - 1 < V // 10
+    assert abs(np.minimum(p, found.law).sum() - optimal_multidraft_acceptance(p, q, 2)) < 1e-10
+    for _ in range(10):
+        counts = dict(Counter(rng.choice(V, size=2, p=q).tolist()))
+        probs = found.winner_probabilities(counts, q)
+        assert abs(sum(probs) - 1) < 1e-12 and min(probs) >= -1e-15
 
 
 def test_registry_method_is_lossless_exact_and_float():

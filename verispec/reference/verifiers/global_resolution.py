@@ -17,6 +17,10 @@ is cited. The construction below is derived here in that frame, and is exact:
    blends a fraction lambda of its tokens uniformly over itself (the largest lambda keeping the
    rest feasible, a ratio of linear terms) and splits where the rest becomes tight (a prefix
    whose targets equal the bottom of the segment's weight) - recursion until one token is left.
+   Tokens of one target ratio y/q (a tie run: clipping makes most of a real vocabulary one) need
+   the same average weight, so a run is realised as one token and its tokens share its position
+   law per unit of q. A token's pieces are nested segments, so the float64 winner law is a prefix
+   sum over them per elementary interval. Cost: one O(V log V) sort, then O(runs) per blend.
 3. Verification (`global_resolution_step`): select a drafted token with the exact winner law of
    the copies' positions (`Resolution.winner_probabilities`), then single-draft speculative
    sampling against y (Khisti et al., arXiv 2410.18234: lossless for any selection whose law y is
