@@ -17,9 +17,9 @@ is cited. The construction below is derived here in that frame, and is exact:
    blends a fraction lambda of its tokens uniformly over itself (the largest lambda keeping the
    rest feasible, a ratio of linear terms) and splits where the rest becomes tight (a prefix
    whose targets equal the bottom of the segment's weight) - recursion until one token is left.
-   Tokens of one target ratio y/q (a tie run: clipping makes most of a real vocabulary one) need
-   the same average weight, so a run is realised as one token and its tokens share its position
-   law per unit of q. A token's pieces are nested segments, so the float64 winner law is a prefix
+   Tokens of one target ratio y/q (a tie run: clipping and bf16 logits tie most of a real
+   vocabulary) need the same average weight, so a run is realised as one token and its tokens
+   share its position law per unit of q. A token's pieces are nested segments, so the float64 winner law is a prefix
    sum over them per elementary interval. Cost: one O(V log V) sort, then O(runs) per blend.
 3. Verification (`global_resolution_step`): select a drafted token with the exact winner law of
    the copies' positions (`Resolution.winner_probabilities`), then single-draft speculative
@@ -145,7 +145,8 @@ def tie_runs(targets, qs, split: int, symbolic: bool) -> np.ndarray:
     """Boundaries [G + 1] of the runs of equal target ratio y/q along the p/q order (ratios ascend).
 
     A run's tokens need the same average weight, so they share one position law per unit of q: the
-    segments then count runs, not tokens (clipping ties most of a real vocabulary). The boundary at
+    segments then count runs, not tokens (clipping, and the repeated p/q of bf16 logits, tie most
+    of a real vocabulary). The boundary at
     `split` (H) is always kept. Symbolic values stay one token per run: an equality test would be a
     branch of the prover's replay.
 
@@ -163,11 +164,9 @@ def tie_runs(targets, qs, split: int, symbolic: bool) -> np.ndarray:
     runs = np.array(sorted({0, n, *new, *([split] if 0 < split < n else [])}), dtype=np.int64)  # [G + 1]
     if not is_exact(qs):  # a run whose ratios crept (each step a few ulps) is split back into tokens
         ratio = targets / qs
-        crept = [g for g in range(len(runs) - 1)
-                 if ratio[runs[g + 1] - 1] > ratio[runs[g]] * (1 + 4 * _TIE_RTOL)]
-        if crept:
-            singles = [np.arange(runs[g], runs[g + 1]) for g in crept]
-            runs = np.union1d(runs, np.concatenate(singles))
+        crept = np.flatnonzero(ratio[runs[1:] - 1] > ratio[runs[:-1]] * (1 + 4 * _TIE_RTOL))  # [runs]
+        if len(crept):
+            runs = np.union1d(runs, np.concatenate([np.arange(runs[g], runs[g + 1]) for g in crept]))
     return runs
 
 
