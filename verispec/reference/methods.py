@@ -201,7 +201,7 @@ def global_resolution(draft_length: int, num_paths: int) -> Method:
     """The alpha*-optimal selection for K i.i.d. drafts at any vocabulary size, then single-draft SD,
     top down on K i.i.d. paths (after Thomas & Pal, "Global Resolution", arXiv 2511.15898; the
     construction is `verifiers.global_resolution`'s). Exact for rational p, q: no LP, no
-    truncation; one node costs O(V log V) plus the resolution's segments."""
+    truncation; one node costs an O(V log V) sort plus a pass over the segment's tie runs per blend."""
     params = {"draft_length": draft_length, "num_paths": num_paths}
     return Method("global_resolution", drafters.iid_paths(draft_length, num_paths), global_resolution_verify, params,
                   model_state_only=True)
