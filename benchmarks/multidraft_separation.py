@@ -100,13 +100,13 @@ def paired(values: dict, baseline: str, level: float = 0.95) -> list[dict]:
                "baseline_mean_block_efficiency": float(np.mean([base[p] for p in common])) if n else None,
                "mean_difference": float(d.mean()) if n else None}
         if n >= 2:
-            t = float(stats.t.ppf(0.5 + level / 2, n - 1))
-            half = t * float(d.std(ddof=1)) / math.sqrt(n)
+            t, spread = float(stats.t.ppf(0.5 + level / 2, n - 1)), float(d.std(ddof=1))
+            half = t * spread / math.sqrt(n)
             row.update(ci_low=row["mean_difference"] - half, ci_high=row["mean_difference"] + half,
                        resolved=bool(row["mean_difference"] - half > 0 or row["mean_difference"] + half < 0),
                        p_value=_paired_p_value(d))
-            if row["mean_difference"] != 0 and d.std(ddof=1) > 0:  # derived: same spread and mean assumed
-                row["prompts_to_resolve"] = max(2, math.ceil((t * d.std(ddof=1) / abs(row["mean_difference"])) ** 2))
+            if row["mean_difference"] != 0 and spread > 0:  # derived: same spread and mean assumed
+                row["prompts_to_resolve"] = max(2, math.ceil((t * spread / abs(row["mean_difference"])) ** 2))
         rows.append(row)
     tested = [row for row in rows if "p_value" in row]
     for row, kept in zip(tested, holm([row["p_value"] for row in tested], 1 - level)):

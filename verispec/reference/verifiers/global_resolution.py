@@ -19,8 +19,9 @@ is cited. The construction below is derived here in that frame, and is exact:
    whose targets equal the bottom of the segment's weight) - recursion until one token is left.
    Tokens of one target ratio y/q (a tie run: clipping and bf16 logits tie most of a real
    vocabulary) need the same average weight, so a run is realised as one token and its tokens
-   share its position law per unit of q. A token's pieces are nested segments, so the float64 winner law is a prefix
-   sum over them per elementary interval. Cost: one O(V log V) sort, then O(runs) per blend.
+   share its position law per unit of q. A token's pieces are nested segments, so the float64
+   winner law is a prefix sum over them per elementary interval. Cost: one O(V log V) sort, then
+   O(runs) per blend.
 3. Verification (`global_resolution_step`): select a drafted token with the exact winner law of
    the copies' positions (`Resolution.winner_probabilities`), then single-draft speculative
    sampling against y (Khisti et al., arXiv 2410.18234: lossless for any selection whose law y is
@@ -146,9 +147,8 @@ def tie_runs(targets, qs, split: int, symbolic: bool) -> np.ndarray:
 
     A run's tokens need the same average weight, so they share one position law per unit of q: the
     segments then count runs, not tokens (clipping, and the repeated p/q of bf16 logits, tie most
-    of a real vocabulary). The boundary at
-    `split` (H) is always kept. Symbolic values stay one token per run: an equality test would be a
-    branch of the prover's replay.
+    of a real vocabulary). The boundary at `split` (H) is always kept. Symbolic values stay one
+    token per run: an equality test would be a branch of the prover's replay.
 
     Args:
         targets, qs: y and q of the ordered drafted tokens [n]; split: |H|; symbolic: as `is_symbolic`.
@@ -158,15 +158,14 @@ def tie_runs(targets, qs, split: int, symbolic: bool) -> np.ndarray:
         return np.arange(n + 1)
     if is_exact(qs):
         new = [i for i in range(1, n) if targets[i] * qs[i - 1] != targets[i - 1] * qs[i]]
-    else:
-        ratio = targets / qs  # [n]
-        new = (np.flatnonzero(ratio[1:] > ratio[:-1] * (1 + _TIE_RTOL)) + 1).tolist()
+        return np.array(sorted({0, n, *new, *([split] if 0 < split < n else [])}), dtype=np.int64)
+    ratio = targets / qs  # [n]
+    new = (np.flatnonzero(ratio[1:] > ratio[:-1] * (1 + _TIE_RTOL)) + 1).tolist()
     runs = np.array(sorted({0, n, *new, *([split] if 0 < split < n else [])}), dtype=np.int64)  # [G + 1]
-    if not is_exact(qs):  # a run whose ratios crept (each step a few ulps) is split back into tokens
-        ratio = targets / qs
-        crept = np.flatnonzero(ratio[runs[1:] - 1] > ratio[runs[:-1]] * (1 + 4 * _TIE_RTOL))  # [runs]
-        if len(crept):
-            runs = np.union1d(runs, np.concatenate([np.arange(runs[g], runs[g + 1]) for g in crept]))
+    # a run whose ratios crept (each step a few ulps) is split back into tokens
+    crept = np.flatnonzero(ratio[runs[1:] - 1] > ratio[runs[:-1]] * (1 + 4 * _TIE_RTOL))  # [runs]
+    if len(crept):
+        runs = np.union1d(runs, np.concatenate([np.arange(runs[g], runs[g + 1]) for g in crept]))
     return runs
 
 
@@ -208,10 +207,10 @@ class Resolution:
         self.run_of = np.full(len(q), -1, dtype=np.int64)
         self.run_of[self.order] = np.repeat(np.arange(G), np.diff(self.runs))
         self.nodes, self.run_node, self.run_leaf = [], [-1] * G, [None] * G
-        split = int(np.searchsorted(self.runs, self.split))  # H ends at a run boundary
+        split_run = int(np.searchsorted(self.runs, self.split))  # H ends at a run boundary
         mass = qs[:self.split].sum() + 0 * one  # q(H)
-        self._resolve(0, split, 0 * one, mass, run_targets)
-        self._resolve(split, G, mass, one, run_targets)
+        self._resolve(0, split_run, 0 * one, mass, run_targets)
+        self._resolve(split_run, G, mass, one, run_targets)
         self.law = self._law(q)
 
     def _resolve(self, lo, hi, a, b, run_targets):
@@ -276,7 +275,7 @@ class Resolution:
                 leaf = scale * (b ** K - a ** K)
                 leaf = leaf if len(tokens) == 1 else leaf * q[tokens] / self.run_q[g]
                 own = leaf if own is None else own + leaf
-            law[tokens] = own if own is not None else 0 * q[tokens]
+            law[tokens] = own  # every run lies under a blend or has a leaf
         return law
 
     def pieces(self, token, q_token) -> list:
@@ -338,17 +337,10 @@ def _float_winner_probabilities(found: Resolution, counts: dict, q) -> list:
         covering = (np.searchsorted(np.sort(chain[:, 0]), u0, side="right")
                     - np.searchsorted(np.sort(chain[:, 1]), u0, side="right"))  # [C - 1]
         density[i] = np.concatenate([[0.0], np.cumsum(chain[:, 2])])[covering]
-    qt = q[tokens][:, None]  # [tokens, 1]
     mass = np.concatenate([np.zeros((len(tokens), 1)), np.cumsum(density * width, axis=1)[:, :-1]], axis=1)
-    lo, hi = mass / qt, density / qt  # F_t(u0 + s) = lo + hi s on each interval  [tokens, C - 1]
-    out = []
-    for i, t in enumerate(tokens):
-        poly = [counts[t] * hi[i]]  # coefficients in s, lowest degree first, each [C - 1]
-        for j, other in enumerate(tokens):
-            for _ in range(counts[other] - (other == t)):
-                poly = [(poly[k] * lo[j] if k < len(poly) else 0) + (poly[k - 1] * hi[j] if k else 0)
-                        for k in range(len(poly) + 1)]
-        out.append(float(sum((c * width ** (k + 1) / (k + 1)).sum() for k, c in enumerate(poly))))
+    # the exact path's integral, on arrays: every interval at once
+    mass, density = dict(zip(tokens, mass)), dict(zip(tokens, density))  # {token: [C - 1]}
+    out = [float(_winner_integral(t, tokens, counts, mass, density, q, width).sum()) for t in tokens]
     total = sum(out)  # q(t) ~ 1e-17 squeezes a token's segment to a point; renormalise
     return [x / total for x in out] if total > 0 else [1.0 / len(out)] * len(out)
 
@@ -385,7 +377,10 @@ def _float_lambda(slack, room):
     return min(max(float(ratio[j]), 0.0), 1.0), forced + [j]
 
 def _winner_integral(i, tokens, counts, mass, density, q, width):
-    """int_0^width c_i f_i F_i^(c_i - 1) prod_{j != i} F_j^(c_j), F_j = (mass_j + density_j s) / q_j."""
+    """int_0^width c_i f_i F_i^(c_i - 1) prod_{j != i} F_j^(c_j), F_j = (mass_j + density_j s) / q_j.
+
+    mass, density: {token: value on one interval}, or {token: float64 [C - 1]} with width [C - 1]
+    (every elementary interval at once; the result is then [C - 1])."""
     poly = [counts[i] * density[i] / q[i]]  # coefficients in s, lowest degree first
     for t in tokens:
         power = counts[t] - 1 if t == i else counts[t]
