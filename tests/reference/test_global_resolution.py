@@ -1,6 +1,6 @@
 """Global Resolution (`verispec.reference.verifiers.global_resolution`, registered `global_resolution`):
 exactly lossless, its one-step acceptance equals alpha* (exactly in Fractions, against optimal_is's LP
-at V = 3..6, against the closed form at V = 1000 and V = 151,936), proved at V = 2, and two planted bugs that fail."""
+at V = 3..6, against the closed form at V = 1000 and V = 151,936), proved at V = 2, and planted bugs that fail."""
 
 from collections import Counter
 from fractions import Fraction
@@ -144,6 +144,19 @@ def test_planted_bug_prefix_sums_from_the_innermost_piece_is_caught():
             want = np.array(exact.winner_probabilities(counts, q), dtype=float)
             worst = max(worst, np.abs(np.array(bug.winner_probabilities(counts, q.astype(float))) - want).max())
     assert worst > 1e-3  # the comparison above would fail
+
+
+def test_planted_bug_rest_map_without_the_blend_is_caught(monkeypatch):
+    """Planted bug: the float64 path's rest targets forget the blended part (t / (1 - lambda) instead
+    of (t - lambda mean q) / (1 - lambda)); the exact path does not use the map and does not notice."""
+    monkeypatch.setattr(gr, "_rest_map", lambda A, B, lam, mean: (A / (1 - lam), B / (1 - lam)))
+    rng = np.random.default_rng(24)
+    worst = 0.0
+    for _ in range(20):
+        p, q = _rational(rng, 6), _rational(rng, 6)
+        exact, bug = gr.Resolution(p, q, 3), gr.Resolution(p.astype(float), q.astype(float), 3)
+        worst = max(worst, np.abs(exact.law.astype(float) - bug.law).max())
+    assert worst > 1e-3  # test_float_resolution_matches_the_exact_one would fail
 
 
 def test_real_vocabulary_size_peaked_rows():

@@ -20,8 +20,9 @@ is cited. The construction below is derived here in that frame, and is exact:
    Tokens of one target ratio y/q (a tie run: clipping and bf16 logits tie most of a real
    vocabulary) need the same average weight, so a run is realised as one token and its tokens
    share its position law per unit of q. A token's pieces are nested segments, so the float64
-   winner law is a prefix sum over them per elementary interval. Cost: one O(V log V) sort, then
-   O(runs) per blend.
+   winner law is a prefix sum over them per elementary interval. In float64 a segment's targets
+   stay an affine map A t0 - B q of the runs' first targets, so a blend reads prefix sums taken
+   once. Cost: one O(V log V) sort, then O(runs) per blend.
 3. Verification (`global_resolution_step`): select a drafted token with the exact winner law of
    the copies' positions (`Resolution.winner_probabilities`), then single-draft speculative
    sampling against y (Khisti et al., arXiv 2410.18234: lossless for any selection whose law y is
@@ -177,6 +178,20 @@ def _run_sums(values, runs) -> np.ndarray:
                     dtype=object)
 
 
+class _Frame:
+    """Prefix sums along the runs, taken once for `Resolution._resolve_float`.
+
+    positions [G + 1]: where each run boundary lies on [0, 1] (H's runs from 0, the rest from q(H));
+    powers = positions ** K; t_cum [G + 1]: prefix sums of the runs' targets."""
+
+    def __init__(self, run_q, run_targets, split_run: int, mass: float, num_drafts: int):
+        below = np.concatenate([[0.0], np.cumsum(run_q[:split_run])])  # [split_run + 1]
+        above = mass + np.cumsum(run_q[split_run:])  # [G - split_run]
+        self.positions = np.concatenate([below[:-1], [mass], above])  # [G + 1]
+        self.powers = self.positions ** num_drafts
+        self.t_cum = np.concatenate([[0.0], np.cumsum(run_targets)])
+
+
 class Resolution:
     """The realisation of `resolution_targets` as positions of the draft copies (step 2).
 
@@ -209,12 +224,17 @@ class Resolution:
         self.nodes, self.run_node, self.run_leaf = [], [-1] * G, [None] * G
         split_run = int(np.searchsorted(self.runs, self.split))  # H ends at a run boundary
         mass = qs[:self.split].sum() + 0 * one  # q(H)
-        self._resolve(0, split_run, 0 * one, mass, run_targets)
-        self._resolve(split_run, G, mass, one, run_targets)
+        if is_exact(q):
+            self._resolve(0, split_run, 0 * one, mass, run_targets)
+            self._resolve(split_run, G, mass, one, run_targets)
+        else:
+            frame = _Frame(self.run_q, run_targets, split_run, mass, K)
+            self._resolve_float(0, split_run, 0.0, mass, frame)
+            self._resolve_float(split_run, G, mass, 1.0, frame)
         self.law = self._law(q)
 
     def _resolve(self, lo, hi, a, b, run_targets):
-        """Realise runs [lo, hi) on [a, b] (iterative: a segment's children go on the stack)."""
+        """Realise runs [lo, hi) on [a, b], exactly (iterative: a segment's children go on the stack)."""
         stack = [(lo, hi, a, b, 1 + 0 * a, run_targets[lo:hi], -1)]
         while stack:
             lo, hi, a, b, scale, targets, parent = stack.pop()
@@ -222,10 +242,6 @@ class Resolution:
                 self.run_node[lo], self.run_leaf[lo] = parent, (a, b, scale)
                 continue
             if hi == lo:
-                continue
-            if not b > a:  # float64: runs of ~1e-17 total mass squeezed to a point; never selected
-                for g in range(lo, hi):
-                    self.run_node[g], self.run_leaf[g] = parent, (a, a, scale)
                 continue
             lam, splits, targets = self._blend(self.run_q[lo:hi], targets, a, b)
             if lam > 0:
@@ -237,28 +253,57 @@ class Resolution:
             cuts = [0, *(j + 1 for j in splits), hi - lo]
             q_cum = np.cumsum(self.run_q[lo:hi])
             for start, end in zip(cuts, cuts[1:]):
-                left = min(a + q_cum[start - 1], b) if start else a  # min: float64 round-off past b
-                right = b if end == hi - lo else min(a + q_cum[end - 1], b)
+                left = a + q_cum[start - 1] if start else a
+                right = b if end == hi - lo else a + q_cum[end - 1]
                 # a copy, so that a waiting child does not hold its parent's whole array
                 stack.append((lo + start, lo + end, left, right, scale * (1 - lam), targets[start:end].copy(), parent))
 
+    def _resolve_float(self, lo, hi, a, b, frame):
+        """`_resolve` in float64 with no prefix sum per segment (the blends go thousands deep).
+
+        A segment's targets stay an affine map of the runs' first targets, A t0 - B q (each blend
+        maps t to (t - lambda mean q) / (1 - lambda)), so its prefix sums come from `frame`'s, taken
+        once; the same lambda, splits and segment ends as `_resolve`, to round-off."""
+        K = self.num_drafts
+        stack = [(lo, hi, a, b, 1.0, 1.0, 0.0, -1)]  # ..., scale, A, B, parent
+        while stack:
+            lo, hi, a, b, scale, A, B, parent = stack.pop()
+            if hi - lo <= 1 or not b > a:  # one run, none, or ~1e-17 of mass squeezed to a point
+                for g in range(lo, hi):
+                    self.run_node[g], self.run_leaf[g] = parent, (a, b if hi - lo == 1 else a, scale)
+                continue
+            mean = (b ** K - a ** K) / (b - a)
+            q_in = frame.positions[lo + 1:hi] - frame.positions[lo]  # [m - 1] interior prefixes' q
+            floor = frame.powers[lo + 1:hi] - a ** K  # their least value (stacked at the bottom)
+            slack = A * (frame.t_cum[lo + 1:hi] - frame.t_cum[lo]) - B * q_in - floor  # [m - 1]
+            room = mean * q_in - floor
+            lam, tight = _float_lambda(slack, room)
+            if lam > 0:
+                self.nodes.append((a, b, scale * lam / (b - a), parent))
+                parent = len(self.nodes) - 1
+            if lam >= 1:  # every run of the segment is spread uniformly over it: done
+                self.run_node[lo:hi] = [parent] * (hi - lo)
+                continue
+            # also split where round-off left the rest a hair from tight (the rest's slack, in closed form)
+            near = np.nonzero((slack - lam * room) / (1 - lam) <= 1e-13 * np.maximum(floor, 1e-300))[0]
+            cuts = [0, *sorted({j + 1 for j in (*tight, *near.tolist())}), hi - lo]
+            A, B = _rest_map(A, B, lam, mean)
+            for start, end in zip(cuts, cuts[1:]):
+                left = min(frame.positions[lo + start], b) if start else a  # min: round-off past b
+                right = b if end == hi - lo else min(frame.positions[lo + end], b)
+                stack.append((lo + start, lo + end, left, right, scale * (1 - lam), A, B, parent))
+
     def _blend(self, qs, targets, a, b):
-        """(lambda, tight interior breakpoints, the rest's targets) of one segment [a, b]."""
+        """(lambda, tight interior breakpoints, the rest's targets) of one segment [a, b] (exact)."""
         K = self.num_drafts
         mean = (b ** K - a ** K) / (b - a)  # the segment's average weight K v^(K-1)
         q_cum, t_cum = np.cumsum(qs)[:-1], np.cumsum(targets)[:-1]  # interior breakpoints [m - 1]
         floor = (a + q_cum) ** K - a ** K  # the least value of each prefix (stacked at the bottom)
         slack, room = t_cum - floor, mean * q_cum - floor  # room = uniform value - least value
-        exact = is_exact(np.asarray(targets))
-        lam, tight = (_exact_lambda if exact else _float_lambda)(slack, room)
+        lam, tight = _exact_lambda(slack, room)
         if lam >= 1:
             return lam, [], targets
-        rest = (targets - lam * mean * qs) / (1 - lam)
-        if not exact:  # float64: also split where round-off left the rest a hair from tight
-            rest_slack = np.cumsum(rest)[:-1] - floor
-            near = np.nonzero(rest_slack <= 1e-13 * np.maximum(floor, 1e-300))[0]
-            tight = sorted(set(tight) | set(near.tolist()))
-        return lam, sorted(set(tight)), rest
+        return lam, sorted(set(tight)), (targets - lam * mean * qs) / (1 - lam)
 
     def _law(self, q):
         """y [V]: y_j = sum over j's blends of weight q_j (b^K - a^K) + its share of its run's leaf."""
@@ -318,6 +363,12 @@ class Resolution:
         return [probs[t] for t in tokens]
 
 
+def _rest_map(A, B, lam, mean):
+    """(A', B') after a blend of fraction lam at average weight mean: the rest's targets
+    (t - lam mean q) / (1 - lam), with t = A t0 - B q, are A' t0 - B' q."""
+    return A / (1 - lam), (B + lam * mean) / (1 - lam)
+
+
 def _float_winner_probabilities(found: Resolution, counts: dict, q) -> list:
     """`Resolution.winner_probabilities` in float64, vectorised over the elementary intervals.
 
@@ -368,6 +419,9 @@ def _exact_lambda(slack, room):
 
 def _float_lambda(slack, room):
     """`_exact_lambda` in float64, vectorised (tight: the argmin and every stacked breakpoint)."""
+    if room.min(initial=np.inf) > 1e-300:  # K >= 2: every breakpoint has room
+        j = int(np.argmin(slack / room))
+        return min(max(float(slack[j] / room[j]), 0.0), 1.0), [j]
     open_ = room > 1e-300
     forced = np.nonzero(~open_)[0].tolist()
     if not open_.any():
