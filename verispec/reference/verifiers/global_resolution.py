@@ -244,11 +244,8 @@ class Resolution:
             if hi == lo:
                 continue
             lam, splits, targets = self._blend(self.run_q[lo:hi], targets, a, b)
-            if lam > 0:
-                self.nodes.append((a, b, scale * lam / (b - a), parent))
-                parent = len(self.nodes) - 1
-            if lam >= 1:  # every run of the segment is spread uniformly over it: done
-                self.run_node[lo:hi] = [parent] * (hi - lo)
+            parent, done = self._add_blend(lo, hi, a, b, scale, lam, parent)
+            if done:
                 continue
             cuts = [0, *(j + 1 for j in splits), hi - lo]
             q_cum = np.cumsum(self.run_q[lo:hi])
@@ -278,11 +275,8 @@ class Resolution:
             slack = A * (frame.t_cum[lo + 1:hi] - frame.t_cum[lo]) - B * q_in - floor  # [m - 1]
             room = mean * q_in - floor
             lam, tight = _float_lambda(slack, room)
-            if lam > 0:
-                self.nodes.append((a, b, scale * lam / (b - a), parent))
-                parent = len(self.nodes) - 1
-            if lam >= 1:  # every run of the segment is spread uniformly over it: done
-                self.run_node[lo:hi] = [parent] * (hi - lo)
+            parent, done = self._add_blend(lo, hi, a, b, scale, lam, parent)
+            if done:
                 continue
             # also split where round-off left the rest a hair from tight (the rest's slack, in closed form)
             near = np.nonzero((slack - lam * room) / (1 - lam) <= 1e-13 * np.maximum(floor, 1e-300))[0]
@@ -292,6 +286,15 @@ class Resolution:
                 left = min(frame.positions[lo + start], b) if start else a  # min: round-off past b
                 right = b if end == hi - lo else min(frame.positions[lo + end], b)
                 stack.append((lo + start, lo + end, left, right, scale * (1 - lam), A, B, parent))
+
+    def _add_blend(self, lo, hi, a, b, scale, lam, parent):
+        """Record a blend of fraction lam of runs [lo, hi) over [a, b] -> (its children's parent, done)."""
+        if lam > 0:
+            self.nodes.append((a, b, scale * lam / (b - a), parent))
+            parent = len(self.nodes) - 1
+        if lam >= 1:  # every run of the segment is spread uniformly over it: done
+            self.run_node[lo:hi] = [parent] * (hi - lo)
+        return parent, lam >= 1
 
     def _blend(self, qs, targets, a, b):
         """(lambda, tight interior breakpoints, the rest's targets) of one segment [a, b] (exact)."""
