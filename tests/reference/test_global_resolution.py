@@ -149,7 +149,7 @@ def test_planted_bug_prefix_sums_from_the_innermost_piece_is_caught():
 def test_planted_bug_rest_map_without_the_blend_is_caught(monkeypatch):
     """Planted bug: the float64 path's rest targets forget the blended part (t / (1 - lambda) instead
     of (t - lambda mean q) / (1 - lambda)); the exact path does not use the map and does not notice."""
-    monkeypatch.setattr(gr, "_rest_map", lambda A, B, lam, mean: (A / (1 - lam), B / (1 - lam)))
+    monkeypatch.setattr(gr, "rest_map", lambda A, B, lam, mean: (A / (1 - lam), B / (1 - lam)))
     rng = np.random.default_rng(24)
     worst = 0.0
     for _ in range(20):

@@ -281,7 +281,7 @@ class Resolution:
             # also split where round-off left the rest a hair from tight (the rest's slack, in closed form)
             near = np.nonzero((slack - lam * room) / (1 - lam) <= 1e-13 * np.maximum(floor, 1e-300))[0]
             cuts = [0, *sorted({j + 1 for j in (*tight, *near.tolist())}), hi - lo]
-            A, B = _rest_map(A, B, lam, mean)
+            A, B = rest_map(A, B, lam, mean)
             for start, end in zip(cuts, cuts[1:]):
                 left = min(frame.positions[lo + start], b) if start else a  # min: round-off past b
                 right = b if end == hi - lo else min(frame.positions[lo + end], b)
@@ -366,9 +366,20 @@ class Resolution:
         return [probs[t] for t in tokens]
 
 
-def _rest_map(A, B, lam, mean):
-    """(A', B') after a blend of fraction lam at average weight mean: the rest's targets
-    (t - lam mean q) / (1 - lam), with t = A t0 - B q, are A' t0 - B' q."""
+def rest_map(A, B, lam, mean):
+    """The rest's targets after a blend, as an affine map of the runs' first targets (step 2).
+
+    A segment's targets are t = A t0 - B q. Blending a fraction lam of every run uniformly at the
+    segment's average weight `mean` leaves (t - lam mean q) / (1 - lam) = A' t0 - B' q.
+
+    Args:
+        A, B: float scalars of the segment's map; lam: the blend's fraction, 0 <= lam < 1; mean:
+            (b^K - a^K) / (b - a) on the segment [a, b].
+
+    Returns:
+        (A', B'), float scalars. Derived here for the float64 recursion (no equation of arXiv
+        2511.15898 is cited: only its abstract was read).
+    """
     return A / (1 - lam), (B + lam * mean) / (1 - lam)
 
 
