@@ -25,11 +25,14 @@ records the load average before and after, and `--label` (e.g. "quiet" or "conte
     python3 benchmarks/profile_iteration.py [--method block --method hybrid ...] [--param block:draft_length=4]
         [--tokens 64] [--prompts 1] [--repeats 3] [--temperature 0] [--dtype auto] [--device cpu]
         [--threads 2] [--ops 15] [--label quiet] [--before OLD.json] [--code DIR] [--tiny [--vocab V]]
+        [--kit .replay/ouroboros]
 
 `--code DIR` imports verispec from another checkout (e.g. an export of an older commit, for a
 before/after on the same host); `--before OLD.json` copies that run's summary into the output
 and reports the change. `--tiny` uses two random 1-layer models (no download; `--vocab 151936`
-makes the per-iteration overhead dominate). Writes benchmarks/results/profile_iteration_<device>.json
+makes the per-iteration overhead dominate). `--kit` builds the real pair's architectures with
+random weights from a `benchmarks/gpu_replay.py` kit (for a GPU the weights cannot reach): the
+split of an iteration holds, its accepted lengths are the random models'. Writes benchmarks/results/profile_iteration_<device>.json
 (or --output).
 """
 
@@ -296,9 +299,17 @@ def _load(args):
     from verispec.bench.prompts import humaneval_prompts
     from verispec.bench.weights import load_pair
 
-    pair = load_pair(dtype=getattr(torch, dtype), device=args.device, progress=False)
-    prompts = [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids.to(args.device)
-               for p in humaneval_prompts(args.prompts)]
+    if args.kit:  # the pair's architectures, random weights (benchmarks/gpu_replay.py's kit)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from gpu_replay import random_pair
+
+        pair, reason = random_pair(args.kit, args.device), "the kit's architectures, random weights, bf16"
+        with open(os.path.join(args.kit, "prompts.json")) as handle:
+            texts = json.load(handle)[:args.prompts]
+    else:
+        pair = load_pair(dtype=getattr(torch, dtype), device=args.device, progress=False)
+        texts = humaneval_prompts(args.prompts)
+    prompts = [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids.to(args.device) for p in texts]
     return pair.target, pair.draft, prompts, reason
 
 
@@ -320,6 +331,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--code", help="import verispec from this checkout instead of this one")
     parser.add_argument("--tiny", action="store_true", help="random tiny models (smoke run)")
     parser.add_argument("--vocab", type=int, default=64, help="vocabulary of the --tiny models")
+    parser.add_argument("--kit", help="a benchmarks/gpu_replay.py kit: the pair's architectures with random "
+                                      "weights (where the weights cannot travel; the split holds, tau does not)")
     parser.add_argument("--output", help="default: benchmarks/results/profile_iteration_<device>.json")
     return parser
 

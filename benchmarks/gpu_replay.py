@@ -1,0 +1,368 @@
+"""Projected GPU timings of the real pair: its recorded greedy decisions replayed on the same architectures.
+
+Why: the lent GPU machines reach no package registry and take at most 64 MiB of files per call, so
+the real pair (1.6 GB of weights) cannot travel there. What can travel is what the weights decide at
+T = 0: one token and its probability per position of every forward.
+
+How:
+1. ``record`` (here, on the real pair, any device): runs a T = 0 bench (``verispec bench``, or its
+   batched sweep) with a forward hook on each model that keeps, for every forward in call order,
+   the argmax token (int32 [B, q]) and its softmax probability (float32 [B, q]) at every position
+   the forward returns. It writes a kit folder: that trace, the recorded run's JSON, its prompts,
+   both models' ``config.json`` and the tokenizer files (no weights).
+2. ``replay`` (on the GPU): builds both architectures from their configs with random weights, and
+   replaces each forward's logits [B, q, V] by a float32 row that is 0 everywhere but at the
+   recorded argmax, set so that softmax gives that token the recorded probability. Every greedy
+   decision is the real pair's (and so is transformers' assisted-generation confidence, which reads
+   that probability), so the replay makes the recorded run's forwards with their shapes, and times
+   them. A forward whose [B, q] differs from the recorded one stops the run (`ReplayDesync`); the
+   recorded forwards must all be used, and every record's tokens must equal the recorded run's.
+
+What the projection leaves out, and the result files say so ("projection" in the JSON):
+- Sampling (T = 1): a sampled decision reads the whole distribution (V = 151,936 probabilities per
+  position, about 0.6 MB), far beyond what one call carries; only T = 0 is replayed.
+- The GPU's own bf16 numerics: the replay follows the CPU run's argmax, near-ties included, where a
+  GPU forward might break a near-tie the other way.
+- The cost of the model's own bf16 logits cast to float32 (the replacement is already float32); it
+  pays instead one fill and one scatter per forward, for the baseline and every method alike.
+
+Usage::
+
+    python3 benchmarks/gpu_replay.py record ouroboros batched            # kits in .replay/<preset>
+    python3 benchmarks/gpu_replay.py replay ouroboros batched --device cuda  # -> benchmarks/results/
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import sys
+from collections import deque
+from dataclasses import replace
+
+import torch
+
+from verispec import bench
+from verispec.atomic import write_json_atomic
+from verispec.bench import batched as batched_bench
+from verispec.bench import run as run_module
+from verispec.bench.weights import DEFAULT_DRAFT, DEFAULT_TARGET, ModelPair, convert_gguf
+from verispec.empirical.model import CausalLM
+
+#: The two tables a GPU run is asked for, as their CPU files ran them, at T = 0.
+PRESETS = {
+    "ouroboros": bench.BenchConfig(prompts=10, max_new_tokens=128, temperatures=(0.0,), draft_length=4,
+                                   num_paths=3, dtype="bfloat16", seed=0,
+                                   methods=("ouroboros_phrase", "lookahead", "block", "hf")),
+    "batched": batched_bench.BatchedBenchConfig(prompts=8, max_new_tokens=64, batch_sizes=(1, 2, 4, 8),
+                                                batches=2, methods=("block",), temperatures=(0.0,),
+                                                draft_length=4, dtype="bfloat16", seed=0),
+}
+ROLES = ("target", "draft")
+
+
+class ReplayDesync(RuntimeError):
+    """The replay asked for a forward the recorded run did not make (or made with another shape)."""
+
+
+class _Hooks:
+    """One forward hook per model of a pair; `paused()` lets forwards through untouched (warm-ups,
+    which run at T = 1 on throwaway prompts and are neither recorded nor replayed)."""
+
+    def __init__(self, pair):
+        self.active = True
+        self.handles = [getattr(pair, role).model.register_forward_hook(self._hook(role)) for role in ROLES]
+
+    def _hook(self, role):
+        def hook(module, args, output):
+            return self.on_forward(role, output) if self.active else None
+        return hook
+
+    @contextlib.contextmanager
+    def paused(self):
+        active, self.active = self.active, False
+        try:
+            yield
+        finally:
+            self.active = active
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+class Recorder(_Hooks):
+    """Keeps each forward's argmax token and its probability: trace[role] is a list, in call order,
+    of (int32 [B, q], float32 [B, q])."""
+
+    def __init__(self, pair):
+        self.trace = {role: [] for role in ROLES}
+        super().__init__(pair)
+
+    def on_forward(self, role, output):
+        logits = output.logits.detach().float()  # [B, q, V]
+        top = logits.argmax(-1)  # [B, q]; the first maximum, as the engine's argmax
+        p = torch.softmax(logits, -1).gather(-1, top.unsqueeze(-1)).squeeze(-1)  # [B, q]
+        self.trace[role].append((top.to(torch.int32).cpu(), p.cpu()))
+
+
+class Replayer(_Hooks):
+    """Replaces each forward's logits by the recorded decision (module docstring, step 2)."""
+
+    def __init__(self, pair, trace: dict):
+        self.queues, self.used = {}, {role: 0 for role in ROLES}
+        for role in ROLES:
+            model = getattr(pair, role)
+            self.queues[role] = deque((top.to(model.device, torch.long), _logit(p, model.vocab_size).to(model.device))
+                                      for top, p in trace[role])
+        super().__init__(pair)
+
+    def on_forward(self, role, output):
+        B, q, V = output.logits.shape
+        n = self.used[role]
+        if not self.queues[role]:
+            raise ReplayDesync(f"{role}: forward {n + 1} was not in the recorded run ({n} forwards)")
+        top, value = self.queues[role].popleft()  # [B, q] each
+        if tuple(top.shape) != (B, q):
+            raise ReplayDesync(f"{role}: forward {n + 1} returns [B, q] = {[B, q]}, the recorded one "
+                               f"{list(top.shape)}")
+        self.used[role] = n + 1
+        logits = torch.zeros((B, q, V), dtype=torch.float32, device=output.logits.device)  # [B, q, V]
+        output.logits = logits.scatter_(-1, top.unsqueeze(-1), value.unsqueeze(-1))
+        return output
+
+    def left(self) -> dict:
+        """Recorded forwards not replayed, per model (all zero after a replay in step)."""
+        return {role: len(queue) for role, queue in self.queues.items()}
+
+
+def _logit(p: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The logit x that gives one token softmax probability p against V - 1 logits of 0:
+    p = e^x / (e^x + V - 1), so x = log(p / (1 - p)) + log(V - 1). Kept above 0 so that the token
+    stays the unique argmax; p is capped below 1 so that x is finite."""
+    p = p.double().clamp(1e-12, 1 - 2 ** -30)
+    return (torch.log(p) - torch.log1p(-p) + math.log(vocab_size - 1)).clamp_min(1e-3).float()
+
+
+@contextlib.contextmanager
+def warm_ups_paused(hooks):
+    """The benches' warm-ups (run_bench's `warm_up`; the batched bench's T = 1 `run_batch` calls)
+    run with the hooks paused; the presets measure T = 0 only."""
+    warm_up, run_batch = run_module.warm_up, batched_bench.run_batch
+
+    def paused_warm_up(*args, **kwargs):
+        with hooks.paused():
+            return warm_up(*args, **kwargs)
+
+    def run_batch_t0(label, pair, batch, config, T):
+        if T == 0.0:
+            return run_batch(label, pair, batch, config, T)
+        with hooks.paused():
+            return run_batch(label, pair, batch, config, T)
+
+    run_module.warm_up, batched_bench.run_batch = paused_warm_up, run_batch_t0
+    try:
+        yield
+    finally:
+        run_module.warm_up, batched_bench.run_batch = warm_up, run_batch
+
+
+def run_preset(name: str, config, pair, prompts, output: str, plot: bool) -> dict:
+    """The preset's bench (`name`: "ouroboros" runs `verispec bench`, "batched" its batched sweep)
+    on `pair`, into a fresh file `output`."""
+    runner = batched_bench.run_batched_bench if name == "batched" else bench.run_bench
+    return runner(config, output, fresh=True, pair=pair, prompts=prompts, plot=plot)
+
+
+def record_run(name: str, config, pair, prompts, output: str) -> tuple[dict, dict]:
+    """Step 1 on a loaded pair: (the run's results, its trace)."""
+    recorder = Recorder(pair)
+    try:
+        with warm_ups_paused(recorder):
+            results = run_preset(name, config, pair, prompts, output, plot=False)
+    finally:
+        recorder.remove()
+    return results, recorder.trace
+
+
+def replay_run(name: str, config, pair, prompts, trace: dict, recorded: dict, output: str,
+               plot: bool = True) -> dict:
+    """Step 2 on a loaded pair of the recorded architectures; returns the results with their
+    "projection" block (also written to `output`).
+
+    Raises:
+        ReplayDesync: a forward out of step with the trace, recorded forwards left over, or a
+            record whose tokens differ from the recorded run's.
+    """
+    replayer = Replayer(pair, trace)
+    try:
+        with warm_ups_paused(replayer):
+            results = run_preset(name, config, pair, prompts, output, plot)
+    finally:
+        replayer.remove()
+    left, want, got = replayer.left(), tokens_of(recorded), tokens_of(results)
+    differ = sorted(key for key in want if got.get(key) != want[key])
+    if any(left.values()) or differ or set(got) != set(want):
+        raise ReplayDesync(f"replay out of step: forwards left {left}, records whose tokens differ {differ}")
+    results["projection"] = {
+        "what": "projected: both architectures with random weights, each forward's logits replaced by the "
+                "argmax and its probability recorded on the real pair (benchmarks/gpu_replay.py)",
+        "recorded_on": recorded["environment"], "recorded_config": recorded["config"],
+        "forwards_replayed": dict(replayer.used), "records_token_identical": len(want),
+        "not_projected": ["T = 1 (sampling reads whole distributions)", "the GPU's own bf16 near-ties"],
+    }
+    write_json_atomic(output, results)
+    return results
+
+
+def tokens_of(results: dict) -> dict:
+    """Record key -> its tokens (a list, or a list of rows in the batched bench)."""
+    return {key: record["tokens"] for key, record in results["records"].items()}
+
+
+def record(name: str, kit: str, threads: int = 2) -> None:
+    """Step 1 on the real pair, written as a kit (module docstring)."""
+    from verispec.bench.prompts import humaneval_prompts
+    from verispec.bench.weights import load_pair
+
+    config = replace(PRESETS[name], threads=threads)
+    os.makedirs(kit, exist_ok=True)
+    pair = load_pair(config.target, config.draft, dtype=torch.bfloat16)
+    prompts = humaneval_prompts(config.prompts)
+    _, trace = record_run(name, config, pair, prompts, os.path.join(kit, "recorded.json"))
+    torch.save(trace, os.path.join(kit, "trace.pt"))
+    write_json_atomic(os.path.join(kit, "prompts.json"), prompts)
+    write_json_atomic(os.path.join(kit, "host.json"), {"sklearn_available": _sklearn_available()})
+    for role, model in (("target", DEFAULT_TARGET), ("draft", DEFAULT_DRAFT)):
+        source = convert_gguf(model)
+        os.makedirs(os.path.join(kit, role), exist_ok=True)
+        for entry in os.listdir(source):  # no weights; the tokenizer (shared by the pair) once
+            if entry.endswith(".json") and "safetensors" not in entry and (role == "target" or "token" not in entry):
+                shutil.copy(os.path.join(source, entry), os.path.join(kit, role, entry))
+    print(f"{name}: {sum(len(v) for v in trace.values())} forwards recorded into {kit}")
+
+
+def _sklearn_available() -> bool:
+    from transformers.generation import candidate_generator
+
+    return bool(candidate_generator.is_sklearn_available())
+
+
+@contextlib.contextmanager
+def assisted_generation_as_recorded(sklearn_available: bool):
+    """transformers' assisted generation adapts its confidence threshold (an ROC curve) only where
+    scikit-learn is installed; the replay takes the recorded host's branch, or its hf records would
+    draft otherwise."""
+    from transformers.generation import candidate_generator
+
+    original = candidate_generator.is_sklearn_available
+    candidate_generator.is_sklearn_available = lambda: sklearn_available
+    try:
+        yield
+    finally:
+        candidate_generator.is_sklearn_available = original
+
+
+def random_pair(kit: str, device: str) -> ModelPair:
+    """Both architectures from the kit's configs, random weights, bf16, built on `device`."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    models = []
+    for seed, role in enumerate(ROLES):
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(os.path.join(kit, role)),
+                                                     dtype=torch.bfloat16, attn_implementation="sdpa")
+        model.generation_config = GenerationConfig.from_pretrained(os.path.join(kit, role))  # the hf peer's
+        models.append(CausalLM(model, name=f"{role} architecture, random weights"))
+    return ModelPair(*models, AutoTokenizer.from_pretrained(os.path.join(kit, "target")))
+
+
+def forward_costs(pair, device: str, context: int = 118, rows=(1, 2, 4, 8, 16, 32, 64), repeats: int = 10) -> dict:
+    """Seconds per forward of each model appending `rows` new tokens to a `context`-token cache
+    (118: HumanEval's median prompt), the median of `repeats` after one warm-up (CUDA synchronised);
+    what a method's extra rows cost on this device. {role: {rows: s}}."""
+    import statistics
+    import time
+
+    from verispec.empirical.model import crop_cache
+
+    def now():
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    out = {}
+    for role in ROLES:
+        model = getattr(pair, role)
+        _, cache = model.prefill(torch.arange(1, context + 1, device=model.device).unsqueeze(0) % model.vocab_size)
+        out[role] = {}
+        for r in rows:
+            tokens = torch.arange(1, r + 1, device=model.device).unsqueeze(0) % model.vocab_size  # [1, r]
+            seconds = []
+            for _ in range(repeats + 1):
+                start = now()
+                model.chain(cache, tokens)
+                seconds.append(now() - start)
+                crop_cache(cache, context)
+            out[role][str(r)] = statistics.median(seconds[1:])
+    return out
+
+
+def _load_kit(kit: str) -> tuple[dict, list, dict, dict]:
+    """(recorded results, prompts, trace, recording host facts) of a kit folder."""
+    loaded = []
+    for name in ("recorded.json", "prompts.json", "host.json"):
+        with open(os.path.join(kit, name)) as handle:
+            loaded.append(json.load(handle))
+    recorded, prompts, host = loaded
+    return recorded, prompts, torch.load(os.path.join(kit, "trace.pt")), host
+
+
+def replay(presets, kit_root: str, device: str, out_dir: str) -> dict:
+    """Step 2 (module docstring) for each preset, from ``kit_root/<preset>``, on one pair built on
+    `device`; writes ``out_dir/bench_<preset>_<device name>_projected.json`` (+ PNG) with the
+    forward costs of both models on that device. Returns {preset: results}."""
+    pair = random_pair(os.path.join(kit_root, presets[0]), device)
+    slug = "cpu"
+    if str(device).startswith("cuda"):
+        slug = torch.cuda.get_device_name(torch.device(device)).lower().replace(" ", "-")
+    done = {}
+    for name in presets:
+        recorded, prompts, trace, host = _load_kit(os.path.join(kit_root, name))
+        output = os.path.join(out_dir, f"bench_{name}_{slug}_projected.json")
+        with assisted_generation_as_recorded(host["sklearn_available"]):
+            done[name] = replay_run(name, replace(PRESETS[name], device=device, threads=0), pair, prompts, trace,
+                                    recorded, output)
+        print(f"{name}: {done[name]['projection']['forwards_replayed']} forwards replayed, "
+              f"{done[name]['projection']['records_token_identical']} records token-identical -> {output}", flush=True)
+    costs = forward_costs(pair, device)  # after the runs: the replays' hooks are off
+    for name, results in done.items():
+        results["forward_costs_s"] = costs
+        write_json_atomic(os.path.join(out_dir, f"bench_{name}_{slug}_projected.json"), results)
+    return done
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("step", choices=("record", "replay"))
+    parser.add_argument("presets", nargs="+", choices=sorted(PRESETS))
+    parser.add_argument("--kit-root", default=".replay", help="kits live in KIT_ROOT/<preset> (default .replay)")
+    parser.add_argument("--device", default="cuda", help="replay: the device (default cuda)")
+    parser.add_argument("--out-dir", default=os.path.join("benchmarks", "results"), help="replay: where results go")
+    parser.add_argument("--threads", type=int, default=2, help="record: torch threads (default 2)")
+    args = parser.parse_args(argv)
+    if args.step == "record":
+        for name in args.presets:
+            record(name, os.path.join(args.kit_root, name), args.threads)
+    else:
+        replay(args.presets, args.kit_root, args.device, args.out_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
