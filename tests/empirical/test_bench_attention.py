@@ -4,11 +4,12 @@ on a quiet machine, never asserted in tests)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
 import pytest
+
+from ..scripts import load_script
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -18,10 +19,7 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "benc
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_attention", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_tiny_run_schema_agreement_and_resume(bench, tmp_path):

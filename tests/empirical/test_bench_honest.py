@@ -219,6 +219,9 @@ def test_bench_records_dtype_and_cpu_capability(tiny_pair, tmp_path):
     assert env["dtype"] == "float32" == stored["config"]["dtype"]  # auto with given models: theirs
     assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert isinstance(env["cpu_flags"], list) and "dtype_reason" in env and "native_bf16" in env
+    from transformers.generation import candidate_generator  # the branch the hf peer's drafting takes
+
+    assert (env["scikit_learn"] is not None) == candidate_generator.is_sklearn_available()
     with pytest.raises(ValueError, match="dtype"):  # an explicit dtype other than the models'
         bench.run_bench(config(dtype="bfloat16"), str(tmp_path / "e.json"), pair=tiny_pair, prompts=PROMPTS[:1])
 

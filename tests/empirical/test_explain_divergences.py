@@ -11,10 +11,11 @@ read off the wrong forward would be) must come out "not reproduced".
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
+
+from ..scripts import load_script
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -29,10 +30,7 @@ TASK = PROMPTS[0]
 
 @pytest.fixture(scope="module")
 def explain_script():
-    spec = importlib.util.spec_from_file_location("explain_divergences", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def _flip(scores, gap: float, one_row: bool) -> None:

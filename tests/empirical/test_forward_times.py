@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import types
 
 import pytest
+
+from ..scripts import load_script
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -21,10 +22,7 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "forw
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("forward_times", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.mark.parametrize("runner", ["hf", "adaptive:L=3", "block:L=2"])

@@ -7,11 +7,12 @@ The replay pair alone emits other tokens (checked), so the equality is the repla
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import types
 
 import pytest
+
+from ..scripts import load_script
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -31,10 +32,7 @@ BATCHED = batched.BatchedBenchConfig(prompts=2, max_new_tokens=8, batch_sizes=(1
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("gpu_replay", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def _pair(seed):

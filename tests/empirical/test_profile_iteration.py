@@ -3,11 +3,12 @@ before/after comparison, and smoke runs on tiny models (no timing claims)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
 import pytest
+
+from ..scripts import load_script
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -17,10 +18,7 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "prof
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("profile_iteration", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_split_of_a_synthetic_timeline(script):

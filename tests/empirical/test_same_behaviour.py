@@ -10,11 +10,12 @@ defaults changed since runs with the recorded defaults: `OLD_DEFAULTS`).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
 import pytest
+
+from ..scripts import load_script
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -24,10 +25,7 @@ SCRIPT = os.path.join(HERE, "..", "..", "benchmarks", "same_behaviour.py")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("same_behaviour", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 #: Methods whose registry defaults changed since the recording, run with the recorded defaults as

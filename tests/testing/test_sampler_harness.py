@@ -18,7 +18,6 @@ Statistical design (docs/testing.md, "Black-box samplers"):
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -34,6 +33,8 @@ from verispec.reference.contract import RuleContractError
 from verispec.testing import (LosslessnessError, gtest, SamplerContractError, SamplerLosslessnessError,
                               assert_sampler_lossless, reference_sampler)
 from verispec.testing.strategies import Instance
+
+from ..scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = dict(tv=0.05, vocab_sizes=(2, 3), families=("iid", "markov"), temperatures=(1, 0.5))
@@ -54,10 +55,7 @@ def _one_torch_thread():
 
 
 def _load(path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(str(path))
 
 
 def _example(name):

@@ -16,7 +16,6 @@ Statistical design (docs/testing.md, "Checking a tree sampler"):
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,8 @@ from verispec.testing import (SamplerContractError, SamplerLosslessnessError, Tr
                               assert_tree_sampler_lossless, parents_tree_sampler, planted_trees,
                               reference_tree_sampler, tree_layout)
 from verispec.testing.tree_draws import flat_tree_law, proposals
+
+from ..scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = dict(tv=0.05, families=("iid", "markov", "random_tree"), temperatures=(1, 0.5))  # alpha 1e-6, power 0.9
@@ -132,11 +133,7 @@ def test_thresholds_below_one_are_reported_lossy_with_their_tv(thresholds, name)
 
 
 def _example():
-    path = ROOT / "examples" / "sglang_style_tree_sampler.py"
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(str(ROOT / "examples" / "sglang_style_tree_sampler.py"))
 
 
 def test_sglang_style_kernel_example_passes_exact_and_fails_with_thresholds():

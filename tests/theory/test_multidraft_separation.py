@@ -8,22 +8,20 @@ is not. The exact part on constructed rows keeps the orderings the theory guaran
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
 import numpy as np
 import pytest
 
+from ..scripts import load_script
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "multidraft_separation.py")
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("multidraft_separation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def _bench(values):

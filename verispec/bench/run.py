@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import asdict, dataclass, replace
+from importlib.metadata import version
 
 import torch
 
@@ -96,8 +97,13 @@ def default_output(device: str) -> str:
 
 
 def environment(config, threads: int, dtype_reason: str = "") -> dict:
-    """What a results file records about the host and libraries it ran on (the JSON's "environment")."""
+    """What a results file records about the host and libraries it ran on (the JSON's "environment").
+
+    "scikit_learn" is its version, or None: transformers' assisted generation adapts its confidence
+    threshold (an ROC curve over past drafts) only where scikit-learn is installed, so the peer `hf`
+    drafts differently on hosts with and without it."""
     import transformers
+    from transformers.generation import candidate_generator
 
     cpu = platform.processor()
     try:
@@ -109,6 +115,7 @@ def environment(config, threads: int, dtype_reason: str = "") -> dict:
     return {"machine": platform.machine(), "cpu": cpu, **host_info(config.device),
             "cores": os.cpu_count(), "torch_threads": threads, "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version(),
+            "scikit_learn": version("scikit-learn") if candidate_generator.is_sklearn_available() else None,
             "device": config.device, "dtype": config.dtype, "dtype_reason": dtype_reason,
             "device_name": torch.cuda.get_device_name(torch.device(config.device)) if cuda else "cpu"}
 
