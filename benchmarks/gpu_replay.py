@@ -224,6 +224,19 @@ def tokens_of(results: dict) -> dict:
     return {key: record["tokens"] for key, record in results["records"].items()}
 
 
+def save_kit(kit: str, trace: dict, prompts: list, sources: dict) -> None:
+    """Write a recorded run's trace and prompts into `kit` (its JSON is already there, as
+    recorded.json), with each model's JSON files from sources[role] (a transformers folder): no
+    weights, and the tokenizer (shared by the pair) once, under target/."""
+    torch.save(trace, os.path.join(kit, "trace.pt"))
+    write_json_atomic(os.path.join(kit, "prompts.json"), prompts)
+    for role, source in sources.items():
+        os.makedirs(os.path.join(kit, role), exist_ok=True)
+        for entry in os.listdir(source):
+            if entry.endswith(".json") and "safetensors" not in entry and (role == "target" or "token" not in entry):
+                shutil.copy(os.path.join(source, entry), os.path.join(kit, role, entry))
+
+
 def record(name: str, kit: str, threads: int = 2) -> None:
     """Step 1 on the real pair, written as a kit (module docstring)."""
     from verispec.bench.prompts import humaneval_prompts
@@ -234,29 +247,15 @@ def record(name: str, kit: str, threads: int = 2) -> None:
     pair = load_pair(config.target, config.draft, dtype=torch.bfloat16)
     prompts = humaneval_prompts(config.prompts)
     _, trace = record_run(name, config, pair, prompts, os.path.join(kit, "recorded.json"))
-    torch.save(trace, os.path.join(kit, "trace.pt"))
-    write_json_atomic(os.path.join(kit, "prompts.json"), prompts)
-    write_json_atomic(os.path.join(kit, "host.json"), {"sklearn_available": _sklearn_available()})
-    for role, model in (("target", DEFAULT_TARGET), ("draft", DEFAULT_DRAFT)):
-        source = convert_gguf(model)
-        os.makedirs(os.path.join(kit, role), exist_ok=True)
-        for entry in os.listdir(source):  # no weights; the tokenizer (shared by the pair) once
-            if entry.endswith(".json") and "safetensors" not in entry and (role == "target" or "token" not in entry):
-                shutil.copy(os.path.join(source, entry), os.path.join(kit, role, entry))
+    save_kit(kit, trace, prompts, {"target": str(convert_gguf(DEFAULT_TARGET)), "draft": str(convert_gguf(DEFAULT_DRAFT))})
     print(f"{name}: {sum(len(v) for v in trace.values())} forwards recorded into {kit}")
-
-
-def _sklearn_available() -> bool:
-    from transformers.generation import candidate_generator
-
-    return bool(candidate_generator.is_sklearn_available())
 
 
 @contextlib.contextmanager
 def assisted_generation_as_recorded(sklearn_available: bool):
     """transformers' assisted generation adapts its confidence threshold (an ROC curve) only where
-    scikit-learn is installed; the replay takes the recorded host's branch, or its hf records would
-    draft otherwise."""
+    scikit-learn is installed; the replay takes the recorded host's branch (the recorded run's
+    environment says whether it had scikit-learn), or its hf records would draft otherwise."""
     from transformers.generation import candidate_generator
 
     original = candidate_generator.is_sklearn_available
@@ -313,14 +312,14 @@ def forward_costs(pair, device: str, context: int = 118, rows=(1, 2, 4, 8, 16, 3
     return out
 
 
-def _load_kit(kit: str) -> tuple[dict, list, dict, dict]:
-    """(recorded results, prompts, trace, recording host facts) of a kit folder."""
+def _load_kit(kit: str) -> tuple[dict, list, dict]:
+    """(recorded results, prompts, trace) of a kit folder."""
     loaded = []
-    for name in ("recorded.json", "prompts.json", "host.json"):
+    for name in ("recorded.json", "prompts.json"):
         with open(os.path.join(kit, name)) as handle:
             loaded.append(json.load(handle))
-    recorded, prompts, host = loaded
-    return recorded, prompts, torch.load(os.path.join(kit, "trace.pt")), host
+    recorded, prompts = loaded
+    return recorded, prompts, torch.load(os.path.join(kit, "trace.pt"))
 
 
 def replay(presets, kit_root: str, device: str, out_dir: str) -> dict:
@@ -331,11 +330,11 @@ def replay(presets, kit_root: str, device: str, out_dir: str) -> dict:
     slug = "cpu"
     if str(device).startswith("cuda"):
         slug = torch.cuda.get_device_name(torch.device(device)).lower().replace(" ", "-")
-    done = {}
+    done, outputs = {}, {name: os.path.join(out_dir, f"bench_{name}_{slug}_projected.json") for name in presets}
     for name in presets:
-        recorded, prompts, trace, host = _load_kit(os.path.join(kit_root, name))
-        output = os.path.join(out_dir, f"bench_{name}_{slug}_projected.json")
-        with assisted_generation_as_recorded(host["sklearn_available"]):
+        recorded, prompts, trace = _load_kit(os.path.join(kit_root, name))
+        output = outputs[name]
+        with assisted_generation_as_recorded(recorded["environment"]["scikit_learn"] is not None):
             done[name] = replay_run(name, replace(PRESETS[name], device=device, threads=0), pair, prompts, trace,
                                     recorded, output)
         print(f"{name}: {done[name]['projection']['forwards_replayed']} forwards replayed, "
@@ -343,7 +342,7 @@ def replay(presets, kit_root: str, device: str, out_dir: str) -> dict:
     costs = forward_costs(pair, device)  # after the runs: the replays' hooks are off
     for name, results in done.items():
         results["forward_costs_s"] = costs
-        write_json_atomic(os.path.join(out_dir, f"bench_{name}_{slug}_projected.json"), results)
+        write_json_atomic(outputs[name], results)
     return done
 
 

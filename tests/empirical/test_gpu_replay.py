@@ -7,6 +7,7 @@ The replay pair alone emits other tokens (checked), so the equality is the repla
 
 from __future__ import annotations
 
+import json
 import os
 import types
 
@@ -85,3 +86,38 @@ def test_replayed_logits_give_the_recorded_token_its_probability(script):
     probs = torch.softmax(logits, -1)[..., 5]
     assert torch.allclose(probs[:, :3], p[:, :3], rtol=1e-5)
     assert bool((logits.argmax(-1) == 5).all())
+
+
+def _byte_tokenizer(folder):
+    """A transformers tokenizer over 256 byte-level ids (no merges), saved into `folder`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok)
+    fast.save_pretrained(folder)
+    return fast
+
+
+def test_a_kit_replays_from_its_files(script, tmp_path, monkeypatch):
+    """The kit path end to end (`save_kit`, then `replay`): configs, tokenizer, trace and prompts
+    from files, the recorded host's scikit-learn branch, both models' forward costs, the output name."""
+    sources = {role: str(tmp_path / "src" / role) for role in script.ROLES}
+    pair = types.SimpleNamespace(target=tiny(256, 0, head_scale=4.0), draft=tiny(256, 0, noise=0.1, head_scale=4.0),
+                                 tokenizer=_byte_tokenizer(sources["target"]))
+    for role in script.ROLES:
+        getattr(pair, role).model.config.save_pretrained(sources[role])
+        getattr(pair, role).model.generation_config.save_pretrained(sources[role])
+    kit = tmp_path / "kits" / "ouroboros"
+    kit.mkdir(parents=True)
+    results, trace = script.record_run("ouroboros", CONFIG, pair, PROMPTS, str(kit / "recorded.json"))
+    script.save_kit(str(kit), trace, PROMPTS, sources)
+    monkeypatch.setitem(script.PRESETS, "ouroboros", bench.BenchConfig(**{**CONFIG.__dict__, "dtype": "bfloat16"}))
+    done = script.replay(["ouroboros"], str(tmp_path / "kits"), "cpu", str(tmp_path / "out"))
+    stored = json.load(open(tmp_path / "out" / "bench_ouroboros_cpu_projected.json"))
+    assert script.tokens_of(stored) == script.tokens_of(results) == script.tokens_of(done["ouroboros"])
+    assert stored["projection"]["records_token_identical"] == len(results["records"])
+    assert set(stored["forward_costs_s"]) == set(script.ROLES)
+    assert not (kit / "draft" / "tokenizer.json").exists()  # the tokenizer travels once
