@@ -117,7 +117,8 @@ class Replayer(_Hooks):
         self.queues, self.used = {}, {role: 0 for role in ROLES}
         for role in ROLES:
             model = getattr(pair, role)
-            self.queues[role] = deque((top.to(model.device, torch.long), _logit(p, model.vocab_size).to(model.device))
+            self.queues[role] = deque((top.to(model.device, torch.long),
+                                       replacement_logit(p, model.vocab_size).to(model.device))
                                       for top, p in trace[role])
         super().__init__(pair)
 
@@ -140,10 +141,12 @@ class Replayer(_Hooks):
         return {role: len(queue) for role, queue in self.queues.items()}
 
 
-def _logit(p: torch.Tensor, vocab_size: int) -> torch.Tensor:
+def replacement_logit(p: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """The logit x that gives one token softmax probability p against V - 1 logits of 0:
     p = e^x / (e^x + V - 1), so x = log(p / (1 - p)) + log(V - 1). Kept above 0 so that the token
-    stays the unique argmax; p is capped below 1 so that x is finite."""
+    stays the unique argmax; p is capped below 1 so that x is finite.
+
+    Args: p: float [B, q] (recorded probabilities); vocab_size: V. Returns: float32 [B, q]."""
     p = p.double().clamp(1e-12, 1 - 2 ** -30)
     return (torch.log(p) - torch.log1p(-p) + math.log(vocab_size - 1)).clamp_min(1e-3).float()
 

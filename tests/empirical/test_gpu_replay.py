@@ -80,7 +80,7 @@ def test_a_trace_out_of_step_is_refused(script, recorded, tmp_path, edit):
 
 def test_replayed_logits_give_the_recorded_token_its_probability(script):
     p = torch.tensor([[1 / 64 + 1e-3, 0.4, 0.999999, 1.0]])  # [B, q]
-    x = script._logit(p, 64)
+    x = script.replacement_logit(p, 64)
     logits = torch.zeros(1, 4, 64)
     logits[..., 5] = x
     probs = torch.softmax(logits, -1)[..., 5]
