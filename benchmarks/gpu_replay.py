@@ -250,7 +250,8 @@ def record(name: str, kit: str, threads: int = 2) -> None:
     pair = load_pair(config.target, config.draft, dtype=torch.bfloat16)
     prompts = humaneval_prompts(config.prompts)
     _, trace = record_run(name, config, pair, prompts, os.path.join(kit, "recorded.json"))
-    save_kit(kit, trace, prompts, {"target": str(convert_gguf(DEFAULT_TARGET)), "draft": str(convert_gguf(DEFAULT_DRAFT))})
+    sources = {"target": str(convert_gguf(DEFAULT_TARGET)), "draft": str(convert_gguf(DEFAULT_DRAFT))}
+    save_kit(kit, trace, prompts, sources)
     print(f"{name}: {sum(len(v) for v in trace.values())} forwards recorded into {kit}")
 
 
