@@ -83,8 +83,10 @@ def sparse_row(p: np.ndarray, q: np.ndarray, k: int) -> dict:
             "tail_max_p": float(p[tail].max()), "tail_max_q": float(q[tail].max())}
 
 
-def _rows_of_prompt(pair, prompt: str, steps: int, temperatures, k: int):
-    """Greedy target decode of `steps` tokens; yields (position, T, sparse row) at every position."""
+def full_rows(pair, prompt: str, steps: int, temperatures):
+    """Greedy target decode of `steps` tokens from `prompt`; yields (position, T, p, q) at every
+    position, p and q the full next-token rows softmax(logits / T) [V] float64 (numpy), both models
+    fed the same prefix (the target's greedy tokens)."""
     import torch
 
     ids = pair.tokenizer(prompt, return_tensors="pt").input_ids  # [1, n]
@@ -94,12 +96,16 @@ def _rows_of_prompt(pair, prompt: str, steps: int, temperatures, k: int):
         for position in range(steps):
             lt, ld = target_logits[0, -1].double(), draft_logits[0, -1].double()  # [V] each
             for T in temperatures:
-                p = torch.softmax(lt / T, -1).numpy()
-                q = torch.softmax(ld / T, -1).numpy()
-                yield position, T, sparse_row(p, q, k)
+                yield position, T, torch.softmax(lt / T, -1).numpy(), torch.softmax(ld / T, -1).numpy()
             token = lt.argmax().view(1, 1)  # the target's greedy token continues both prefixes
             target_logits = pair.target.chain(target_cache, token)
             draft_logits = pair.draft.chain(draft_cache, token)
+
+
+def _rows_of_prompt(pair, prompt: str, steps: int, temperatures, k: int):
+    """`full_rows`, each stored as `sparse_row`: yields (position, T, sparse row)."""
+    for position, T, p, q in full_rows(pair, prompt, steps, temperatures):
+        yield position, T, sparse_row(p, q, k)
 
 
 def record(args) -> dict:
