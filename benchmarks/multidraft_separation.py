@@ -22,9 +22,11 @@ Exact part (`--rows`, from `benchmarks/real_pair_rows.py`): on each measured (p,
 temperature 1, the one-step (L = 1) acceptance probability of each rule with K i.i.d. drafts, from
 the closed forms in `verispec.theory.closed_forms` (token: sum min(p, q); nss; rrs; rrsw; spectr;
 alpha*, reached by optimal_is and global_resolution; hu_greedy's own greedy drafts), averaged over
-the rows. It is an exact ordering for one step on these rows, not a prediction of the L > 1 block
-efficiency the bench measures; rows are the npz's truncation (top-k plus one merged token, whose
-error on sum min(p, q) the npz states).
+the rows. `--rules ...,without_replacement_optimum` adds the optimum for K distinct draws (the
+transport LP, one per row), against which Hu et al. (arXiv 2502.18779) compare i.i.d. drafts.
+It is an exact ordering for one step on these rows, not a prediction of the L > 1 block efficiency
+the bench measures; rows are the npz's truncation (top-k plus one merged token, whose error on
+sum min(p, q) the npz states).
 
 Stationary prediction (`--stationary-top-k k`, derived, not measured): for every rule of the bench
 file at its own L and K, the exact block efficiency of one iteration when every position of every
@@ -55,6 +57,10 @@ from verispec.atomic import write_json_atomic  # noqa: E402
 ONE_STEP = {"token": None, "nss": "nss_acceptance", "rrs": "rrs_acceptance", "rrsw": "rrsw_acceptance",
             "spectr": "spectr_acceptance", "optimal_is": "optimal_multidraft_acceptance",
             "global_resolution": "optimal_multidraft_acceptance", "hu_greedy": "greedy_draft_acceptance"}
+
+#: One-step optima that no rule of the bench is: computed only when `--rules` names them.
+ONE_STEP_BOUNDS = {"without_replacement_optimum": "the transport LP's optimum for K distinct draws from q "
+                                                  "(verispec.theory.lp.multidraft, replacement=False; HiGHS)"}
 
 
 #: What each part of the output is: measured, or derived with its formula.
@@ -152,7 +158,7 @@ def truncated_row(data, r: int, top_k: int | None):
 def one_step_ordering(rows_path: str, num_drafts: int, temperature: float = 1.0, rules=tuple(ONE_STEP),
                       top_k: int | None = None) -> dict:
     """{rule: mean one-step acceptance over the npz rows at `temperature`} and the rows used."""
-    from verispec.theory import closed_forms
+    from verispec.theory import closed_forms, lp
 
     data = np.load(rows_path)
     keep = np.nonzero(np.isclose(data["temperature"], temperature))[0]
@@ -160,8 +166,12 @@ def one_step_ordering(rows_path: str, num_drafts: int, temperature: float = 1.0,
     for r in keep:
         p, q = truncated_row(data, int(r), top_k)
         for rule in rules:
-            form = ONE_STEP[rule]
-            value = np.minimum(p, q).sum() if form is None else getattr(closed_forms, form)(p, q, num_drafts)
+            if rule in ONE_STEP_BOUNDS:
+                value = lp.multidraft(p, q, num_drafts, replacement=False).value
+            elif ONE_STEP[rule] is None:
+                value = np.minimum(p, q).sum()
+            else:
+                value = getattr(closed_forms, ONE_STEP[rule])(p, q, num_drafts)
             sums[rule] += float(value)
     return {"rows": int(len(keep)), "num_drafts": num_drafts, "temperature": temperature,
             "tokens_per_row": "every stored token + 1 merged" if top_k is None else f"top {top_k} + 1 merged",
@@ -259,7 +269,8 @@ def main(argv=None) -> int:
     parser.add_argument("--baseline", default="token")
     parser.add_argument("--rows", help="real_pair_rows.npz for the exact one-step ordering")
     parser.add_argument("--num-drafts", type=int, default=2)
-    parser.add_argument("--rules", default=",".join(ONE_STEP), help="rules of the exact part")
+    parser.add_argument("--rules", default=",".join(ONE_STEP),
+                        help=f"rules of the exact part; also {', '.join(ONE_STEP_BOUNDS)} (an LP per row)")
     parser.add_argument("--top-k", type=int, help="exact part: keep the first k stored tokens per row, merge the rest")
     parser.add_argument("--stationary-top-k", type=int,
                         help="also predict L > 1 block efficiency of every bench rule on the rows under the "
@@ -281,9 +292,10 @@ def main(argv=None) -> int:
            "paired": paired(values, args.baseline)}
     if args.rows:
         rules = tuple(r for r in args.rules.split(",") if r)
-        unknown = [r for r in rules if r not in ONE_STEP]
+        unknown = [r for r in rules if r not in ONE_STEP and r not in ONE_STEP_BOUNDS]
         if unknown:
-            raise SystemExit(f"--rules: no one-step closed form for {unknown}; known: {', '.join(ONE_STEP)}")
+            raise SystemExit(f"--rules: no one-step closed form for {unknown}; known: "
+                             f"{', '.join([*ONE_STEP, *ONE_STEP_BOUNDS])}")
         out["exact_one_step"] = one_step_ordering(args.rows, args.num_drafts, rules=rules, top_k=args.top_k)
     if args.stationary_top_k:
         if not args.rows:

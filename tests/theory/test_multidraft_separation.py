@@ -90,6 +90,21 @@ def test_exact_one_step_ordering(script, tmp_path):
     assert merged["tokens_per_row"] == "top 2 + 1 merged"
 
 
+def test_without_replacement_optimum_bounds_rrsw(script, tmp_path):
+    """The LP optimum for K distinct draws is asked for by name only, and bounds the rule that drafts
+    that way (RRS without replacement) on every row; it is not alpha* of i.i.d. drafts."""
+    path = _rows_file(tmp_path, seed=3, rows=4, vocab=4)
+    assert "without_replacement_optimum" not in script.one_step_ordering(path, 2)["mean_one_step_acceptance"]
+    data = np.load(path)
+    for r in range(4):
+        single = tmp_path / f"row{r}.npz"
+        np.savez(single, **{key: data[key][r:r + 1] for key in data.files})
+        out = script.one_step_ordering(str(single), 2, rules=("rrsw", "optimal_is", "without_replacement_optimum"))
+        values = out["mean_one_step_acceptance"]
+        assert values["rrsw"] <= values["without_replacement_optimum"] + 1e-9
+        assert values["without_replacement_optimum"] != pytest.approx(values["optimal_is"], abs=1e-6)
+
+
 def test_cli_writes_json(script, tmp_path):
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps(_bench({"token": [4.0, 4.2, 3.9], "gbv:K=2": [4.1, 4.4, 4.0]})))

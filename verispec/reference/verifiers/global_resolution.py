@@ -4,8 +4,11 @@ After Thomas & Pal 2025, "Global Resolution: Optimal Multi-Draft Speculative Sam
 Minimization" (arXiv 2511.15898): the optimal transport LP for K i.i.d. drafts is a max-flow whose
 feasible selected-token laws y form the base polytope of the polymatroid f(A) = 1 - (1 - q(A))^K
 (P(some draft in A)), so the best selection solves a problem in V variables, not one per drafted
-set. Only the paper's abstract was read; its algorithm is not reproduced and no algorithm number
-is cited. The construction below is derived here in that frame, and is exact:
+set. The paper's body was not available here, only its abstract, its authors' summary and its
+public reviews (OpenReview gpsczXOsHn): they place the max-flow and complementary slackness in its
+Section 5 and the convex programs, with their error bounds, in Section 6 (Theorems 6.4-6.5, Lemma
+6.6); the paper solves a truncated problem to a tolerance. No algorithm of the paper is reproduced.
+The construction below is derived here in that frame, and is exact:
 
 1. Target law (`resolution_targets`). alpha* = min_H p(H) + 1 - q(H)^K is reached at a prefix H
    of the tokens sorted by p/q (`verispec.theory.closed_forms.optimal_multidraft_acceptance`).
@@ -378,7 +381,7 @@ def rest_map(A, B, lam, mean):
 
     Returns:
         (A', B'), float scalars. Derived here for the float64 recursion (no equation of arXiv
-        2511.15898 is cited: only its abstract was read).
+        2511.15898 is cited: its body was not available here).
     """
     return A / (1 - lam), (B + lam * mean) / (1 - lam)
 

@@ -21,10 +21,13 @@ Lossless: P(Y = y) = min(p(y), q_last(y)) + max(p(y) - q_last(y), 0) = p(y). Acc
 probability sum_y min(p, q_last) + p(G) = alpha*(G). Applied top-down (`multidraft.top_down`): a
 chain node (one path, no greedy token) is token-level speculative sampling against q.
 
-Provenance: the paper's body (its pseudo-code and algorithm numbers) was not available to us, only
-its abstract and a summary ("greedy draft sampling ... only the last draft random ... a
-verification algorithm that perfectly achieves its theoretical bound"); this rule is derived from
-the dual above and checked exactly (docs/verifiers_new.md, "hu_greedy").
+Provenance: the paper's body (its pseudo-code) was not available to us, only its abstract, summaries
+("greedy draft sampling ... only the last draft random ... a verification algorithm that perfectly
+achieves its theoretical bound") and its public ICLR 2025 reviews. The reviews place the optimal
+acceptance as the dual of the transport LP (the paper's Eq. 7) recast as subset selection (Eq. 8),
+its efficient computation for drafts with and without replacement in Theorems 3 and 4, and the
+greedy sampler and its verification in Section 5 (5.1 and 5.2 by one reviewer's reading). This rule
+is derived from the dual above and checked exactly (docs/verifiers_new.md, "hu_greedy").
 """
 
 from __future__ import annotations
