@@ -35,7 +35,6 @@ import collections
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from types import SimpleNamespace
@@ -44,6 +43,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
+from real_pair_rows import commit, full_rows  # noqa: E402
 from verispec.atomic import write_json_atomic  # noqa: E402
 from verispec.reference.verifiers.global_resolution import Resolution  # noqa: E402
 from verispec.theory import closed_forms  # noqa: E402
@@ -138,11 +138,11 @@ def _load_previous(path: str, config: dict) -> list:
     return previous["records"] if previous.get("config") == config else []
 
 
-def run(args) -> dict:
-    """Decode, measure every row at every setting, and return the results file's content."""
+def run(args, command: str) -> dict:
+    """Decode, measure every row at every setting, and return the results file's content (`command`:
+    the invocation it records)."""
     import torch
 
-    from real_pair_rows import full_rows
     from verispec.bench.prompts import humaneval_prompts
     from verispec.bench.run import environment
     from verispec.bench.weights import load_pair
@@ -155,7 +155,10 @@ def run(args) -> dict:
     torch.set_num_threads(args.threads)
     dtype, reason = resolve_dtype(args.dtype, "cpu")
     pair = load_pair(dtype=getattr(torch, dtype), device="cpu", progress=False)
-    load_before = os.getloadavg()
+    header = {"command": command, "commit": commit(), "config": config,
+              "environment": environment(SimpleNamespace(device="cpu", dtype=dtype), args.threads, reason),
+              "claims": CLAIMS, "fields": FIELDS, "load_average_before": os.getloadavg(),
+              "rows": "greedy target decode, both models fed the same prefix; p whole, q cut to top_k and renormalised"}
     settings = _settings(args)
     for index, item in enumerate(humaneval_prompts(args.prompts)):
         wanted = {(item["task_id"], i, T, setting_key(k, n)) for i in range(args.positions)
@@ -172,21 +175,13 @@ def run(args) -> dict:
                 rng = np.random.default_rng([args.seed, index, position, k or 0, n])
                 records.append({"setting": setting_key(k, n), "row": row,
                                 **measure_node(p, truncate_top_k(q, k), n, rng)})
-        write_json_atomic(args.output, _payload(args, config, records, environment(
-            SimpleNamespace(device="cpu", dtype=dtype), args.threads, reason), load_before))
+        write_json_atomic(args.output, _payload(header, records))
         print(f"{item['task_id']}: {len(records)} records", flush=True)
-    return _payload(args, config, records, environment(SimpleNamespace(device="cpu", dtype=dtype), args.threads,
-                                                       reason), load_before)
+    return _payload(header, records)
 
 
-def _payload(args, config, records, env, load_before) -> dict:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    return {"command": "python3 " + " ".join([os.path.relpath(__file__, os.getcwd())] + sys.argv[1:]),
-            "commit": commit, "config": config, "environment": env, "claims": CLAIMS, "fields": FIELDS,
-            "rows": "greedy target decode, both models fed the same prefix; p whole, q cut to top_k and renormalised",
-            "load_average_before": load_before, "load_average_after": os.getloadavg(),
-            "summary": summarise(records), "records": records}
+def _payload(header: dict, records: list) -> dict:
+    return {**header, "load_average_after": os.getloadavg(), "summary": summarise(records), "records": records}
 
 
 def _ints_or_none(text: str) -> list:
@@ -206,7 +201,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads for the two models' forwards")
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
-    out = run(args)
+    given = sys.argv[1:] if argv is None else list(argv)
+    out = run(args, "python3 " + " ".join([os.path.relpath(__file__, os.getcwd()), *given]))
     write_json_atomic(args.output, out)
     for key, row in out["summary"].items():
         print(f"{key:>22}: node {row['node_ms_median']:8.1f} ms median ({row['node_ms_max']:8.1f} max), "

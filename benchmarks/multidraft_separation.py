@@ -70,7 +70,9 @@ FIELDS = {
     "paired.mean_difference, ci_low, ci_high, p_value": "derived from the measured per-prompt differences: mean, "
                                                         "paired t interval, two-sided paired t test",
     "paired.prompts_to_resolve": "derived: max(2, ceil((t_{0.975, n-1} s_d / |mean(d)|)^2))",
-    "exact_one_step, stationary_one_step": "derived: exact one-step acceptance (closed forms) on the measured rows",
+    "exact_one_step, stationary_one_step": "derived: exact one-step acceptance (closed forms) on the measured rows; "
+                                           "without_replacement_optimum, where asked for: "
+                                           + ONE_STEP_BOUNDS["without_replacement_optimum"],
     "stationary_prediction": "derived: exact block efficiency of the reference rules under the stationary model "
                              "(every position sees the row's p and q), mean over the rows",
     "measured_vs_stationary.predicted_difference": "derived: stationary_prediction's difference from the baseline",

@@ -52,7 +52,8 @@ TRUNCATION = (
     "full row's (stored: js_full, kl_q_p_full).")
 
 
-def _commit() -> str:
+def commit() -> str:
+    """The checkout's HEAD commit (hex), as the results files record it; "" outside a git checkout."""
     done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                           cwd=os.path.dirname(os.path.abspath(__file__)))
     return done.stdout.strip()
@@ -134,7 +135,7 @@ def record(args) -> dict:
                   position=np.array([x[1] for x in index], dtype=np.int16),
                   temperature=np.array([x[2] for x in index], dtype=np.float32))
     meta = {"command": "python3 " + " ".join([os.path.relpath(__file__, os.getcwd())] + sys.argv[1:]),
-            "commit": _commit(), "target": "qwen2.5-coder-1.5b-instruct-q4_k_m (bf16 conversion)",
+            "commit": commit(), "target": "qwen2.5-coder-1.5b-instruct-q4_k_m (bf16 conversion)",
             "draft": "qwen2.5-coder-0.5b-instruct-q4_k_m (bf16 conversion)", "dtype": dtype, "dtype_reason": reason,
             "threads": args.threads, "device": "cpu", "host": platform.machine(), "vocab_size": pair.target.vocab_size,
             "top_k": args.top_k, "max_new_tokens": args.max_new_tokens, "temperatures": list(args.temperatures),

@@ -87,6 +87,7 @@ def test_run_end_to_end_on_tiny_models_and_resume(monkeypatch, tmp_path):
         assert row["rows"] == 6 and row["acceptance_minus_alpha_star_max"] <= 1e-10
     assert first["claims"]["source"].startswith("Thomas & Pal, arXiv 2511.15898")
     assert "scikit_learn" in first["environment"]
+    assert first["command"].endswith(" ".join(argv))  # the invocation given, not the test runner's
 
     # resume: every record is there, so nothing is decoded or measured again
     monkeypatch.setattr(settings, "measure_node", lambda *a: pytest.fail("measured again"))
