@@ -100,6 +100,7 @@ def measure_node(p: np.ndarray, q: np.ndarray, num_drafts: int, rng: np.random.G
 
 
 def setting_key(top_k, num_drafts: int) -> str:
+    """The records' name of a setting, e.g. "top_k=10,n=4" ("none" for the whole vocabulary)."""
     return f"top_k={top_k or 'none'},n={num_drafts}"
 
 
