@@ -52,7 +52,7 @@ def time_iteration(name, V, L, K, repeats, max_branches):
     return statistics.median(times), branches
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vocab-sizes", type=int, nargs="+", default=[2, 3, 4])
     parser.add_argument("--draft-lengths", type=int, nargs="+", default=[1, 2, 3])
@@ -63,8 +63,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "bench_exact.json"))
     parser.add_argument("--fresh", action="store_true", help="ignore rows of an earlier run")
     parser.add_argument("--skip-check", action="store_true", help="skip timing the default `verispec check`")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def _load_payload(args) -> dict:
+    """The earlier run's payload when it is of this version (so the grid resumes), else a new one."""
     payload = {"rows": {}, "check": None}
     if os.path.exists(args.out) and not args.fresh:
         with open(args.out) as f:
@@ -74,11 +77,18 @@ def main(argv=None) -> int:
     payload.update({"version": __version__, "python": platform.python_version(),
                     "machine": platform.machine(), "cpus": os.cpu_count(),
                     "note": "one iteration's exact law; ratio = time / token's time at the same (V, L)"})
+    return payload
 
+
+def _enumerate_grid(payload: dict, args) -> None:
+    """Time every (method, V, L, K) of the grid not yet in the payload, writing after each."""
     grid = [(name, V, L, K) for V in args.vocab_sizes for L in args.draft_lengths for K in args.num_paths
             for name in args.methods if not (name in SINGLE_PATH and K != 1)]
     for name in args.methods:  # warm-up: imports, first-call costs and caches outside the timings
-        time_iteration(name, 2, 1, 2, 1, args.max_branches)
+        try:
+            time_iteration(name, 2, 1, 2, 1, args.max_branches)
+        except RuntimeError:  # a --max-branches below the warm-up's size: the grid records it
+            pass
     for name, V, L, K in track(grid, description="enumerating"):
         key = f"{name}/V{V}/L{L}/K{K}"
         if key in payload["rows"]:
@@ -89,21 +99,26 @@ def main(argv=None) -> int:
             payload["rows"][key] = {"method": name, "V": V, "L": L, "K": K, "seconds": None,
                                     "branches": None, "branches_per_s": None,
                                     "exceeded_max_branches": args.max_branches}
-            write_json_atomic(args.out, payload)
-            continue
-        payload["rows"][key] = {"method": name, "V": V, "L": L, "K": K, "seconds": seconds,
-                                "branches": branches, "branches_per_s": branches / seconds}
+        else:
+            payload["rows"][key] = {"method": name, "V": V, "L": L, "K": K, "seconds": seconds,
+                                    "branches": branches, "branches_per_s": branches / seconds}
         write_json_atomic(args.out, payload)
 
-    if not args.skip_check and payload.get("check") is None:
-        start = time.perf_counter()
-        results = run_check(methods.names(), 3, 2, 2, 4, 0, 4, False)
-        payload["check"] = {"vocab_size": 3, "draft_length": 2, "num_paths": 2, "instances": 4,
-                            "num_tokens": 4, "seconds": time.perf_counter() - start,
-                            "all_lossless": all(r.passed for r in results),
-                            "per_method_seconds": {r.method: r.seconds for r in results}}
-        write_json_atomic(args.out, payload)
 
+def _time_check(payload: dict, args) -> None:
+    """Time the default `verispec check` once (kept on resume)."""
+    if args.skip_check or payload.get("check") is not None:
+        return
+    start = time.perf_counter()
+    results = run_check(methods.names(), 3, 2, 2, 4, 0, 4, False)
+    payload["check"] = {"vocab_size": 3, "draft_length": 2, "num_paths": 2, "instances": 4,
+                        "num_tokens": 4, "seconds": time.perf_counter() - start,
+                        "all_lossless": all(r.passed for r in results),
+                        "per_method_seconds": {r.method: r.seconds for r in results}}
+    write_json_atomic(args.out, payload)
+
+
+def _print_table(payload: dict, args) -> None:
     console = Console(width=120)
     table = Table(title="exact enumeration of one iteration (random-tree pair, context of 3 tokens)")
     for column in ("method", "V", "L", "K", "branches", "time ms", "branches/s", "x token"):
@@ -125,6 +140,14 @@ def main(argv=None) -> int:
         console.print(f"default `verispec check` (all methods, V=3 L=2 K=2 N=4, 4 instances): "
                       f"{c['seconds']:.1f} s, all lossless: {c['all_lossless']}")
     console.print(f"JSON: {args.out}")
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    payload = _load_payload(args)
+    _enumerate_grid(payload, args)
+    _time_check(payload, args)
+    _print_table(payload, args)
     return 0
 
 

@@ -241,7 +241,7 @@ def update_docs(data, root) -> None:
             handle.write(text[:start] + paragraph + "\n\n" + summary_table(data) + text[end:])
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--methods", default=",".join(PROVE_METHODS))
     parser.add_argument("--timeout", type=float, default=60.0)
@@ -255,6 +255,57 @@ def main(argv=None) -> int:
                         help="print the method x size summary table (README, docs/prove.md) and exit")
     parser.add_argument("--update-docs", action="store_true",
                         help="rewrite the measurement paragraph and table of README.md and docs/prove.md from the JSON")
+    return parser
+
+
+def _load_data(args) -> dict:
+    """The earlier run's records (unless --fresh), with this run's header fields."""
+    data = {"records": {}}
+    if os.path.exists(args.out) and not args.fresh:
+        with open(args.out) as handle:
+            data = json.load(handle)
+    data.update({"version": __version__, "python": platform.python_version(), "solver": SOLVER,
+                 "cpu_count": os.cpu_count(), "quiet_load": QUIET_LOAD,
+                 "derived": {"queries_before_symmetry (fixed sizes)": "V ** (L + 1), the outputs of N = L + 1 tokens",
+                             "queries_after_symmetry (fixed sizes)":
+                                 "from a watched exploration: the number of output orbits (representatives(V, L + 1)) "
+                                 "when the run is equivariant and K = 1, else V ** (L + 1); not a timed proof"}})
+    return data
+
+
+def _mark_contention(data: dict) -> None:
+    """Say which sizes were timed while other processes competed for the CPU (load above QUIET_LOAD)."""
+    loads = [r[k] for r in data["records"].values() for k in ("load_average_before", "load_average_after")]
+    data["load_average_max"] = max(loads)
+    data["contended"] = max(loads) > QUIET_LOAD
+    data["contended_sizes"] = sorted({f"V={r['vocab_size']} L={r['draft_length']}"
+                                      for r in data["records"].values()
+                                      if max(r["load_average_before"], r["load_average_after"]) > QUIET_LOAD})
+    data["note"] = ("times of the records at contended_sizes measured while other processes competed for "
+                    "the CPU (see their load averages): indicative only" if data["contended"]
+                    else "times measured on a quiet machine")
+
+
+def _run_fixed_sizes(data: dict, names: list[str], args) -> None:
+    """Prove each method at each fixed size not yet recorded, writing after each."""
+    sizes = BASE_SIZES + (EXTRA_SIZES if args.extra else ())
+    for name in names:
+        K = 1 if name in SINGLE_PATH else 2
+        for V, L in sizes:
+            key = _key(name, V, L, K, args.timeout)
+            if key in data["records"]:
+                continue
+            record = _record(name, V, L, K, args.timeout)
+            data["records"][key] = record
+            _mark_contention(data)
+            write_json_atomic(args.out, data)
+            print(f"{name:14s} V={V} L={L} K={K}  {record['verdict']:14s} {record['seconds']:7.2f} s  "
+                  f"bp={record['branch_points']:5d} leaves={record['leaves']:5d} calls={record['solver_calls']:4d} "
+                  f"load={record['load_average_before']:.1f}  {record['reason'][:90]}", flush=True)
+
+
+def main(argv=None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.update_docs:
         with open(args.out) as handle:
@@ -269,40 +320,10 @@ def main(argv=None) -> int:
     unknown = set(names) - set(methods.names())
     if unknown:
         parser.error(f"--methods: unknown {sorted(unknown)}")
-    data = {"records": {}}
-    if os.path.exists(args.out) and not args.fresh:
-        with open(args.out) as handle:
-            data = json.load(handle)
-    data.update({"version": __version__, "python": platform.python_version(), "solver": SOLVER,
-                 "cpu_count": os.cpu_count(), "quiet_load": QUIET_LOAD,
-                 "derived": {"queries_before_symmetry (fixed sizes)": "V ** (L + 1), the outputs of N = L + 1 tokens",
-                             "queries_after_symmetry (fixed sizes)":
-                                 "from a watched exploration: the number of output orbits (representatives(V, L + 1)) "
-                                 "when the run is equivariant and K = 1, else V ** (L + 1); not a timed proof"}})
+    data = _load_data(args)
     if args.all_vocab:
         _run_all_vocab(data, names, args.timeout, args.out)
-    sizes = BASE_SIZES + (EXTRA_SIZES if args.extra else ())
-    for name in names:
-        K = 1 if name in SINGLE_PATH else 2
-        for V, L in sizes:
-            key = _key(name, V, L, K, args.timeout)
-            if key in data["records"]:
-                continue
-            record = _record(name, V, L, K, args.timeout)
-            data["records"][key] = record
-            loads = [r[k] for r in data["records"].values() for k in ("load_average_before", "load_average_after")]
-            data["load_average_max"] = max(loads)
-            data["contended"] = max(loads) > QUIET_LOAD
-            data["contended_sizes"] = sorted({f"V={r['vocab_size']} L={r['draft_length']}"
-                                              for r in data["records"].values()
-                                              if max(r["load_average_before"], r["load_average_after"]) > QUIET_LOAD})
-            data["note"] = ("times of the records at contended_sizes measured while other processes competed for "
-                            "the CPU (see their load averages): indicative only" if data["contended"]
-                            else "times measured on a quiet machine")
-            write_json_atomic(args.out, data)
-            print(f"{name:14s} V={V} L={L} K={K}  {record['verdict']:14s} {record['seconds']:7.2f} s  "
-                  f"bp={record['branch_points']:5d} leaves={record['leaves']:5d} calls={record['solver_calls']:4d} "
-                  f"load={record['load_average_before']:.1f}  {record['reason'][:90]}", flush=True)
+    _run_fixed_sizes(data, names, args)
     return 0
 
 

@@ -1,6 +1,6 @@
 """The package's layers hold: import-linter's contracts, no import cycle, nothing private crossing
 a module, no import hidden in a function body (but of an optional dependency), functions that fit on a
-screen.
+screen (the benchmark scripts' too).
 
 The import graph here is read from the source (every `import` / `from ... import` statement,
 at module level and inside functions alike), so an import a function makes lazily still counts.
@@ -211,9 +211,16 @@ def test_the_optional_dependencies_are_in_an_extra_and_not_required():
         assert distribution in extras and distribution not in required, distribution
 
 
+def _benchmark_scripts() -> dict[str, str]:
+    """{benchmarks.<script>: path} of every script under benchmarks/ (not a package, same rule)."""
+    folder = os.path.join(ROOT, "benchmarks")
+    return {f"benchmarks.{name[:-3]}": os.path.join(folder, name)
+            for name in sorted(os.listdir(folder)) if name.endswith(".py")}
+
+
 def test_every_function_fits_on_a_screen():
     long = []
-    for module, path in _modules().items():
+    for module, path in {**_modules(), **_benchmark_scripts()}.items():
         for node in ast.walk(ast.parse(open(path).read())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
