@@ -303,7 +303,7 @@ def exact_models():
     return context_tiny(20), context_tiny(20, noise=0.3)
 
 
-def _check_tau_law(exact_models, name, verifier, rows=4000, draft_length=2, threshold=0.8, guess_length=0,
+def check_tau_law(exact_models, name, verifier, rows=4000, draft_length=2, threshold=0.8, guess_length=0,
                    prompt=(1, 3)):
     from .test_accepted_length_exact import check_means, decode_taus, exact_tau_laws
 
@@ -321,7 +321,7 @@ def test_engine_tau_matches_the_reference_exact_law(exact_models, name):
     """tau_1, tau_2 of 4000 rows vs the exact laws of the reference twin (Bernstein, alpha 1e-6,
     as test_accepted_length_exact). At this threshold the stop moves E[tau_2] by 0.12 from the
     plain token chain's, above the test's 0.077 power shift (the planted test below)."""
-    _check_tau_law(exact_models, name, "token")
+    check_tau_law(exact_models, name, "token")
 
 
 #: Block verification on the adaptive chain: L = 3 and threshold 0.3, where the exact E[tau_1],
@@ -332,7 +332,7 @@ BLOCK_CASE = dict(rows=32000, draft_length=3, threshold=0.3)
 
 
 def test_engine_block_verified_tau_matches_the_reference_exact_law(exact_models):
-    _check_tau_law(exact_models, "adaptive", "block", **BLOCK_CASE)
+    check_tau_law(exact_models, "adaptive", "block", **BLOCK_CASE)
 
 
 def test_planted_ignored_confidence_is_caught(exact_models, monkeypatch):
@@ -351,4 +351,4 @@ def test_planted_token_rule_under_the_block_name_is_caught(exact_models, monkeyp
     inner = nodes.PathRule.__init__
     monkeypatch.setattr(nodes.PathRule, "__init__", lambda self, name: inner(self, "token"))
     with pytest.raises(AssertionError, match="tau_"):
-        _check_tau_law(exact_models, "adaptive", "block", **BLOCK_CASE)
+        check_tau_law(exact_models, "adaptive", "block", **BLOCK_CASE)

@@ -30,11 +30,12 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from verispec.empirical import engine, kv, methods  # noqa: E402
-from verispec.empirical.drafters import PromptLookupDrafter, probabilities  # noqa: E402
+from verispec.empirical.drafters import PromptLookupDrafter  # noqa: E402
 from verispec.empirical.verifiers.nodes import PathRule  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
 
 from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
+from .laws import exact_two_token_law  # noqa: E402
 from .test_decode_tiny import tiny  # noqa: E402
 
 _VISIBLE = kv.PaddedKV.visible  # the correct visibility, wrapped by a planted bug below
@@ -139,7 +140,7 @@ def test_one_token_prompts_and_full_acceptance(pair):
 # planted bugs: the equality machinery catches them
 # ----------------------------------------------------------------------------------------------
 
-def _leaky_rows(self, ancestry, parents, rows, cols, S):
+def leaky_rows(self, ancestry, parents, rows, cols, S):
     """Bug: the per-row attention sees every cached slot and every earlier packed token (rows mix)."""
     from verispec.empirical.speedups.attention import packed_rows
 
@@ -173,7 +174,7 @@ def sharp(prompts):
     return target, draft, torch.cat(greedy)
 
 
-@pytest.mark.parametrize("impl,owner,name,bug", [("ems", kv.PackedKV, "_varlen_rows", _leaky_rows),
+@pytest.mark.parametrize("impl,owner,name,bug", [("ems", kv.PackedKV, "_varlen_rows", leaky_rows),
                                                  ("ems", kv, "_packed_positions", _global_positions),
                                                  ("vanilla", kv.PaddedKV, "visible",
                                                   staticmethod(_mask_ignoring_padding))])
@@ -221,18 +222,9 @@ def law_pair():
 LAW_PROMPT = torch.tensor([3, 1, 3])
 
 
-def _exact_two_token_law(target, prompt, temperature):
-    """[8, 8]: p(y1 | prompt) p(y2 | prompt, y1) from the model's softmax at `temperature`."""
-    first, _ = target.prefill(prompt.unsqueeze(0))
-    p1 = probabilities(first[0, -1], temperature)
-    seconds, _ = target.prefill(torch.cat([prompt.expand(8, -1), torch.arange(8).unsqueeze(1)], dim=1))
-    p2 = probabilities(seconds[:, -1], temperature)  # [8, 8]
-    return (p1.unsqueeze(1) * p2).numpy()
-
-
 def _g_test_first_two_tokens(law_pair, impl, method, drafter, chunk):
     target, draft = law_pair
-    law = _exact_two_token_law(target, LAW_PROMPT, 1.0)
+    law = exact_two_token_law(target, LAW_PROMPT, 1.0)
     n = g_test_sample_size(63)
     counts, source = np.zeros(64), TorchUniforms(sum(map(ord, impl + method + drafter)))
     for start in range(0, n, chunk):

@@ -29,7 +29,8 @@ from verispec.empirical.uniforms import TorchUniforms  # noqa: E402
 from verispec.reference import registry  # noqa: E402
 from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
 
-from .test_batched import (LAW_PROMPT, _exact_two_token_law, _leaky_rows, coupled_pair,  # noqa: E402,F401
+from .laws import exact_two_token_law  # noqa: E402
+from .test_batched import (LAW_PROMPT, leaky_rows, coupled_pair,  # noqa: E402,F401
                            law_pair, pair, prompts)  # (fixtures)
 
 N_TOKENS = 10
@@ -99,7 +100,7 @@ LAW_CASES = [("gbv", {"num_paths": 2, "draft_length": 2}), ("spectr", {"num_path
 
 def _g_test_first_two_tokens(law_pair, name, params, tv):
     target, draft = law_pair
-    law = _exact_two_token_law(target, LAW_PROMPT, 1.0)
+    law = exact_two_token_law(target, LAW_PROMPT, 1.0)
     n = g_test_sample_size(63, tv=tv)
     counts, source = np.zeros(64), TorchUniforms(sum(map(ord, name)))
     for start in range(0, n, 60_000):
@@ -126,6 +127,6 @@ def test_first_two_tokens_follow_target_law_batched_tv_001(law_pair, name, param
 
 def test_planted_leak_between_rows_is_caught(pair, few, greedy, monkeypatch):
     check_rows(pair, few, greedy, "gbv")
-    monkeypatch.setattr(kv.PackedKV, "_varlen_rows", _leaky_rows)
+    monkeypatch.setattr(kv.PackedKV, "_varlen_rows", leaky_rows)
     with pytest.raises(AssertionError):
         check_rows(pair, few, greedy, "gbv")

@@ -22,12 +22,12 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from verispec.empirical import engine, methods  # noqa: E402
-from verispec.empirical.drafters import probabilities  # noqa: E402
 from verispec.empirical.model import (CausalLM, cache_length, crop_cache, gather_cache,  # noqa: E402
                                       tree_attention_mask)
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
 
 from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
+from .laws import exact_two_token_law  # noqa: E402
 
 
 def tiny(vocab_size, seed, *, noise=0.0, head_scale=1.0, attn="sdpa", dtype=torch.float32, hidden=32, heads=4):
@@ -176,16 +176,6 @@ def law_pair():
             tiny(8, 21, head_scale=25.0, hidden=8, heads=2))
 
 
-def _exact_two_token_law(target, prompt, temperature):
-    """{(y1, y2): p(y1 | prompt) p(y2 | prompt, y1)} from the model's softmax at `temperature`."""
-    with torch.no_grad():
-        first, _ = target.prefill(prompt)
-        p1 = probabilities(first[0, -1], temperature)
-        seconds, _ = target.prefill(torch.cat([prompt.expand(8, -1), torch.arange(8).unsqueeze(1)], dim=1))
-        p2 = probabilities(seconds[:, -1], temperature)  # [8, 8]
-    return (p1.unsqueeze(1) * p2).numpy()  # [8, 8]
-
-
 LAW_CASES = [("token", 1, 2, 1.0, None), ("block", 1, 2, 1.0, None), ("gbv", 2, 2, 1.0, None),
              ("traversal", 2, 2, 0.8, 1.2),
              pytest.param("rrsw", 3, 1, 1.0, None, marks=pytest.mark.slow),
@@ -198,7 +188,7 @@ LAW_CASES = [("token", 1, 2, 1.0, None), ("block", 1, 2, 1.0, None), ("gbv", 2, 
 def test_first_two_tokens_follow_target_law(law_pair, method, K, L, T, Td):
     target, draft = law_pair
     prompt = torch.tensor([[1, 5, 2, 6]])
-    law = _exact_two_token_law(target, prompt, T)  # [8, 8]
+    law = exact_two_token_law(target, prompt, T)  # [8, 8]
     n = g_test_sample_size(63)
     counts = np.zeros(64)
     chunk = 60_000
@@ -217,7 +207,7 @@ def test_first_two_tokens_follow_target_law(law_pair, method, K, L, T, Td):
 def test_target_only_sampling_law(law_pair):
     target, _ = law_pair
     prompt = torch.tensor([[1, 5, 2, 6]])
-    law = _exact_two_token_law(target, prompt, 1.0)
+    law = exact_two_token_law(target, prompt, 1.0)
     n = g_test_sample_size(63)
     result = engine.decode(target, None, prompt.expand(n, -1), engine.target_only_method(), 2, 1.0, uniforms=5)
     counts = np.bincount((result.tokens[:, 0] * 8 + result.tokens[:, 1]).numpy(), minlength=64)

@@ -17,7 +17,7 @@ from verispec import bench  # noqa: E402
 from verispec.empirical import engine, methods  # noqa: E402
 from verispec.empirical.drafters import adaptive  # noqa: E402
 
-from .test_adaptive import PROMPTS, _check_tau_law, exact_models, pair  # noqa: E402,F401 (fixtures)
+from .test_adaptive import PROMPTS, check_tau_law, exact_models, pair  # noqa: E402,F401 (fixtures)
 from .test_decode_tiny import tiny  # noqa: E402
 
 
@@ -114,7 +114,7 @@ def test_engine_tau_with_guesses_matches_the_reference_exact_law(exact_models, m
     rare for this test to see a bug of the guess path alone: the same-uniforms tests above carry
     those (planted bugs included); this one checks the whole engine with guesses on."""
     drawn = _count_drawn(monkeypatch)
-    _check_tau_law(exact_models, "adaptive", "token", **GUESS_CASE)
+    check_tau_law(exact_models, "adaptive", "token", **GUESS_CASE)
     assert max(drawn) >= 2
 
 

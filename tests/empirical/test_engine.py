@@ -210,7 +210,7 @@ def test_adapter_greedy_on_a_mixed_batch(pair, greedy):
 # Shared uniforms: torch twin == reference rule through the adapter
 # ----------------------------------------------------------------------------------------------
 
-def _twin_and_adapter(pair, name, params, T, seed=3, tokens=10):
+def twin_and_adapter(pair, name, params, T, seed=3, tokens=10):
     target, draft = pair
     prompt = torch.tensor([[3, 1, 4, 1, 5, 3, 1]])
     twin = engine.decode(target, draft, prompt, methods.get(name, **params), tokens, T,
@@ -223,7 +223,7 @@ def _twin_and_adapter(pair, name, params, T, seed=3, tokens=10):
 @pytest.mark.parametrize("T", [0.0, 0.7, 1.0])
 @pytest.mark.parametrize("name,params", BUILTINS, ids=[n for n, _ in BUILTINS])
 def test_twin_and_adapter_emit_the_same_tokens(pair, name, params, T):
-    twin, ref = _twin_and_adapter(pair, name, params, T)
+    twin, ref = twin_and_adapter(pair, name, params, T)
     assert torch.equal(twin.tokens, ref.tokens)
     assert torch.equal(twin.stats.accepted_lengths, ref.stats.accepted_lengths)
 
@@ -237,7 +237,7 @@ def test_planted_uniform_shift_in_the_adapter_is_caught(pair, monkeypatch):
         original(self)
 
     monkeypatch.setattr(adapter._Feed, "advance", skip_one)
-    diverged = [not torch.equal(*(r.tokens for r in _twin_and_adapter(pair, name, params, 1.0)))
+    diverged = [not torch.equal(*(r.tokens for r in twin_and_adapter(pair, name, params, 1.0)))
                 for name, params in BUILTINS[:3]]
     assert all(diverged)
 

@@ -64,7 +64,7 @@ pytest.importorskip("transformers")
 from verispec.empirical import engine, methods  # noqa: E402
 
 from .test_decode_tiny import tiny  # noqa: E402
-from .test_engine import _twin_and_adapter  # noqa: E402
+from .test_engine import twin_and_adapter  # noqa: E402
 
 CASES = [dict(draft_length=2, num_paths=2), dict(draft_length=3, num_paths=3)]
 
@@ -79,7 +79,7 @@ def pair():
 def test_twin_and_adapter_emit_the_same_tokens(pair, params, T):
     rejected = 0
     for seed in range(3):
-        twin, ref = _twin_and_adapter(pair, "hu_greedy", params, T, seed, tokens=12)
+        twin, ref = twin_and_adapter(pair, "hu_greedy", params, T, seed, tokens=12)
         assert torch.equal(twin.tokens, ref.tokens), seed
         assert torch.equal(twin.stats.accepted_lengths, ref.stats.accepted_lengths), seed
         rejected += int((twin.stats.accepted_lengths < params["draft_length"]).sum())
@@ -93,7 +93,7 @@ def test_planted_step_testing_a_greedy_draft_diverges(pair, monkeypatch):
         return original(p, q, torch.where(drafts[:, :1] >= 0, drafts[:, :1], drafts[:, -1:]), u)
 
     monkeypatch.setattr(multistep, "hu_greedy_step", first_draft)
-    diverged = [not torch.equal(*(r.tokens for r in _twin_and_adapter(pair, "hu_greedy", CASES[0], 1.0, seed, tokens=12)))
+    diverged = [not torch.equal(*(r.tokens for r in twin_and_adapter(pair, "hu_greedy", CASES[0], 1.0, seed, tokens=12)))
                 for seed in range(3)]
     assert any(diverged)
 

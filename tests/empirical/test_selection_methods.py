@@ -34,7 +34,7 @@ from verispec.reference import methods as reference_methods  # noqa: E402
 
 from . import test_accepted_length_exact as exact_tau  # noqa: E402
 from .test_decode_tiny import tiny  # noqa: E402
-from .test_engine import _twin_and_adapter  # noqa: E402
+from .test_engine import twin_and_adapter  # noqa: E402
 
 SELECTIONS = [("spechub", dict(draft_length=3)), ("khisti", dict(draft_length=2, num_paths=2)),
          ("khisti", dict(draft_length=2, num_paths=3)), ("optimal_is", dict(draft_length=2, num_paths=2)),
@@ -57,7 +57,7 @@ def pair():
 def test_selection_and_adapter_emit_the_same_tokens(pair, name, params, T):
     rejected = 0
     for seed in range(3):
-        twin, ref = _twin_and_adapter(pair, name, params, T, seed, tokens=12)
+        twin, ref = twin_and_adapter(pair, name, params, T, seed, tokens=12)
         assert torch.equal(twin.tokens, ref.tokens), seed
         assert torch.equal(twin.stats.accepted_lengths, ref.stats.accepted_lengths), seed
         rejected += int((twin.stats.accepted_lengths < params["draft_length"]).sum())
@@ -65,7 +65,7 @@ def test_selection_and_adapter_emit_the_same_tokens(pair, name, params, T):
 
 
 def _diverges(pair, cases=SELECTIONS):
-    return [any(not torch.equal(*(r.tokens for r in _twin_and_adapter(pair, name, params, 1.0, seed, tokens=12)))
+    return [any(not torch.equal(*(r.tokens for r in twin_and_adapter(pair, name, params, 1.0, seed, tokens=12)))
                 for seed in range(3)) for name, params in cases]
 
 

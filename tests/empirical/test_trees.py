@@ -38,6 +38,7 @@ from verispec.reference.models import LanguageModel  # noqa: E402
 from verispec.reference.randomness import Sampler  # noqa: E402
 
 from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E402
+from .laws import exact_two_token_law  # noqa: E402
 
 #: tree kind (`trees.TREES`) -> its method name in the registry
 TREE_METHOD = {dict(e.torch_fixed)["kind"]: e.name for e in registry.REGISTRY.values() if "kind" in dict(e.torch_fixed)}
@@ -354,20 +355,12 @@ def law_pair():
             tiny(8, 21, head_scale=25.0, hidden=8, heads=2, attn="eager"))
 
 
-def _exact_two_token_law(target, prompt, temperature):
-    """[8, 8]: p(y1 | prompt) p(y2 | prompt, y1) from the model's softmax at `temperature`."""
-    first, _ = target.prefill(prompt)
-    p1 = probabilities(first[0, -1], temperature)
-    seconds, _ = target.prefill(torch.cat([prompt.expand(8, -1), torch.arange(8).unsqueeze(1)], dim=1))
-    return (p1.unsqueeze(1) * probabilities(seconds[:, -1], temperature)).numpy()
-
-
 @pytest.mark.parametrize("tree,budget,depth,T,Td", [("opt_tree", 3, 2, 1.0, None),
                                                     pytest.param("eagle", 5, 3, 0.7, 1.5, marks=pytest.mark.slow)])
 def test_first_two_tokens_follow_target_law(law_pair, tree, budget, depth, T, Td):
     target, draft = law_pair
     prompt = torch.tensor([[5]])  # one token: no prefill, the cheapest run
-    law = _exact_two_token_law(target, prompt, T)
+    law = exact_two_token_law(target, prompt, T)
     n = g_test_sample_size(63)
     counts, chunk = np.zeros(64), 60_500
     source = TorchUniforms(sum(map(ord, tree)))
