@@ -9,7 +9,7 @@ def exact_two_token_law(target, prompt, temperature):
     """p(y1 | prompt) p(y2 | prompt, y1) from the model's softmax at `temperature`.
 
     Args:
-        target: a `verispec.empirical.model` wrapper over an 8-token vocabulary.
+        target: a `verispec.empirical.model.CausalLM` over an 8-token vocabulary.
         prompt: int64 [1, n] (or [n]) token ids. temperature: > 0.
 
     Returns:
