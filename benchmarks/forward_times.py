@@ -29,7 +29,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from verispec.atomic import write_json_atomic  # noqa: E402
 from verispec import bench  # noqa: E402
-from verispec.bench.peer import _Counter  # noqa: E402
+from verispec.bench.peer import ForwardCounter  # noqa: E402
 
 DEFAULT_RUNNERS = ("hf:dq=8", "adaptive:L=20,dq=8,sched=constant")
 
@@ -38,7 +38,8 @@ def time_runner(spec, pair, prompt, config, temperature: float, drafts=None) -> 
     """One decode of `prompt` [1, n] by `spec` with both models' forwards timed (`drafts`: the
     run's `bench.QuantizedDrafts`, a fresh one when None)."""
     runner_pair = (drafts or bench.QuantizedDrafts()).pair_for(spec, pair)
-    counters = [_Counter(runner_pair.target.model), _Counter(runner_pair.draft.model)]  # the peer's own hooks
+    # the peer's own hooks
+    counters = [ForwardCounter(runner_pair.target.model), ForwardCounter(runner_pair.draft.model)]
     try:
         start = time.perf_counter()
         result = bench.run_method(spec, runner_pair, prompt, config, temperature, config.seed, {})

@@ -97,11 +97,18 @@ def _cycle(graph) -> list[str] | None:
     return None
 
 
+def _benchmark_scripts() -> dict[str, str]:
+    """{benchmarks.<script>: path} of every script under benchmarks/ (not a package, same rule)."""
+    folder = os.path.join(ROOT, "benchmarks")
+    return {f"benchmarks.{name[:-3]}": os.path.join(folder, name)
+            for name in sorted(os.listdir(folder)) if name.endswith(".py")}
+
+
 def _private_crossings() -> list[str]:
     """`from M import _name` (or a private module) where M is another module, outside one
-    `_internal` package."""
+    `_internal` package; the benchmark scripts' imports of verispec too."""
     out = []
-    for module, path in _modules().items():
+    for module, path in {**_modules(), **_benchmark_scripts()}.items():
         for target, names, node, _ in _imports(module, path):
             if not target.startswith("verispec") or target == module:
                 continue
@@ -209,13 +216,6 @@ def test_the_optional_dependencies_are_in_an_extra_and_not_required():
     extras = {name(r) for group in project["optional-dependencies"].values() for r in group}
     for distribution in OPTIONAL_DEPENDENCIES.values():
         assert distribution in extras and distribution not in required, distribution
-
-
-def _benchmark_scripts() -> dict[str, str]:
-    """{benchmarks.<script>: path} of every script under benchmarks/ (not a package, same rule)."""
-    folder = os.path.join(ROOT, "benchmarks")
-    return {f"benchmarks.{name[:-3]}": os.path.join(folder, name)
-            for name in sorted(os.listdir(folder)) if name.endswith(".py")}
 
 
 def test_every_function_fits_on_a_screen():

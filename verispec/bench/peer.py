@@ -27,7 +27,7 @@ from ..empirical.engine import DecodeResult, DecodeStats
 from ..empirical.validation import check_eos, check_positive, check_prompt, check_temperature
 from ..empirical.model import CausalLM
 
-__all__ = ["hf_assisted", "hf_generation_config", "call_tokens"]
+__all__ = ["hf_assisted", "hf_generation_config", "call_tokens", "ForwardCounter"]
 
 
 def hf_generation_config(max_new_tokens: int, temperature: float, eos_token_id=None):
@@ -66,11 +66,16 @@ def _quiet_assistant_notice():
         logger.removeFilter(drop)
 
 
-class _Counter:
+class ForwardCounter:
     """Counts calls of a module's forward (a forward hook) and records where each call starts
     (its first position id, or the cache length when none is passed), how many tokens it feeds
     (a forward pre-hook) and its wall seconds (perf_counter between the two hooks; on CUDA
-    without a synchronise, so host-side time only); removable."""
+    without a synchronise, so host-side time only); removable.
+
+    Attributes (one entry per forward, in call order): count: int, the number of forwards;
+    starts: list[int], the position of each forward's first token; fed: list[int], tokens fed;
+    seconds: list[float], wall seconds of each forward.
+    """
 
     def __init__(self, module: torch.nn.Module):
         self.count = 0
@@ -179,7 +184,7 @@ def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_to
     eos = check_eos(eos_token_id, target.vocab_size, "cpu")  # int64 [k] or None
     kwargs = {"assistant_model": draft.model} if draft is not None else {
         "prompt_lookup_num_tokens": prompt_lookup_num_tokens}
-    counters = [_Counter(target.model)] + ([_Counter(draft.model)] if draft is not None else [])
+    counters = [ForwardCounter(target.model)] + ([ForwardCounter(draft.model)] if draft is not None else [])
     try:
         torch.manual_seed(seed)
         start = time.perf_counter()
