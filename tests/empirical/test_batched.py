@@ -29,7 +29,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import engine, kv, methods  # noqa: E402
+from verispec.empirical import engine, kv, methods, model as model_module  # noqa: E402
 from verispec.empirical.drafters import PromptLookupDrafter  # noqa: E402
 from verispec.empirical.verifiers.nodes import PathRule  # noqa: E402
 from verispec.empirical.uniforms import NumpyUniforms, TorchUniforms  # noqa: E402
@@ -38,7 +38,7 @@ from verispec.testing.gtest import ALPHA, g_test, g_test_sample_size  # noqa: E4
 from .laws import exact_two_token_law  # noqa: E402
 from .test_decode_tiny import tiny  # noqa: E402
 
-_VISIBLE = kv.PaddedKV.visible  # the correct visibility, wrapped by a planted bug below
+_VISIBLE = model_module.visible_slots  # the correct visibility, wrapped by a planted bug below
 
 N_TOKENS, L = 16, 3
 BATCHES = (1, 2, 4, 8, 16)
@@ -176,8 +176,8 @@ def sharp(prompts):
 
 @pytest.mark.parametrize("impl,owner,name,bug", [("ems", kv.PackedKV, "_varlen_rows", leaky_rows),
                                                  ("ems", kv, "_packed_positions", _global_positions),
-                                                 ("vanilla", kv.PaddedKV, "visible",
-                                                  staticmethod(_mask_ignoring_padding))])
+                                                 ("vanilla", model_module, "visible_slots",
+                                                  _mask_ignoring_padding)])
 def test_planted_bugs_are_caught(sharp, prompts, monkeypatch, impl, owner, name, bug):
     target, draft, greedy = sharp
     check_rows_match(target, draft, prompts, greedy, impl, "block", "model")  # passes without the bug

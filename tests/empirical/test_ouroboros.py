@@ -34,13 +34,14 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import engine, kv as kv_module, verifiers as rules  # noqa: E402
+from verispec.empirical import engine, kv as kv_module, model as model_module, verifiers as rules  # noqa: E402
 from verispec.empirical.drafters import phrases  # noqa: E402
 from verispec.empirical.drafters.phrases import token_tree as phrase_tree  # noqa: E402
 from verispec.empirical.drafters.phrases import windows as phrase_windows  # noqa: E402
 from verispec.empirical.drafters.phrases import phrase_drafters  # noqa: E402
 from verispec.empirical.drafters import probabilities  # noqa: E402
 from verispec.empirical.verifiers import pointmass  # noqa: E402
+from verispec.empirical.verifiers.nodes import PointMassTree  # noqa: E402
 from verispec.empirical.model import CausalLM  # noqa: E402
 from verispec.empirical.drafters.phrases import PhrasePool, lookahead_method, ouroboros_method  # noqa: E402
 from verispec.empirical.verifiers.pointmass import point_mass_tree_uniforms, point_mass_tree_verify  # noqa: E402
@@ -277,7 +278,7 @@ def _record_loop(monkeypatch, target):
     """Log every target tree forward of the engine (tree tokens, parents, verifiable, logits
     [N, V]) and every verdict (accepted tokens, y)."""
     forwards, steps = [], []
-    tree_forward, check_verdict = engine._tree_forward, engine._check_verdict
+    tree_forward, check_verdict = engine._tree_forward, engine.check_verdict
 
     def logged_forward(kv, tree, unread=None):
         logits, order = tree_forward(kv, tree, unread)
@@ -293,7 +294,8 @@ def _record_loop(monkeypatch, target):
         steps.append(([int(tree.tokens[0, j]) for j in verdict.nodes[0, :tau]], int(verdict.token[0])))
 
     monkeypatch.setattr(engine, "_tree_forward", logged_forward)
-    monkeypatch.setattr(engine, "_check_verdict", logged_verdict)
+    monkeypatch.setattr(engine, "check_verdict", logged_verdict)
+    monkeypatch.setattr(PointMassTree, "trusted", False)  # the engine checks (and here logs) every verdict
     return forwards, steps
 
 
@@ -361,12 +363,12 @@ def _causal_visible(valid, ancestry):
     return allowed
 
 
-_VISIBLE = kv_module.PaddedKV.visible
+_VISIBLE = model_module.visible_slots
 
 
 @pytest.mark.parametrize("kind", ["ouroboros", "ouroboros_phrase", "lookahead"])
 @pytest.mark.parametrize("owner,name,bug", [(kv_module.KVState, "_check_keep", _keep_in_index_order),
-                                            (kv_module.PaddedKV, "visible", staticmethod(_causal_visible))],
+                                            (model_module, "visible_slots", _causal_visible)],
                          ids=["commit_index_order", "chain_mask"])
 def test_planted_loop_bugs_are_caught(law_pair, monkeypatch, kind, owner, name, bug):
     target, _ = law_pair

@@ -26,7 +26,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from verispec.empirical import engine, kv as kv_module  # noqa: E402
+from verispec.empirical import engine, model as model_module  # noqa: E402
 from verispec.empirical.drafters import tree as trees  # noqa: E402
 from verispec.empirical import methods as torch_methods  # noqa: E402
 from verispec.empirical.drafters import probabilities  # noqa: E402
@@ -306,7 +306,7 @@ def test_planted_target_mask_bug_breaks_greedy_equality(pair, monkeypatch):
     target, draft = pair
     prompts = torch.randint(0, 64, (3, 6), generator=torch.Generator().manual_seed(7))
     reference = engine.decode(target, None, prompts, engine.target_only_method(), 24)
-    correct = kv_module.PaddedKV.visible
+    correct = model_module.visible_slots
 
     def leaky(valid, ancestry):
         allowed = correct(valid, ancestry)  # [B, n, S]
@@ -314,7 +314,7 @@ def test_planted_target_mask_bug_breaks_greedy_equality(pair, monkeypatch):
         allowed[..., -n:] |= torch.ones(n, n, dtype=torch.bool).tril()
         return allowed
 
-    monkeypatch.setattr(kv_module.PaddedKV, "visible", staticmethod(leaky))
+    monkeypatch.setattr(model_module, "visible_slots", leaky)
     for tree in ("opt_tree", "kary", "eagle"):  # a chain has no siblings: the bug is invisible there
         result = engine.decode(target, draft, prompts, tree_method(tree, node_budget=12, max_depth=4), 24)
         assert not torch.equal(result.tokens, reference.tokens), tree
@@ -324,7 +324,7 @@ def test_planted_draft_mask_bugs_change_the_tree(peaked, monkeypatch):
     """Draft-side mask bugs leave greedy output intact (the verifier never reads q) but draft the
     wrong tree: the structure check catches both."""
     _, draft = peaked
-    correct = kv_module.PaddedKV.visible
+    correct = model_module.visible_slots
 
     def siblings_visible(valid, ancestry):  # a layer's nodes see each other
         allowed = correct(valid, ancestry)
@@ -338,7 +338,7 @@ def test_planted_draft_mask_bugs_change_the_tree(peaked, monkeypatch):
 
     for name, bug in (("siblings", siblings_visible), ("never_reset", never_reset)):
         with monkeypatch.context() as m:
-            m.setattr(kv_module.PaddedKV, "visible", staticmethod(bug))
+            m.setattr(model_module, "visible_slots", bug)
             assert not _check_opt_tree_cases(draft, PREFIXES), name
             assert not _check_opt_tree_cases(draft, PREFIXES, prune=True), name
 

@@ -42,8 +42,9 @@ from .torch_method import TorchMethod, target_only_method
 from .adapter import torch_method
 from ..reference.methods import Method
 from .model import CausalLM
+from .speedups.graphs import StepGraphs
 
-__all__ = ["TorchMethod", "DecodeStats", "DecodeResult", "Rows", "decode", "target_only_method"]
+__all__ = ["TorchMethod", "DecodeStats", "DecodeResult", "Rows", "decode", "target_only_method", "check_verdict"]
 
 
 @dataclass
@@ -119,6 +120,11 @@ class DecodeResult:
     lengths: torch.Tensor | None = None
 
 
+#: Slots a row's context and committed cache get beyond prompt + N (a drafter's last tree); the
+#: context's width is rounded up to a multiple of it.
+ROOM = 64
+
+
 class Rows:
     """The active rows: context (prompt + emitted tokens, right-padded) and the last token
     (emitted, not yet in the target cache); vocab_size: the target's V (drafters without a draft
@@ -127,7 +133,9 @@ class Rows:
     def __init__(self, tokens: torch.Tensor, lengths: torch.Tensor, N: int, room: int, vocab_size: int = 0):
         B, device = tokens.shape[0], tokens.device  # tokens [B, n] right-padded, lengths [B]
         self.prompt_len, self.N, self.vocab_size = lengths, N, vocab_size
-        self.ctx = torch.cat([tokens, tokens.new_zeros(B, N + room + 1)], dim=1)  # [B, W]
+        self.longest = tokens.shape[1]  # a bound of every prompt's length, known to the host
+        width = -(-(self.longest + N + room + 1) // ROOM) * ROOM  # rounded: one shape for many prompts
+        self.ctx = torch.cat([tokens, tokens.new_zeros(B, width - self.longest)], dim=1)  # [B, W]
         self.ctx_len = lengths.clone()  # [B]
         self.row_id = torch.arange(B, device=device)  # original index of each active row
         self.last = self.ctx[self.row_id, self.ctx_len - 1]  # [B]
@@ -144,7 +152,8 @@ class Rows:
         emitted = torch.cat([accepted, y.unsqueeze(1)], dim=1)  # [B, D + 1]
         rows = torch.arange(emitted.shape[0], device=emitted.device)
         emitted[rows, tau] = y
-        need = int((self.ctx_len + tau + 1).max())
+        # an active row holds < N new tokens, so it needs at most longest + N + D slots (host-known)
+        need = self.longest + self.N + emitted.shape[1]
         if need > self.ctx.shape[1]:  # a drafter deeper than announced: grow the context
             self.ctx = torch.cat([self.ctx, self.ctx.new_zeros(self.ctx.shape[0], need - self.ctx.shape[1])], 1)
         j = torch.arange(emitted.shape[1], device=emitted.device)
@@ -162,13 +171,13 @@ class Rows:
             tokens = torch.where(index < self.ctx_len[done].unsqueeze(1), tokens, pad)
         out[self.row_id[done].cpu()] = tokens.cpu()
 
-    def stop_at(self, eos: torch.Tensor, before: torch.Tensor, tau: torch.Tensor):
+    def stop_at(self, eos: torch.Tensor, before: torch.Tensor, tau: torch.Tensor, width: int):
         """Cut each row's tokens emitted this iteration (context positions before[b] ..
-        before[b] + tau[b], within the first N generated) at the first id in eos [k]: the row's
-        context then ends with that EOS. Returns (stopped bool [B], the real tau [B]: tau, or
-        the EOS's index among the emitted tokens)."""
-        j = torch.arange(int(tau.max()) + 1, device=tau.device)
-        pos = before.unsqueeze(1) + j  # [B, D + 1], context positions of the emitted tokens
+        before[b] + tau[b], within the first N generated; tau < width) at the first id in eos [k]:
+        the row's context then ends with that EOS. Returns (stopped bool [B], the real tau [B]:
+        tau, or the EOS's index among the emitted tokens)."""
+        j = torch.arange(width, device=tau.device)
+        pos = before.unsqueeze(1) + j  # [B, width], context positions of the emitted tokens
         ours = (j <= tau.unsqueeze(1)) & (pos - self.prompt_len.unsqueeze(1) < self.N)
         hit = ours & torch.isin(self.ctx.gather(1, pos.clamp(max=self.ctx.shape[1] - 1)), eos)
         stopped = hit.any(1)
@@ -179,6 +188,29 @@ class Rows:
     def select(self, keep: torch.Tensor) -> None:
         for name in ("prompt_len", "ctx", "ctx_len", "row_id", "last"):
             setattr(self, name, getattr(self, name)[keep])
+
+
+class _Progress:
+    """What every iteration records, kept on the device and read once at the end: tau [B0, N]
+    (tau of each original row per iteration, -1 where the row had left), trace [N, 2] (target
+    cache slots after the commit, the active rows' true cached lengths), the iteration count `it`,
+    the rows done [B], and the EOS ids [k] (None: no EOS stop)."""
+
+    def __init__(self, B: int, N: int, device, eos):
+        self.it = torch.zeros((), dtype=torch.long, device=device)
+        self.tau = torch.full((B, N), -1, dtype=torch.long, device=device)
+        self.trace = torch.zeros(N, 2, dtype=torch.long, device=device)
+        self.done = torch.zeros(B, dtype=torch.bool, device=device)
+        self.eos = eos
+
+    def record(self, rows: Rows, tau: torch.Tensor, slots, stopped: torch.Tensor) -> None:
+        """One iteration: every active row's tau [B], the target's cached slots, rows stopped at EOS [B]."""
+        self.done = stopped | (rows.ctx_len - rows.prompt_len >= rows.N)  # [B]
+        self.tau.index_put_((rows.row_id, self.it.expand_as(rows.row_id)), tau)
+        if not isinstance(slots, torch.Tensor):
+            slots = torch.full((), slots, dtype=torch.long, device=tau.device)
+        self.trace.index_copy_(0, self.it.view(1), torch.stack([slots, (rows.ctx_len - 1).sum()]).view(1, 2))
+        self.it = self.it + 1
 
 
 def _prompts(prompts, model: CausalLM):
@@ -198,15 +230,18 @@ def _below_prompt(parents: torch.Tensor, n: int, lengths: torch.Tensor) -> torch
 
 def _unread_prompt(tokens: torch.Tensor, lengths: torch.Tensor):
     """What the target reads with the first tree: (tokens [B, n], real [B, n]), every prompt token
-    but the last (the first root), right-padded; n = max(lengths) - 1 >= 1."""
-    n = int(lengths.max()) - 1
+    but the last (the first root), right-padded; n = max(lengths) - 1 >= 1 (tokens is right-padded
+    to the longest prompt, so n is read off its shape, not off the device)."""
+    n = tokens.shape[1] - 1
     return tokens[:, :n], torch.arange(n, device=tokens.device) < (lengths - 1).unsqueeze(1)
 
 
 def _tree_forward(kv, tree: DraftTree, unread=None):
-    """ONE target forward over the real nodes of every row's tree, packed to the left (parents
-    precede children, so the order is kept) -> (logits [B, N, V] in node layout (rows of padding
-    nodes are zero, never read), order [B, W]: the node of each fed column).
+    """ONE target forward over every row's tree -> (logits [B, N, V] in node layout (rows of
+    padding nodes are never read), order [B, W]: the node of each fed column).
+
+    A static storage takes the tree as it is (padding nodes included: fixed shapes); the others
+    get the real nodes packed to the left (parents precede children, so the order is kept).
 
     unread: None, or (tokens [B, n], real [B, n]): prompt tokens the target has not read yet (all
     but the last, which is the tree's root), right-padded. They go first in the same forward, as
@@ -214,13 +249,17 @@ def _tree_forward(kv, tree: DraftTree, unread=None):
     are not needed): the target reads the prompt and verifies the first draft at once."""
     real = tree.real
     B, N = real.shape
-    W = int(real.sum(1).max())
-    order = torch.sort((~real).long(), dim=1, stable=True).indices[:, :W]  # [B, W]
-    where = torch.zeros(B, N, dtype=torch.long, device=real.device)
-    where.scatter_(1, order, torch.arange(W, device=real.device).expand(B, W))
-    parents = tree.parents.gather(1, order)  # [B, W], node ids
-    parents = torch.where(parents >= 0, where.gather(1, parents.clamp(min=0)), -1)
-    tokens, fed = tree.tokens.gather(1, order), real.gather(1, order)  # [B, W]
+    if getattr(kv, "static", False):
+        W, order = N, torch.arange(N, device=real.device).expand(B, N)
+        tokens, parents, fed = tree.tokens, tree.parents, real
+    else:
+        W = int(real.sum(1).max())
+        order = torch.sort((~real).long(), dim=1, stable=True).indices[:, :W]  # [B, W]
+        where = torch.zeros(B, N, dtype=torch.long, device=real.device)
+        where.scatter_(1, order, torch.arange(W, device=real.device).expand(B, W))
+        parents = tree.parents.gather(1, order)  # [B, W], node ids
+        parents = torch.where(parents >= 0, where.gather(1, parents.clamp(min=0)), -1)
+        tokens, fed = tree.tokens.gather(1, order), real.gather(1, order)  # [B, W]
     if unread is None:
         logits = kv.append(tokens, parents, fed)  # [B, W, V]
     else:
@@ -230,18 +269,16 @@ def _tree_forward(kv, tree: DraftTree, unread=None):
         parents = _below_prompt(parents, n, on.sum(1))
         logits = kv.append(torch.cat([prompt, tokens], 1), torch.cat([chain, parents], 1),
                            torch.cat([on, fed], 1), logits_to_keep=W)  # [B, W, V]
-    if bool(real[:, :W].all()):  # the real nodes already lead every row: order is the identity
-        if W == N:
-            return logits, order
-        pad = logits.new_zeros(B, N - W, logits.shape[-1])  # [B, N - W, V], padding nodes
-        return torch.cat([logits, pad], dim=1), order
+    if W == N and (getattr(kv, "static", False) or bool(real.all())):  # node layout already
+        return logits, order
     full = torch.zeros(B, N, logits.shape[-1], dtype=logits.dtype, device=logits.device)
     full.scatter_(1, order.unsqueeze(-1).expand(-1, -1, logits.shape[-1]), logits)
     return full, order
 
 
-def _check_verdict(verdict, tree: DraftTree, name: str) -> None:
-    """ValueError unless the verdict is a root path of real, verifiable nodes of the tree."""
+def check_verdict(verdict, tree: DraftTree, name: str) -> None:
+    """ValueError unless the verdict is a root path of real, verifiable nodes of the tree (the
+    engine checks the verdicts of verifiers that are not `trusted`)."""
     nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token
     B, N = tree.tokens.shape
     if nodes.dim() != 2 or nodes.shape[0] != B or tuple(tau.shape) != (B,) or tuple(y.shape) != (B,):
@@ -255,75 +292,165 @@ def _check_verdict(verdict, tree: DraftTree, name: str) -> None:
         raise ValueError(f"verifier {name!r}: the accepted nodes are not a root path of the draft tree")
 
 
-class _Run:
-    """The state of one `decode` call: rows, target KV, drafter, counters."""
+@dataclass(frozen=True)
+class _Options:
+    """A `decode` call's settings, checked: N, T, the uniform source, the storage, whether the
+    first tree is verified with the prompt, the EOS ids (None: no stop), the graph mode (None:
+    eager; `speedups.graphs.MODES`) and the per-iteration callback."""
 
-    def __init__(self, target, draft, method, tokens, lengths, N, T, source, storage, verify_in_prefill, eos=None):
-        self.target, self.method, self.N, self.T, self.source, self.eos = target, method, N, T, source, eos
-        B = tokens.shape[0]
+    N: int
+    T: float
+    source: object
+    storage: str
+    verify_in_prefill: bool
+    eos: torch.Tensor | None
+    graphs: str | None
+    on_step: object = None
+
+
+class _Run:
+    """The state of one `decode` call: rows, target KV, drafter, the device-side records."""
+
+    def __init__(self, target, draft, method, tokens, lengths, options: _Options):
+        self.target, self.draft, self.method, self.o = target, draft, method, options
+        self.source = options.source
+        B, longest = tokens.shape
         start = time.perf_counter()
-        self.kv = new_kv(storage, target, B)
+        self.kv = new_kv(options.storage, target, B)
         self.unread = None  # prompt tokens the target reads with the first tree: (tokens, real) [B, n]
-        if verify_in_prefill and int(lengths.max()) > 1:
+        if options.verify_in_prefill and longest > 1:
             self.unread = _unread_prompt(tokens, lengths)
         else:
             self.kv.prefill(tokens, lengths - 1)
         self.drafter = method.drafter()
-        self.drafter.start(draft, tokens, lengths, T, source, storage)
+        self.drafter.start(draft, tokens, lengths, options.T, self.source, options.storage)
+        for kv in (self.kv, getattr(self.drafter, "kv", None)):
+            if hasattr(kv, "reserve"):  # a static storage: room for the longest committed prefix
+                kv.reserve(longest + options.N + ROOM)
         self.prefill_s = time.perf_counter() - start
-        self.prompt_call_tokens = torch.zeros(B, dtype=torch.long)  # emitted by the forward reading the prompt
-        self.rows = Rows(tokens, lengths, N, room=64, vocab_size=target.vocab_size)
-        self.out = torch.zeros(B, N, dtype=torch.long)
-        self.lengths = torch.full((B,), N, dtype=torch.long)  # real tokens per row (< N after EOS)
-        self.accepted, self.trace = [], []
+        self.rows = Rows(tokens, lengths, options.N, room=ROOM, vocab_size=target.vocab_size)
+        self.progress = _Progress(B, options.N, tokens.device, options.eos)
+        self.out = torch.zeros(B, options.N, dtype=torch.long)
+        self.lengths = torch.full((B,), options.N, dtype=torch.long)  # real tokens per row (< N after EOS)
+        self.first_tau = None  # tau of the iteration that read the prompt
+        self.graphs = _graphs(target, options, self)
 
+    @torch.inference_mode()
     def step(self) -> bool:
         """One iteration for every active row; False once every row is done."""
-        rows, verifier = self.rows, self.method.verifier
-        unread, start = self.unread, time.perf_counter()
-        tree = self.drafter.draft(rows)
+        first, start = self.unread is not None, time.perf_counter()
+        tree = self._step("draft", lambda: self.drafter.draft(self.rows), self._roles())
         if not isinstance(tree, DraftTree):
             raise TypeError(f"drafter of {self.method.name!r} returned {type(tree).__name__}, not a DraftTree")
-        tree.check(self.target.vocab_size, rows.row_id.numel(), getattr(verifier, "needs_q", True))
+        if not getattr(self.drafter, "trusted", False):
+            tree.check(self.target.vocab_size, self.rows.row_id.numel(),
+                       getattr(self.method.verifier, "needs_q", True))
+        self.tree = tree
+        self._step("verify", self._verify, self._roles(tree))
+        going = self._go_on()
+        if first:  # this iteration read the prompt: its time and tokens are the prefill's
+            self.prefill_s += time.perf_counter() - start
+        if self.o.on_step is not None:
+            self.o.on_step(self)
+        return going
+
+    def _roles(self, tree=None) -> dict:
+        return {"drafter": self.drafter, "draft_kv": getattr(self.drafter, "kv", None), "rows": self.rows,
+                "kv": self.kv, "progress": self.progress, "tree": tree}
+
+    def _step(self, name: str, fn, roles: dict):
+        """fn() eagerly, or through the captured steps (`speedups.graphs`) where it qualifies."""
+        if self.graphs is None or self.unread is not None:
+            return fn()
+        drafter, verifier = self.drafter, self.method.verifier
+        key = (name, self.o.T, type(drafter).__name__, drafter.capture_key(), type(verifier).__name__,
+               getattr(verifier, "name", None), id(self.target), id(self.draft), id(self.kv.cache),
+               id(getattr(getattr(drafter, "kv", None), "cache", None)))
+        models = [m for m in (self.target, self.draft) if m is not None]
+        return self.graphs.run(key, fn, roles, models, [(self, "source"), (drafter, "source")])
+
+    def _verify(self) -> None:
+        """The target forward over the tree, the rule, the KV keep and the records."""
+        rows, verifier, tree, unread = self.rows, self.method.verifier, self.tree, self.unread
         logits, order = _tree_forward(self.kv, tree, unread)
         if self.method.observe is not None:
             self.method.observe(logits, tree, rows)
         self.drafter.observe(logits, tree, rows)
-        verdict = verifier(probabilities(logits, self.T), tree, self.source, self.T, rows)
-        _check_verdict(verdict, tree, getattr(verifier, "name", self.method.name))
+        verdict = verifier(probabilities(logits, self.o.T), tree, self.source, self.o.T, rows)
+        if not getattr(verifier, "trusted", False):
+            check_verdict(verdict, tree, getattr(verifier, "name", self.method.name))
         keep = torch.zeros_like(tree.real)
         keep[:, 0] = True
         keep.scatter_(1, verdict.nodes.clamp(min=0), verdict.nodes >= 0)
         keep[:, 0] = True
         keep = keep.gather(1, order) & tree.real.gather(1, order)
-        self.kv.commit(keep if unread is None else torch.cat([unread[1], keep], 1))
+        keep = keep if unread is None else torch.cat([unread[1], keep], 1)
+        self.kv.commit(keep, prefix=tree.chain) if getattr(self.kv, "static", False) else self.kv.commit(keep)
         self.drafter.accept(tree, verdict)
         before, tau = rows.ctx_len, verdict.num_accepted
         rows.emit(tree, verdict)
-        self.trace.append((self.kv.slots(), int((rows.ctx_len - 1).sum())))
-        done = torch.zeros_like(tau, dtype=torch.bool)  # [B], rows stopped at EOS
-        if self.eos is not None:
-            done, tau = rows.stop_at(self.eos, before, tau)
-        if unread is not None:  # this iteration read the prompt: its time and tokens are the prefill's
-            self.unread, self.prefill_s = None, self.prefill_s + time.perf_counter() - start
-            self.prompt_call_tokens = tau.cpu() + 1
-        self.accepted.append(tau.cpu())
-        done = done | (rows.ctx_len - rows.prompt_len >= self.N)  # [B]
-        rows.finish(done, self.out, self.N, None if self.eos is None else int(self.eos[0]))
-        self.lengths[rows.row_id[done].cpu()] = (rows.ctx_len - rows.prompt_len)[done].clamp(max=self.N).cpu()
-        if bool(done.all()):
+        stopped = torch.zeros_like(tau, dtype=torch.bool)  # [B], rows stopped at EOS
+        if self.progress.eos is not None:
+            stopped, tau = rows.stop_at(self.progress.eos, before, tau, verdict.nodes.shape[1] + 1)
+        if unread is not None:
+            self.unread, self.first_tau = None, tau
+        self.progress.record(rows, tau, self.kv.slots(), stopped)
+
+    def _go_on(self) -> bool:
+        """The iteration's one host synchronisation: are all rows done, is any? Rows done leave."""
+        done = self.progress.done
+        every, some = torch.stack([done.all(), done.any()]).tolist()
+        if every:
             return False
-        if bool(done.any()):
+        if some:
+            self._finish(done)
             keep_rows = (~done).nonzero().squeeze(1)
-            rows.select(keep_rows)
-            self.kv.select(keep_rows)
-            self.drafter.select(keep_rows)
+            for part in (self.rows, self.kv, self.drafter):
+                part.select(keep_rows)
+            self.progress.done = done[keep_rows]
         return True
+
+    def _finish(self, done: torch.Tensor) -> None:
+        """Copy the rows in `done` [B] out to the host (tokens and lengths)."""
+        rows, N = self.rows, self.o.N
+        rows.finish(done, self.out, N, None if self.progress.eos is None else int(self.progress.eos[0]))
+        self.lengths[rows.row_id[done].cpu()] = (rows.ctx_len - rows.prompt_len)[done].clamp(max=N).cpu()
+
+    def close(self) -> None:
+        """Copy the last rows out and give static buffers back."""
+        self._finish(self.progress.done)
+        for kv in (self.kv, getattr(self.drafter, "kv", None)):
+            if hasattr(kv, "close"):
+                kv.close()
+
+
+def _graphs(target: CausalLM, options: _Options, run: _Run):
+    """The target's `StepGraphs` of the call's mode, where the call can use captured steps: a
+    static storage, a drafter and verifier marked `capturable`, no `observe`, a source that is
+    not a stream (a stream's order of draws lives on the host)."""
+    if options.graphs is None or not getattr(run.kv, "static", False) or run.method.observe is not None:
+        return None
+    if not (getattr(run.drafter, "capturable", False) and getattr(run.method.verifier, "capturable", False)):
+        return None
+    if getattr(options.source, "is_stream", True):
+        return None
+    return target.cache_pool.setdefault(("graphs", options.graphs), StepGraphs(options.graphs))
+
+
+def _graph_mode(graphs, device: torch.device) -> str | None:
+    """`decode`'s `graphs` -> the mode of `speedups.graphs` (None: eager)."""
+    if graphs == "simulate":
+        return "simulate"
+    if graphs is None or graphs is True:
+        return "cuda" if device.type == "cuda" else None
+    if graphs is False:
+        return None
+    raise ValueError(f"graphs: expected None, True, False or 'simulate', got {graphs!r}")
 
 
 def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_tokens: int,
            temperature: float = 0.0, uniforms=None, storage: str = "padded",
-           verify_in_prefill: bool = True, eos_token_id=None) -> DecodeResult:
+           verify_in_prefill: bool = True, eos_token_id=None, *, graphs=None, on_step=None) -> DecodeResult:
     """Speculative decoding of B prompts with one method: drafter -> one target tree forward ->
     verifier -> KV keep, until every row has `max_new_tokens` tokens or has emitted EOS.
 
@@ -335,7 +462,8 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
             `verispec.reference.methods.Method` (run through `verispec.empirical.adapter`).
         max_new_tokens: N >= 1. temperature: T >= 0 (0: greedy; every lossless method then
             reproduces target-only greedy decoding). uniforms: `UniformSource`, an int seed, or
-            None (stream sources need B = 1). storage: one of `kv.STORAGES`.
+            None (stream sources need B = 1). storage: one of `kv.STORAGES` ("static": the
+            preallocated KV of `speedups.static_kv`, no host synchronisation in a step).
         verify_in_prefill: True (default): the drafter drafts from the prompt first, and ONE
             target forward reads the prompt and verifies that draft (as transformers' assisted
             generation does), one target forward fewer than False: a prefill forward of the
@@ -347,6 +475,13 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
             with the (first) EOS id after it, `DecodeResult.lengths` counts its tokens up to and
             including EOS, and its stats count only those (`DecodeStats.accepted_lengths`). The
             law of the tokens up to EOS is unchanged (as transformers' `generate` stops).
+        graphs: keyword only. None or True (default None): on CUDA with storage "static", the
+            draft and verify steps of a method whose drafter and verifier are `capturable` are
+            captured as CUDA graphs and replayed (`speedups.graphs`); eager elsewhere (the same
+            code). False: always eager. "simulate": the capture protocol replayed op by op on
+            any device (a check that a step is capturable, slow).
+        on_step: keyword only. None, or a callable run after every iteration (with the run): e.g.
+            `speedups.syncs.SyncCounter.mark` to count host synchronisations per iteration.
 
     Returns:
         `DecodeResult`: tokens int64 [B, N] on CPU, lengths int64 [B]; `DecodeStats`.
@@ -354,7 +489,8 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
     Raises:
         TypeError / ValueError naming the argument: non-CausalLM models, vocabulary or device
         mismatch, bad prompts, N < 1, negative temperature, unknown storage, a stream source with
-        B > 1, an EOS id that is not an int in [0, V), a drafter returning a malformed tree, a verifier returning a non-path.
+        B > 1, an EOS id that is not an int in [0, V), a bad `graphs`, a drafter returning a
+        malformed tree, a verifier returning a non-path (both checked unless marked `trusted`).
     """
     method = _as_method(method)
     if not isinstance(target, CausalLM):
@@ -373,23 +509,31 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
     if not isinstance(verify_in_prefill, bool):
         raise TypeError(f"verify_in_prefill: expected a bool, got {type(verify_in_prefill).__name__}")
     eos = check_eos(eos_token_id, target.vocab_size, target.device)
-    run = _Run(target, draft, method, tokens, lengths, N, T, source, storage, verify_in_prefill, eos)
-    while run.step():
-        pass
+    options = _Options(N, T, source, storage, verify_in_prefill, eos, _graph_mode(graphs, target.device), on_step)
+    run = _Run(target, draft, method, tokens, lengths, options)
+    try:
+        while run.step():
+            pass
+    finally:
+        run.close()
     return DecodeResult(run.out, _stats(run, method, storage, draft, counts, start), run.lengths)
 
 
 def _stats(run: _Run, method: TorchMethod, storage: str, draft, counts, start) -> DecodeStats:
-    drafter = run.drafter
+    drafter, progress = run.drafter, run.progress
     draft_kv = getattr(drafter, "kv", None)
+    iterations = int(progress.it)
+    tau = progress.tau[:, :iterations].t().reshape(-1).cpu()  # iteration-major, rows in order
+    trace = [tuple(row) for row in progress.trace[:iterations].tolist()]
+    first = run.first_tau.cpu() + 1 if run.first_tau is not None else torch.zeros(run.out.shape[0], dtype=torch.long)
     return DecodeStats(
-        method.name, iterations=len(run.accepted), target_forwards=run.target.forward_count - counts[0],
+        method.name, iterations=iterations, target_forwards=run.target.forward_count - counts[0],
         draft_forwards=(draft.forward_count - counts[1]) if draft is not None else 0,
-        accepted_lengths=torch.cat(run.accepted), wall_time_s=time.perf_counter() - start, storage=storage,
+        accepted_lengths=tau[tau >= 0], wall_time_s=time.perf_counter() - start, storage=storage,
         padded_kv_slots=run.kv.padded_slots + (draft_kv.padded_slots if draft_kv is not None else 0),
         peak_kv_slots=run.kv.peak_slots, peak_draft_kv_slots=draft_kv.peak_slots if draft_kv is not None else 0,
-        kv_trace=run.trace, prefill_time_s=run.prefill_s, draft_rows=drafter.draft_rows, logs=drafter.logs(),
-        prompt_call_tokens=run.prompt_call_tokens)
+        kv_trace=trace, prefill_time_s=run.prefill_s, draft_rows=drafter.draft_rows, logs=drafter.logs(),
+        prompt_call_tokens=first)
 
 
 def _as_method(method) -> TorchMethod:

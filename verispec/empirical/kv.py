@@ -11,6 +11,8 @@ the committed length plus its depth. `commit(keep)` keeps a root path per row an
 - `SequenceKV(model)`: one sequence (B = 1), always compact.
 - `PackedKV(model, batch)`: EMS-SD's unpadded KV and inputs (Ni et al. 2024, arXiv 2405.07542):
   every row's slots in one sequence, owner[slot] = row, only real nodes fed.
+- `StaticKV(model, batch)`: preallocated per layer, appends at device-side slots, commits and
+  rollbacks as index operations, no value read back (`verispec.empirical.speedups.static_kv`).
 
 Counters: `padded_slots` (slots written that hold no real token, plus rejected slots left masked,
 read off the tensors fed and kept) and `peak_slots` (most slots held after a forward).
@@ -20,99 +22,18 @@ from __future__ import annotations
 
 import torch
 
-from .model import (CausalLM, additive_mask, cache_length, crop_cache, gather_cache, select_cache_rows, tree_ancestors,
-                    visible_slots)
+from . import model as model_module
+from .forest import KVState
+from .model import CausalLM, additive_mask, cache_length, crop_cache, gather_cache, select_cache_rows
 from .speedups.attention import new_counting_cache, packed_forward, packed_rows, use_packed_attention
+from .speedups.static_kv import StaticKV
 
-__all__ = ["KVState", "PaddedKV", "SequenceKV", "PackedKV", "STORAGES", "new_kv"]
+__all__ = ["KVState", "PaddedKV", "SequenceKV", "PackedKV", "StaticKV", "STORAGES", "new_kv"]
 
 
 def _packed_positions(pos: torch.Tensor, rows: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
     """Position id of each packed node: its row's committed length + its depth in the forest."""
     return pos[rows] + depth
-
-
-class KVState:
-    """The committed length and the uncommitted forest shared by every storage.
-
-    Attributes:
-        model: the `CausalLM`. pos: int64 [B], each row's committed length (next position id).
-        ancestry: bool [B, m, m] of the uncommitted forest (`model.tree_ancestors`).
-        real: bool [B, m]: which uncommitted nodes hold a real token (the rest is padding).
-        padded_slots, peak_slots: counters (module docstring).
-    """
-
-    def __init__(self, model: CausalLM, batch: int):
-        self.model = model
-        device = model.device
-        self.pos = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
-        self.ancestry = torch.zeros(batch, 0, 0, dtype=torch.bool, device=device)  # [B, m, m]
-        self.real = torch.zeros(batch, 0, dtype=torch.bool, device=device)  # [B, m]
-        self.padded_slots = self.peak_slots = 0
-
-    @property
-    def uncommitted(self) -> int:
-        """m, the number of nodes appended since the last commit."""
-        return self.real.shape[1]
-
-    def _grow(self, parents: torch.Tensor, real: torch.Tensor):
-        """Add n nodes (parents [B, n] in forest numbering, real [B, n]) to the forest; returns
-        (their ancestry rows [B, n, m + n], their depth [B, n])."""
-        B, n = parents.shape
-        m = self.uncommitted
-        if tuple(real.shape) != (B, n) or real.dtype != torch.bool:
-            raise ValueError(f"real: expected a bool tensor of shape {(B, n)}")
-        ancestry = tree_ancestors(parents, self.ancestry)  # [B, m + n, m + n]
-        parent_real = torch.cat([self.real, real], 1).gather(1, parents.clamp(min=0))  # [B, n]
-        orphan = real & (parents >= 0) & ~parent_real
-        if bool(orphan.any()):
-            b, j = (int(i) for i in orphan.nonzero()[0])
-            raise ValueError(f"parents: row {b}, node {m + j} is real but its parent "
-                             f"{int(parents[b, j])} is padding")
-        self.ancestry, self.real = ancestry, torch.cat([self.real, real], 1)
-        new = ancestry[:, m:]  # [B, n, m + n]
-        return new, new.sum(-1) - 1
-
-    def _check_keep(self, keep: torch.Tensor) -> torch.Tensor:
-        """keep [B, m] bool: real nodes forming a root path (each kept node's ancestors kept)."""
-        if not isinstance(keep, torch.Tensor) or keep.dtype != torch.bool or keep.shape != self.real.shape:
-            raise ValueError(f"keep: expected a bool tensor of shape {tuple(self.real.shape)}")
-        if keep.numel():
-            dropped_ancestor = (self.ancestry & ~keep.unsqueeze(1)).any(-1)  # [B, m]
-            deepest = torch.where(keep, self.ancestry.sum(-1), 0).amax(1)  # [B]: a path keeps that many nodes
-            if bool((keep & (~self.real | dropped_ancestor)).any()) or bool((keep.sum(1) != deepest).any()):
-                raise ValueError("keep: must mark a root path of real nodes in every row")
-        return keep
-
-    def _reset(self, kept: torch.Tensor) -> None:
-        self.pos = self.pos + kept.sum(1)
-        B = self.pos.shape[0]
-        self.ancestry = self.ancestry.new_zeros(B, 0, 0)
-        self.real = self.real.new_zeros(B, 0)
-
-    def _select_rows(self, rows: torch.Tensor) -> None:
-        if self.uncommitted:
-            raise RuntimeError("select: commit before selecting rows")
-        self.pos, self.ancestry, self.real = self.pos[rows], self.ancestry[rows], self.real[rows]
-
-    def prefill(self, tokens: torch.Tensor, lengths: torch.Tensor) -> None:
-        """Commit row b's first lengths[b] tokens of tokens [B, n] (right padding), as a chain;
-        rows of one length go through `CausalLM.prefill` where the storage allows (benches reuse it)."""
-        n = int(lengths.max()) if lengths.numel() else 0
-        if n == 0:
-            return
-        tokens = tokens[:, :n]
-        if bool((lengths == n).all()) and self._prefill_whole(tokens):
-            self.pos = lengths.to(self.pos)
-            return
-        parents = (torch.arange(n, device=tokens.device) - 1).expand_as(tokens)  # a chain
-        real = torch.arange(n, device=tokens.device) < lengths.unsqueeze(1)  # [B, n]
-        self.append(tokens, parents, real, logits_to_keep=1)  # a prefill reads no logits
-        self.commit(real)
-
-    def _prefill_whole(self, tokens: torch.Tensor) -> bool:
-        """Commit tokens [B, n] (no padding) with one `CausalLM.prefill`; False if not supported."""
-        return False
 
 
 class PaddedKV(KVState):
@@ -123,8 +44,6 @@ class PaddedKV(KVState):
         self.compact = compact
         self.cache = model.new_cache()
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=model.device)  # [B, S0] committed
-
-    visible = staticmethod(visible_slots)  # what a new node may attend to (a planted-bug test swaps it)
 
     def _prefill_whole(self, tokens) -> bool:
         _, self.cache = self.model.prefill(tokens, logits_to_keep=1)
@@ -138,7 +57,8 @@ class PaddedKV(KVState):
         nodes are meaningless), or [B, k, V] of the last k columns with logits_to_keep = k >= 1
         (the output layer runs on those only)."""
         ancestry, depth = self._grow(parents, real)  # [B, n, m + n], [B, n]
-        mask = additive_mask(self.visible(self.valid, ancestry), self.model.dtype).unsqueeze(1)
+        # what a new node may see: `model.visible_slots`, looked up per call (a planted-bug test replaces it)
+        mask = additive_mask(model_module.visible_slots(self.valid, ancestry), self.model.dtype).unsqueeze(1)
         position = self.pos.unsqueeze(1) + depth  # [B, n]
         logits, self.cache = self.model.forward(tokens, self.cache, position_ids=position, attention_mask=mask,
                                                 logits_to_keep=logits_to_keep)
@@ -331,11 +251,11 @@ class PackedKV(KVState):
 
 #: Storage name -> factory(model, batch).
 STORAGES = {"sequence": SequenceKV, "padded": PaddedKV, "vanilla": lambda m, b: PaddedKV(m, b, compact=False),
-            "packed": PackedKV, "ems": PackedKV}
+            "packed": PackedKV, "ems": PackedKV, "static": StaticKV}
 
 
 def new_kv(storage: str, model: CausalLM, batch: int) -> KVState:
-    """A fresh KV state of kind `storage` ("sequence", "padded", "vanilla", "packed" = "ems").
+    """A fresh KV state of kind `storage` ("sequence", "padded", "vanilla", "packed" = "ems", "static").
 
     Raises:
         ValueError: unknown storage.

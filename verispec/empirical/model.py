@@ -110,7 +110,7 @@ def select_cache_rows(cache, rows: torch.Tensor) -> None:
 
 # --- Tree masks ---
 
-def tree_ancestors(parents: torch.Tensor, prior: torch.Tensor | None = None) -> torch.Tensor:
+def tree_ancestors(parents: torch.Tensor, prior: torch.Tensor | None = None, *, check: bool = True) -> torch.Tensor:
     """Which nodes each node of a forest descends from (itself included).
 
     Args:
@@ -122,13 +122,16 @@ def tree_ancestors(parents: torch.Tensor, prior: torch.Tensor | None = None) -> 
     Returns:
         bool [B, M + N, M + N]: [b, i, k] is True when node k is node i or one of its ancestors.
 
+        check: raise on a bad parent index (reads a value back: a host sync); off where the
+            parents were checked before.
+
     Raises:
         ValueError: a parent index not smaller than its child's.
     """
     B, N = parents.shape
     device = parents.device
     M = 0 if prior is None else prior.shape[1]
-    if bool((parents >= M + torch.arange(N, device=device)).any()):
+    if check and bool((parents >= M + torch.arange(N, device=device)).any()):
         raise ValueError("parents: every node's parent must come before it (parents[b, j] < j)")
     ancestors = torch.eye(M + N, dtype=torch.bool, device=device).expand(B, M + N, M + N).clone()
     if prior is not None:
@@ -203,6 +206,14 @@ class CausalLM:
         vocab_size: V, the number of logits per position.
         device, dtype: of the model's parameters.
         forward_count: forward passes run so far (prefill, chain and tree each count 1).
+        logits_hooks: functions `hook(lm, logits) -> logits or None` applied in order to the
+            float32 logits of every forward (a returned tensor replaces them). They run inside
+            captured steps too (`verispec.empirical.speedups.graphs`), so a hook meant to act on
+            every replay must be tensor operations on the device (no value read back).
+        in_forward: True while `forward` runs the model (module forward hooks can tell the
+            engine's forwards from other callers').
+        cache_pool: {(batch, capacity): [caches]} kept for reuse by the static storage
+            (`verispec.empirical.speedups.static_kv`).
 
     Raises:
         TypeError: `model` is not a torch module with a `config`.
@@ -223,6 +234,9 @@ class CausalLM:
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         self.vocab_size = int(head.out_features if head is not None else model.config.vocab_size)
         self._forwards = [0]  # shared with `with_head_subset` views: their forwards count here
+        self.logits_hooks: list = []
+        self.in_forward = False
+        self.cache_pool: dict = {}
         self._prefill_memo: dict | None = None
         self._head_subset = None  # (ids [|S|], the head over S) on a `with_head_subset` view
         self._subset_heads: dict = {}  # the last gathered head per subset (rows copied once)
@@ -280,6 +294,18 @@ class CausalLM:
         if keep and self._takes_logits_to_keep:
             kwargs["logits_to_keep"], keep = keep, 0
         self.forward_count += 1
+        self.in_forward = True
+        try:
+            logits, cache = self._run(kwargs, keep)
+        finally:
+            self.in_forward = False
+        for hook in self.logits_hooks:
+            replaced = hook(self, logits)
+            logits = logits if replaced is None else replaced
+        return logits, cache
+
+    def _run(self, kwargs: dict, keep: int):
+        """The model's forward -> (logits float32 [B, q, V] (the last `keep` positions if keep), cache)."""
         if self._head_subset is None:
             out = self.model(**kwargs)
             return (out.logits[:, -keep:] if keep else out.logits).float(), out.cache
@@ -326,7 +352,7 @@ class CausalLM:
             self._subset_heads = {key: (ids.to(self.device), head)}
         view = copy.copy(self)
         view._head_subset = self._subset_heads[key]
-        view._prefill_memo, view._subset_heads = None, {}
+        view._prefill_memo, view._subset_heads, view.cache_pool = None, {}, {}
         return view
 
     def prefill(self, input_ids: torch.Tensor, logits_to_keep: int = 0):

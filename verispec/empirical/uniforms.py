@@ -35,25 +35,23 @@ def bernoulli(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draw along the last axis (module docstring): probs [..., V] non-negative rows with
     positive sum (not necessarily normalised: u is scaled by the row sum, as in the reference), u
-    [...] uniforms in [0, 1), one per row -> int64 [...] token ids, never one of probability 0."""
+    [...] uniforms in [0, 1), one per row -> int64 [...] token ids, never one of probability 0.
+    Reads no value back (no host synchronisation)."""
     cdf = probs.cumsum(-1)  # [..., V]
     target = (u.to(cdf.dtype) * cdf[..., -1]).unsqueeze(-1)  # [..., 1]
     index = torch.searchsorted(cdf.contiguous(), target.contiguous(), right=True)  # [..., 1]
     V = probs.shape[-1]
-    index = index.clamp(max=V - 1)
-    # The first id whose cdf exceeds the target has positive probability unless the search ran
-    # off the end (round-off); only then is the full step back needed (it scans every id).
-    if bool((probs.gather(-1, index) > 0).all()):
-        return index.squeeze(-1)
-    return _step_back(probs, index)
+    # The first id whose cdf exceeds the target has positive probability (the cdf rose there)
+    # unless the search ran off the end (round-off: u * sum rounded up to sum); then the draw is
+    # stepped back onto the support, to the last id of positive probability.
+    return torch.where(index[..., 0] < V, index[..., 0], _last_positive(probs))
 
 
-def _step_back(probs: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """The largest id <= index [..., 1] with positive probability in probs [..., V] (0 if none)."""
+def _last_positive(probs: torch.Tensor) -> torch.Tensor:
+    """The largest id with positive probability in probs [..., V] (0 if none) -> [...]."""
     V = probs.shape[-1]
-    ids = torch.arange(V, device=probs.device).expand(probs.shape)  # [..., V]
-    last_positive = torch.where(probs > 0, ids, torch.full_like(ids, -1)).cummax(-1).values  # [..., V]
-    return last_positive.gather(-1, index).squeeze(-1).clamp(min=0)
+    ids = torch.arange(V, device=probs.device)  # [V]
+    return torch.where(probs > 0, ids, -1).amax(-1).clamp(min=0)
 
 
 class UniformSource:

@@ -122,10 +122,13 @@ class AdaptiveChainDrafter(PathsDrafter):
     Logs: "chain_lengths" (tokens drafted per row and iteration), "caps" (the cap in force).
     """
 
+    capturable = False  # each draft forward decides on the host whether a row drafts on
+
     def __init__(self, draft_length: int, max_draft_length: int, threshold: float = 0.4,
                  schedule: str = "heuristic", draft_temperature: float | None = None, guess_length: int = 0,
                  max_ngram: int = 3):
         super().__init__(draft_length, 1, True, draft_temperature)
+        self.chain = False  # unmatched guess nodes are run and not kept: the kept nodes are no prefix
         self.max_length, self.threshold, self.schedule = max_draft_length, threshold, schedule
         self.guess_length, self.max_ngram = guess_length, max_ngram
         self._lengths, self._caps = [], []

@@ -13,7 +13,11 @@ target cache does not hold yet):
   where no child was drawn); `point_mass=True` with q None: deterministic drafts (prompt lookup,
   phrase pools: q = one-hot of each drafted child);
 - paths int64 [B, K, L] or None: node id of path k's (d+1)-th token (-1 past its end) for drafters
-  of K ordered paths (the layout of the multi-path rules); verifiable bool [B, N] or None.
+  of K ordered paths (the layout of the multi-path rules); verifiable bool [B, N] or None;
+- chain (a Python bool): every row's tree is one chain, node j the child of node j - 1, all real
+  (verifiers slice it, a static KV keeps its accepted prefix without moving it); depth (an int or
+  None): a bound of the tree's depth known to the host (verifiers loop that many steps and read
+  no value back to find it).
 
 Drafters here (twins of `verispec.reference.drafters`): `PathsDrafter` (K draft-model paths),
 `PromptLookupDrafter` (n-gram point masses), `RootOnly` (no draft). Trees: `drafters.tree`.
@@ -79,6 +83,8 @@ class DraftTree:
     paths: torch.Tensor | None = None
     verifiable: torch.Tensor | None = None
     info: dict = field(default_factory=dict)  # per-row drafting logs, e.g. the tree's predicted E[A]
+    chain: bool = False
+    depth: int | None = None
 
     def check(self, vocab_size: int, batch: int, needs_q: bool = False) -> None:
         """ValueError naming the field unless this is a well-formed tree for `batch` rows."""
@@ -116,10 +122,22 @@ class Drafter:
     last [B], ctx [B, W], ctx_len [B]); `observe(logits, tree, rows)` after the target forward;
     `accept(tree, verdict)` after verification; `select(rows)` when rows finish; `logs()` -> dict
     of per-iteration logs; `draft_rows` counts the token rows fed to the draft model.
+
+    Flags: `trusted` (the engine checks the trees of a drafter that is not, each iteration,
+    reading values back); `capturable` (its `draft`, `observe`, `accept` read no value back, keep
+    their state in tensor attributes of the drafter and its `kv` and bump only integer counters,
+    so the engine may capture them as CUDA graphs, `verispec.empirical.speedups.graphs`), with
+    `capture_key()` the settings that change what `draft` runs (shapes aside).
     """
 
     needs_model = False
     draft_rows = 0
+    trusted = False
+    capturable = False
+
+    def capture_key(self) -> tuple:
+        """What, besides the state's shapes, tells this drafter's captured steps apart."""
+        return ()
 
     def start(self, draft, tokens, lengths, temperature, source, storage="padded") -> None:
         self.temperature, self.source = temperature, source
@@ -148,7 +166,9 @@ class ModelDrafter(Drafter):
     the draft ran; the accepted node it did not run (at most one) and the new token become pending."""
 
     needs_model = True
+    trusted = True
     draft_vocab = None  # a `draftvocab.DraftVocab` (FR-Spec): the draft's logits over S only
+    chain = False  # every tree is a chain: the draft cache keeps a prefix of what it ran (no move)
 
     def start(self, draft, tokens, lengths, temperature, source, storage="padded") -> None:
         super().start(draft, tokens, lengths, temperature, source, storage)
@@ -164,8 +184,9 @@ class ModelDrafter(Drafter):
     def _feed_pending(self, temperature: float):
         """ONE draft forward of the pending tokens -> (q at the root [B, V], root's forest id [B])."""
         B, device = self.pending.shape[0], self.pending.device
-        parents = torch.tensor([[-1, 0]], device=device).expand(B, 2)
-        real = torch.arange(2, device=device) < self.pending_count.unsqueeze(1)  # [B, 2]
+        column = torch.arange(2, device=device)
+        parents = (column - 1).expand(B, 2)  # [B, 2]: a chain (made on the device: no host data)
+        real = column < self.pending_count.unsqueeze(1)  # [B, 2]
         logits = self.kv.append(self.pending, parents, real)  # [B, 2, V]
         self.draft_rows += 2
         root = self.pending_count - 1
@@ -180,15 +201,16 @@ class ModelDrafter(Drafter):
         keep = torch.zeros(B, m + 1, dtype=torch.bool, device=nodes.device)  # column m absorbs -1
         keep[:, :P] = torch.arange(P, device=nodes.device) < self.pending_count.unsqueeze(1)
         keep.scatter_(1, torch.where(fed >= 0, fed, m), True)
-        self.kv.commit(keep[:, :m])
+        if getattr(self.kv, "static", False):
+            self.kv.commit(keep[:, :m], prefix=self.chain)
+        else:
+            self.kv.commit(keep[:, :m])
         return fed
 
     def accept(self, tree: DraftTree, verdict) -> None:
         nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token  # [B, D], [B], [B]
         fed = self._commit_fed(nodes)
-        missing = tau - (fed >= 0).sum(1)  # accepted tokens the draft never ran: 0 or 1
-        if bool((missing > 1).any()):
-            raise RuntimeError("internal: the draft cache lost an accepted node")
+        missing = tau - (fed >= 0).sum(1)  # accepted tokens the draft never ran: 0 or 1 (tested)
         rows = torch.arange(nodes.shape[0], device=nodes.device)
         deepest = tree.tokens[rows, nodes[rows, (tau - 1).clamp(min=0)].clamp(min=0)]  # [B]
         self.pending = torch.stack([torch.where(missing == 1, deepest, y), y], dim=1)
@@ -207,9 +229,15 @@ class PathsDrafter(ModelDrafter):
     through a node fills it. L draft forwards per iteration (the pending tokens, then L - 1 layers).
     """
 
+    capturable = True
+
     def __init__(self, draft_length: int, num_paths: int = 1, replacement: bool = True,
                  draft_temperature: float | None = None):
         self.L, self.K, self.replacement, self.draft_temperature = draft_length, num_paths, replacement, draft_temperature
+        self.chain = num_paths == 1 and replacement
+
+    def capture_key(self) -> tuple:
+        return self.L, self.K, self.replacement, self.draft_temperature
 
     def _first_tokens(self, q_root):
         """[B, K] depth-1 tokens and lengths [B, K] (0 where q ran out of distinct tokens)."""
@@ -238,8 +266,11 @@ class PathsDrafter(ModelDrafter):
         self.fed = torch.full((B, N), -1, dtype=torch.long, device=device)
         parent_fed = root.unsqueeze(1).expand(B, K)  # forest id of each path's last node
         for d in range(1, L):
-            rep = representatives(paths[:, :, :d], lengths.clamp(max=d))[:, :, d]  # [B, K]
-            is_node = (rep == ks) & (lengths >= d)  # path k owns node (k, d)
+            if K == 1:  # one path owns every node it has
+                rep, is_node = torch.zeros_like(paths[:, :, 0]), lengths >= d  # [B, 1]
+            else:
+                rep = representatives(paths[:, :, :d], lengths.clamp(max=d))[:, :, d]  # [B, K]
+                is_node = (rep == ks) & (lengths >= d)  # path k owns node (k, d)
             m = self.kv.uncommitted
             logits = self.kv.append(paths[:, :, d - 1], parent_fed, is_node)  # [B, K, V]
             self.draft_rows += K
@@ -249,7 +280,7 @@ class PathsDrafter(ModelDrafter):
             if K > 1:  # a path through another path's node reads that node's q
                 q_rows = q_rows.gather(1, rep.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
                 greedy = None if greedy is None else greedy.gather(1, rep)
-            q[:, slots] = q_rows if bool(is_node.all()) else torch.where(is_node.unsqueeze(-1), q_rows, 0.0)
+            q[:, slots] = torch.where(is_node.unsqueeze(-1), q_rows, 0.0)
             paths[:, :, d] = draw(q_rows, self.source.take(B, K, device), greedy)
             parent_fed = m + rep  # forest id of the node each path runs through
         return self._tree(rows.last, paths, lengths, q)
@@ -271,7 +302,7 @@ class PathsDrafter(ModelDrafter):
         tokens, parents, real = by_slot(torch.where(own, paths, 0)), by_slot(torch.where(own, parent, 0)), by_slot(own)
         tokens[:, 0], parents[:, 0], real[:, 0] = last, -1, True
         node_paths = torch.where(depth <= lengths.unsqueeze(-1), slot_of, -1)  # [B, K, L]
-        return DraftTree(tokens, parents, real, q, paths=node_paths)
+        return DraftTree(tokens, parents, real, q, paths=node_paths, chain=self.chain and K == 1, depth=L)
 
 
 def _draw_without_replacement(q, K, u):
@@ -296,6 +327,8 @@ class PromptLookupDrafter(Drafter):
     followed the latest earlier occurrence of the row's longest recurring suffix n-gram, as a
     point-mass chain of 0..L nodes (`verispec.empirical.drafters.lookup.prompt_lookup_batch`)."""
 
+    trusted = True
+
     def __init__(self, draft_length: int, max_ngram: int = 3):
         self.L, self.max_ngram = draft_length, max_ngram
 
@@ -307,7 +340,7 @@ class PromptLookupDrafter(Drafter):
         chain = torch.cat([rows.last.unsqueeze(1), tokens[:, :width]], dim=1)  # [B, 1 + l]
         real = j <= lengths.unsqueeze(1)
         paths = torch.where(j[1:] <= lengths.unsqueeze(1), j[1:], -1).unsqueeze(1)  # [B, 1, l]
-        return DraftTree(chain, (j - 1).expand(B, -1), real, None, point_mass=True, paths=paths)
+        return DraftTree(chain, (j - 1).expand(B, -1), real, None, point_mass=True, paths=paths, depth=width)
 
 
 class RootOnly(Drafter):
@@ -318,27 +351,29 @@ class RootOnly(Drafter):
     target (`logs()`: "top2_margins" float32 [B, N], "runner_up_tokens" int64 [B, N]), to tell
     near-ties apart when another decoder's greedy output diverges."""
 
+    trusted = capturable = True
     margins = runners_up = None
-    step = 0
 
     def observe(self, logits: torch.Tensor, tree: DraftTree, rows) -> None:
         if self.margins is None:  # the first step: every row is active
-            B = rows.row_id.numel()
-            self.margins = torch.zeros(B, rows.N, dtype=torch.float32)
-            self.runners_up = torch.zeros(B, rows.N, dtype=torch.long)
+            B, device = rows.row_id.numel(), logits.device
+            self.margins = torch.zeros(B, rows.N, dtype=torch.float32, device=device)  # [B0, N]
+            self.runners_up = torch.zeros(B, rows.N, dtype=torch.long, device=device)  # [B0, N]
+            self.step = torch.zeros((), dtype=torch.long, device=device)  # on the device: no host counter
         top2 = logits[:, 0].topk(2, dim=-1)  # [b, 2] at the root: the next token's logits
-        ids = rows.row_id.cpu()
-        self.margins[ids, self.step] = (top2.values[:, 0] - top2.values[:, 1]).float().cpu()
-        self.runners_up[ids, self.step] = top2.indices[:, 1].cpu()
-        self.step += 1
+        at = (rows.row_id, self.step.expand_as(rows.row_id))
+        self.margins.index_put_(at, (top2.values[:, 0] - top2.values[:, 1]).float())
+        self.runners_up.index_put_(at, top2.indices[:, 1])
+        self.step = self.step + 1
 
     def logs(self) -> dict:
         if self.margins is None:
             return {}
-        return {"top2_margins": self.margins, "runner_up_tokens": self.runners_up}
+        return {"top2_margins": self.margins.cpu(), "runner_up_tokens": self.runners_up.cpu()}
 
     def draft(self, rows) -> DraftTree:
         B = rows.last.shape[0]
         device = rows.last.device
         return DraftTree(rows.last.unsqueeze(1), torch.full((B, 1), -1, dtype=torch.long, device=device),
-                         torch.ones(B, 1, dtype=torch.bool, device=device), None, point_mass=True)
+                         torch.ones(B, 1, dtype=torch.bool, device=device), None, point_mass=True, chain=True,
+                         depth=0)

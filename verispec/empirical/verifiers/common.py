@@ -32,9 +32,8 @@ def residual(p: torch.Tensor, q: torch.Tensor, weight=1.0) -> torch.Tensor:
     2211.17192) and of block verification (weight w_tau, arXiv 2403.10444)."""
     excess = _excess(p, q, weight)  # [..., V]
     total = excess.sum(-1, keepdim=True)  # [..., 1]
-    if bool((total > 0).all()):  # no row falls back to p: normalise in place
-        return excess.div_(total)
-    return torch.where(total > 0, excess / torch.where(total > 0, total, 1), p)
+    positive = total > 0  # [..., 1]; where not, the law falls back to p (reads no value back)
+    return torch.where(positive, excess.div_(torch.where(positive, total, 1)), p)
 
 
 def positive_mass(p: torch.Tensor, q: torch.Tensor, weight=1.0) -> torch.Tensor:
@@ -124,7 +123,8 @@ def _check_probs(t: torch.Tensor, name: str, used: torch.Tensor | None = None) -
         raise ValueError(f"{name}: probability rows must sum to 1 (tolerance {tol:g} for {t.dtype})")
 
 
-def _check_uniforms(uniforms, B, needed, device):
+def _check_uniforms(uniforms, B, needed, device, validate: bool = True):
+    """Shapes and device; with `validate`, the values too (reading them back: a host sync)."""
     check_tensor(uniforms, "uniforms", 2, "float")
     if uniforms.shape[0] != B:
         raise ValueError(f"uniforms: expected {B} rows (the batch), got {uniforms.shape[0]}")
@@ -132,7 +132,7 @@ def _check_uniforms(uniforms, B, needed, device):
         raise ValueError(f"uniforms: need at least {needed} per row, got {uniforms.shape[1]}")
     if uniforms.device != device:
         raise ValueError(f"uniforms: on {uniforms.device}, tables on {device}")
-    if bool(((uniforms < 0) | (uniforms >= 1) | torch.isnan(uniforms)).any()):
+    if validate and bool(((uniforms < 0) | (uniforms >= 1) | torch.isnan(uniforms)).any()):
         raise ValueError("uniforms: values must lie in [0, 1)")
 
 
@@ -152,7 +152,7 @@ def check_chain(p, q, draft, uniforms, validate):
         raise ValueError(f"q: expected shape [B={B}, L={L}, V={V}] (vocab mismatch?), got {tuple(q.shape)}")
     if q.dtype != p.dtype or q.device != p.device or draft.device != p.device:
         raise ValueError("q: p, q and draft must share dtype and device")
-    _check_uniforms(uniforms, B, L + 1, p.device)
+    _check_uniforms(uniforms, B, L + 1, p.device, validate)
     if validate:
         _check_probs(p, "p")
         _check_probs(q, "q")
@@ -187,7 +187,7 @@ def check_tree(p, q, paths, uniforms, lengths, needed_fn, validate):
         if bool(((lengths < 0) | (lengths > L)).any()):
             raise ValueError(f"lengths: must lie in [0, {L}]")
         lengths = lengths.to(device=p.device, dtype=torch.long)
-    _check_uniforms(uniforms, B, needed_fn(L, K), p.device)
+    _check_uniforms(uniforms, B, needed_fn(L, K), p.device, validate)
     if validate:
         depth = torch.arange(L + 1, device=p.device)
         used = depth[:L] < lengths.unsqueeze(-1)  # [B, K, L]: q rows and tokens read

@@ -78,6 +78,7 @@ class TopDownSelection:
     """
 
     needs_q = True
+    trusted = True
 
     def __init__(self, name: str, truncation: int | None = None):
         if name not in SELECTION_RULES:

@@ -44,9 +44,11 @@ def _verdict(path: torch.Tensor, tau: torch.Tensor, y: torch.Tensor) -> Verdict:
 
 
 class PathRule:
-    """A torch rule of `verispec.empirical.verifiers.RULES` on the tree's K ordered paths."""
+    """A torch rule of `verispec.empirical.verifiers.RULES` on the tree's K ordered paths (a chain
+    tree, `DraftTree.chain`, read as slices: no copy, no value read back)."""
 
     needs_q = True
+    trusted = capturable = True
 
     def __init__(self, name: str):
         if name not in RULES or name == "sample_and_follow":
@@ -58,6 +60,11 @@ class PathRule:
             raise ValueError(f"draft tree: rule {self.name!r} needs the drafter's paths [B, K, L]")
         paths = tree.paths  # [B, K, L], node ids
         B, K, L = paths.shape
+        if tree.chain and self.name in CHAIN_RULES and tree.q is not None:  # node j = depth j: slices
+            out = CHAIN_RULES[self.name](p[:, :L + 1], tree.q[:, :L], tree.tokens[:, 1:L + 1],
+                                         source.peek(B, L + 1, p.device), validate=False)
+            source.advance(out.consumed)
+            return _verdict(paths[:, 0], out.num_accepted, out.tokens.gather(1, out.num_accepted.unsqueeze(1))[:, 0])
         lengths = (paths >= 0).sum(-1)  # [B, K]
         if self.name in ("token", "block"):  # chain rules read path 0, never past its length
             deepest = int(lengths[:, 0].max()) if B else 0  # the uniforms peeked still follow L
@@ -126,18 +133,26 @@ def _chain_by_length(name, p, q, draft, lengths, u):
 
 
 class SampleAndFollow:
-    """OPT-Tree's sample-and-follow on any tree (never reads q; greedy at T = 0, no uniforms)."""
+    """OPT-Tree's sample-and-follow on any tree (never reads q; greedy at T = 0, no uniforms).
+    A tree whose depth bound the host knows (`DraftTree.depth`) is walked that many steps, with
+    no value read back; otherwise its depth is read and the walk stops once every row stopped."""
 
     name = "sample_and_follow"
     needs_q = False
+    trusted = capturable = True
 
     def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
-        depth = tree_ancestors(torch.where(tree.real, tree.parents, -1)).sum(-1) - 1  # [B, N]
-        max_steps = int(torch.where(tree.real, depth, 0).max())
+        known = tree.depth is not None
+        if known:
+            max_steps = min(tree.depth, tree.tokens.shape[1] - 1)
+        else:
+            depth = tree_ancestors(torch.where(tree.real, tree.parents, -1), check=False).sum(-1) - 1  # [B, N]
+            max_steps = int(torch.where(tree.real, depth, 0).max())
         B = p.shape[0]
         greedy = temperature == 0
         u = None if greedy else source.peek(B, max_steps + 1, p.device)
-        path, tau, y = sample_and_follow_nodes(p, tree.tokens, tree.parents, tree.real, u, greedy, max_steps)
+        path, tau, y = sample_and_follow_nodes(p, tree.tokens, tree.parents, tree.real, u, greedy, max_steps,
+                                               early_exit=not known)
         if not greedy:
             source.advance(tau + 1)  # one uniform per visited node, as the reference
         return _verdict(path, tau, y)
@@ -148,6 +163,7 @@ class PointMassTree:
 
     name = "point_mass_tree"
     needs_q = False
+    trusted = True
 
     def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
         verifiable = tree.real if tree.verifiable is None else tree.verifiable & tree.real

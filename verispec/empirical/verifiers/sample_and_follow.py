@@ -16,14 +16,16 @@ __all__ = ["sample_and_follow_nodes"]
 
 
 def sample_and_follow_nodes(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, real: torch.Tensor,
-                            uniforms: torch.Tensor | None, greedy: bool, max_steps: int):
+                            uniforms: torch.Tensor | None, greedy: bool, max_steps: int, early_exit: bool = True):
     """Sample-and-follow on one tree per row (module docstring).
 
     Args:
         p: float [B, N, V] target distribution after every node's root path (node 0 = the root).
         tokens, parents: int64 [B, N] (parents[:, 0] = -1). real: bool [B, N] (padding: False).
         uniforms: float [B, max_steps + 1] (one per visited node; None when greedy).
-        greedy: follow the argmax (T = 0). max_steps: the deepest node's depth.
+        greedy: follow the argmax (T = 0). max_steps: the deepest node's depth (or a bound of it).
+        early_exit: stop the walk once every row has stopped (reads a value back per step: a host
+            synchronisation); False walks all max_steps + 1 steps.
 
     Returns:
         (path [B, max_steps]: node id of the i-th accepted node (0 past tau), tau [B], y [B]).
@@ -48,6 +50,6 @@ def sample_and_follow_nodes(p: torch.Tensor, tokens: torch.Tensor, parents: torc
         tau = tau + enter.long()
         cur = torch.where(enter, child.long().argmax(1), cur)
         alive = enter
-        if not bool(alive.any()):
+        if early_exit and not bool(alive.any()):
             break
     return path, tau, y

@@ -145,6 +145,7 @@ class _PhraseDrafter(Drafter):
     """Shared by both: one prompt, the pool, the emitted sequence, the target's argmax at every
     node of the last tree forward (`observe`) and the pool counters."""
 
+    trusted = True
     output_ngrams = True  # (b): the verified output's n-grams go to the pool
     target_phrases = 0  # phrases the target's verification added (`PhraseOuroborosDrafter` only)
 

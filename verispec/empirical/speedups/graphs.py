@@ -1,0 +1,343 @@
+"""Captured steps: the engine's draft step and verify step replayed as CUDA graphs.
+
+A step (`verispec.empirical.engine`: the drafter's `draft`; the target forward, the rule, the KV
+keep and the bookkeeping) is a fixed sequence of kernels once its shapes are fixed (the static
+storage, `speedups.static_kv`, and a drafter and verifier that read no value back). As vLLM and
+gpt-fast do, the engine captures it once per shape into a `torch.cuda.CUDAGraph` and replays it:
+one launch per step instead of one per op, and the host never waits for the device inside a step.
+
+How a step is captured (`StepGraphs.run`):
+1. The first time a step's signature (`key`) comes, it runs eagerly (a warm-up, on a side stream on
+   CUDA) under a watch: a host synchronisation (`speedups.syncs.SyncCounter`), an op on a host
+   tensor during a CUDA run, or a change to its objects other than tensors and counters marks the
+   signature as not capturable; it then always runs eagerly. The uniforms it draws are recorded.
+2. The second time, its state is copied into static input tensors (every tensor attribute of the
+   objects it uses, the `roles`), and the step is captured. Then, and every later time: the current
+   state is copied into those inputs, fresh uniforms fill a static buffer (`BufferedUniforms`: the
+   step's draws come from it, in the order it takes them), the graph is replayed, the objects'
+   attributes are pointed at the graph's outputs, and the integer counters the step bumps (forward
+   counts, draft rows) are bumped by what the capture saw.
+   The state's copy-in makes a graph independent of the objects of one call: a graph captured for
+   one prompt serves every later prompt of the same shapes (the KV buffers are pooled per model,
+   `static_kv.lease_cache`).
+
+At T > 0 a replayed step draws other uniforms than the eager step would (one draw for the step
+instead of one per request): the same law, another realisation. At T = 0 no draw matters.
+
+``mode="simulate"`` runs the same protocol on any device without CUDA: the capture executes the
+step while recording every aten op (raising on a host synchronisation, as a CUDA capture would),
+and a replay re-executes the recorded ops on the same tensors, writing each result into the tensor
+the capture produced. A step that is only correct when its Python code runs (a value baked into
+the capture, state kept outside the roles) goes wrong under the simulation as it would on a GPU:
+the CPU test of captured decoding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..uniforms import UniformSource
+from .syncs import SyncCounter, from_host
+
+__all__ = ["StepGraphs", "BufferedUniforms", "NotCapturable", "MODES"]
+
+#: "cuda": torch.cuda.CUDAGraph; "simulate": the recorded-op replay (any device, for tests).
+MODES = ("cuda", "simulate")
+
+
+class NotCapturable(RuntimeError):
+    """A step read a value back, or changed its objects in a way a replay cannot repeat."""
+
+
+class BufferedUniforms(UniformSource):
+    """A step's uniforms: while `recording`, passes the real source's through and notes each
+    request's size; while serving, hands out consecutive slices of `buffer` [rows, n] (filled
+    from the real source before every replay). Unused uniforms are dropped, as by `TorchUniforms`."""
+
+    def __init__(self, source: UniformSource):
+        self.source, self.recording, self.requests, self.buffer, self.offset = source, True, [], None, 0
+
+    def peek(self, rows: int, n: int, device=None) -> torch.Tensor:
+        if self.recording:
+            self.requests.append((rows, n))
+            return self.source.peek(rows, n, device)
+        out = self.buffer[:rows, self.offset:self.offset + n]  # [rows, n]
+        self.offset += n
+        return out
+
+    def size(self) -> tuple[int, int]:
+        """(rows, uniforms per row) the step draws."""
+        return max((r for r, _ in self.requests), default=1), sum(n for _, n in self.requests)
+
+
+# --- the simulated graph ---
+
+_SYNC_OPS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default,
+             torch.ops.aten._unique2.default, torch.ops.aten.equal.default}
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, ops: list):
+        super().__init__()
+        self.ops = ops
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _SYNC_OPS:
+            raise NotCapturable(f"{func} inside a captured step (it reads a value back)")
+        out = func(*args, **kwargs)
+        if from_host(func, args, out):
+            raise NotCapturable(f"{func} of host data inside a captured step (a blocking copy)")
+        self.ops.append((func, args, kwargs, out, _kind(func, args, out)))
+        return out
+
+
+def _storages(values) -> set:
+    return {v.untyped_storage().data_ptr() for v in values if isinstance(v, torch.Tensor)}
+
+
+def _kind(func, args, out) -> str:
+    """"mutate" (writes an input), "view" (returned an alias of an input: `to`, `reshape` and the
+    like may or may not, so the capture's own outputs decide) or "fresh"."""
+    schema = func._schema
+    if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+        return "mutate"
+    if any(r.alias_info is not None for r in schema.returns):
+        inputs = _storages([a for a in args if isinstance(a, torch.Tensor)]
+                           + [t for a in args if isinstance(a, (list, tuple)) for t in a])
+        if _storages(out if isinstance(out, (list, tuple)) else [out]) <= inputs:
+            return "view"
+    return "fresh"
+
+
+class _SimulatedGraph:
+    """Capture = run and record the aten ops; replay = rerun them into the captured tensors."""
+
+    def __init__(self):
+        self.ops = []
+
+    def capture(self, fn):
+        with _Recorder(self.ops):
+            return fn()
+
+    def replay(self) -> None:
+        for func, args, kwargs, out, kind in self.ops:
+            if kind == "view":
+                continue
+            result = func(*args, **kwargs)
+            if kind == "fresh":
+                for mine, new in zip(out if isinstance(out, (tuple, list)) else (out,),
+                                     result if isinstance(result, (tuple, list)) else (result,)):
+                    if isinstance(mine, torch.Tensor):
+                        mine.copy_(new)
+
+
+class _CudaGraph:
+    def __init__(self):
+        self.graph = torch.cuda.CUDAGraph()
+
+    def capture(self, fn):
+        with torch.cuda.graph(self.graph):
+            result = fn()
+        self.graph.replay()  # a capture records the kernels without running them
+        return result
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+# --- state: the tensor attributes of the roles ---
+
+def _state(roles: dict) -> dict:
+    """{(role, attribute): tensor} for every tensor attribute of the role objects."""
+    return {(role, name): value for role, obj in roles.items() if obj is not None
+            for name, value in vars(obj).items() if isinstance(value, torch.Tensor)}
+
+
+def _scalars(roles: dict, models) -> dict:
+    """{(role, attribute): int or float} of the roles (bools excluded), and each model's forward count."""
+    out = {(role, name): value for role, obj in roles.items() if obj is not None
+           for name, value in vars(obj).items() if type(value) in (int, float)}
+    out.update({("model", i): m.forward_count for i, m in enumerate(models)})
+    return out
+
+
+def _others(roles: dict) -> dict:
+    """{(role, attribute): (identity, length)} of every other attribute: a change is not replayable."""
+    return {(role, name): (id(value), len(value) if isinstance(value, (list, dict)) else None)
+            for role, obj in roles.items() if obj is not None for name, value in vars(obj).items()
+            if not isinstance(value, torch.Tensor) and type(value) not in (int, float)}
+
+
+def _bind(roles: dict, tensors: dict) -> None:
+    for (role, name), value in tensors.items():
+        setattr(roles[role], name, value)
+
+
+def _flatten(result):
+    """(tensor fields, template) of a step's result: a dataclass (a draft tree) or None."""
+    if result is None:
+        return {}, None
+    return {f.name: getattr(result, f.name) for f in dataclasses.fields(result)
+            if isinstance(getattr(result, f.name), torch.Tensor)}, result
+
+
+@dataclasses.dataclass
+class _Entry:
+    graph: object
+    inputs: dict
+    outputs: dict
+    deltas: dict
+    template: object
+    fields: dict
+    uniforms: BufferedUniforms | None
+
+
+class StepGraphs:
+    """The captured steps of one target model, by signature (module docstring).
+
+    Args:
+        mode: "cuda" or "simulate" (`MODES`).
+
+    Attributes:
+        captured: {key: entry}. eager: signatures found not capturable. replays, captures: counts.
+    """
+
+    def __init__(self, mode: str):
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
+        self.mode = mode
+        self.captured, self.warm, self.eager = {}, {}, set()
+        self.replays = self.captures = 0
+
+    def run(self, name, fn, roles: dict, models=(), sources=()):
+        """Run step `fn()` (returning a dataclass or None) on the objects `roles` ({name: object};
+        the step reads and writes their attributes), capturing it as described in the module
+        docstring. `name`: what, besides the roles' tensor shapes, tells apart steps that run
+        other code (hashable). `models`: the `CausalLM`s it runs (their forward counts are
+        replayed); `sources`: (object, attribute) pairs holding the `UniformSource` it draws from."""
+        key = (name, tuple(sorted((path, tuple(t.shape), t.dtype) for path, t in _state(roles).items())))
+        if key in self.eager:
+            return fn()
+        entry = self.captured.get(key)
+        if entry is not None:
+            return self._replay(entry, roles, models, sources)
+        if key not in self.warm:
+            return self._warm_up(key, fn, roles, sources)
+        return self._capture(key, fn, roles, models, sources)
+
+    def _warm_up(self, key, fn, roles, sources):
+        before = _others(roles)
+        buffered = self._swap_sources(sources)
+        counter = SyncCounter()
+        try:
+            with counter, _HostTensorWatch(self.mode == "cuda") as watch:
+                result = self._side_stream(fn)
+        finally:
+            self._restore(sources, buffered)
+        if counter.total or watch.found or _others(roles) != before:
+            self.eager.add(key)
+        else:
+            self.warm[key] = buffered
+        return result
+
+    def _side_stream(self, fn):
+        if self.mode != "cuda":
+            return fn()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            result = fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        return result
+
+    def _swap_sources(self, sources, buffered: BufferedUniforms | None = None):
+        """Point every (object, attribute) of `sources` at one BufferedUniforms of its source."""
+        for obj, name in sources:
+            current = getattr(obj, name)
+            if buffered is None:
+                buffered = BufferedUniforms(current)
+            buffered.source = current if not isinstance(current, BufferedUniforms) else current.source
+            setattr(obj, name, buffered)
+        return buffered
+
+    @staticmethod
+    def _restore(sources, buffered) -> None:
+        for obj, name in sources:
+            setattr(obj, name, buffered.source)
+
+    def _capture(self, key, fn, roles, models, sources):
+        recorded = self.warm.pop(key)
+        state = _state(roles)
+        inputs = {path: tensor.clone() for path, tensor in state.items()}
+        _bind(roles, inputs)
+        uniforms = None
+        if recorded is not None:
+            uniforms = BufferedUniforms(recorded.source)
+            rows, n = recorded.size()
+            uniforms.buffer = recorded.source.peek(rows, n, _device(state))
+            uniforms.recording = False
+            self._swap_sources(sources, uniforms)
+        before = _scalars(roles, models)
+        graph = _CudaGraph() if self.mode == "cuda" else _SimulatedGraph()
+        try:
+            result = graph.capture(fn)
+        finally:
+            if uniforms is not None:
+                self._restore(sources, uniforms)
+        after = _scalars(roles, models)
+        fields, template = _flatten(result)
+        entry = _Entry(graph, inputs, _state(roles), {k: after[k] - before[k] for k in after if k in before},
+                       template, fields, uniforms)
+        self.captured[key] = entry
+        self.captures += 1
+        return result
+
+    def _replay(self, entry: _Entry, roles, models, sources):
+        for path, tensor in _state(roles).items():  # the key fixes the paths and shapes
+            static = entry.inputs[path]
+            if static is not tensor:
+                static.copy_(tensor)
+        if entry.uniforms is not None:
+            source = getattr(*sources[0])
+            rows, n = entry.uniforms.buffer.shape
+            entry.uniforms.buffer.copy_(source.peek(rows, n, entry.uniforms.buffer.device))
+        entry.graph.replay()
+        self.replays += 1
+        _bind(roles, entry.outputs)
+        scalars = _scalars(roles, models)
+        for (role, name), delta in entry.deltas.items():
+            if role == "model":
+                models[name].forward_count += delta
+            elif delta:
+                setattr(roles[role], name, scalars[role, name] + delta)
+        if entry.template is None:
+            return None
+        return dataclasses.replace(entry.template, **entry.fields)
+
+
+def _device(state: dict):
+    return next(iter(state.values())).device if state else None
+
+
+class _HostTensorWatch(TorchDispatchMode):
+    """During a CUDA warm-up: notes an op on a host tensor (a CUDA graph would not replay it)."""
+
+    def __init__(self, active: bool):
+        super().__init__()
+        self.active, self.found = active, False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.active and not self.found:
+            flat = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, torch.Tensor)]
+            self.found = any(a.device.type == "cpu" and a.dim() > 0 for a in flat)
+        return func(*args, **(kwargs or {}))
+
+    def __enter__(self):
+        return super().__enter__() if self.active else self
+
+    def __exit__(self, *exc):
+        return super().__exit__(*exc) if self.active else False
