@@ -30,6 +30,8 @@ Usage::
 
     python3 benchmarks/gpu_replay.py record ouroboros batched            # kits in .replay/<preset>
     python3 benchmarks/gpu_replay.py replay ouroboros batched --device cuda  # -> benchmarks/results/
+    python3 benchmarks/gpu_replay.py replay graphs --device cuda --graphs both \
+        --target-config benchmarks/configs/qwen2.5-7b-instruct.json       # another target, same decisions
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ import math
 import os
 import shutil
 import sys
-from collections import deque
 from dataclasses import replace
 
 import torch
@@ -53,8 +54,12 @@ from verispec.bench import run as run_module
 from verispec.bench.weights import DEFAULT_DRAFT, DEFAULT_TARGET, ModelPair, convert_gguf
 from verispec.empirical.model import CausalLM
 
-#: The two tables a GPU run is asked for, as their CPU files ran them, at T = 0.
+#: The tables a GPU run is asked for, at T = 0: the two of the first H100 run, as their CPU files
+#: ran them, and "graphs" (the engine's captured steps against target-only and transformers'
+#: assisted generation: 3 HumanEval prompts, 128 tokens, L = 4, OPT-Tree at its default n = 50).
 PRESETS = {
+    "graphs": bench.BenchConfig(prompts=3, max_new_tokens=128, temperatures=(0.0,), draft_length=4, num_paths=3,
+                                dtype="bfloat16", seed=0, methods=("block", "token", "opt_tree", "hf")),
     "ouroboros": bench.BenchConfig(prompts=10, max_new_tokens=128, temperatures=(0.0,), draft_length=4,
                                    num_paths=3, dtype="bfloat16", seed=0,
                                    methods=("ouroboros_phrase", "lookahead", "block", "hf")),
@@ -71,7 +76,7 @@ class ReplayDesync(RuntimeError):
 
 class _Hooks:
     """One forward hook per model of a pair; `paused()` lets forwards through untouched (warm-ups,
-    which run at T = 1 on throwaway prompts and are neither recorded nor replayed)."""
+    which are neither recorded nor replayed)."""
 
     def __init__(self, pair):
         self.active = True
@@ -110,35 +115,102 @@ class Recorder(_Hooks):
         self.trace[role].append((top.to(torch.int32).cpu(), p.cpu()))
 
 
+class DeviceTrace:
+    """One model's recorded decisions on the device, replayed forward by forward with tensor ops only
+    (so a replay inside a captured CUDA graph reads the decision of the forward it is at).
+
+    tokens / logits: int64 / float32 [total], every forward's argmax and its replacement logit,
+    flattened in call order; offsets / shapes: int64 [F] / [F, 2] (where forward i starts, its
+    [B, q]); next: forwards replayed; active: a bool flag (False: forwards pass untouched, the
+    benches' warm-ups); bad: a forward whose [B, q] differs from the recorded one, or one past the
+    recorded forwards."""
+
+    def __init__(self, records: list, vocab_size: int, device):
+        flat = [top.reshape(-1) for top, _ in records] or [torch.zeros(1, dtype=torch.int32)]
+        self.count = len(records)
+        self.tokens = torch.cat(flat).to(device, torch.long)  # [total]
+        self.logits = torch.cat([replacement_logit(p, vocab_size).reshape(-1) for _, p in records]
+                                or [torch.zeros(1)]).to(device)  # [total]
+        sizes = torch.tensor([t.numel() for t, _ in records] or [0], dtype=torch.long)
+        self.offsets = (sizes.cumsum(0) - sizes).to(device)  # [F]
+        self.shapes = torch.tensor([list(t.shape) for t, _ in records] or [[0, 0]], dtype=torch.long).to(device)
+        self.next = torch.zeros((), dtype=torch.long, device=device)
+        self.active = torch.ones((), dtype=torch.bool, device=device)
+        self.bad = torch.zeros((), dtype=torch.bool, device=device)
+
+    def replace(self, logits: torch.Tensor) -> torch.Tensor:
+        """The recorded decision for this forward: logits float32 [B, q, V] -> [B, q, V] (all 0 but
+        the recorded argmax's replacement logit) while active, unchanged otherwise."""
+        B, q, V = logits.shape
+        at = self.next.clamp(max=max(self.count - 1, 0)).view(1)  # [1]
+        index = (self.offsets.index_select(0, at) + torch.arange(B * q, device=logits.device)).clamp(
+            max=self.tokens.numel() - 1)  # [B q]
+        top = self.tokens.index_select(0, index).view(B, q, 1)
+        value = self.logits.index_select(0, index).view(B, q, 1)
+        shape = self.shapes.index_select(0, at)[0]  # [2]
+        in_step = (shape[0] == B) & (shape[1] == q) & (self.next < self.count)
+        self.bad |= self.active & ~in_step
+        self.next += self.active.long()
+        replaced = torch.zeros((B, q, V), dtype=torch.float32, device=logits.device).scatter_(-1, top, value)
+        return torch.where(self.active, replaced, logits.float())
+
+
 class Replayer(_Hooks):
-    """Replaces each forward's logits by the recorded decision (module docstring, step 2)."""
+    """Replaces each forward's logits by the recorded decision (module docstring, step 2): the
+    engine's forwards through `CausalLM.logits_hooks` (captured with the steps), every other
+    forward (transformers' assisted generation, a prefill timed alone) through a forward hook on the
+    model. Both read one `DeviceTrace` per model."""
 
     def __init__(self, pair, trace: dict):
-        self.queues, self.used = {}, {role: 0 for role in ROLES}
+        self.pair = pair
+        self.traces = {role: DeviceTrace(trace[role], getattr(pair, role).vocab_size, getattr(pair, role).device)
+                       for role in ROLES}
+        self.logits_hooks = {}
         for role in ROLES:
-            model = getattr(pair, role)
-            self.queues[role] = deque((top.to(model.device, torch.long),
-                                       replacement_logit(p, model.vocab_size).to(model.device))
-                                      for top, p in trace[role])
+            self.logits_hooks[role] = self._engine_hook(role)
+            getattr(pair, role).logits_hooks.append(self.logits_hooks[role])
         super().__init__(pair)
 
+    def _engine_hook(self, role):
+        def hook(lm, logits):
+            return self.traces[role].replace(logits)
+        return hook
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Forwards pass untouched: the module hooks return at once, and the engine's logits hooks
+        (which captured steps replay without Python) read a device flag that is now False."""
+        for trace in self.traces.values():
+            trace.active.fill_(False)
+        try:
+            with super().paused():
+                yield
+        finally:
+            for trace in self.traces.values():
+                trace.active.fill_(True)
+
     def on_forward(self, role, output):
-        B, q, V = output.logits.shape
-        n = self.used[role]
-        if not self.queues[role]:
-            raise ReplayDesync(f"{role}: forward {n + 1} was not in the recorded run ({n} forwards)")
-        top, value = self.queues[role].popleft()  # [B, q] each
-        if tuple(top.shape) != (B, q):
-            raise ReplayDesync(f"{role}: forward {n + 1} returns [B, q] = {[B, q]}, the recorded one "
-                               f"{list(top.shape)}")
-        self.used[role] = n + 1
-        logits = torch.zeros((B, q, V), dtype=torch.float32, device=output.logits.device)  # [B, q, V]
-        output.logits = logits.scatter_(-1, top.unsqueeze(-1), value.unsqueeze(-1))
+        if getattr(self.pair, role).in_forward:  # an engine forward: its logits hook replaces them
+            return None
+        output.logits = self.traces[role].replace(output.logits)
         return output
+
+    def remove(self) -> None:
+        super().remove()
+        for role, hook in self.logits_hooks.items():
+            getattr(self.pair, role).logits_hooks.remove(hook)
+
+    def used(self) -> dict:
+        """Forwards replayed per model."""
+        return {role: int(trace.next) for role, trace in self.traces.items()}
 
     def left(self) -> dict:
         """Recorded forwards not replayed, per model (all zero after a replay in step)."""
-        return {role: len(queue) for role, queue in self.queues.items()}
+        return {role: trace.count - int(trace.next) for role, trace in self.traces.items()}
+
+    def out_of_step(self) -> list:
+        """The models whose replay met a forward of another [B, q] than recorded, or one too many."""
+        return [role for role, trace in self.traces.items() if bool(trace.bad)]
 
 
 def replacement_logit(p: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -209,13 +281,15 @@ def replay_run(name: str, config, pair, prompts, trace: dict, recorded: dict, ou
         replayer.remove()
     left, want, got = replayer.left(), tokens_of(recorded), tokens_of(results)
     differ = sorted(key for key in want if got.get(key) != want[key])
-    if any(left.values()) or differ or set(got) != set(want):
-        raise ReplayDesync(f"replay out of step: forwards left {left}, records whose tokens differ {differ}")
+    bad = replayer.out_of_step()
+    if any(left.values()) or differ or set(got) != set(want) or bad:
+        raise ReplayDesync(f"replay out of step: forwards left {left}, a forward of another shape or one too "
+                           f"many in {bad}, records whose tokens differ {differ}")
     results["projection"] = {
         "what": "projected: both architectures with random weights, each forward's logits replaced by the "
                 "argmax and its probability recorded on the real pair (benchmarks/gpu_replay.py)",
         "recorded_on": recorded["environment"], "recorded_config": recorded["config"],
-        "forwards_replayed": dict(replayer.used), "records_token_identical": len(want),
+        "forwards_replayed": replayer.used(), "records_token_identical": len(want),
         "not_projected": ["T = 1 (sampling reads whole distributions)", "the GPU's own bf16 near-ties"],
     }
     write_json_atomic(output, results)
@@ -270,19 +344,42 @@ def assisted_generation_as_recorded(sklearn_available: bool):
         candidate_generator.is_sklearn_available = original
 
 
-def random_pair(kit: str, device: str) -> ModelPair:
-    """Both architectures from the kit's configs, random weights, bf16, built on `device`."""
+def target_config(kit: str, path: str | None, vocab_size: int):
+    """The target's transformers config: the kit's (the recorded target), or the `config.json` at
+    `path` (any architecture, e.g. benchmarks/configs/qwen2.5-7b-instruct.json) with its vocabulary
+    set to `vocab_size`, the recorded pair's: the tokenizer's ids. Returns (config, note)."""
+    from transformers import AutoConfig
+
+    if path is None:
+        return AutoConfig.from_pretrained(os.path.join(kit, "target")), "the recorded target's config.json"
+    config = AutoConfig.from_pretrained(path)
+    note = f"{path}"
+    if config.vocab_size != vocab_size:
+        # Qwen2.5-7B's embedding has 152,064 rows for a tokenizer of 151,665 ids (padded to a multiple
+        # of 128); the 0.5B draft's 151,936. No token id reaches the rows past the tokenizer's, and
+        # transformers' assisted generation treats models of unequal vocab_size as models of
+        # different tokenizers (another algorithm), so the projected target keeps the draft's rows.
+        note += f", vocab_size {config.vocab_size} -> {vocab_size} (the recorded pair's token ids)"
+        config.vocab_size = vocab_size
+    return config, note
+
+
+def random_pair(kit: str, device: str, target_path: str | None = None) -> ModelPair:
+    """Both architectures from the kit's configs (the target's from `target_path` when given,
+    `target_config`), random weights, bf16, built on `device`. The pair's `note` says what the target is."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+    draft_config = AutoConfig.from_pretrained(os.path.join(kit, "draft"))
+    configs = {"target": target_config(kit, target_path, draft_config.vocab_size), "draft": (draft_config, "")}
     models = []
     for seed, role in enumerate(ROLES):
         torch.manual_seed(seed)
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(os.path.join(kit, role)),
-                                                     dtype=torch.bfloat16, attn_implementation="sdpa")
+            model = AutoModelForCausalLM.from_config(configs[role][0], dtype=torch.bfloat16, attn_implementation="sdpa")
         model.generation_config = GenerationConfig.from_pretrained(os.path.join(kit, role))  # the hf peer's
         models.append(CausalLM(model, name=f"{role} architecture, random weights"))
-    return ModelPair(*models, AutoTokenizer.from_pretrained(os.path.join(kit, "target")))
+    pair = ModelPair(*models, AutoTokenizer.from_pretrained(os.path.join(kit, "target")))
+    return pair, configs["target"][1]
 
 
 def forward_costs(pair, device: str, context: int = 118, rows=(1, 2, 4, 8, 16, 32, 64), repeats: int = 10) -> dict:
@@ -326,27 +423,40 @@ def _load_kit(kit: str) -> tuple[dict, list, dict]:
     return recorded, prompts, torch.load(os.path.join(kit, "trace.pt"))
 
 
-def replay(presets, kit_root: str, device: str, out_dir: str) -> dict:
-    """Step 2 (module docstring) for each preset, from ``kit_root/<preset>``, on one pair built on
-    `device`; writes ``out_dir/bench_<preset>_<device name>_projected.json`` (+ PNG) with the
-    forward costs of both models on that device. Returns {preset: results}."""
-    pair = random_pair(os.path.join(kit_root, presets[0]), device)
-    slug = "cpu"
+def _slug(device: str) -> str:
     if str(device).startswith("cuda"):
-        slug = torch.cuda.get_device_name(torch.device(device)).lower().replace(" ", "-")
-    done, outputs = {}, {name: os.path.join(out_dir, f"bench_{name}_{slug}_projected.json") for name in presets}
+        return torch.cuda.get_device_name(torch.device(device)).lower().replace(" ", "-")
+    return "cpu"
+
+
+def replay(presets, kit_root: str, device: str, out_dir: str, target_path: str | None = None,
+           graphs=(True,), plot: bool = True) -> dict:
+    """Step 2 (module docstring) for each preset, from ``kit_root/<preset>``, on one pair built on
+    `device` (the target from `target_path` when given, `target_config`), once per CUDA-graph
+    setting in `graphs`; writes ``out_dir/bench_<preset>[_<target>]_<device name>[_eager]_projected.json``
+    (+ PNG when `plot`) with the forward costs of both models on that device. Returns
+    {(preset, graphs): results}."""
+    pair, note = random_pair(os.path.join(kit_root, presets[0]), device, target_path)
+    tag = "" if target_path is None else "_" + os.path.splitext(os.path.basename(target_path))[0]
+    done, outputs = {}, {}
     for name in presets:
         recorded, prompts, trace = _load_kit(os.path.join(kit_root, name))
-        output = outputs[name]
-        with assisted_generation_as_recorded(recorded["environment"]["scikit_learn"] is not None):
-            done[name] = replay_run(name, replace(PRESETS[name], device=device, threads=0), pair, prompts, trace,
-                                    recorded, output)
-        print(f"{name}: {done[name]['projection']['forwards_replayed']} forwards replayed, "
-              f"{done[name]['projection']['records_token_identical']} records token-identical -> {output}", flush=True)
+        for on in graphs:
+            output = os.path.join(out_dir, f"bench_{name}{tag}_{_slug(device)}{'' if on else '_eager'}_projected.json")
+            config = replace(PRESETS[name], device=device, threads=0)
+            if hasattr(config, "graphs"):
+                config = replace(config, graphs=on)
+            with assisted_generation_as_recorded(recorded["environment"]["scikit_learn"] is not None):
+                results = replay_run(name, config, pair, prompts, trace, recorded, output, plot)
+            results["projection"]["target"] = note
+            done[name, on], outputs[name, on] = results, output
+            print(f"{name} (graphs {'on' if on else 'off'}): {results['projection']['forwards_replayed']} forwards "
+                  f"replayed, {results['projection']['records_token_identical']} records token-identical -> {output}",
+                  flush=True)
     costs = forward_costs(pair, device)  # after the runs: the replays' hooks are off
-    for name, results in done.items():
+    for key, results in done.items():
         results["forward_costs_s"] = costs
-        write_json_atomic(outputs[name], results)
+        write_json_atomic(outputs[key], results)
     return done
 
 
@@ -358,12 +468,19 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda", help="replay: the device (default cuda)")
     parser.add_argument("--out-dir", default=os.path.join("benchmarks", "results"), help="replay: where results go")
     parser.add_argument("--threads", type=int, default=2, help="record: torch threads (default 2)")
+    parser.add_argument("--target-config", help="replay: a config.json for the target (any architecture; the "
+                                                "vocabulary is set to the recorded pair's), e.g. "
+                                                "benchmarks/configs/qwen2.5-7b-instruct.json")
+    parser.add_argument("--graphs", default="on", choices=("on", "off", "both"),
+                        help="replay: the engine's CUDA graphs (default on; both: one file each)")
+    parser.add_argument("--no-plot", action="store_true", help="replay: no PNG")
     args = parser.parse_args(argv)
     if args.step == "record":
         for name in args.presets:
             record(name, os.path.join(args.kit_root, name), args.threads)
     else:
-        replay(args.presets, args.kit_root, args.device, args.out_dir)
+        graphs = {"on": (True,), "off": (False,), "both": (True, False)}[args.graphs]
+        replay(args.presets, args.kit_root, args.device, args.out_dir, args.target_config, graphs, not args.no_plot)
     return 0
 
 

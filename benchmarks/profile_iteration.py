@@ -39,6 +39,7 @@ split of an iteration holds, its accepted lengths are the random models'. Writes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -46,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import time
+import types
 
 import torch
 
@@ -176,7 +178,7 @@ def profile(target, draft, prompts, method, max_new_tokens: int, temperature: fl
         for prompt in prompts:
             timeline.events = []
             result = engine.decode(target, draft, prompt, _timed_method(method, timeline), max_new_tokens,
-                                   temperature, uniforms=seed, storage="sequence")
+                                   temperature, uniforms=seed, **eager_storage(engine))
             timeline.mark("end")
             first = next(i for i, (name, _) in enumerate(timeline.events) if name == "draft_start")
             # the first iteration's target forward reads the prompt too (`engine.decode`): not a typical one
@@ -189,6 +191,77 @@ def profile(target, draft, prompts, method, max_new_tokens: int, temperature: fl
     out = _summary(iterations)
     out.update(block_efficiency=float(torch.cat(taus).double().mean()) + 1.0, tokens=tokens)
     return out
+
+
+def eager_storage(engine) -> dict:
+    """`decode`'s storage arguments for the timeline split: the bench's static KV run eagerly (an
+    older checkout, `--code`, without it: "sequence")."""
+    if "static" in getattr(engine, "STORAGES", ()):
+        return {"storage": "static", "graphs": False}
+    return {"storage": "sequence"}
+
+
+@contextlib.contextmanager
+def stubbed_forwards(models):
+    """Every model's forward returns logits of zeros of the shape it would return, running no layer
+    and writing no KV: what is left of a decode is everything outside the forwards (the engine's
+    ops, captured steps included). The decisions change (every argmax is token 0), the shapes of a
+    fixed-shape iteration (target-only, token, block) do not."""
+    patched = []
+    for lm in models:
+        module = lm.model
+
+        def stub(input_ids=None, cache=None, logits_to_keep=0, lm=lm, **kwargs):
+            q = logits_to_keep if logits_to_keep else input_ids.shape[1]
+            return types.SimpleNamespace(logits=torch.zeros(input_ids.shape[0], q, lm.vocab_size, dtype=lm.dtype,
+                                                            device=lm.device), cache=cache)
+
+        module.forward = stub  # an instance attribute: nn.Module.__call__ runs it
+        patched.append(module)
+    try:
+        yield
+    finally:
+        for module in patched:
+            del module.forward
+
+
+def _per_iteration(target, draft, prompts, method, tokens: int, temperature: float) -> float:
+    """Seconds per iteration after the one that reads the prompt (the decode phase), over the
+    prompts, CUDA graphs on where the device has them (the bench's setting)."""
+    from verispec.empirical import engine
+
+    seconds, iterations = 0.0, 0
+    for prompt in prompts:
+        result = engine.decode(target, draft, prompt, method, tokens, temperature, uniforms=0, storage="static",
+                               graphs=True)  # the run ends with a host sync: the time is the device's
+        seconds += result.stats.wall_time_s - result.stats.prefill_time_s
+        iterations += result.stats.iterations - 1
+    return seconds / max(iterations, 1)
+
+
+def outside_share(target, draft, prompts, method, tokens: int, temperature: float, repeats: int) -> dict:
+    """The share of decode time outside the forwards, for a method whose iterations have fixed
+    shapes: seconds per iteration of the bench's decode (static KV, CUDA graphs where the device has
+    them) and of the same decode with the forwards stubbed (`stubbed_forwards`), each the median of
+    `repeats` runs after a warm-up (captures) run; share = stubbed / full, both measured."""
+    models = [m for m in (target, draft) if m is not None]
+
+    def graphs_out() -> dict:  # the target's captured steps, taken out of its pool
+        return {key: target.cache_pool.pop(key) for key in list(target.cache_pool) if key[0] == "graphs"}
+
+    kept = graphs_out()  # captured before: the stubbed decode must capture its own steps
+    full = [_per_iteration(target, draft, prompts, method, tokens, temperature) for _ in range(repeats + 1)]
+    decode_graphs = graphs_out()
+    with stubbed_forwards(models):
+        stub = [_per_iteration(target, draft, prompts, method, tokens, temperature) for _ in range(repeats + 1)]
+    graphs_out()  # the stubbed steps' graphs are dropped
+    target.cache_pool.update({**decode_graphs, **kept})
+    full_s, stub_s = statistics.median(full[1:]), statistics.median(stub[1:])
+    return {"seconds_per_iteration": full_s, "outside_seconds_per_iteration": stub_s, "outside_share": stub_s / full_s,
+            "graphs": str(target.device).startswith("cuda"), "runs": {"full": full[1:], "stubbed": stub[1:]},
+            "how": "measured: decode seconds per iteration (after the prompt's), static KV, CUDA graphs on CUDA; "
+                   "the same with every model forward replaced by a stub returning zero logits of its shape; "
+                   "share = stubbed / full"}
 
 
 class _OpClock:
@@ -222,7 +295,7 @@ def top_ops(target, draft, prompt, method, max_new_tokens: int, temperature: flo
     try:
         with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
             result = engine.decode(target, draft, prompt, method, max_new_tokens, temperature, uniforms=0,
-                                   storage="sequence")
+                                   **eager_storage(engine))
     finally:
         clock.remove()
     totals = {}
@@ -303,7 +376,8 @@ def _load(args):
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from gpu_replay import random_pair
 
-        pair, reason = random_pair(args.kit, args.device), "the kit's architectures, random weights, bf16"
+        pair, note = random_pair(args.kit, args.device, args.target_config)
+        reason = f"the kit's architectures, random weights, bf16 (target: {note})"
         with open(os.path.join(args.kit, "prompts.json")) as handle:
             texts = json.load(handle)[:args.prompts]
     else:
@@ -333,6 +407,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--vocab", type=int, default=64, help="vocabulary of the --tiny models")
     parser.add_argument("--kit", help="a benchmarks/gpu_replay.py kit: the pair's architectures with random "
                                       "weights (where the weights cannot travel; the split holds, tau does not)")
+    parser.add_argument("--outside", action="store_true",
+                        help="also the share of decode time outside the forwards with the bench's setting "
+                             "(static KV, CUDA graphs on CUDA): a decode with the forwards stubbed against the "
+                             "full one (methods of fixed shapes: target_only, token, block)")
+    parser.add_argument("--target-config", help="with --kit: the target from this config.json (gpu_replay.py)")
     parser.add_argument("--output", help="default: benchmarks/results/profile_iteration_<device>.json")
     return parser
 
@@ -402,6 +481,11 @@ def _print(name: str, method, run: dict) -> None:
               f"{median['fraction_of_target_forward'][part]:7.1%}")
     print(f"  verifier overhead (post-target + verifier): {median['verifier_overhead_fraction']:.1%}; "
           f"everything but forwards: {median['non_forward_fraction']:.1%} of a target forward")
+    if "outside_forwards" in run:
+        outside = run["outside_forwards"]
+        print(f"  bench setting: {outside['seconds_per_iteration'] * 1e3:.3f} ms per iteration, "
+              f"{outside['outside_seconds_per_iteration'] * 1e3:.3f} ms with the forwards stubbed: "
+              f"{outside['outside_share']:.1%} of decode time outside the forwards")
     for op in run.get("top_ops", {}).get("ops", []):
         print(f"    {op['name']:40} {op['calls']:6d} calls  {op['self_ms_per_iteration']:8.3f} ms/iteration")
 
@@ -423,10 +507,13 @@ def main(argv=None) -> dict:
                                          f"profile_iteration_{args.device.split(':')[0]}.json")
     load_before, results, todo = os.getloadavg(), {}, _methods(args)
     for name, method in todo:
-        engine.decode(target, draft, prompts[0], method, 4, args.temperature, uniforms=0, storage="sequence")  # warm-up
+        engine.decode(target, draft, prompts[0], method, 4, args.temperature, uniforms=0, **eager_storage(engine))
         runs = [profile(target, draft, prompts, method, args.tokens, args.temperature) for _ in range(args.repeats)]
         results[name] = {"params": method.params, "runs": runs, "median": _median_summary(runs),
                          "tokens": runs[0]["tokens"]}
+        if args.outside:
+            results[name]["outside_forwards"] = outside_share(target, draft, prompts, method, args.tokens,
+                                                              args.temperature, args.repeats)
         if args.ops:
             results[name]["top_ops"] = top_ops(target, draft, prompts[0], method, args.tokens, args.temperature,
                                                args.ops)

@@ -314,6 +314,8 @@ def _add_bench(sub) -> None:
     p.add_argument("--stop-at-eos", action="store_true",
                    help="every method (hf included) stops at the tokenizer's EOS instead of always generating "
                         "--max-new-tokens tokens (not with --batch-size)")
+    p.add_argument("--no-graphs", dest="graphs", action="store_false",
+                   help="on CUDA: run the draft and verify steps eagerly instead of as captured CUDA graphs")
     p.add_argument("--output", default=None, help="JSON path (default benchmarks/results/bench_real_<device>.json)")
     p.add_argument("--fresh", action="store_true", help="discard an existing output file instead of resuming")
     p.add_argument("--no-plot", action="store_true", help="skip the matplotlib plot")
@@ -432,7 +434,8 @@ def _run_bench(args) -> int:
                                max_new_tokens=args.max_new_tokens or 128,
                                methods=args.methods or bench.DEFAULT_METHODS,
                                temperatures=args.temperatures or (0.0, 1.0), draft_length=args.draft_length,
-                               num_paths=args.num_paths, stop_at_eos=args.stop_at_eos, **common)
+                               num_paths=args.num_paths, stop_at_eos=args.stop_at_eos, graphs=args.graphs,
+                               **common)
     try:
         specs = [bench.parse_method(m, config.draft_length, config.num_paths) for m in config.methods]
     except ValueError as err:

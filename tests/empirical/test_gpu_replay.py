@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 import types
+from dataclasses import replace
 
 import pytest
 
 from ..scripts import load_script
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 
 from verispec import bench  # noqa: E402
 from verispec.bench import batched  # noqa: E402
@@ -78,6 +79,33 @@ def test_a_trace_out_of_step_is_refused(script, recorded, tmp_path, edit):
                           str(tmp_path / "r.json"), plot=False)
 
 
+def test_replay_inside_captured_steps(script, recorded, tmp_path):
+    """The engine's forwards replayed through its logits hooks inside captured steps (the CPU
+    simulation of CUDA graphs, `speedups.graphs`): the recorded tokens, every forward in step."""
+    results, trace = recorded["ouroboros"]
+    config = replace(CONFIG, graphs="simulate")
+    replayed = script.replay_run("ouroboros", config, _pair(7), PROMPTS, trace, results, str(tmp_path / "r.json"),
+                                 plot=False)
+    assert script.tokens_of(replayed) == script.tokens_of(results)
+    block = [r for key, r in replayed["records"].items() if key.startswith("block|")]
+    assert block and all(r["replayed_steps"] > 0 for r in block)  # the steps were captured and replayed
+
+
+def test_a_target_from_another_config(script, tmp_path):
+    """`--target-config`: any architecture's config.json, its vocabulary set to the recorded pair's."""
+    kit = tmp_path / "kit"
+    for role, seed in (("target", 0), ("draft", 1)):
+        tiny(64, seed).model.config.save_pretrained(kit / role)
+        tiny(64, seed).model.generation_config.save_pretrained(kit / role)
+    _byte_tokenizer(str(kit / "target"))
+    other = transformers.Qwen2Config(vocab_size=96, hidden_size=48, num_hidden_layers=3, num_attention_heads=6,
+                                     num_key_value_heads=2, intermediate_size=64)
+    other.save_pretrained(tmp_path / "other")
+    pair, note = script.random_pair(str(kit), "cpu", str(tmp_path / "other" / "config.json"))
+    assert pair.target.vocab_size == pair.draft.vocab_size == 64 and "96 -> 64" in note
+    assert pair.target.model.config.num_hidden_layers == 3 and pair.target.dtype == torch.bfloat16
+
+
 def test_replayed_logits_give_the_recorded_token_its_probability(script):
     p = torch.tensor([[1 / 64 + 1e-3, 0.4, 0.999999, 1.0]])  # [B, q]
     x = script.replacement_logit(p, 64)
@@ -117,7 +145,7 @@ def test_a_kit_replays_from_its_files(script, tmp_path, monkeypatch):
     monkeypatch.setitem(script.PRESETS, "ouroboros", bench.BenchConfig(**{**CONFIG.__dict__, "dtype": "bfloat16"}))
     done = script.replay(["ouroboros"], str(tmp_path / "kits"), "cpu", str(tmp_path / "out"))
     stored = json.load(open(tmp_path / "out" / "bench_ouroboros_cpu_projected.json"))
-    assert script.tokens_of(stored) == script.tokens_of(results) == script.tokens_of(done["ouroboros"])
+    assert script.tokens_of(stored) == script.tokens_of(results) == script.tokens_of(done["ouroboros", True])
     assert stored["projection"]["records_token_identical"] == len(results["records"])
     assert set(stored["forward_costs_s"]) == set(script.ROLES)
     assert not (kit / "draft" / "tokenizer.json").exists()  # the tokenizer travels once

@@ -41,10 +41,10 @@ def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, poo
             return hf_assisted(pair.target, None, prompt, N, T, seed=seed, prompt_lookup_num_tokens=10,
                                eos_token_id=eos)
         method, needs_draft = build_method(spec, pair, config, T, pools)
-        # target-only decodes as the engine's baseline always has: the padded KV (one row)
-        storage = "padded" if spec.name == "target_only" else "sequence"
+        # every method, target-only included, on the static KV (no host sync in a step; CUDA graphs
+        # of the draft and verify steps on CUDA unless config.graphs is off)
         return decode(pair.target, pair.draft if needs_draft else None, prompt, method, N, T, uniforms=seed,
-                      storage=storage, eos_token_id=eos)
+                      storage="static", eos_token_id=eos, graphs=getattr(config, "graphs", True))
 
 
 def eos_token_id(config, pair):

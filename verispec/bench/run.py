@@ -50,18 +50,22 @@ class BenchConfig:
     seed: int = 0
     device_map: str | None = None
     stop_at_eos: bool = False  # every method (the hf peers too) stops at the tokenizer's EOS
+    graphs: bool = True  # on CUDA: captured draft and verify steps (`engine.decode(graphs=...)`)
 
     def identity(self) -> dict:
         """The fields a resumed run must share with the file it resumes (every record depends on
         them), with the record layout's version. Prompts, methods and temperatures may change:
         records are keyed by them, so a rerun with more of either only adds records. "auto" is
         resolved first (`resolve`), so a file records the dtype its records ran in. stop_at_eos
-        is listed only when set (files written before it existed ran without an EOS stop)."""
+        is listed only when set (files written before it existed ran without an EOS stop), and
+        graphs only when off (files written before it existed ran eagerly, as a CPU run does)."""
         out = asdict(self)
         for name in ("threads", "prompts", "first_prompt", "methods", "temperatures", "device_map"):
             out.pop(name)
         if not self.stop_at_eos:
             out.pop("stop_at_eos")
+        if self.graphs:
+            out.pop("graphs")
         out["record_schema"] = RECORD_SCHEMA
         return out
 
@@ -120,14 +124,20 @@ def environment(config, threads: int, dtype_reason: str = "") -> dict:
             "device_name": torch.cuda.get_device_name(torch.device(config.device)) if cuda else "cpu"}
 
 
-def warm_up(pair, specs, config, drafts: QuantizedDrafts) -> None:
+def warm_up(pair, specs, config, drafts: QuantizedDrafts, prompt=None) -> None:
     """Short runs so one-time costs (kernels, allocator) are paid before timing (on throwaway
     phrase pools, so the measured pools start cold); builds the int8 drafts of ``dq=8`` methods
-    (`drafts`) before any timing."""
-    prompt = torch.arange(1, 9).unsqueeze(0) % pair.target.vocab_size
+    (`drafts`) before any timing. With CUDA graphs on, each method also decodes `prompt` (int64
+    [1, n], the run's first) with the run's max_new_tokens at every temperature of the run, so
+    its steps are captured for those shapes before timing, as a serving engine captures its
+    graphs at start-up (a record says how many steps it captured: none where the shapes match)."""
+    tiny = torch.arange(1, 9, device=pair.target.device).unsqueeze(0) % pair.target.vocab_size
     small = BenchConfig(**{**asdict(config), "max_new_tokens": 4})
     for spec in specs:
-        run_method(spec, drafts.pair_for(spec, pair), prompt, small, 1.0 if spec.name != "target_only" else 0.0, 0, {})
+        run_method(spec, drafts.pair_for(spec, pair), tiny, small, 1.0 if spec.name != "target_only" else 0.0, 0, {})
+        if prompt is not None and config.graphs and str(config.device).startswith("cuda"):
+            for T in config.temperatures:
+                run_method(spec, drafts.pair_for(spec, pair), prompt, config, float(T), 0, {})
 
 
 def prepare(config, pair=None, prompts=None, first: int = 0):
@@ -178,7 +188,8 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     results["last_run"] = {"prompts": [p["task_id"] for p in prompts], "methods": [s.label for s in specs],
                            "temperatures": [float(t) for t in config.temperatures]}
     drafts = QuantizedDrafts()  # this run's int8 drafts, built in the warm-up
-    warm_up(pair, specs, config, drafts)
+    first = pair.tokenizer(prompts[0]["prompt"], return_tensors="pt").input_ids.to(pair.target.device) if prompts else None
+    warm_up(pair, specs, config, drafts, first)
     pools = restore_pools(results)
     try:
         for item in prompts:

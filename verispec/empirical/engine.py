@@ -44,7 +44,8 @@ from ..reference.methods import Method
 from .model import CausalLM
 from .speedups.graphs import StepGraphs
 
-__all__ = ["TorchMethod", "DecodeStats", "DecodeResult", "Rows", "decode", "target_only_method", "check_verdict"]
+__all__ = ["TorchMethod", "DecodeStats", "DecodeResult", "DecodeRun", "Rows", "decode", "target_only_method",
+           "check_verdict"]
 
 
 @dataclass
@@ -70,6 +71,8 @@ class DecodeStats:
         prompt_call_tokens: int64 [B]: tokens each row emitted in the target forward that read
             its prompt (tau + 1 of the first iteration with `verify_in_prefill`; else 0).
         draft_rows: token rows fed to the draft model while drafting.
+        captured_steps, replayed_steps: steps this call captured as CUDA graphs (or simulated
+            captures), and replays of captured steps (`decode(graphs=...)`; 0 when eager).
         logs: the method's own counters, from its drafter's `logs()` (the one place for them):
             target-only (`RootOnly`): "top2_margins" float32 [B, N] (top-1 minus top-2 logit at
             every step, to tell near-ties apart when another decoder's greedy output diverges),
@@ -95,6 +98,8 @@ class DecodeStats:
     draft_rows: int = 0
     logs: dict = field(default_factory=dict)
     prompt_call_tokens: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+    captured_steps: int = 0
+    replayed_steps: int = 0
 
     @property
     def mean_accepted(self) -> float:
@@ -308,8 +313,11 @@ class _Options:
     on_step: object = None
 
 
-class _Run:
-    """The state of one `decode` call: rows, target KV, drafter, the device-side records."""
+class DecodeRun:
+    """The state of one `decode` call (what `decode(on_step=...)` is given after each iteration):
+    rows, target KV (`kv`), drafter, the device-side records (`progress`). An iteration is
+    `draft_step()` -> `tree`, then `verify_step()`, each captured as a CUDA graph where the call
+    allows it (`speedups.graphs`), then one host synchronisation: are all rows done?"""
 
     def __init__(self, target, draft, method, tokens, lengths, options: _Options):
         self.target, self.draft, self.method, self.o = target, draft, method, options
@@ -334,19 +342,20 @@ class _Run:
         self.lengths = torch.full((B,), options.N, dtype=torch.long)  # real tokens per row (< N after EOS)
         self.first_tau = None  # tau of the iteration that read the prompt
         self.graphs = _graphs(target, options, self)
+        self.graph_counts = (self.graphs.captures, self.graphs.replays) if self.graphs is not None else (0, 0)
 
     @torch.inference_mode()
     def step(self) -> bool:
         """One iteration for every active row; False once every row is done."""
         first, start = self.unread is not None, time.perf_counter()
-        tree = self._step("draft", lambda: self.drafter.draft(self.rows), self._roles())
+        tree = self._step("draft", self.draft_step, self._roles())
         if not isinstance(tree, DraftTree):
             raise TypeError(f"drafter of {self.method.name!r} returned {type(tree).__name__}, not a DraftTree")
         if not getattr(self.drafter, "trusted", False):
             tree.check(self.target.vocab_size, self.rows.row_id.numel(),
                        getattr(self.method.verifier, "needs_q", True))
         self.tree = tree
-        self._step("verify", self._verify, self._roles(tree))
+        self._step("verify", self.verify_step, self._roles(tree))
         going = self._go_on()
         if first:  # this iteration read the prompt: its time and tokens are the prefill's
             self.prefill_s += time.perf_counter() - start
@@ -369,8 +378,12 @@ class _Run:
         models = [m for m in (self.target, self.draft) if m is not None]
         return self.graphs.run(key, fn, roles, models, [(self, "source"), (drafter, "source")])
 
-    def _verify(self) -> None:
-        """The target forward over the tree, the rule, the KV keep and the records."""
+    def draft_step(self) -> DraftTree:
+        """The drafter's tree for the active rows."""
+        return self.drafter.draft(self.rows)
+
+    def verify_step(self) -> None:
+        """On `self.tree`: the target forward, the rule, the KV keep and the records."""
         rows, verifier, tree, unread = self.rows, self.method.verifier, self.tree, self.unread
         logits, order = _tree_forward(self.kv, tree, unread)
         if self.method.observe is not None:
@@ -424,7 +437,7 @@ class _Run:
                 kv.close()
 
 
-def _graphs(target: CausalLM, options: _Options, run: _Run):
+def _graphs(target: CausalLM, options: _Options, run: "DecodeRun"):
     """The target's `StepGraphs` of the call's mode, where the call can use captured steps: a
     static storage, a drafter and verifier marked `capturable`, no `observe`, a source that is
     not a stream (a stream's order of draws lives on the host)."""
@@ -510,7 +523,7 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
         raise TypeError(f"verify_in_prefill: expected a bool, got {type(verify_in_prefill).__name__}")
     eos = check_eos(eos_token_id, target.vocab_size, target.device)
     options = _Options(N, T, source, storage, verify_in_prefill, eos, _graph_mode(graphs, target.device), on_step)
-    run = _Run(target, draft, method, tokens, lengths, options)
+    run = DecodeRun(target, draft, method, tokens, lengths, options)
     try:
         while run.step():
             pass
@@ -519,7 +532,7 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
     return DecodeResult(run.out, _stats(run, method, storage, draft, counts, start), run.lengths)
 
 
-def _stats(run: _Run, method: TorchMethod, storage: str, draft, counts, start) -> DecodeStats:
+def _stats(run: DecodeRun, method: TorchMethod, storage: str, draft, counts, start) -> DecodeStats:
     drafter, progress = run.drafter, run.progress
     draft_kv = getattr(drafter, "kv", None)
     iterations = int(progress.it)
@@ -533,7 +546,14 @@ def _stats(run: _Run, method: TorchMethod, storage: str, draft, counts, start) -
         padded_kv_slots=run.kv.padded_slots + (draft_kv.padded_slots if draft_kv is not None else 0),
         peak_kv_slots=run.kv.peak_slots, peak_draft_kv_slots=draft_kv.peak_slots if draft_kv is not None else 0,
         kv_trace=trace, prefill_time_s=run.prefill_s, draft_rows=drafter.draft_rows, logs=drafter.logs(),
-        prompt_call_tokens=first)
+        prompt_call_tokens=first, **_graph_counts(run))
+
+
+def _graph_counts(run: DecodeRun) -> dict:
+    if run.graphs is None:
+        return {}
+    return {"captured_steps": run.graphs.captures - run.graph_counts[0],
+            "replayed_steps": run.graphs.replays - run.graph_counts[1]}
 
 
 def _as_method(method) -> TorchMethod:
