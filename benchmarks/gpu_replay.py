@@ -364,22 +364,25 @@ def target_config(kit: str, path: str | None, vocab_size: int):
     return config, note
 
 
-def random_pair(kit: str, device: str, target_path: str | None = None) -> ModelPair:
+def random_pair(kit: str, device: str, target_path: str | None = None, shrink=None):
     """Both architectures from the kit's configs (the target's from `target_path` when given,
-    `target_config`), random weights, bf16, built on `device`. The pair's `note` says what the target is."""
+    `target_config`), random weights, bf16, built on `device`; `shrink(config, role)` may edit a
+    config first (smaller layers for a dry run: the vocabulary, hence every forward's shape, stays).
+    Returns (ModelPair, a note on what the target is)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     draft_config = AutoConfig.from_pretrained(os.path.join(kit, "draft"))
     configs = {"target": target_config(kit, target_path, draft_config.vocab_size), "draft": (draft_config, "")}
     models = []
     for seed, role in enumerate(ROLES):
+        config = configs[role][0] if shrink is None else shrink(configs[role][0], role)
         torch.manual_seed(seed)
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(configs[role][0], dtype=torch.bfloat16, attn_implementation="sdpa")
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
         model.generation_config = GenerationConfig.from_pretrained(os.path.join(kit, role))  # the hf peer's
         models.append(CausalLM(model, name=f"{role} architecture, random weights"))
     pair = ModelPair(*models, AutoTokenizer.from_pretrained(os.path.join(kit, "target")))
-    return pair, configs["target"][1]
+    return pair, configs["target"][1] + (" (shrunk)" if shrink is not None else "")
 
 
 def forward_costs(pair, device: str, context: int = 118, rows=(1, 2, 4, 8, 16, 32, 64), repeats: int = 10) -> dict:
@@ -432,12 +435,19 @@ def _slug(device: str) -> str:
 def replay(presets, kit_root: str, device: str, out_dir: str, target_path: str | None = None,
            graphs=(True,), plot: bool = True) -> dict:
     """Step 2 (module docstring) for each preset, from ``kit_root/<preset>``, on one pair built on
-    `device` (the target from `target_path` when given, `target_config`), once per CUDA-graph
-    setting in `graphs`; writes ``out_dir/bench_<preset>[_<target>]_<device name>[_eager]_projected.json``
-    (+ PNG when `plot`) with the forward costs of both models on that device. Returns
+    `device` (the target from `target_path` when given, `target_config`): `replay_on`. Returns
     {(preset, graphs): results}."""
     pair, note = random_pair(os.path.join(kit_root, presets[0]), device, target_path)
     tag = "" if target_path is None else "_" + os.path.splitext(os.path.basename(target_path))[0]
+    return replay_on(pair, note, presets, kit_root, out_dir, graphs, plot, tag)
+
+
+def replay_on(pair, note: str, presets, kit_root: str, out_dir: str, graphs=(True,), plot: bool = True,
+              tag: str = "") -> dict:
+    """Replay each preset on a built pair, once per CUDA-graph setting in `graphs`; writes
+    ``out_dir/bench_<preset><tag>_<device name>[_eager]_projected.json`` (+ PNG when `plot`) with
+    the forward costs of both models on that device. Returns {(preset, graphs): results}."""
+    device = str(pair.target.device)
     done, outputs = {}, {}
     for name in presets:
         recorded, prompts, trace = _load_kit(os.path.join(kit_root, name))

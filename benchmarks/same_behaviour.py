@@ -89,7 +89,7 @@ def record(args) -> None:
     bench = _bench()
     config = bench.BenchConfig(prompts=args.prompts, first_prompt=args.first_prompt,
                                max_new_tokens=args.max_new_tokens, methods=tuple(args.methods),
-                               temperatures=(0.0, 1.0), draft_length=3, num_paths=2,
+                               temperatures=tuple(args.temperatures), draft_length=3, num_paths=2,
                                dtype="float32" if args.pair == "tiny" else "auto", threads=args.threads)
     pair, prompts = (_tiny_pair(), TINY_PROMPTS[:args.prompts]) if args.pair == "tiny" else (None, None)
     if args.pair == "tiny":
@@ -247,6 +247,7 @@ def main(argv=None) -> int:
     rec.add_argument("--first-prompt", type=int, default=0, help="HumanEval prompts skipped first (real pair)")
     rec.add_argument("--max-new-tokens", type=int, default=12)
     rec.add_argument("--threads", type=int, default=1)
+    rec.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     rec.add_argument("--methods", nargs="+", default=None, help="default: METHODS (tiny), REAL_METHODS (real)")
     rec.add_argument("--output", required=True)
     cmp = sub.add_parser("compare")

@@ -344,7 +344,7 @@ class DecodeRun:
         self.graphs = _graphs(target, options, self)
         self.graph_counts = (self.graphs.captures, self.graphs.replays) if self.graphs is not None else (0, 0)
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def step(self) -> bool:
         """One iteration for every active row; False once every row is done."""
         first, start = self.unread is not None, time.perf_counter()

@@ -280,7 +280,7 @@ class CausalLM:
             raise ValueError(f"{name}: token ids must lie in [0, {self.vocab_size})")
         return ids.to(self.device, torch.long)
 
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference mode: its tensors would keep torch.compile's inductor out of the steps
     def forward(self, input_ids: torch.Tensor, cache=None, *, position_ids=None, attention_mask=None,
                 logits_to_keep: int = 0):
         """One forward pass; returns (logits float32 [B, q, V], cache). A new cache when None.

@@ -128,6 +128,7 @@ class AdaptiveChainDrafter(PathsDrafter):
                  schedule: str = "heuristic", draft_temperature: float | None = None, guess_length: int = 0,
                  max_ngram: int = 3):
         super().__init__(draft_length, 1, True, draft_temperature)
+        self.full_paths = False  # some paths are cut short
         self.chain = False  # unmatched guess nodes are run and not kept: the kept nodes are no prefix
         self.max_length, self.threshold, self.schedule = max_draft_length, threshold, schedule
         self.guess_length, self.max_ngram = guess_length, max_ngram

@@ -17,7 +17,7 @@ target cache does not hold yet):
 - chain (a Python bool): every row's tree is one chain, node j the child of node j - 1, all real
   (verifiers slice it, a static KV keeps its accepted prefix without moving it); depth (an int or
   None): a bound of the tree's depth known to the host (verifiers loop that many steps and read
-  no value back to find it).
+  no value back to find it); full (a Python bool): every path of `paths` has its full length L.
 
 Drafters here (twins of `verispec.reference.drafters`): `PathsDrafter` (K draft-model paths),
 `PromptLookupDrafter` (n-gram point masses), `RootOnly` (no draft). Trees: `drafters.tree`.
@@ -85,6 +85,7 @@ class DraftTree:
     info: dict = field(default_factory=dict)  # per-row drafting logs, e.g. the tree's predicted E[A]
     chain: bool = False
     depth: int | None = None
+    full: bool = False
 
     def check(self, vocab_size: int, batch: int, needs_q: bool = False) -> None:
         """ValueError naming the field unless this is a well-formed tree for `batch` rows."""
@@ -235,6 +236,7 @@ class PathsDrafter(ModelDrafter):
                  draft_temperature: float | None = None):
         self.L, self.K, self.replacement, self.draft_temperature = draft_length, num_paths, replacement, draft_temperature
         self.chain = num_paths == 1 and replacement
+        self.full_paths = replacement  # i.i.d. first tokens: every path gets L tokens (subclasses may cut them)
 
     def capture_key(self) -> tuple:
         return self.L, self.K, self.replacement, self.draft_temperature
@@ -302,7 +304,8 @@ class PathsDrafter(ModelDrafter):
         tokens, parents, real = by_slot(torch.where(own, paths, 0)), by_slot(torch.where(own, parent, 0)), by_slot(own)
         tokens[:, 0], parents[:, 0], real[:, 0] = last, -1, True
         node_paths = torch.where(depth <= lengths.unsqueeze(-1), slot_of, -1)  # [B, K, L]
-        return DraftTree(tokens, parents, real, q, paths=node_paths, chain=self.chain and K == 1, depth=L)
+        return DraftTree(tokens, parents, real, q, paths=node_paths, chain=self.chain and K == 1, depth=L,
+                         full=self.full_paths)
 
 
 def _draw_without_replacement(q, K, u):

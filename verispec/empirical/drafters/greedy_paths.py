@@ -42,6 +42,7 @@ class GreedyDraftDrafter(PathsDrafter):
 
     def __init__(self, draft_length: int, num_paths: int, draft_temperature: float | None = None):
         super().__init__(draft_length, num_paths, True, draft_temperature)
+        self.full_paths = False  # some paths are cut short
 
     def _first_tokens(self, q_root):  # lengths 0 for the paths past the drawn draft
         B = q_root.shape[0]

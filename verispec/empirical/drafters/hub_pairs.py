@@ -38,6 +38,7 @@ class HubPairsDrafter(PathsDrafter):
 
     def __init__(self, draft_length: int, draft_temperature: float | None = None):
         super().__init__(draft_length, 2, True, draft_temperature)
+        self.full_paths = False  # some paths are cut short
 
     def _first_tokens(self, q_root):
         """[B, 2] depth-1 tokens and lengths [B, 2] (path 1 empty where q(a) = 1)."""

@@ -40,7 +40,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..uniforms import UniformSource
-from .syncs import SyncCounter, from_host
+from .syncs import SYNC_OPS, SyncCounter, from_host
 
 __all__ = ["StepGraphs", "BufferedUniforms", "NotCapturable", "MODES"]
 
@@ -75,10 +75,6 @@ class BufferedUniforms(UniformSource):
 
 # --- the simulated graph ---
 
-_SYNC_OPS = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.nonzero.default,
-             torch.ops.aten._unique2.default, torch.ops.aten.equal.default}
-
-
 class _Recorder(TorchDispatchMode):
     def __init__(self, ops: list):
         super().__init__()
@@ -86,7 +82,7 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in _SYNC_OPS:
+        if func in SYNC_OPS:
             raise NotCapturable(f"{func} inside a captured step (it reads a value back)")
         out = func(*args, **kwargs)
         if from_host(func, args, out):

@@ -88,7 +88,7 @@ class SlotCache(Cache):
         self.batch, self.capacity, self.leased = batch, capacity, False
         self.write = torch.zeros(batch, 0, dtype=torch.long)
 
-    @torch.inference_mode()  # the buffers are made in a forward, under inference mode
+    @torch.no_grad()
     def move(self, source: torch.Tensor, destination: torch.Tensor) -> None:
         """Per row, copy the keys and values at slots source [B, k] to destination [B, k] (all
         sources are read before any destination is written)."""
@@ -101,15 +101,16 @@ class SlotCache(Cache):
                 taken = buffer.gather(2, source[:, None, :, None].expand(B, H, source.shape[1], D))
                 buffer.scatter_(2, destination[:, None, :, None].expand(B, H, destination.shape[1], D), taken)
 
-    @torch.inference_mode()
+    @torch.no_grad()
     def copy_rows(self, other: "SlotCache", rows: torch.Tensor) -> None:
-        """This cache's rows 0..b-1 <- `other`'s rows `rows` [b] (same capacity)."""
+        """This cache's rows 0..b-1 <- `other`'s rows `rows` [b], the first min(capacities) slots."""
+        S = min(self.capacity, other.capacity)
         for mine, theirs in zip(self.layers, other.layers):
             if theirs.is_initialized:
                 if not mine.is_initialized:
                     mine.lazy_initialization(theirs.keys[:self.batch, :, :0], theirs.values[:self.batch, :, :0])
-                mine.keys.copy_(theirs.keys.index_select(0, rows))
-                mine.values.copy_(theirs.values.index_select(0, rows))
+                mine.keys[:, :, :S].copy_(theirs.keys[:, :, :S].index_select(0, rows))
+                mine.values[:, :, :S].copy_(theirs.values[:, :, :S].index_select(0, rows))
 
 
 def _layers(lm: CausalLM) -> int:

@@ -15,7 +15,8 @@ on a CPU runs these ops too, so counting them on a CPU tells how often the code 
 of per-span counts. It intercepts at two levels: a `TorchFunctionMode` for the tensor methods that
 read values out (`tolist`, `cpu`, `numpy`, `to("cpu")`: on a CPU tensor they dispatch nothing) and a
 `TorchDispatchMode` for the aten ops (`aten._local_scalar_dense` is what `.item()`, `int(t)` and
-`bool(t)` run); an op inside a method already counted is not counted twice.
+`bool(t)` run; under inference mode they dispatch `aten.item` / `aten.is_nonzero`); an op inside a
+method already counted is not counted twice.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["SyncCounter", "SYNC_KINDS", "from_host"]
+__all__ = ["SyncCounter", "SYNC_KINDS", "SYNC_OPS", "from_host"]
 
 #: kind -> what it is.
 SYNC_KINDS = {
@@ -39,11 +40,16 @@ SYNC_KINDS = {
 }
 
 _ATEN = torch.ops.aten
-_SCALAR = {_ATEN._local_scalar_dense.default, _ATEN.equal.default}
+#: Under inference mode `bool(t)` and `int(t)` dispatch the composite aten.is_nonzero / aten.item
+#: (the `_local_scalar_dense` inside them does not reach a dispatch mode again).
+_SCALAR = {_ATEN._local_scalar_dense.default, _ATEN.item.default, _ATEN.is_nonzero.default, _ATEN.equal.default,
+           _ATEN.allclose.default}
 _DATA_SHAPE = {_ATEN.nonzero.default, _ATEN.nonzero_static.default, _ATEN._unique2.default,
                _ATEN.unique_dim.default, _ATEN.unique_consecutive.default, _ATEN.masked_select.default,
                _ATEN.repeat_interleave.Tensor, _ATEN.repeat_interleave.self_Tensor}
 _COPIES = {_ATEN._to_copy.default, _ATEN.copy_.default}
+#: Every aten op that reads a value back or sizes its output by the data (a captured step may hold none).
+SYNC_OPS = frozenset(_SCALAR | _DATA_SHAPE)
 _TO_HOST_METHODS = {"tolist", "cpu", "numpy"}
 
 

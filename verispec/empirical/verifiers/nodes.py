@@ -74,7 +74,7 @@ class PathRule:
             k_star = torch.zeros_like(tau)
         else:
             p_tab, q_tab, drafted = _path_tables(p, tree, paths, loose=False)
-            full = bool((lengths == L).all()) or self.name == "gbv"
+            full = tree.full or self.name == "gbv" or bool((lengths == L).all())
             u = source.peek(B, uniforms_needed(self.name, L, K), p.device)
             out = verify(self.name, p_tab, q_tab, drafted, u, None if full else lengths, validate=False)
             tau, emitted, consumed, k_star = out.num_accepted, out.tokens, out.consumed, out.path_index
@@ -91,23 +91,24 @@ def _path_tables(p, tree, paths, loose: bool):
     B, K, L = paths.shape
     V = p.shape[-1]
     nodes = torch.cat([paths.new_zeros(B, K, 1), paths], dim=-1)  # [B, K, L+1]
-    p_tab = _node_rows(p, nodes.reshape(B, -1), loose).view(B, K, L + 1, V)
+    p_tab = _node_rows(p, nodes.reshape(B, -1), loose, K == 1).view(B, K, L + 1, V)
     drafted = tree.tokens.gather(1, paths.clamp(min=0).reshape(B, -1)).view(B, K, L)
     if tree.q is None:  # point masses: q = one-hot of each drafted token
         q_tab = torch.zeros(B, K, L, V, dtype=p.dtype, device=p.device).scatter_(-1, drafted.unsqueeze(-1), 1.0)
     else:
-        q_tab = _node_rows(tree.q, nodes[:, :, :L].reshape(B, -1), loose).view(B, K, L, V)
+        q_tab = _node_rows(tree.q, nodes[:, :, :L].reshape(B, -1), loose, K == 1).view(B, K, L, V)
     return p_tab, q_tab, drafted
 
 
-def _node_rows(t, nodes, loose: bool):
+def _node_rows(t, nodes, loose: bool, may_slice: bool = True):
     """Rows of t [B, N, V] at nodes [B, n] (-1: the root, or any row when `loose`) -> [B, n, V]:
-    the slice t[:, :n] when the nodes read are 0..n-1 in every row (chains in slot order: no
-    copy of n vocabulary-wide rows), else a gather."""
+    the slice t[:, :n] when the nodes read are 0..n-1 in every row (one path in slot order: no
+    copy of n vocabulary-wide rows; checked, reading a value back, only when `may_slice`), else a
+    gather."""
     n = nodes.shape[1]
     slots = torch.arange(n, device=nodes.device)
     read = (nodes >= 0) if loose else torch.ones_like(nodes, dtype=torch.bool)
-    if n <= t.shape[1] and bool(((nodes == slots) | ~read).all()):
+    if may_slice and n <= t.shape[1] and bool(((nodes == slots) | ~read).all()):
         return t[:, :n]
     return t.gather(1, nodes.clamp(min=0).unsqueeze(-1).expand(-1, -1, t.shape[-1]))
 

@@ -1,0 +1,171 @@
+"""The engine's GPU run in one command: the real pair's recorded T = 0 decisions replayed with
+CUDA graphs on and off, on the pair's own 1.5B target and on a 7B-configuration target, and the share
+of decode time outside the forwards. Every figure is projected (random weights, recorded decisions:
+`benchmarks/gpu_replay.py`).
+
+Per target (the kit's recorded 1.5B, and each `--target-config`, e.g. Qwen2.5-7B-Instruct's
+config.json with the draft's vocabulary), on one pair built once:
+1. the kit's "graphs" preset (target-only, block, token, opt_tree, transformers' assisted generation
+   `hf`; HumanEval/0-2, 128 tokens, L = 4) replayed with the engine's captured steps, then eagerly
+   (`--no-graphs`): two bench files, every record token-identical to the recorded run (checked);
+2. `profile_iteration.outside_share` for target-only and block: decode seconds per iteration with
+   the bench's setting, and with every forward stubbed, whose ratio is the share of decode time
+   outside the forwards;
+3. both models' forward costs.
+Then `gpu_run_summary_<device>.json`: the acceptance ratios of the issue, each derived from the
+measured decode tokens/s of one file (block / target-only; block / hf), and the outside shares.
+
+    python3 benchmarks/gpu_run.py --out OUT [--device cuda] [--kit-root .replay]
+        [--target-config benchmarks/configs/qwen2.5-7b-instruct.json] [--tiny]
+
+`--tiny` shrinks every architecture (2-3 layers, hidden 64; the vocabulary, hence every forward's
+shape, stays): a dry run of the whole command on a CPU in minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpu_replay  # noqa: E402
+import profile_iteration  # noqa: E402
+
+from verispec.atomic import write_json_atomic  # noqa: E402
+from verispec.empirical import methods  # noqa: E402
+from verispec.empirical.speedups.hardware import host_info  # noqa: E402
+
+PRESET = "graphs"
+#: The methods whose share of decode time outside the forwards is measured (fixed-shape iterations).
+PROFILED = ("target_only", "block")
+#: The issue's GPU acceptance: (name, numerator, denominator, target, at least).
+ACCEPTANCE = (("block_vs_target_only_7b", "block", "target_only", "7b", 2.0),
+              ("block_vs_target_only_1.5b", "block", "target_only", "kit", 1.1),
+              ("block_vs_hf_7b", "block", "hf", "7b", 1.2),
+              ("block_vs_hf_1.5b", "block", "hf", "kit", 1.2))
+
+
+def shrink(config, role: str):
+    """A dry-run architecture: 2 layers (3 for a target from another config), hidden 64, the
+    vocabulary kept."""
+    config.hidden_size, config.intermediate_size = 64, 128
+    config.num_attention_heads, config.num_key_value_heads = 4, 2
+    config.num_hidden_layers = 2 if role == "draft" else 3
+    config.head_dim = 16
+    config.layer_types = ["full_attention"] * config.num_hidden_layers
+    return config
+
+
+def _prompts(pair, kit: str, count: int) -> list:
+    """The kit's first `count` prompts, tokenized: int64 [1, n] each on the pair's device."""
+    with open(os.path.join(kit, "prompts.json")) as handle:
+        texts = json.load(handle)[:count]
+    return [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids.to(pair.target.device) for p in texts]
+
+
+def profile_target(pair, kit: str, args) -> dict:
+    """`profile_iteration.outside_share` of each `PROFILED` method on the pair (random weights)."""
+    prompts = _prompts(pair, kit, args.profile_prompts)
+    out = {}
+    for name in PROFILED:
+        method = methods.get(name, **({"draft_length": 4} if name != "target_only" else {}))
+        draft = None if name == "target_only" else pair.draft
+        out[name] = profile_iteration.outside_share(pair.target, draft, prompts, method, args.profile_tokens, 0.0,
+                                                    args.repeats)
+        print(f"{name}: {out[name]['outside_share']:.1%} of decode time outside the forwards "
+              f"({out[name]['seconds_per_iteration'] * 1e3:.2f} ms per iteration)", flush=True)
+    return out
+
+
+def rates(results: dict) -> dict:
+    """{method label: decode tokens/s} of a bench file's T = 0 summary."""
+    return {row["runner"]: row["tokens_per_s"] for row in results["summary"] if row["temperature"] == 0.0}
+
+
+def run_target(label: str, path: str | None, args) -> dict:
+    """Replays (graphs on, off), profile and forward costs of one target; returns its summary."""
+    kit = os.path.join(args.kit_root, PRESET)
+    start = time.perf_counter()
+    pair, note = gpu_replay.random_pair(kit, args.device, path, shrink if args.tiny else None)
+    built = time.perf_counter() - start
+    tag = "" if path is None else "_" + os.path.splitext(os.path.basename(path))[0]
+    done = gpu_replay.replay_on(pair, note, [PRESET], args.kit_root, args.out, (True, False), False, tag)
+    outside = profile_target(pair, kit, args)
+    summary = {"target": note, "build_s": built, "seconds": time.perf_counter() - start,
+               "decode_tokens_per_s": {"graphs": rates(done[PRESET, True]), "eager": rates(done[PRESET, False])},
+               "outside_forwards": outside, "forward_costs_s": done[PRESET, True]["forward_costs_s"],
+               "projection": done[PRESET, True]["projection"]}
+    del pair, done
+    gc.collect()
+    if str(args.device).startswith("cuda"):
+        torch.cuda.empty_cache()
+    return summary
+
+
+def acceptance(targets: dict) -> list:
+    """The issue's GPU ratios (derived: decode tokens/s of two methods in one file, graphs on) and
+    the outside shares (measured), each against its bound."""
+    rows = []
+    for name, top, bottom, which, bound in ACCEPTANCE:
+        target = targets.get(which)
+        if target is None:
+            continue
+        speeds = target["decode_tokens_per_s"]["graphs"]
+        if top in speeds and bottom in speeds:
+            ratio = speeds[top] / speeds[bottom]
+            rows.append({"name": name, "value": ratio, "at_least": bound, "met": ratio >= bound,
+                         "is": f"derived: decode tokens/s {top} / {bottom}, graphs on, one file"})
+    for which, target in targets.items():
+        for method, share in target["outside_forwards"].items():
+            rows.append({"name": f"outside_forwards_{method}_{which}", "value": share["outside_share"],
+                         "at_most": 0.10, "met": share["outside_share"] <= 0.10, "is": share["how"]})
+    return rows
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for every file (the device's $OUT)")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--kit-root", default=".replay", help="the kit is KIT_ROOT/graphs (gpu_replay.py record graphs)")
+    parser.add_argument("--target-config", action="append", default=[],
+                        help="another target's config.json (repeatable), e.g. benchmarks/configs/qwen2.5-7b-instruct.json")
+    parser.add_argument("--profile-tokens", type=int, default=64)
+    parser.add_argument("--profile-prompts", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tiny", action="store_true", help="shrunk architectures: a dry run on a CPU")
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    start, targets = time.perf_counter(), {}
+    for path in [None] + args.target_config:
+        label = "kit" if path is None else ("7b" if "7b" in os.path.basename(path).lower() else os.path.basename(path))
+        targets[label] = run_target(label, path, args)
+    slug = _device_slug(args.device)
+    summary = {"what": "projected: random weights replaying the real pair's recorded T = 0 decisions "
+                       "(benchmarks/gpu_replay.py); ratios derived from measured decode tokens/s",
+               "device_name": _device_name(args.device), "tiny": args.tiny, "targets": targets,
+               "acceptance": acceptance(targets), "seconds": time.perf_counter() - start,
+               "environment": {"torch": torch.__version__, **host_info(args.device)}}
+    write_json_atomic(os.path.join(args.out, f"gpu_run_summary_{slug}.json"), summary)
+    for row in summary["acceptance"]:
+        bound = f">= {row['at_least']}" if "at_least" in row else f"<= {row['at_most']}"
+        print(f"{row['name']:40s} {row['value']:.3f} ({bound}: {'met' if row['met'] else 'NOT met'})")
+    print(f"total {summary['seconds']:.0f} s")
+    return summary
+
+
+def _device_name(device: str) -> str:
+    return torch.cuda.get_device_name(torch.device(device)) if str(device).startswith("cuda") else "cpu"
+
+
+def _device_slug(device: str) -> str:
+    return _device_name(device).lower().replace(" ", "-")
+
+
+if __name__ == "__main__":
+    main()
