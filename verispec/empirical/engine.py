@@ -266,7 +266,8 @@ def _tree_forward(kv, tree: DraftTree, unread=None):
         parents = torch.where(parents >= 0, where.gather(1, parents.clamp(min=0)), -1)
         tokens, fed = tree.tokens.gather(1, order), real.gather(1, order)  # [B, W]
     if unread is None:
-        logits = kv.append(tokens, parents, fed)  # [B, W, V]
+        chain = {"chain": True} if tree.chain and getattr(kv, "static", False) else {}
+        logits = kv.append(tokens, parents, fed, **chain)  # [B, W, V]
     else:
         prompt, on = unread  # [B, n]
         n = prompt.shape[1]

@@ -162,10 +162,12 @@ def _scalars(roles: dict, models) -> dict:
 
 
 def _others(roles: dict) -> dict:
-    """{(role, attribute): (identity, length)} of every other attribute: a change is not replayable."""
+    """{(role, attribute): (identity, length)} of every other attribute: a change is not replayable
+    (but for an object's `memos`: attributes that cache values made from shapes alone)."""
     return {(role, name): (id(value), len(value) if isinstance(value, (list, dict)) else None)
             for role, obj in roles.items() if obj is not None for name, value in vars(obj).items()
-            if not isinstance(value, torch.Tensor) and type(value) not in (int, float)}
+            if not isinstance(value, torch.Tensor) and type(value) not in (int, float)
+            and name not in getattr(obj, "memos", ())}
 
 
 def _bind(roles: dict, tensors: dict) -> None:

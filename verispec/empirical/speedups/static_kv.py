@@ -154,6 +154,7 @@ class StaticKV(KVState):
 
     checks = False
     static = True  # the engine feeds whole trees (padding included) and commits by index
+    memos = ("chains",)  # made from shapes alone: a captured step may fill it (`speedups.graphs`)
 
     def __init__(self, model: CausalLM, batch: int, committed: int = 0):
         super().__init__(model, batch)
@@ -165,6 +166,7 @@ class StaticKV(KVState):
         self.written_padding = torch.zeros((), dtype=torch.long, device=device)  # padding nodes written
         self.peak = torch.zeros((), dtype=torch.long, device=device)  # most slots in use, summed over rows
         self.columns = torch.arange(self.cache.capacity, device=device)  # [S]
+        self.chains = {}  # n -> (causal pattern bool [n, n], depth [n]): a chain's mask, once per length
 
     @property
     def capacity(self) -> int:
@@ -210,14 +212,30 @@ class StaticKV(KVState):
     def peak_slots(self, value) -> None:
         pass
 
+    def _grow_chain(self, real: torch.Tensor):
+        """`_grow` for n nodes forming a chain on an empty forest: the causal pattern of length n,
+        made once per length (`chains`), and depth = 0 .. n - 1."""
+        B, n = real.shape
+        if n not in self.chains:
+            self.chains[n] = (torch.ones(n, n, dtype=torch.bool, device=real.device).tril(),
+                              torch.arange(n, device=real.device))
+        causal, depth = self.chains[n]
+        self.ancestry, self.real = causal.expand(B, n, n), real
+        return self.ancestry, depth.expand(B, n)
+
     def append(self, tokens: torch.Tensor, parents: torch.Tensor, real: torch.Tensor,
-               logits_to_keep: int = 0) -> torch.Tensor:
+               logits_to_keep: int = 0, chain: bool = False) -> torch.Tensor:
         """As `PaddedKV.append`: ONE forward of n nodes per row (tokens / parents / real [B, n]) ->
-        logits float32 [B, n, V] ([B, k, V] with logits_to_keep = k)."""
+        logits float32 [B, n, V] ([B, k, V] with logits_to_keep = k). `chain=True` promises that
+        the nodes are a chain (parents -1, 0, 1, ...) on an empty forest: its mask pattern is made
+        once per length, not from the parents."""
         B, n = tokens.shape
         self._fit(self.uncommitted + n)
         trash = self.capacity - 1
-        ancestry, depth = self._grow(parents, real)  # [B, n, m + n], [B, n]
+        if chain and not self.uncommitted:
+            ancestry, depth = self._grow_chain(real)  # [B, n, n], [B, n]
+        else:
+            ancestry, depth = self._grow(parents, real)  # [B, n, m + n], [B, n]
         write = torch.where(real, (self.pos + self.filled).unsqueeze(1) + real.long().cumsum(1) - 1, trash)  # [B, n]
         self.filled = self.filled + real.sum(1)
         self.slot = torch.cat([self.slot, write], 1)  # [B, m + n]
