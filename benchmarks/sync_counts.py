@@ -26,6 +26,8 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 NO_DRAFT = ("target_only", "prompt_lookup", "lookahead")
 #: Parameters beyond the registry's defaults: the IS selection LPs over s = 5 tokens (any vocabulary).
 PARAMS = {"khisti": {"truncation": 5}, "optimal_is": {"truncation": 5}}
+#: The prompt: a repeat, so that the lookups find matches.
+PROMPT = torch.tensor([[3, 17, 5, 40, 3, 17, 5, 40, 9, 1, 3, 17]])
 
 
 def tiny_pair():
@@ -71,17 +73,20 @@ def table(tokens: int = 24) -> dict:
     from verispec.empirical import methods
 
     target, draft = tiny_pair()
-    prompt = torch.tensor([[3, 17, 5, 40, 3, 17, 5, 40, 9, 1, 3, 17]])  # a repeat: the lookups find matches
-    return {name: {f"T={T:g}": count(target, draft, prompt, name, tokens, T) for T in (0.0, 1.0)}
+    return {name: {f"T={T:g}": count(target, draft, PROMPT, name, tokens, T) for T in (0.0, 1.0)}
             for name in methods.names()}
 
 
 def markdown(counts: dict) -> str:
-    """The docs' table: per method, the first iteration's count and the range over the others."""
+    """The docs' table: per method (in the registry's order), the first iteration's count and the
+    range over the others."""
+    from verispec.empirical import methods
+
+    order = methods.names()
     lines = ["| method | T = 0: first iteration | T = 0: each later iteration | T = 1: first | T = 1: later |",
              "|---|---|---|---|---|"]
-    for name, runs in counts.items():
-        zero, one = runs["T=0"], runs["T=1"]
+    for name in sorted(counts, key=lambda n: order.index(n) if n in order else len(order)):
+        zero, one = counts[name]["T=0"], counts[name]["T=1"]
         lines.append(f"| `{name}` | {zero[0]} | {_span(zero[1:]) if len(zero) > 1 else '-'} | {one[0]} | "
                      f"{_span(one[1:]) if len(one) > 1 else '-'} |")
     return "\n".join(lines)

@@ -42,7 +42,7 @@ from .torch_method import TorchMethod, target_only_method
 from .adapter import torch_method
 from ..reference.methods import Method
 from .model import CausalLM
-from .speedups.graphs import StepGraphs
+from .speedups.graphs import RunGraphs
 
 __all__ = ["TorchMethod", "DecodeStats", "DecodeResult", "DecodeRun", "Rows", "decode", "target_only_method",
            "check_verdict"]
@@ -342,8 +342,7 @@ class DecodeRun:
         self.out = torch.zeros(B, options.N, dtype=torch.long)
         self.lengths = torch.full((B,), options.N, dtype=torch.long)  # real tokens per row (< N after EOS)
         self.first_tau = None  # tau of the iteration that read the prompt
-        self.graphs = _graphs(target, options, self)
-        self.graph_counts = (self.graphs.captures, self.graphs.replays) if self.graphs is not None else (0, 0)
+        self.graphs = RunGraphs.for_run(self, options.graphs)  # None: every step eager
 
     @torch.no_grad()
     def step(self) -> bool:
@@ -369,15 +368,10 @@ class DecodeRun:
                 "kv": self.kv, "progress": self.progress, "tree": tree}
 
     def _step(self, name: str, fn, roles: dict):
-        """fn() eagerly, or through the captured steps (`speedups.graphs`) where it qualifies."""
+        """fn() eagerly, or through the captured steps (`speedups.graphs`) where the call allows."""
         if self.graphs is None or self.unread is not None:
             return fn()
-        drafter, verifier = self.drafter, self.method.verifier
-        key = (name, self.o.T, type(drafter).__name__, drafter.capture_key(), type(verifier).__name__,
-               getattr(verifier, "name", None), id(self.target), id(self.draft), id(self.kv.cache),
-               id(getattr(getattr(drafter, "kv", None), "cache", None)))
-        models = [m for m in (self.target, self.draft) if m is not None]
-        return self.graphs.run(key, fn, roles, models, [(self, "source"), (drafter, "source")])
+        return self.graphs.step(name, fn, roles)
 
     def draft_step(self) -> DraftTree:
         """The drafter's tree for the active rows."""
@@ -438,30 +432,6 @@ class DecodeRun:
                 kv.close()
 
 
-def _graphs(target: CausalLM, options: _Options, run: "DecodeRun"):
-    """The target's `StepGraphs` of the call's mode, where the call can use captured steps: a
-    static storage, a drafter and verifier marked `capturable`, no `observe`, a source that is
-    not a stream (a stream's order of draws lives on the host)."""
-    if options.graphs is None or not getattr(run.kv, "static", False) or run.method.observe is not None:
-        return None
-    if not (getattr(run.drafter, "capturable", False) and getattr(run.method.verifier, "capturable", False)):
-        return None
-    if getattr(options.source, "is_stream", True):
-        return None
-    return target.cache_pool.setdefault(("graphs", options.graphs), StepGraphs(options.graphs))
-
-
-def _graph_mode(graphs, device: torch.device) -> str | None:
-    """`decode`'s `graphs` -> the mode of `speedups.graphs` (None: eager)."""
-    if graphs == "simulate":
-        return "simulate"
-    if graphs is None or graphs is True:
-        return "cuda" if device.type == "cuda" else None
-    if graphs is False:
-        return None
-    raise ValueError(f"graphs: expected None, True, False or 'simulate', got {graphs!r}")
-
-
 def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_tokens: int,
            temperature: float = 0.0, uniforms=None, storage: str = "padded",
            verify_in_prefill: bool = True, eos_token_id=None, *, graphs=None, on_step=None) -> DecodeResult:
@@ -478,11 +448,9 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
             reproduces target-only greedy decoding). uniforms: `UniformSource`, an int seed, or
             None (stream sources need B = 1). storage: one of `kv.STORAGES` ("static": the
             preallocated KV of `speedups.static_kv`, no host synchronisation in a step).
-        verify_in_prefill: True (default): the drafter drafts from the prompt first, and ONE
-            target forward reads the prompt and verifies that draft (as transformers' assisted
-            generation does), one target forward fewer than False: a prefill forward of the
-            prompt, then the first iteration. Same output law; with shared uniforms, the same
-            tokens up to floating-point ties.
+        verify_in_prefill: True (default): ONE target forward reads the prompt and verifies the
+            drafter's first draft (as transformers' assisted generation does); False: a prefill
+            forward first. Same output law; with shared uniforms, the same tokens up to float ties.
         eos_token_id: None (default: every row gets exactly N tokens), or the tokenizer's EOS
             id (an int, or a sequence of ids, any of which stops): a row stops in the iteration
             that emits it; accepted tokens after it are dropped, the row's output is padded
@@ -507,23 +475,15 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
         malformed tree, a verifier returning a non-path (both checked unless marked `trusted`).
     """
     method = _as_method(method)
-    if not isinstance(target, CausalLM):
-        raise TypeError(f"target: expected a CausalLM, got {type(target).__name__}")
-    if draft is not None or getattr(method.drafter(), "needs_model", False):
-        check_pair(target, draft)
-    if storage not in STORAGES:
-        raise ValueError(f"storage: expected one of {', '.join(STORAGES)}, got {storage!r}")
+    tokens, lengths = _checked_inputs(target, draft, method, prompts, storage)
     N = check_positive(max_new_tokens, "max_new_tokens")
     T = check_temperature(temperature, "temperature")
-    tokens, lengths = _prompts(prompts, target)
     source = check_source(uniforms, tokens.shape[0], target.device)
-    if storage == "sequence" and tokens.shape[0] != 1:
-        raise ValueError(f"storage: 'sequence' holds one row, got a batch of {tokens.shape[0]}")
     start, counts = time.perf_counter(), (target.forward_count, draft.forward_count if draft is not None else 0)
     if not isinstance(verify_in_prefill, bool):
         raise TypeError(f"verify_in_prefill: expected a bool, got {type(verify_in_prefill).__name__}")
     eos = check_eos(eos_token_id, target.vocab_size, target.device)
-    options = _Options(N, T, source, storage, verify_in_prefill, eos, _graph_mode(graphs, target.device), on_step)
+    options = _Options(N, T, source, storage, verify_in_prefill, eos, RunGraphs.mode(graphs, target.device), on_step)
     run = DecodeRun(target, draft, method, tokens, lengths, options)
     try:
         while run.step():
@@ -531,6 +491,20 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
     finally:
         run.close()
     return DecodeResult(run.out, _stats(run, method, storage, draft, counts, start), run.lengths)
+
+
+def _checked_inputs(target, draft, method: TorchMethod, prompts, storage: str):
+    """`decode`'s models, storage and prompts checked -> (tokens [B, n], lengths [B])."""
+    if not isinstance(target, CausalLM):
+        raise TypeError(f"target: expected a CausalLM, got {type(target).__name__}")
+    if draft is not None or getattr(method.drafter(), "needs_model", False):
+        check_pair(target, draft)
+    if storage not in STORAGES:
+        raise ValueError(f"storage: expected one of {', '.join(STORAGES)}, got {storage!r}")
+    tokens, lengths = _prompts(prompts, target)
+    if storage == "sequence" and tokens.shape[0] != 1:
+        raise ValueError(f"storage: 'sequence' holds one row, got a batch of {tokens.shape[0]}")
+    return tokens, lengths
 
 
 def _stats(run: DecodeRun, method: TorchMethod, storage: str, draft, counts, start) -> DecodeStats:
@@ -547,14 +521,7 @@ def _stats(run: DecodeRun, method: TorchMethod, storage: str, draft, counts, sta
         padded_kv_slots=run.kv.padded_slots + (draft_kv.padded_slots if draft_kv is not None else 0),
         peak_kv_slots=run.kv.peak_slots, peak_draft_kv_slots=draft_kv.peak_slots if draft_kv is not None else 0,
         kv_trace=trace, prefill_time_s=run.prefill_s, draft_rows=drafter.draft_rows, logs=drafter.logs(),
-        prompt_call_tokens=first, **_graph_counts(run))
-
-
-def _graph_counts(run: DecodeRun) -> dict:
-    if run.graphs is None:
-        return {}
-    return {"captured_steps": run.graphs.captures - run.graph_counts[0],
-            "replayed_steps": run.graphs.replays - run.graph_counts[1]}
+        prompt_call_tokens=first, **(run.graphs.counts() if run.graphs is not None else {}))
 
 
 def _as_method(method) -> TorchMethod:

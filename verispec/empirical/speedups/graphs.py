@@ -42,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..uniforms import UniformSource
 from .syncs import SYNC_OPS, SyncCounter, from_host
 
-__all__ = ["StepGraphs", "BufferedUniforms", "NotCapturable", "MODES"]
+__all__ = ["StepGraphs", "RunGraphs", "BufferedUniforms", "NotCapturable", "MODES"]
 
 #: "cuda": torch.cuda.CUDAGraph; "simulate": the recorded-op replay (any device, for tests).
 MODES = ("cuda", "simulate")
@@ -339,3 +339,57 @@ class _HostTensorWatch(TorchDispatchMode):
 
     def __exit__(self, *exc):
         return super().__exit__(*exc) if self.active else False
+
+
+class RunGraphs:
+    """One `engine.decode` call's use of its target's `StepGraphs` (kept in the target's
+    `cache_pool`, so later calls reuse the captured steps): which calls qualify (`for_run`), each
+    step's signature (`step`), and what the call captured and replayed (`counts`)."""
+
+    def __init__(self, run, graphs: StepGraphs):
+        self.run, self.graphs = run, graphs
+        self.start = (graphs.captures, graphs.replays)
+
+    @staticmethod
+    def mode(graphs, device) -> str | None:
+        """`decode`'s `graphs` -> a mode of `MODES`, or None (eager). None or True: "cuda" on a
+        CUDA device, eager elsewhere; False: eager; "simulate": the simulation on any device.
+
+        Raises:
+            ValueError: any other value.
+        """
+        if graphs == "simulate":
+            return "simulate"
+        if graphs is None or graphs is True:
+            return "cuda" if torch.device(device).type == "cuda" else None
+        if graphs is False:
+            return None
+        raise ValueError(f"graphs: expected None, True, False or 'simulate', got {graphs!r}")
+
+    @classmethod
+    def for_run(cls, run, mode: str | None) -> "RunGraphs | None":
+        """None unless the call can use captured steps: a mode, a static storage, a drafter and a
+        verifier marked `capturable`, no `observe`, and a source that is not a stream (a stream's
+        order of draws lives on the host)."""
+        drafter, method = run.drafter, run.method
+        if mode is None or not getattr(run.kv, "static", False) or method.observe is not None:
+            return None
+        if not (getattr(drafter, "capturable", False) and getattr(method.verifier, "capturable", False)):
+            return None
+        if getattr(run.source, "is_stream", True):
+            return None
+        return cls(run, run.target.cache_pool.setdefault(("graphs", mode), StepGraphs(mode)))
+
+    def step(self, name: str, fn, roles: dict):
+        """Run step `name` (`fn`, on `roles`) through the captured steps (`StepGraphs.run`)."""
+        run, drafter, verifier = self.run, self.run.drafter, self.run.method.verifier
+        key = (name, run.o.T, type(drafter).__name__, drafter.capture_key(), type(verifier).__name__,
+               getattr(verifier, "name", None), id(run.target), id(run.draft), id(run.kv.cache),
+               id(getattr(getattr(drafter, "kv", None), "cache", None)))
+        models = [m for m in (run.target, run.draft) if m is not None]
+        return self.graphs.run(key, fn, roles, models, [(run, "source"), (drafter, "source")])
+
+    def counts(self) -> dict:
+        """Steps captured and replays of captured steps since the call began."""
+        return {"captured_steps": self.graphs.captures - self.start[0],
+                "replayed_steps": self.graphs.replays - self.start[1]}

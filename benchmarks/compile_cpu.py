@@ -1,0 +1,113 @@
+"""Does torch.compile make the engine's decode faster on a CPU? The bench's setting (static KV,
+eager) against the same decode with both models' forwards compiled by inductor
+(`torch.compile(model.forward, dynamic=False)`: one compile per forward shape), on the real pair.
+
+Every prompt is decoded once untimed with the compiled forwards first (each of its shapes compiled,
+the prefill's included), then eager and compiled decodes alternate, `--repeats` times each; the
+JSON keeps every run and the ratio of the median decode tokens/s (compiled / eager) per method,
+with the host's CPU and load average. Run it on a quiet machine only (the load average is recorded).
+
+    python3 benchmarks/compile_cpu.py [--methods target_only,block] [--prompts 3] [--tokens 64]
+        [--repeats 3] [--threads 2] [--tiny] [--output benchmarks/results/compile_cpu.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from verispec.atomic import write_json_atomic  # noqa: E402
+from verispec.empirical import engine, methods  # noqa: E402
+from verispec.empirical.speedups.hardware import host_info  # noqa: E402
+
+
+class Compiled:
+    """Inside: both models' forwards compiled (`torch.compile(..., dynamic=False)`); eager after."""
+
+    def __init__(self, models, compiled: dict):
+        self.models, self.compiled = models, compiled
+
+    def __enter__(self):
+        for lm in self.models:
+            if id(lm) not in self.compiled:
+                self.compiled[id(lm)] = torch.compile(lm.model.forward, dynamic=False)
+            lm.model.forward = self.compiled[id(lm)]
+        return self
+
+    def __exit__(self, *exc):
+        for lm in self.models:
+            del lm.model.forward
+        return False
+
+
+def decode_rate(target, draft, prompt, name: str, tokens: int) -> float:
+    """Decode tokens/s (after the iteration that reads the prompt) of one T = 0 decode."""
+    method = methods.get(name, **({"draft_length": 4} if name != "target_only" else {}))
+    result = engine.decode(target, None if name == "target_only" else draft, prompt, method, tokens, 0.0,
+                           uniforms=0, storage="static")
+    first = int(result.stats.prompt_call_tokens[0])
+    return (tokens - first) / (result.stats.wall_time_s - result.stats.prefill_time_s)
+
+
+def _pair(args):
+    if args.tiny:
+        from profile_iteration import _tiny_pair
+
+        target, draft = _tiny_pair(64)
+        return target, draft, [torch.arange(1, 40).unsqueeze(0) % 64]
+    from verispec.bench.prompts import humaneval_prompts
+    from verispec.bench.weights import load_pair
+
+    pair = load_pair(dtype=torch.bfloat16, progress=False)
+    return pair.target, pair.draft, [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids
+                                     for p in humaneval_prompts(args.prompts)]
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", default="target_only,block")
+    parser.add_argument("--prompts", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tiny", action="store_true", help="tiny random models (a smoke run, no timing claim)")
+    parser.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "results", "compile_cpu.json"))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    target, draft, prompts = _pair(args)
+    load_before, compiled, runs = os.getloadavg(), {}, {}
+    for name in args.methods.split(","):
+        runs[name] = {"eager": [], "compiled": [], "compile_s": 0.0}
+        for prompt in prompts:
+            start = time.perf_counter()
+            with Compiled([target, draft], compiled):  # compiles every shape of this prompt's decode
+                decode_rate(target, draft, prompt, name, args.tokens)
+            runs[name]["compile_s"] += time.perf_counter() - start
+            for _ in range(args.repeats):
+                runs[name]["eager"].append(decode_rate(target, draft, prompt, name, args.tokens))
+                with Compiled([target, draft], compiled):
+                    runs[name]["compiled"].append(decode_rate(target, draft, prompt, name, args.tokens))
+        runs[name]["ratio_compiled_over_eager"] = (statistics.median(runs[name]["compiled"])
+                                                   / statistics.median(runs[name]["eager"]))
+        print(f"{name}: compiled / eager decode tokens/s {runs[name]['ratio_compiled_over_eager']:.3f} "
+              f"(medians of {len(runs[name]['eager'])} runs; compiling took {runs[name]['compile_s']:.0f} s)")
+    out = {"methods": runs, "prompts": len(prompts), "tokens": args.tokens, "repeats": args.repeats,
+           "threads": torch.get_num_threads(), "tiny": args.tiny, "torch": torch.__version__,
+           "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()),
+           "ratio_is": "derived: median compiled decode tokens/s / median eager decode tokens/s, alternated runs",
+           **host_info("cpu")}
+    write_json_atomic(args.output, out)
+    return out
+
+
+if __name__ == "__main__":
+    main()
