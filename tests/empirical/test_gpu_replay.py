@@ -91,6 +91,38 @@ def test_replay_inside_captured_steps(script, recorded, tmp_path):
     assert block and all(r["replayed_steps"] > 0 for r in block)  # the steps were captured and replayed
 
 
+TREES = bench.BenchConfig(prompts=2, max_new_tokens=10, methods=("opt_tree:n=8", "block"), temperatures=(0.0,),
+                          draft_length=3, num_paths=2, dtype="float32")
+
+
+def test_trees_replay_from_their_draft_top_k(script, tmp_path):
+    """OPT-Tree ranks the draft's top-n children: the draft's top-k trace replays its trees (an
+    argmax alone would not); a replay may run a subset of the recorded records."""
+    results, trace = script.record_run("trees", TREES, _pair(0), PROMPTS, str(tmp_path / "rec.json"))
+    assert trace["draft"][0][0].shape[-1] == script.DRAFT_TOP_K and trace["target"][0][0].shape[-1] == 1
+    replayed = script.replay_run("trees", TREES, _pair(7), PROMPTS, trace, results, str(tmp_path / "r.json"),
+                                 plot=False)
+    assert script.tokens_of(replayed) == script.tokens_of(results) and not replayed["projection"]["out_of_step"]
+    for key, record in results["records"].items():
+        assert replayed["records"][key]["draft_forwards"] == record["draft_forwards"]
+    subset = replace(TREES, methods=("block",))
+    alone = script.replay_run("trees", subset, _pair(7), PROMPTS, trace, results, str(tmp_path / "s.json"), plot=False)
+    assert set(alone["records"]) == {k for k in results["records"] if not k.startswith("opt_tree")}
+    assert all(alone["records"][k]["tokens"] == results["records"][k]["tokens"] for k in alone["records"])
+
+
+def test_argmax_traces_do_not_replay_trees(script, tmp_path):
+    """Planted: the draft's trace cut to its argmax (a kit before top-k traces); OPT-Tree's records go
+    out of step, and strict=False lists them and keeps the others."""
+    results, trace = script.record_run("trees", TREES, _pair(0), PROMPTS, str(tmp_path / "rec.json"))
+    cut = {**trace, "draft": [(top[..., :1], p[..., :1]) for top, p in trace["draft"]]}
+    with pytest.raises(script.ReplayDesync):
+        script.replay_run("trees", TREES, _pair(7), PROMPTS, cut, results, str(tmp_path / "r.json"), plot=False)
+    kept = script.replay_run("trees", TREES, _pair(7), PROMPTS, cut, results, str(tmp_path / "r.json"),
+                             plot=False, strict=False)
+    assert kept["projection"]["out_of_step"] and all(k.startswith("opt_tree") for k in kept["projection"]["out_of_step"])
+
+
 def test_a_target_from_another_config(script, tmp_path):
     """`--target-config`: any architecture's config.json, its vocabulary set to the recorded pair's."""
     kit = tmp_path / "kit"
