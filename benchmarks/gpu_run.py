@@ -134,7 +134,7 @@ def run_target(label: str, path: str | None, args) -> dict:
     pair, note = gpu_replay.random_pair(kit, args.device, path, shrink if args.tiny else None)
     built = time.perf_counter() - start
     tag = "" if path is None else "_" + os.path.splitext(os.path.basename(path))[0]
-    done = gpu_replay.replay_on(pair, note, list(PRESETS), args.kit_root, args.out, (True, False), False, tag,
+    done = gpu_replay.replay_on(pair, note, list(args.presets), args.kit_root, args.out, (True, False), False, tag,
                                 strict=False)
     outside = profile_target(pair, kit, args)
     summary = {"target": note, "build_s": built, "seconds": time.perf_counter() - start,
@@ -144,7 +144,7 @@ def run_target(label: str, path: str | None, args) -> dict:
                                for preset, on in done},
                "captured": {f"{preset}_graphs": {key: [r.get("captured_steps", 0), r.get("replayed_steps", 0)]
                                                  for key, r in done[preset, True]["records"].items()}
-                            for preset in PRESETS},
+                            for preset in args.presets},
                "outside_forwards": outside, "forward_costs_s": done[PRESET, True]["forward_costs_s"]}
     del pair, done
     gc.collect()
@@ -182,6 +182,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--kit-root", default=".replay", help="the kit is KIT_ROOT/graphs (gpu_replay.py record graphs)")
     parser.add_argument("--target-config", action="append", default=[],
                         help="another target's config.json (repeatable), e.g. benchmarks/configs/qwen2.5-7b-instruct.json")
+    parser.add_argument("--presets", default=",".join(PRESETS), type=lambda text: tuple(text.split(",")),
+                        help=f"kits to replay (default {','.join(PRESETS)})")
     parser.add_argument("--profile-tokens", type=int, default=64)
     parser.add_argument("--profile-prompts", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
