@@ -162,6 +162,27 @@ class _Stop(Exception):
     pass
 
 
+def test_a_failed_capture_falls_back_to_eager(pair, monkeypatch):
+    """A capture that raises after a clean warm-up (planted: the graph raises once the step ran):
+    the objects are put back, a warning names the step, and the decode goes on eagerly, unchanged."""
+    from verispec.empirical.speedups import graphs as graphs_module
+
+    class Failing:
+        def capture(self, fn):
+            fn()  # the step's Python ran (counters, memos, rebound tensors): all of it must be undone
+            raise RuntimeError("planted capture failure")
+
+    target, _ = pair
+    target.cache_pool.pop(("graphs", "simulate"), None)
+    monkeypatch.setattr(graphs_module, "_SimulatedGraph", Failing)
+    eager = _decode(pair, "block", PROMPT, storage="static")
+    with pytest.warns(UserWarning, match="could not be captured"):
+        failed = _decode(pair, "block", PROMPT, storage="static", graphs="simulate")
+    _same(failed, eager)
+    assert failed.stats.replayed_steps == 0 and target.cache_pool["graphs", "simulate"].failures
+    target.cache_pool.pop(("graphs", "simulate"))
+
+
 def _steady_run(pair, name):
     """The run of a decode stopped after its third iteration, its source of uniforms a served
     buffer (as in a captured step)."""

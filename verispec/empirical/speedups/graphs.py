@@ -7,8 +7,7 @@ gpt-fast do, the engine captures it once per shape into a `torch.cuda.CUDAGraph`
 one launch per step instead of one per op, and the host never waits for the device inside a step.
 
 How a step is captured (`StepGraphs.run`):
-1. The first time a step's signature (`key`) comes, it runs eagerly (a warm-up, on a side stream on
-   CUDA) under a watch: a host synchronisation (`speedups.syncs.SyncCounter`), an op on a host
+1. The first time a step's signature (`key`) comes, it runs eagerly (a warm-up) under a watch: a host synchronisation (`speedups.syncs.SyncCounter`), an op on a host
    tensor during a CUDA run, or a change to its objects other than tensors and counters marks the
    signature as not capturable; it then always runs eagerly. The uniforms it draws are recorded.
 2. The second time, its state is copied into static input tensors (every tensor attribute of the
@@ -35,6 +34,7 @@ the CPU test of captured decoding.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -170,6 +170,25 @@ def _others(roles: dict) -> dict:
             and name not in getattr(obj, "memos", ())}
 
 
+def _memos(roles: dict) -> dict:
+    """{(role, attribute): a copy} of every `memos` dict of the roles (filled from shapes alone)."""
+    return {(role, name): dict(getattr(obj, name)) for role, obj in roles.items() if obj is not None
+            for name in getattr(obj, "memos", ())}
+
+
+def _undo(roles: dict, models, state: dict, scalars: dict, memos: dict) -> None:
+    """Put the roles back as they were before a failed capture: its tensors, counters and memos
+    (a capture runs no kernel: what it made holds nothing)."""
+    _bind(roles, state)
+    for (role, name), value in scalars.items():
+        if role == "model":
+            models[name].forward_count = value
+        else:
+            setattr(roles[role], name, value)
+    for (role, name), value in memos.items():
+        setattr(roles[role], name, value)
+
+
 def _bind(roles: dict, tensors: dict) -> None:
     for (role, name), value in tensors.items():
         setattr(roles[role], name, value)
@@ -202,6 +221,7 @@ class StepGraphs:
 
     Attributes:
         captured: {key: entry}. eager: signatures found not capturable. replays, captures: counts.
+        failures: the captures that failed after a clean warm-up (those steps then run eagerly, warned).
     """
 
     def __init__(self, mode: str):
@@ -210,6 +230,7 @@ class StepGraphs:
         self.mode = mode
         self.captured, self.warm, self.eager = {}, {}, set()
         self.replays = self.captures = 0
+        self.failures = []  # captures that failed (their steps run eagerly)
 
     def run(self, name, fn, roles: dict, models=(), sources=()):
         """Run step `fn()` (returning a dataclass or None) on the objects `roles` ({name: object};
@@ -233,23 +254,13 @@ class StepGraphs:
         counter = SyncCounter()
         try:
             with counter, _HostTensorWatch(self.mode == "cuda") as watch:
-                result = self._side_stream(fn)
+                result = fn()
         finally:
             self._restore(sources, buffered)
         if counter.total or watch.found or _others(roles) != before:
             self.eager.add(key)
         else:
             self.warm[key] = buffered
-        return result
-
-    def _side_stream(self, fn):
-        if self.mode != "cuda":
-            return fn()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            result = fn()
-        torch.cuda.current_stream().wait_stream(stream)
         return result
 
     def _swap_sources(self, sources, buffered: BufferedUniforms | None = None):
@@ -271,6 +282,7 @@ class StepGraphs:
         recorded = self.warm.pop(key)
         state = _state(roles)
         inputs = {path: tensor.clone() for path, tensor in state.items()}
+        before, memos = _scalars(roles, models), _memos(roles)
         _bind(roles, inputs)
         uniforms = None
         if recorded is not None:
@@ -279,13 +291,21 @@ class StepGraphs:
             uniforms.buffer = recorded.source.peek(rows, n, _device(state))
             uniforms.recording = False
             self._swap_sources(sources, uniforms)
-        before = _scalars(roles, models)
         graph = _CudaGraph() if self.mode == "cuda" else _SimulatedGraph()
         try:
             result = graph.capture(fn)
-        finally:
-            if uniforms is not None:
-                self._restore(sources, uniforms)
+        except Exception as error:  # noqa: BLE001 - a capture the warm-up did not foresee: run eagerly
+            failed = error
+        else:
+            failed = None
+        if uniforms is not None:
+            self._restore(sources, uniforms)
+        if failed is not None:
+            _undo(roles, models, state, before, memos)
+            self.eager.add(key)
+            self.failures.append(f"{key[0]}: {type(failed).__name__}: {failed}")
+            warnings.warn(f"speedups.graphs: step {key[0]!r} could not be captured, it runs eagerly: {failed}")
+            return fn()
         after = _scalars(roles, models)
         fields, template = _flatten(result)
         entry = _Entry(graph, inputs, _state(roles), {k: after[k] - before[k] for k in after if k in before},
