@@ -116,9 +116,11 @@ DRAFT_TOP_K = 64
 
 
 class Recorder(_Hooks):
-    """Keeps each forward's top tokens and their probabilities: trace[role] is a list, in call
-    order, of (int32 [B, q, k], float32 [B, q, k]), k = 1 for the target, `DRAFT_TOP_K` for the
-    draft, in descending probability (ties: the lower id first, as argmax)."""
+    """Keeps each forward's decisions: trace[role] is a list, in call order, of entries. The
+    target's: (argmax int32 [B, q, 1], its probability float32 [B, q, 1]). The draft's: (its top
+    `DRAFT_TOP_K` tokens int32 [B, q, k] in descending order, their logits float32 [B, q, k], the
+    row's logsumexp float32 [B, q]): the logits themselves, so that a replay ranks them exactly as
+    the recorded run did (an OPT-Tree ranks products of the draft's probabilities)."""
 
     def __init__(self, pair):
         self.trace = {role: [] for role in ROLES}
@@ -126,44 +128,61 @@ class Recorder(_Hooks):
 
     def on_forward(self, role, output):
         logits = output.logits.detach().float()  # [B, q, V]
-        k = 1 if role == "target" else min(DRAFT_TOP_K, logits.shape[-1])
-        probs = torch.softmax(logits.double(), -1)  # [B, q, V], as the engine's `probabilities`
-        if k == 1:
+        if role == "target":
             top = logits.argmax(-1, keepdim=True)  # [B, q, 1]; the first maximum, as the engine's argmax
-        else:  # a stable descending sort: equal probabilities keep id order, as argmax and topk
-            top = torch.sort(probs, dim=-1, descending=True, stable=True).indices[..., :k]
-        self.trace[role].append((top.to(torch.int32).cpu(), probs.gather(-1, top).float().cpu()))
+            p = torch.softmax(logits.double(), -1).gather(-1, top)  # as the engine's `probabilities`
+            self.trace[role].append((top.to(torch.int32).cpu(), p.float().cpu()))
+            return
+        k = min(DRAFT_TOP_K, logits.shape[-1])
+        top = torch.sort(logits, dim=-1, descending=True, stable=True).indices[..., :k]  # ties: lower id first
+        lse = torch.logsumexp(logits.double(), -1)  # [B, q]
+        self.trace[role].append((top.to(torch.int32).cpu(), logits.gather(-1, top).cpu(), lse.float().cpu()))
 
 
-def trace_entry(top: torch.Tensor, p: torch.Tensor):
-    """A trace entry as (int32 [B, q, k], float [B, q, k]) (kits recorded before top-k traces
-    hold [B, q]: k = 1)."""
-    return (top.unsqueeze(-1), p.unsqueeze(-1)) if top.dim() == 2 else (top, p)
+def trace_entry(entry):
+    """A trace entry as recorded: (ids [B, q, k], probabilities [B, q, k]) or (ids, logits
+    [B, q, k], logsumexp [B, q]); kits recorded before top-k traces hold ([B, q], [B, q]): k = 1."""
+    if len(entry) == 2 and entry[0].dim() == 2:
+        return entry[0].unsqueeze(-1), entry[1].unsqueeze(-1)
+    return tuple(entry)
+
+
+def entry_logits(entry, vocab_size: int):
+    """(x float32 [B, q, k], rest float32 [B, q]) of a trace entry: the recorded top-k logits and a
+    logit for every other token that keeps the row's normaliser (logits entries), or
+    `replacement_logits` of the recorded probabilities."""
+    if len(entry) == 2:
+        return replacement_logits(entry[1], vocab_size)
+    _, x, lse = entry
+    k = x.shape[-1]
+    left = (torch.exp(lse.double()) - torch.exp(x.double()).sum(-1)).clamp_min(1e-30) / max(vocab_size - k, 1)
+    rest = torch.minimum(torch.log(left), x[..., -1].double() - 1e-3)  # below the k-th: the ranks hold
+    return x.float(), rest.float()
 
 
 class DeviceTrace:
     """One model's recorded decisions on the device, replayed forward by forward with tensor ops only
     (so a replay inside a captured CUDA graph reads the decision of the forward it is at).
 
-    tokens / logits: int64 / float32 [total], every position's top-k tokens and their replacement
-    logits (`replacement_logits`), flattened in call order; rest: float32 [positions], the logit of
+    tokens / logits: int64 / float32 [total], every position's top-k tokens and their logits
+    (`entry_logits`), flattened in call order; rest: float32 [positions], the logit of
     every other token; offsets / rows / shapes: int64 [F] / [F] / [F, 2] (where forward i starts in
     tokens and in rest, its [B, q]); next: forwards replayed (set per record by `Replayer.begin`);
     active: a bool flag (False: forwards pass untouched, the benches' warm-ups); bad: a forward whose
     [B, q] differs from the recorded one, or one past the recorded forwards."""
 
     def __init__(self, records: list, vocab_size: int, device):
-        records = [trace_entry(top, p) for top, p in records] or [(torch.zeros(1, 1, 1, dtype=torch.int32),
-                                                                   torch.ones(1, 1, 1))]
+        records = [trace_entry(entry) for entry in records] or [(torch.zeros(1, 1, 1, dtype=torch.int32),
+                                                                 torch.ones(1, 1, 1))]
         self.count, self.k = len(records), records[0][0].shape[-1]
-        x, rest = zip(*(replacement_logits(p, vocab_size) for _, p in records))
-        self.tokens = torch.cat([top.reshape(-1) for top, _ in records]).to(device, torch.long)  # [total]
+        x, rest = zip(*(entry_logits(entry, vocab_size) for entry in records))
+        self.tokens = torch.cat([entry[0].reshape(-1) for entry in records]).to(device, torch.long)  # [total]
         self.logits = torch.cat([v.reshape(-1) for v in x]).to(device)  # [total]
         self.rest = torch.cat([r.reshape(-1) for r in rest]).to(device)  # [positions]
-        sizes = torch.tensor([top.shape[0] * top.shape[1] for top, _ in records], dtype=torch.long)
+        sizes = torch.tensor([entry[0].shape[0] * entry[0].shape[1] for entry in records], dtype=torch.long)
         self.rows = (sizes.cumsum(0) - sizes).to(device)  # [F]
         self.offsets = self.rows * self.k  # [F]
-        self.shapes = torch.tensor([list(top.shape[:2]) for top, _ in records], dtype=torch.long).to(device)
+        self.shapes = torch.tensor([list(entry[0].shape[:2]) for entry in records], dtype=torch.long).to(device)
         self.next = torch.zeros((), dtype=torch.long, device=device)
         self.active = torch.ones((), dtype=torch.bool, device=device)
         self.bad = torch.zeros((), dtype=torch.bool, device=device)

@@ -115,7 +115,8 @@ def test_argmax_traces_do_not_replay_trees(script, tmp_path):
     """Planted: the draft's trace cut to its argmax (a kit before top-k traces); OPT-Tree's records go
     out of step, and strict=False lists them and keeps the others."""
     results, trace = script.record_run("trees", TREES, _pair(0), PROMPTS, str(tmp_path / "rec.json"))
-    cut = {**trace, "draft": [(top[..., :1], p[..., :1]) for top, p in trace["draft"]]}
+    cut = {**trace, "draft": [(top[..., :1], (x[..., :1] - lse[..., None]).exp())
+                              for top, x, lse in trace["draft"]]}
     with pytest.raises(script.ReplayDesync):
         script.replay_run("trees", TREES, _pair(7), PROMPTS, cut, results, str(tmp_path / "r.json"), plot=False)
     kept = script.replay_run("trees", TREES, _pair(7), PROMPTS, cut, results, str(tmp_path / "r.json"),
