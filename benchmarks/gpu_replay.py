@@ -2,21 +2,30 @@
 
 Why: the lent GPU machines reach no package registry and take at most 64 MiB of files per call, so
 the real pair (1.6 GB of weights) cannot travel there. What can travel is what the weights decide at
-T = 0: one token and its probability per position of every forward.
+T = 0: a few tokens and their probabilities per position of every forward.
 
 How:
 1. ``record`` (here, on the real pair, any device): runs a T = 0 bench (``verispec bench``, or its
-   batched sweep) with a forward hook on each model that keeps, for every forward in call order,
-   the argmax token (int32 [B, q]) and its softmax probability (float32 [B, q]) at every position
-   the forward returns. It writes a kit folder: that trace, the recorded run's JSON, its prompts,
-   both models' ``config.json`` and the tokenizer files (no weights).
-2. ``replay`` (on the GPU): builds both architectures from their configs with random weights, and
-   replaces each forward's logits [B, q, V] by a float32 row that is 0 everywhere but at the
-   recorded argmax, set so that softmax gives that token the recorded probability. Every greedy
-   decision is the real pair's (and so is transformers' assisted-generation confidence, which reads
-   that probability), so the replay makes the recorded run's forwards with their shapes, and times
-   them. A forward whose [B, q] differs from the recorded one stops the run (`ReplayDesync`); the
-   recorded forwards must all be used, and every record's tokens must equal the recorded run's.
+   batched sweep) with a forward hook on each model that keeps, for every forward in call order and
+   at every position it returns: the target's argmax token and its softmax probability; the
+   draft's top 64 tokens, their logits and the row's logsumexp (a draft tree ranks the draft's top-n
+   children, which an argmax alone would not replay). It writes a kit folder: that trace, the
+   recorded run's JSON, its prompts, both models' ``config.json`` and the tokenizer files (no weights).
+2. ``replay`` (on the GPU): builds both architectures from their configs with random weights (the
+   target from any ``config.json`` with ``--target-config``), and replaces each forward's logits
+   [B, q, V] by a float32 row: the target's is 0 everywhere but at the recorded argmax, set so that
+   softmax gives that token the recorded probability; the draft's holds the recorded top-64 logits
+   and shares the rest of the mass evenly among the other tokens. Every greedy decision is the real
+   pair's (and so is transformers' assisted-generation confidence, which reads that probability),
+   so the replay makes the recorded run's forwards with their shapes, and times them. The
+   replacement runs on the device (`DeviceTrace`), inside the engine's captured steps too. Each
+   record of a ``verispec bench`` preset starts at its own recorded forward, so a replay may run a
+   subset of the recorded records; a record whose forwards leave their recorded [B, q] or count, or
+   whose tokens differ from the recorded ones, stops the run (`ReplayDesync`), or with
+   ``strict=False`` is listed in the file's "projection" ("out_of_step") and the others kept.
+   A draft tree replays its recorded ranks exactly, but its probabilities only to float32
+   round-off: products of them that tie within ~1e-7 may rank otherwise (flat distributions of
+   random tiny models do; the test pair's peaked ones do not).
 
 What the projection leaves out, and the result files say so ("projection" in the JSON):
 - Sampling (T = 1): a sampled decision reads the whole distribution (V = 151,936 probabilities per
@@ -30,7 +39,8 @@ Usage::
 
     python3 benchmarks/gpu_replay.py record ouroboros batched            # kits in .replay/<preset>
     python3 benchmarks/gpu_replay.py replay ouroboros batched --device cuda  # -> benchmarks/results/
-    python3 benchmarks/gpu_replay.py replay graphs --device cuda --graphs both \
+    python3 benchmarks/gpu_replay.py record graphs trees                 # the engine's GPU kits
+    python3 benchmarks/gpu_replay.py replay graphs trees --device cuda --graphs both \
         --target-config benchmarks/configs/qwen2.5-7b-instruct.json       # another target, same decisions
 """
 
