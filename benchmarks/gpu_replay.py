@@ -53,6 +53,7 @@ import math
 import os
 import shutil
 import sys
+import types
 from dataclasses import replace
 
 import torch
@@ -72,7 +73,7 @@ PRESETS = {
     "graphs": bench.BenchConfig(prompts=3, max_new_tokens=128, temperatures=(0.0,), draft_length=4, num_paths=3,
                                 dtype="bfloat16", seed=0, methods=("block", "token", "hf")),
     "trees": bench.BenchConfig(prompts=3, max_new_tokens=128, temperatures=(0.0,), draft_length=4, num_paths=3,
-                               dtype="bfloat16", seed=0, methods=("opt_tree",)),
+                               dtype="bfloat16", seed=0, methods=("opt_tree:n=50",)),
     "ouroboros": bench.BenchConfig(prompts=10, max_new_tokens=128, temperatures=(0.0,), draft_length=4,
                                    num_paths=3, dtype="bfloat16", seed=0,
                                    methods=("ouroboros_phrase", "lookahead", "block", "hf")),
@@ -80,6 +81,11 @@ PRESETS = {
                                                 batches=2, methods=("block",), temperatures=(0.0,),
                                                 draft_length=4, dtype="bfloat16", seed=0),
 }
+#: Methods whose records a kit holds under another label: {preset: {replay label: recorded label}}.
+#: A method the bench now runs otherwise by default is pinned to the behaviour it was recorded with
+#: by naming the parameter, which changes its label (say a kit recorded "opt_tree:n=50" before a
+#: bench default "pol=auto": {"trees": {"opt_tree:n=50,pol=fixed": "opt_tree:n=50"}}).
+RECORDED_AS = types.MappingProxyType({})
 ROLES = ("target", "draft")
 
 
@@ -421,19 +427,27 @@ def replay_sequence(config, prompts) -> list:
 
 
 def replay_run(name: str, config, pair, prompts, trace: dict, recorded: dict, output: str,
-               plot: bool = True, strict: bool = True) -> dict:
+               plot: bool = True, strict: bool = True, recorded_as: dict | None = None) -> dict:
     """Step 2 on a loaded pair of the recorded architectures; returns the results with their
     "projection" block (also written to `output`). A `verispec bench` preset replays record by
-    record (`Replayer`), so its config may run a subset of the recorded methods and prompts.
+    record (`Replayer`), so its config may run a subset of the recorded methods and prompts;
+    `recorded_as` maps a replay label to the label the kit recorded it under (`RECORDED_AS`).
 
     Raises:
-        ReplayDesync: a forward out of step with the trace, recorded forwards left over, or a
-            record whose tokens differ from the recorded run's; with strict=False these records
-            are listed in the projection block ("out_of_step") instead, the others kept.
+        ReplayDesync: a replay record the kit does not hold (always); a forward out of step with
+            the trace, recorded forwards left over, or a record whose tokens differ from the
+            recorded run's: with strict=False these records are listed in the projection block
+            ("out_of_step") instead, the others kept.
     """
     batched = name == "batched"
+    recorded = relabelled(recorded, recorded_as or {})
     offsets = None if batched else record_offsets(recorded)
-    replayer = Replayer(pair, trace, offsets, () if batched else replay_sequence(config, prompts))
+    sequence = () if batched else replay_sequence(config, prompts)
+    missing = [key for key in sequence if key not in offsets]
+    if missing:
+        raise ReplayDesync(f"the kit holds no record {missing[0]!r} (recorded: {sorted(recorded['records'])}); a "
+                           f"method recorded under another label is mapped by `recorded_as`")
+    replayer = Replayer(pair, trace, offsets, sequence)
     try:
         with warm_ups_paused(replayer):
             results = run_preset(name, config, pair, prompts, output, plot)
@@ -457,6 +471,20 @@ def replay_run(name: str, config, pair, prompts, trace: dict, recorded: dict, ou
     }
     write_json_atomic(output, results)
     return results
+
+
+def relabelled(recorded: dict, recorded_as: dict) -> dict:
+    """The recorded run's JSON with its labels renamed to the replay's: `recorded_as` maps a replay
+    label to the label the kit recorded it under (`RECORDED_AS`); records and their order kept."""
+    if not recorded_as:
+        return recorded
+    back = {kit: now for now, kit in recorded_as.items()}
+    records = {}
+    for key, record in recorded["records"].items():
+        label, _, rest = key.partition("|")
+        records[f"{back.get(label, label)}|{rest}"] = record
+    run = {**recorded["last_run"], "methods": [back.get(m, m) for m in recorded["last_run"]["methods"]]}
+    return {**recorded, "records": records, "last_run": run}
 
 
 def tokens_of(results: dict) -> dict:
@@ -621,7 +649,8 @@ def replay_on(pair, note: str, presets, kit_root: str, out_dir: str, graphs=(Tru
             if hasattr(config, "graphs"):
                 config = replace(config, graphs=on)
             with assisted_generation_as_recorded(recorded["environment"]["scikit_learn"] is not None):
-                results = replay_run(name, config, pair, prompts, trace, recorded, output, plot, strict)
+                results = replay_run(name, config, pair, prompts, trace, recorded, output, plot, strict,
+                                     RECORDED_AS.get(name))
             results["projection"]["target"] = note
             done[name, on], outputs[name, on] = results, output
             print(f"{name} (graphs {'on' if on else 'off'}): {results['projection']['forwards_replayed']} forwards "

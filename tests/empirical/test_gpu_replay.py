@@ -182,3 +182,17 @@ def test_a_kit_replays_from_its_files(script, tmp_path, monkeypatch):
     assert stored["projection"]["records_token_identical"] == len(results["records"])
     assert set(stored["forward_costs_s"]) == set(script.ROLES)
     assert not (kit / "draft" / "tokenizer.json").exists()  # the tokenizer travels once
+
+
+def test_a_method_pinned_under_a_new_label_replays_its_recorded_records(script, tmp_path):
+    """A kit recorded "block" replays as "block:L=3" (the same behaviour named with its parameter,
+    as a method pinned after a new bench default) through `recorded_as`; without the mapping the
+    kit holds no such record, and the replay refuses at once."""
+    results, trace = script.record_run("trees", TREES, _pair(0), PROMPTS, str(tmp_path / "rec.json"))
+    pinned = replace(TREES, methods=("opt_tree:n=8", "block:L=3"))
+    with pytest.raises(script.ReplayDesync, match="block:L=3"):
+        script.replay_run("trees", pinned, _pair(7), PROMPTS, trace, results, str(tmp_path / "r.json"), plot=False)
+    replayed = script.replay_run("trees", pinned, _pair(7), PROMPTS, trace, results, str(tmp_path / "r.json"),
+                                 plot=False, recorded_as={"block:L=3": "block"})
+    renamed = {key.replace("block|", "block:L=3|"): tokens for key, tokens in script.tokens_of(results).items()}
+    assert script.tokens_of(replayed) == renamed and not replayed["projection"]["out_of_step"]
