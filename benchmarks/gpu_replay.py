@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import json
 import math
 import os
@@ -501,8 +502,33 @@ def save_kit(kit: str, trace: dict, prompts: list, sources: dict) -> None:
     for role, source in sources.items():
         os.makedirs(os.path.join(kit, role), exist_ok=True)
         for entry in os.listdir(source):
-            if entry.endswith(".json") and "safetensors" not in entry and (role == "target" or "token" not in entry):
+            if not entry.endswith(".json") or "safetensors" in entry or (role == "draft" and "token" in entry):
+                continue
+            if entry == "tokenizer.json":  # 11 MB for the pair's vocabulary, 2 MB gzipped: kits travel
+                with open(os.path.join(source, entry), "rb") as src, \
+                        gzip.open(os.path.join(kit, role, entry + ".gz"), "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            else:
                 shutil.copy(os.path.join(source, entry), os.path.join(kit, role, entry))
+
+
+def kit_tokenizer(folder: str):
+    """The tokenizer of a kit's model folder (`save_kit`: tokenizer.json gzipped, read through a
+    temporary copy of the folder; a folder with a plain tokenizer.json is read as it is)."""
+    import tempfile
+
+    from transformers import AutoTokenizer
+
+    packed = os.path.join(folder, "tokenizer.json.gz")
+    if not os.path.exists(packed):
+        return AutoTokenizer.from_pretrained(folder)
+    with tempfile.TemporaryDirectory() as tmp:
+        for entry in os.listdir(folder):
+            if entry != "tokenizer.json.gz":
+                shutil.copy(os.path.join(folder, entry), os.path.join(tmp, entry))
+        with gzip.open(packed, "rb") as src, open(os.path.join(tmp, "tokenizer.json"), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        return AutoTokenizer.from_pretrained(tmp)
 
 
 def record(name: str, kit: str, threads: int = 2) -> None:
@@ -560,7 +586,7 @@ def random_pair(kit: str, device: str, target_path: str | None = None, shrink=No
     `target_config`), random weights, bf16, built on `device`; `shrink(config, role)` may edit a
     config first (smaller layers for a dry run: the vocabulary, hence every forward's shape, stays).
     Returns (ModelPair, a note on what the target is)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     draft_config = AutoConfig.from_pretrained(os.path.join(kit, "draft"))
     configs = {"target": target_config(kit, target_path, draft_config.vocab_size), "draft": (draft_config, "")}
@@ -572,7 +598,7 @@ def random_pair(kit: str, device: str, target_path: str | None = None, shrink=No
             model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
         model.generation_config = GenerationConfig.from_pretrained(os.path.join(kit, role))  # the hf peer's
         models.append(CausalLM(model, name=f"{role} architecture, random weights"))
-    pair = ModelPair(*models, AutoTokenizer.from_pretrained(os.path.join(kit, "target")))
+    pair = ModelPair(*models, kit_tokenizer(os.path.join(kit, "target")))
     return pair, configs["target"][1] + (" (shrunk)" if shrink is not None else "")
 
 
@@ -607,7 +633,7 @@ def forward_costs(pair, device: str, context: int = 118, rows=(1, 2, 4, 8, 16, 3
     return out
 
 
-def _load_kit(kit: str) -> tuple[dict, list, dict]:
+def load_kit(kit: str) -> tuple[dict, list, dict]:
     """(recorded results, prompts, trace) of a kit folder."""
     loaded = []
     for name in ("recorded.json", "prompts.json"):
@@ -635,32 +661,39 @@ def replay(presets, kit_root: str, device: str, out_dir: str, target_path: str |
 
 def replay_on(pair, note: str, presets, kit_root: str, out_dir: str, graphs=(True,), plot: bool = True,
               tag: str = "", strict: bool = True) -> dict:
-    """Replay each preset on a built pair, once per CUDA-graph setting in `graphs` (`strict`: as
-    `replay_run`'s); writes
-    ``out_dir/bench_<preset><tag>_<device name>[_eager]_projected.json`` (+ PNG when `plot`) with
-    the forward costs of both models on that device. Returns {(preset, graphs): results}."""
+    """Replay each preset on a built pair, once per CUDA-graph setting in `graphs` (`replay_one`);
+    writes ``out_dir/bench_<preset><tag>_<device name>[_eager]_projected.json`` (+ PNG when `plot`)
+    with the forward costs of both models on that device. Returns {(preset, graphs): results}."""
     device = str(pair.target.device)
     done, outputs = {}, {}
     for name in presets:
-        recorded, prompts, trace = _load_kit(os.path.join(kit_root, name))
+        kit = load_kit(os.path.join(kit_root, name))
         for on in graphs:
             output = os.path.join(out_dir, f"bench_{name}{tag}_{_slug(device)}{'' if on else '_eager'}_projected.json")
-            config = replace(PRESETS[name], device=device, threads=0)
-            if hasattr(config, "graphs"):
-                config = replace(config, graphs=on)
-            with assisted_generation_as_recorded(recorded["environment"]["scikit_learn"] is not None):
-                results = replay_run(name, config, pair, prompts, trace, recorded, output, plot, strict,
-                                     RECORDED_AS.get(name))
-            results["projection"]["target"] = note
-            done[name, on], outputs[name, on] = results, output
-            print(f"{name} (graphs {'on' if on else 'off'}): {results['projection']['forwards_replayed']} forwards "
-                  f"replayed, {results['projection']['records_token_identical']} records token-identical -> {output}",
-                  flush=True)
+            done[name, on], outputs[name, on] = replay_one(pair, note, name, kit, on, output, plot, strict), output
     costs = forward_costs(pair, device)  # after the runs: the replays' hooks are off
     for key, results in done.items():
         results["forward_costs_s"] = costs
         write_json_atomic(outputs[key], results)
     return done
+
+
+def replay_one(pair, note: str, name: str, kit: tuple, graphs: bool, output: str, plot: bool = False,
+               strict: bool = True) -> dict:
+    """One preset's replay (`replay_run`, `RECORDED_AS`'s labels) on a built pair from a loaded kit
+    (`load_kit`), the engine's CUDA graphs on or off, the bench's file at `output`; the results say
+    which target ("projection"/"target": `note`)."""
+    recorded, prompts, trace = kit
+    config = replace(PRESETS[name], device=str(pair.target.device), threads=0)
+    if hasattr(config, "graphs"):
+        config = replace(config, graphs=graphs)
+    with assisted_generation_as_recorded(recorded["environment"]["scikit_learn"] is not None):
+        results = replay_run(name, config, pair, prompts, trace, recorded, output, plot, strict, RECORDED_AS.get(name))
+    results["projection"]["target"] = note
+    print(f"{name} (graphs {'on' if graphs else 'off'}): {results['projection']['forwards_replayed']} forwards "
+          f"replayed, {results['projection']['records_token_identical']} records token-identical -> {output}",
+          flush=True)
+    return results
 
 
 def main(argv=None) -> int:

@@ -181,7 +181,8 @@ def test_a_kit_replays_from_its_files(script, tmp_path, monkeypatch):
     assert script.tokens_of(stored) == script.tokens_of(results) == script.tokens_of(done["ouroboros", True])
     assert stored["projection"]["records_token_identical"] == len(results["records"])
     assert set(stored["forward_costs_s"]) == set(script.ROLES)
-    assert not (kit / "draft" / "tokenizer.json").exists()  # the tokenizer travels once
+    assert not (kit / "draft" / "tokenizer.json").exists()  # the tokenizer travels once, gzipped
+    assert (kit / "target" / "tokenizer.json.gz").exists() and not (kit / "target" / "tokenizer.json").exists()
 
 
 def test_a_method_pinned_under_a_new_label_replays_its_recorded_records(script, tmp_path):
