@@ -3,27 +3,33 @@ CUDA graphs on and off, on the pair's own 1.5B target and on a 7B-configuration 
 of decode time outside the forwards. Every figure is projected (random weights, recorded decisions:
 `benchmarks/gpu_replay.py`).
 
-Per target (the kit's recorded 1.5B, and each `--target-config`, e.g. Qwen2.5-7B-Instruct's
-config.json with the draft's vocabulary), on one pair built once:
-1. the kits "graphs" (target-only, block, token, transformers' assisted generation `hf`) and
-   "trees" (target-only, OPT-Tree at n = 50), HumanEval/0-2, 128 tokens, L = 4, replayed with the
-   engine's captured steps, then eagerly (`--no-graphs`): four bench files, each record checked
-   token-identical to the recorded run and in step with its forwards (a record out of step is
-   listed in the file's "projection", the others kept);
-2. `profile_iteration.outside_share` for target-only and block: decode seconds per iteration with
-   the bench's setting, and with every forward stubbed, whose ratio is the share of decode time
-   outside the forwards;
-3. both models' forward costs.
-Then `gpu_run_summary_<device>.json`: the acceptance ratios of the issue, each derived from the
-measured decode tokens/s of one file (block / target-only; block / hf), and the outside shares.
+Targets: the kit's recorded 1.5B ("kit"), and each `--target-config` (e.g. Qwen2.5-7B-Instruct's
+config.json with the draft's vocabulary: "7b"), each with its own 0.5B draft, built once and kept.
+Parts, in this order (`plan`), so that a run cut short has the issue's bars first:
+1. the kit "graphs" (target-only, block, token, transformers' assisted generation `hf`;
+   HumanEval/0-2, 128 tokens, L = 4) replayed with the engine's captured steps, on every target;
+2. `profile_iteration.outside_share` for target-only and block on every target: decode seconds per
+   iteration with the bench's setting, and with every forward stubbed, whose ratio is the share of
+   decode time outside the forwards;
+3. "graphs" eagerly (`--no-graphs`); then "trees" (target-only, OPT-Tree at n = 50) with graphs on
+   and off;
+4. both models' forward costs.
+Each replay checks every record token-identical to the recorded run and in step with its forwards
+(a record out of step is listed in its "projection", the others kept).
+
+Files (rewritten after every part, so a run cut short leaves what it measured):
+``gpu_run_<target>_<device>.json`` per target (every replay's bench results, the profiles, the
+forward costs, each part's seconds) and ``gpu_run_summary_<device>.json`` (decode tokens/s per
+replay, the acceptance ratios of the issue, each derived from the measured decode tokens/s of one
+replay: block / target-only, block / hf; the outside shares; what `--budget-s` skipped).
 
     python3 benchmarks/gpu_run.py --out OUT [--device cuda] [--kit-root .replay]
-        [--target-config benchmarks/configs/qwen2.5-7b-instruct.json] [--tiny]
+        [--target-config benchmarks/configs/qwen2.5-7b-instruct.json] [--budget-s S] [--tiny]
 
 `--tiny` shrinks every architecture (2-3 layers, hidden 64; the vocabulary, hence every forward's
-shape, stays): a dry run of the whole command on a CPU in minutes. `--make-tiny-kit` first records a
-kit of its own, on tiny random models with a byte-level tokenizer (HumanEval/0-2, as the preset):
-the whole path, recording included, with no model weights at all.
+shape, stays): a dry run of the whole command on a CPU. `--make-tiny-kit` first records the kits
+on tiny random models with a byte-level tokenizer (HumanEval/0-2, as the presets): the whole path,
+recording included, with no model weights at all.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import gc
 import json
 import os
 import sys
+import tempfile
 import time
 
 import torch
@@ -108,6 +115,23 @@ def _prompts(pair, kit: str, count: int) -> list:
     return [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids.to(pair.target.device) for p in texts]
 
 
+def plan(targets, presets) -> list:
+    """The run's parts in the order that keeps the issue's bars first, should the device's time run
+    out: the first preset with graphs on for every target, the iteration profiles, the first preset
+    eagerly, every other preset on and off, then the forward costs. [(part, target)], a part being
+    "<preset>_graphs", "<preset>_eager", "profile" or "costs"."""
+    first, rest = presets[0], presets[1:]
+    parts = [(f"{first}_graphs", t) for t in targets] + [("profile", t) for t in targets]
+    parts += [(f"{first}_eager", t) for t in targets]
+    parts += [(f"{p}_{mode}", t) for p in rest for mode in ("graphs", "eager") for t in targets]
+    return parts + [("costs", t) for t in targets]
+
+
+def rates(results: dict) -> dict:
+    """{method label: decode tokens/s} of a bench file's T = 0 summary."""
+    return {row["runner"]: row["tokens_per_s"] for row in results["summary"] if row["temperature"] == 0.0}
+
+
 def profile_target(pair, kit: str, args) -> dict:
     """`profile_iteration.outside_share` of each `PROFILED` method on the pair (random weights)."""
     prompts = _prompts(pair, kit, args.profile_prompts)
@@ -122,54 +146,97 @@ def profile_target(pair, kit: str, args) -> dict:
     return out
 
 
-def rates(results: dict) -> dict:
-    """{method label: decode tokens/s} of a bench file's T = 0 summary."""
-    return {row["runner"]: row["tokens_per_s"] for row in results["summary"] if row["temperature"] == 0.0}
+class Run:
+    """The run's state: the targets' pairs (built on first use, all kept: a 7B configuration, the
+    1.5B and two 0.5B drafts take about 20 GB in bf16), the kits (loaded once), and one record per
+    target written after every part (`gpu_run_<target>_<device>.json`), with the summary."""
+
+    def __init__(self, args, targets: dict):
+        self.args, self.paths, self.pairs, self.kits = args, targets, {}, {}
+        self.scratch = tempfile.mkdtemp(prefix="gpu_run_")  # the benches' own files (resume files)
+        self.records = {label: {"target": None, "replays": {}, "parts_s": {}} for label in targets}
+        self.start, self.skipped = time.perf_counter(), []
+
+    def pair(self, label: str):
+        if label not in self.pairs:
+            start = time.perf_counter()
+            kit = os.path.join(self.args.kit_root, self.args.presets[0])
+            self.pairs[label] = gpu_replay.random_pair(kit, self.args.device, self.paths[label],
+                                                       shrink if self.args.tiny else None)
+            self.records[label].update(target=self.pairs[label][1], build_s=time.perf_counter() - start)
+        return self.pairs[label]
+
+    def kit(self, preset: str) -> tuple:
+        if preset not in self.kits:
+            self.kits[preset] = gpu_replay.load_kit(os.path.join(self.args.kit_root, preset))
+        return self.kits[preset]
+
+    def part(self, part: str, label: str) -> None:
+        """Run one part on one target and write the files."""
+        if self.args.budget_s and time.perf_counter() - self.start > self.args.budget_s:
+            self.skipped.append(f"{part} {label}")
+            return
+        pair, note = self.pair(label)
+        start, record = time.perf_counter(), self.records[label]
+        if part == "profile":
+            record["outside_forwards"] = profile_target(pair, os.path.join(self.args.kit_root, self.args.presets[0]),
+                                                        self.args)
+        elif part == "costs":
+            record["forward_costs_s"] = gpu_replay.forward_costs(pair, str(pair.target.device))
+        else:
+            preset, mode = part.rsplit("_", 1)
+            output = os.path.join(self.scratch, f"{preset}_{label}_{mode}.json")
+            record["replays"][part] = gpu_replay.replay_one(pair, note, preset, self.kit(preset), mode == "graphs",
+                                                           output, strict=False)
+        record["parts_s"][part] = time.perf_counter() - start
+        self.write()
+
+    def write(self) -> dict:
+        """Every target's file and the summary (derived from what ran so far)."""
+        slug = _device_slug(self.args.device)
+        for label, record in self.records.items():
+            write_json_atomic(os.path.join(self.args.out, f"gpu_run_{label}_{slug}.json"), record)
+        summary = {"what": "projected: random weights replaying the real pair's recorded T = 0 decisions "
+                           "(benchmarks/gpu_replay.py); ratios derived from measured decode tokens/s",
+                   "device_name": _device_name(self.args.device), "tiny": self.args.tiny,
+                   "targets": {label: digest(record) for label, record in self.records.items()},
+                   "acceptance": acceptance(self.records), "skipped_for_time": self.skipped,
+                   "seconds": time.perf_counter() - self.start, "argv": sys.argv[1:],
+                   "environment": {"torch": torch.__version__, **host_info(self.args.device)}}
+        write_json_atomic(os.path.join(self.args.out, f"gpu_run_summary_{slug}.json"), summary)
+        return summary
 
 
-def run_target(label: str, path: str | None, args) -> dict:
-    """Replays (graphs on, off), profile and forward costs of one target; returns its summary."""
-    kit = os.path.join(args.kit_root, PRESET)
-    start = time.perf_counter()
-    pair, note = gpu_replay.random_pair(kit, args.device, path, shrink if args.tiny else None)
-    built = time.perf_counter() - start
-    tag = "" if path is None else "_" + os.path.splitext(os.path.basename(path))[0]
-    done = gpu_replay.replay_on(pair, note, list(args.presets), args.kit_root, args.out, (True, False), False, tag,
-                                strict=False)
-    outside = profile_target(pair, kit, args)
-    summary = {"target": note, "build_s": built, "seconds": time.perf_counter() - start,
-               "decode_tokens_per_s": {f"{preset}_{'graphs' if on else 'eager'}": rates(done[preset, on])
-                                       for preset, on in done},
-               "out_of_step": {f"{preset}_{'graphs' if on else 'eager'}": done[preset, on]["projection"]["out_of_step"]
-                               for preset, on in done},
-               "captured": {f"{preset}_graphs": {key: [r.get("captured_steps", 0), r.get("replayed_steps", 0)]
-                                                 for key, r in done[preset, True]["records"].items()}
-                            for preset in args.presets},
-               "outside_forwards": outside, "forward_costs_s": done[PRESET, True]["forward_costs_s"]}
-    del pair, done
-    gc.collect()
-    if str(args.device).startswith("cuda"):
-        torch.cuda.empty_cache()
-    return summary
+def digest(record: dict) -> dict:
+    """A target's figures for the summary: decode tokens/s per replay, records out of step, steps
+    captured and replayed, the outside shares, the forward costs and each part's seconds."""
+    replays = record["replays"]
+    return {"target": record["target"], "build_s": record.get("build_s"), "parts_s": record["parts_s"],
+            "decode_tokens_per_s": {part: rates(r) for part, r in replays.items()},
+            "out_of_step": {part: r["projection"]["out_of_step"] for part, r in replays.items()},
+            "captured": {part: {key: [r.get("captured_steps", 0), r.get("replayed_steps", 0)]
+                                for key, r in results["records"].items()}
+                         for part, results in replays.items() if part.endswith("_graphs")},
+            "outside_forwards": record.get("outside_forwards", {}), "forward_costs_s": record.get("forward_costs_s")}
 
 
-def acceptance(targets: dict) -> list:
+def acceptance(records: dict) -> list:
     """The issue's GPU ratios (derived: decode tokens/s of two methods in one file, graphs on) and
-    the outside shares (measured), each against its bound."""
+    the outside shares (measured), each against its bound; a ratio whose file did not run is absent."""
     rows = []
     for name, top, bottom, which, bound in ACCEPTANCE:
-        target = targets.get(which)
-        if target is None:
+        results = records.get(which, {}).get("replays", {}).get(f"{PRESET}_graphs")
+        if results is None:
             continue
-        speeds, off = target["decode_tokens_per_s"]["graphs_graphs"], target["out_of_step"]["graphs_graphs"]
+        speeds, off = rates(results), results["projection"]["out_of_step"]
         if top in speeds and bottom in speeds:
             ratio = speeds[top] / speeds[bottom]
             stray = [key for key in off if key.split("|")[0] in (top, bottom)]  # records not replayed in step
             rows.append({"name": name, "value": ratio, "at_least": bound, "met": ratio >= bound and not stray,
                          "records_out_of_step": stray,
                          "is": f"derived: decode tokens/s {top} / {bottom}, graphs on, one file"})
-    for which, target in targets.items():
-        for method, share in target["outside_forwards"].items():
+    for which, record in records.items():
+        for method, share in record.get("outside_forwards", {}).items():
             rows.append({"name": f"outside_forwards_{method}_{which}", "value": share["outside_share"],
                          "at_most": 0.10, "met": share["outside_share"] <= 0.10, "is": share["how"]})
     return rows
@@ -179,14 +246,16 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for every file (the device's $OUT)")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--kit-root", default=".replay", help="the kit is KIT_ROOT/graphs (gpu_replay.py record graphs)")
+    parser.add_argument("--kit-root", default=".replay", help="the kits are KIT_ROOT/<preset> (gpu_replay.py record)")
     parser.add_argument("--target-config", action="append", default=[],
                         help="another target's config.json (repeatable), e.g. benchmarks/configs/qwen2.5-7b-instruct.json")
     parser.add_argument("--presets", default=",".join(PRESETS), type=lambda text: tuple(text.split(",")),
-                        help=f"kits to replay (default {','.join(PRESETS)})")
+                        help=f"kits to replay, the first one's bars first (default {','.join(PRESETS)})")
     parser.add_argument("--profile-tokens", type=int, default=64)
     parser.add_argument("--profile-prompts", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--budget-s", type=float, default=0.0,
+                        help="start no part after this many seconds (0: no limit); the files say what was skipped")
     parser.add_argument("--tiny", action="store_true", help="shrunk architectures: a dry run on a CPU")
     parser.add_argument("--make-tiny-kit", action="store_true",
                         help="first record a kit on tiny random models into --kit-root (no weights needed)")
@@ -194,21 +263,17 @@ def main(argv=None) -> dict:
     os.makedirs(args.out, exist_ok=True)
     if args.make_tiny_kit:
         make_tiny_kit(args.kit_root)
-    start, targets = time.perf_counter(), {}
-    for path in [None] + args.target_config:
-        label = "kit" if path is None else ("7b" if "7b" in os.path.basename(path).lower() else os.path.basename(path))
-        targets[label] = run_target(label, path, args)
-    slug = _device_slug(args.device)
-    summary = {"what": "projected: random weights replaying the real pair's recorded T = 0 decisions "
-                       "(benchmarks/gpu_replay.py); ratios derived from measured decode tokens/s",
-               "device_name": _device_name(args.device), "tiny": args.tiny, "targets": targets,
-               "acceptance": acceptance(targets), "seconds": time.perf_counter() - start,
-               "environment": {"torch": torch.__version__, **host_info(args.device)}}
-    write_json_atomic(os.path.join(args.out, f"gpu_run_summary_{slug}.json"), summary)
+    targets = {"kit": None}
+    for path in args.target_config:
+        targets["7b" if "7b" in os.path.basename(path).lower() else os.path.splitext(os.path.basename(path))[0]] = path
+    run = Run(args, targets)
+    for part, label in plan(list(targets), args.presets):
+        run.part(part, label)
+    summary = run.write()
     for row in summary["acceptance"]:
         bound = f">= {row['at_least']}" if "at_least" in row else f"<= {row['at_most']}"
         print(f"{row['name']:40s} {row['value']:.3f} ({bound}: {'met' if row['met'] else 'NOT met'})")
-    print(f"total {summary['seconds']:.0f} s")
+    print(f"total {summary['seconds']:.0f} s; skipped for time: {summary['skipped_for_time'] or 'none'}")
     return summary
 
 

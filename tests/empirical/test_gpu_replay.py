@@ -197,3 +197,18 @@ def test_a_method_pinned_under_a_new_label_replays_its_recorded_records(script, 
                                  plot=False, recorded_as={"block:L=3": "block"})
     renamed = {key.replace("block|", "block:L=3|"): tokens for key, tokens in script.tokens_of(results).items()}
     assert script.tokens_of(replayed) == renamed and not replayed["projection"]["out_of_step"]
+
+
+def test_gpu_run_orders_the_bars_first_and_keeps_to_its_budget(tmp_path):
+    """benchmarks/gpu_run.py: the parts the issue's bars read (the first kit with graphs on, every
+    target; the profiles) come before the rest; past `--budget-s` no part starts, and the files
+    say which were skipped (written, valid JSON, no ratio derived from a replay that did not run)."""
+    run_script = load_script(os.path.join(os.path.dirname(SCRIPT), "gpu_run.py"))
+    parts = run_script.plan(["kit", "7b"], ("graphs", "trees"))
+    assert parts[:4] == [("graphs_graphs", "kit"), ("graphs_graphs", "7b"), ("profile", "kit"), ("profile", "7b")]
+    assert parts[-2:] == [("costs", "kit"), ("costs", "7b")] and len(parts) == 12
+    summary = run_script.main(["--out", str(tmp_path), "--device", "cpu", "--kit-root", str(tmp_path / "none"),
+                               "--budget-s", "1e-9"])
+    assert len(summary["skipped_for_time"]) == 6 and summary["acceptance"] == []
+    stored = json.load(open(tmp_path / "gpu_run_summary_cpu.json"))
+    assert stored["skipped_for_time"] == summary["skipped_for_time"] and (tmp_path / "gpu_run_kit_cpu.json").exists()
