@@ -13,7 +13,10 @@
                    [--timeout S] [--target-temperature 0|1] [--json PATH]
                    (for every target/draft pair at V, L, K; exit 0 proved, 1 counterexample, 3 unknown)
     verispec check-sampler transformers [--mode standard|diverse|both] [--tv 0.05] [--alpha A] [--power P]
-                   (the installed library's own sampler by the G-test harness; exit 0 standard passes)
+    verispec check-sampler vllm [--mode function|ngram|module|all] [--tv 0.05] [--json PATH]
+                   (the installed library's own sampler by the G-test harness; exit 0 when it passes)
+    verispec check-engine transformers|vllm [--modes a,b] [--tv 0.05] [--alpha A] [--json PATH]
+                   (the engine's whole speculative decoding against the exact law; exit 0 when it passes)
     verispec bench [--prompts N] [--max-new-tokens N] [--methods a,b:K=3] [--temperatures 0,1] ...
                            (real models; needs the torch extra; first use downloads ~1.6 GB)
 """
@@ -39,7 +42,7 @@ from . import __version__
 from .atomic import write_json_atomic
 from .check import DEFAULT_VOCAB_SIZES, plan_instances, run_check
 from .formal import command as prove_command
-from .integrations import check_sampler
+from .integrations import command as integrations_command
 from .reference import methods, registry
 from .reference.contract import RuleContractError
 from .testing.assertions import DEFAULT_BUDGET
@@ -230,14 +233,6 @@ def _add_prove(sub) -> None:
                                    "sequence: proved, a counterexample confirmed in exact arithmetic, or unknown.")
     prove_command.add_arguments(p)
     p.set_defaults(func=prove_command.run)
-
-
-def _add_check_sampler(sub) -> None:
-    p = sub.add_parser("check-sampler", help="check a library's own speculative sampler (G-test, alpha and power)",
-                       description="Run the installed library's sampler through verispec's black-box harness "
-                                   "(assert_sampler_lossless) and print the verdict with alpha, power and n.")
-    check_sampler.add_arguments(p)
-    p.set_defaults(func=check_sampler.run)
 
 
 def _comma_list(text: str) -> tuple:
@@ -530,7 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_check(sub)
     _add_lp(sub)
     _add_prove(sub)
-    _add_check_sampler(sub)
+    integrations_command.add_check_sampler_parser(sub)
+    integrations_command.add_check_engine_parser(sub)
     _add_bench(sub)
     return parser
 

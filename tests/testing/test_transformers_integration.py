@@ -88,7 +88,8 @@ def test_check_sampler_rejects_bad_arguments():
     with pytest.raises(SystemExit):
         cli.main(["check-sampler", "transformers", "--tv", "2"])
     with pytest.raises(SystemExit):
-        cli.main(["check-sampler", "vllm"])
+        cli.main(["check-sampler", "sglang"])
+    assert cli.main(["check-sampler", "transformers", "--mode", "module"]) == 2  # a mode of vllm, not transformers
 
 
 @pytest.mark.slow
