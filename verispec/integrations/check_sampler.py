@@ -64,20 +64,21 @@ def _line(verdict, label) -> str:
     if verdict.lossless:
         exact_note = "" if verdict.exact_tv is None else f" (exact TV of the same rule {verdict.exact_tv:.4f})"
         return f"{label}: PASS (the G-test does not reject the target law){exact_note}: {settings}"
-    if verdict.tv is None:  # rejected by a check beside the G-test (vLLM's greedy rows)
-        return f"{label}: NOT lossless: {verdict.message.splitlines()[-1]}; {settings}"
+    note = f"; {verdict.note}" if verdict.note else ""
+    if verdict.tv is None:  # rejected by a check beside the G-test only (vLLM's greedy rows)
+        return f"{label}: NOT lossless: {verdict.note}; {settings}"
     failing = verdict.report.results[-1]
     beside = "" if verdict.exact_tv is None else f" (exact TV of the same rule on this instance {verdict.exact_tv:.4f})"
     word = "LOSSY" if verdict.exact_tv is not None else "NOT lossless"
     return (f"{label}: {word}: rejected on {failing.instance.label} (V = {failing.instance.vocab_size}), "
-            f"measured TV {verdict.tv:.4f}{beside}; {settings}")
+            f"measured TV {verdict.tv:.4f}{beside}{note}; {settings}")
 
 
 def _record(verdict, label) -> dict:
     return {"mode": verdict.mode, "label": label, "lossless": verdict.lossless, "measured_tv": verdict.tv,
             "exact_tv_of_the_same_rule": verdict.exact_tv, "alpha": verdict.alpha, "power": verdict.power,
             "tv_target": verdict.tv_target, "n": verdict.n, "instances": len(verdict.report.results),
-            "seconds": round(verdict.seconds, 2), "message": verdict.message}
+            "seconds": round(verdict.seconds, 2), "message": verdict.message, "note": verdict.note}
 
 
 def _transformers(args, modes):

@@ -33,6 +33,7 @@ class SamplingVerdict:
         message: the harness's failure message ("" when lossless). seconds: wall time.
         exact_tv: the exact TV of the same rule on the instance last run, where the mode declares
             its rule lossy (transformers' DIVERSE ensemble); None otherwise.
+        note: what a check beside the G-test found ("" when nothing), e.g. vLLM's greedy rows.
     """
 
     mode: str
@@ -45,6 +46,7 @@ class SamplingVerdict:
     message: str
     seconds: float
     exact_tv: float | None = None
+    note: str = ""
 
     @property
     def n(self) -> int:

@@ -224,5 +224,5 @@ def check_rejection_sampler(mode: str, *, tv: float = 0.05, alpha: float = gtest
     if isinstance(fn, ModuleSampler) and fn.greedy_mismatches:
         note = (f"greedy requests in mixed batches: {fn.greedy_mismatches:,} of {fn.greedy_checked:,} differ from "
                 "the target's argmax chain")
-        verdict = replace(verdict, lossless=False, message=(verdict.message + "\n" + note).strip())
+        verdict = replace(verdict, lossless=False, message=(verdict.message + "\n" + note).strip(), note=note)
     return verdict

@@ -40,7 +40,7 @@ from .engine_law import ConditionalTable, SpeculationClaim, expected_acceptance,
 
 __all__ = ["EngineCheckSettings", "EngineCounters", "EngineSample", "PairLaw", "EngineReport",
            "EngineLosslessnessError", "EngineContractError", "assert_engine_lossless", "SpeculationClaim",
-           "DEFAULT_PROMPT"]
+           "DEFAULT_PROMPT", "exact_generate"]
 
 #: The prompt every check starts from (token ids of the tiny pair's vocabulary).
 DEFAULT_PROMPT = (2, 7, 11, 5)
@@ -115,6 +115,22 @@ class PairLaw:
     def matches(self, settings: EngineCheckSettings) -> bool:
         s = self.settings
         return (s.prompt, s.num_tokens, s.temperature) == (settings.prompt, settings.num_tokens, settings.temperature)
+
+
+def exact_generate(law: PairLaw):
+    """A ``generate`` callable that samples the first N tokens straight from the exact law (an
+    engine that is lossless by construction: the known-good baseline, e.g. for measuring the
+    false-alarm rate). It ignores the prompt it is given (the law is that of ``law``'s prompt)."""
+    V, N = law.target.vocab_size, law.settings.num_tokens
+    probs = law.probs / law.probs.sum()
+
+    def generate(prompt_ids, num_samples, num_tokens, seed):
+        if num_tokens != N:
+            raise ValueError(f"num_tokens: this sampler draws N = {N} tokens, got {num_tokens}")
+        codes = np.random.default_rng(seed).choice(probs.size, size=num_samples, p=probs)
+        return np.stack(np.unravel_index(codes, (V,) * N), axis=1)
+
+    return generate
 
 
 class EngineContractError(RuleContractError):

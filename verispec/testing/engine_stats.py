@@ -29,7 +29,7 @@ from scipy.stats import chi2, norm
 
 from . import gtest
 
-__all__ = ["NULL_DRAWS", "engine_sample_size", "PositionReport", "position_reports", "AcceptanceReport",
+__all__ = ["NULL_DRAWS", "engine_sample_size", "has_power", "PositionReport", "position_reports", "AcceptanceReport",
            "acceptance_test", "joint_counts"]
 
 #: Samples from the exact law behind each position's noise level.
@@ -38,7 +38,9 @@ NULL_DRAWS = 20
 MAX_SAMPLES = 10 ** 8
 
 
-def _enough(probs, n, tv, alpha, power, min_expected) -> bool:
+def has_power(probs, n, tv, alpha, power, min_expected) -> bool:
+    """Whether n samples give power >= `power` against every law at TV >= tv, pooled mass included
+    (probs: the exact law's positive cells)."""
     bins = gtest.pooled_bins(probs, n, min_expected)
     df = int(np.unique(bins[probs > 0]).size) - 1
     if df < 1:
@@ -56,7 +58,7 @@ def engine_sample_size(probs, tv: float, alpha: float, power: float, min_expecte
     probs = np.asarray(probs, dtype=np.float64)
     probs = probs[probs > 0]
     hi = gtest.g_test_sample_size(1 if probs.size > 1 else 0, tv, alpha, power)  # df >= 1: a lower bound
-    while not _enough(probs, hi, tv, alpha, power, min_expected):
+    while not has_power(probs, hi, tv, alpha, power, min_expected):
         hi *= 2
         if hi > MAX_SAMPLES:
             raise ValueError(f"tv: no sample size up to {MAX_SAMPLES:.0e} gives power {power} at TV {tv} for this "
@@ -64,7 +66,7 @@ def engine_sample_size(probs, tv: float, alpha: float, power: float, min_expecte
     lo = hi // 2 + 1
     while lo < hi:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if _enough(probs, mid, tv, alpha, power, min_expected) else (mid + 1, hi)
+        lo, hi = (lo, mid) if has_power(probs, mid, tv, alpha, power, min_expected) else (mid + 1, hi)
     return hi
 
 
