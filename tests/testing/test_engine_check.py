@@ -100,7 +100,9 @@ class _Table:
 def _recursion(target, draft, claim, N):
     """(E[X], E[X^2], E[drafts]) by recursion over the exact law of each iteration (reference)."""
     def method(ell):
-        return methods.Method("greedy", drafters.greedy(ell), token_verify) if claim.greedy_draft else methods.token(ell)
+        if claim.greedy_draft:
+            return methods.Method("greedy", drafters.greedy(ell), token_verify)
+        return methods.token(ell)
 
     def rec(s):
         ell = claim.length_at(len(s), N)
@@ -319,3 +321,26 @@ def test_transformers_47932_planted_in_the_candidate_generator_is_caught(pair, m
     engine = TransformersEngine(pair, temperature=2.0)
     with pytest.raises(EngineLosslessnessError, match="NOT lossless"):
         assert_engine_lossless(engine.generate, pair, settings, claim=engine.claim, label="transformers #47932")
+
+
+def test_the_example_wrapper_keeps_the_contract(pair):
+    from tests.scripts import load_script
+
+    example = load_script("examples/check_my_engine.py")
+    tokens = example.wrap_assisted_generation(pair.target_path, pair.draft_path)(SMALL.prompt, 3, 4, seed=0)
+    assert tokens.shape == (3, 4) and tokens.dtype.kind == "i" and ((0 <= tokens) & (tokens < 32)).all()
+
+
+def test_the_benchmark_scripts_run_end_to_end(tmp_path):
+    """At a tiny size (the committed results come from the documented commands)."""
+    from tests.scripts import load_script
+
+    out = tmp_path / "false_alarm.json"
+    load_script("benchmarks/engine_false_alarm.py").main(["--runs", "2", "--tv", "0.4", "--num-tokens", "2",
+                                                          "--output", str(out)])
+    record = json.loads(out.read_text())
+    assert record["summary"]["runs"] == 2 and len(record["records"]) == 2 and "0.05" in record["summary"]["joint_rates"]
+    load_script("benchmarks/bench_engines.py").main(["--engine", "transformers", "--tv", "0.4", "--modes", "control",
+                                                     "--num-tokens", "2", "--out-dir", str(tmp_path)])
+    record = json.loads((tmp_path / "check_engine_transformers.json").read_text())
+    assert record["exit_status"] == 0 and record["reports"][0]["passed"] and "load_before" in record

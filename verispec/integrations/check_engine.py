@@ -49,7 +49,8 @@ ENGINE_MODES = {
     "vllm": {
         "probabilistic": ("draft_model speculation, draft_sample_method='probabilistic'",
                           {"speculative": True, "greedy_draft": False}),
-        "greedy": ("draft_model speculation, draft_sample_method='greedy'", {"speculative": True, "greedy_draft": True}),
+        "greedy": ("draft_model speculation, draft_sample_method='greedy'",
+                   {"speculative": True, "greedy_draft": True}),
         "control": ("the same LLM without speculative_config", {"speculative": False}),
     },
 }
@@ -102,7 +103,8 @@ def _modes(args) -> tuple:
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     unknown = [m for m in modes if m not in known]
     if unknown or not modes:
-        raise ValueError(f"--modes: {', '.join(unknown) or '(none)'}: the modes of {args.engine} are {', '.join(known)}")
+        raise ValueError(f"--modes: {', '.join(unknown) or '(none)'}: the modes of {args.engine} are "
+                         f"{', '.join(known)}")
     return modes
 
 

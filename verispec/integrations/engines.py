@@ -67,7 +67,8 @@ def _hf_counters(iterations, draft_length: int) -> EngineCounters:
     drafting = [(emitted, drafted) for emitted, drafted in iterations if drafted]
     per_position = tuple(sum(emitted - 1 >= j for emitted, _ in drafting) for j in range(1, draft_length + 1))
     return EngineCounters(drafts=len(drafting), draft_tokens=sum(d for _, d in drafting),
-                          accepted_tokens=sum(emitted - 1 for emitted, _ in drafting), accepted_per_position=per_position)
+                          accepted_tokens=sum(emitted - 1 for emitted, _ in drafting),
+                          accepted_per_position=per_position)
 
 
 @dataclass

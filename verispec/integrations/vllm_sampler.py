@@ -101,7 +101,8 @@ def function_sampler(api, with_draft_probs: bool = True):
                                    bonus, metadata)
         return out.long()
 
-    sampler.__qualname__ = vllm_api.ENTRY_POINTS["rejection_sample"] + ("" if with_draft_probs else "(draft_probs=None)")
+    suffix = "" if with_draft_probs else "(draft_probs=None)"
+    sampler.__qualname__ = vllm_api.ENTRY_POINTS["rejection_sample"] + suffix
     return sampler
 
 

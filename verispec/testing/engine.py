@@ -188,8 +188,9 @@ def _report_lines(report) -> list:
     s = report.settings
     verdict = "PASS (the G-test does not reject the target law)" if report.passed else "NOT lossless"
     lines = [f"{report.label}: {verdict}: alpha = {s.alpha:g}, power {s.power:g} at TV {s.tv:g} "
-             f"(TV@power {report.detectable_tv + report.pooled_mass:.4f} incl. pooled mass {report.pooled_mass:.4f}); "
-             f"n = {report.n:,} samples of N = {s.num_tokens} tokens, T = {s.temperature:g}; G = {report.statistic:.2f}, "
+             f"(TV@power {report.detectable_tv + report.pooled_mass:.4f} incl. pooled mass "
+             f"{report.pooled_mass:.4f}); n = {report.n:,} samples of N = {s.num_tokens} tokens, "
+             f"T = {s.temperature:g}; G = {report.statistic:.2f}, "
              f"df = {report.df}, p = {report.p_value:.3g}; measured TV {report.empirical_tv:.4f}; "
              f"{report.seconds:.1f} s ({report.seconds_in_generate:.1f} s in generate)"]
     lines.append("  position  cond. TV  noise TV         G    df   p-value")
@@ -198,10 +199,12 @@ def _report_lines(report) -> list:
     a = report.acceptance
     if a is not None:
         e, o = a.expected, a.observed
-        lines.append(f"  acceptance per request (engine vs exact for the claimed rule, {'greedy' if a.claim.greedy_draft else 'sampled'} "
-                     f"drafts of L = {a.claim.draft_length}): accepted {o.accepted_tokens / a.n:.4f} vs {e.accepted:.4f} "
+        kind = "greedy" if a.claim.greedy_draft else "sampled"
+        lines.append(f"  acceptance per request (engine vs exact for the claimed rule, {kind} drafts of "
+                     f"L = {a.claim.draft_length}): accepted {o.accepted_tokens / a.n:.4f} vs {e.accepted:.4f} "
                      f"(z = {a.z:.2f}, p = {a.p_value:.3g}{'' if a.consistent else ', DIFFERS'}); drafted tokens "
-                     f"{o.draft_tokens / a.n:.4f} vs {e.draft_tokens:.4f}; drafts {o.drafts / a.n:.4f} vs {e.drafts:.4f}")
+                     f"{o.draft_tokens / a.n:.4f} vs {e.draft_tokens:.4f}; drafts {o.drafts / a.n:.4f} vs "
+                     f"{e.drafts:.4f}")
         if o.accepted_per_position is not None:
             pairs = ", ".join(f"{x / a.n:.4f} vs {y:.4f}" for x, y in zip(o.accepted_per_position, e.per_position))
             lines.append(f"  accepted at draft position 1..L per request: {pairs}")
