@@ -19,7 +19,6 @@ arguments; 3 the engine broke the generate contract (it raised or returned malfo
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import sys
@@ -33,7 +32,7 @@ from ..testing import gtest
 from ..testing.engine import (EngineCheckSettings, EngineContractError, EngineLosslessnessError, PairLaw,
                               assert_engine_lossless)
 from ..testing.tiny_pair import PAIR_FILE, build_tiny_pair, load_tiny_pair
-from .check_sampler import open_unit
+from .check_sampler import argument_type, open_unit
 from .engines import TransformersEngine, VllmEngine
 from .verdict import IntegrationError
 
@@ -58,24 +57,8 @@ ENGINE_MODES = {
 ENGINES = {"transformers": TransformersEngine, "vllm": VllmEngine}
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
+_positive_int = argument_type(int, lambda value: value >= 1, ">= 1")
+_positive_float = argument_type(float, lambda value: value > 0, "> 0")
 
 
 def add_arguments(p) -> None:

@@ -24,22 +24,30 @@ from . import transformers as hf
 from . import vllm_api, vllm_sampler
 from .verdict import IntegrationError
 
-__all__ = ["add_arguments", "run", "LIBRARIES", "MODES"]
+__all__ = ["add_arguments", "run", "LIBRARIES", "MODES", "argument_type", "open_unit"]
 
 #: {library: (its modes, the mode that runs them all)}.
 MODES = {"transformers": (("standard", "diverse"), "both"), "vllm": (tuple(vllm_sampler.MODES), "all")}
 LIBRARIES = tuple(MODES)
 
 
-def open_unit(text: str) -> float:
-    """An argparse type: a number in (0, 1)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {value}")
-    return value
+def argument_type(convert, accept, rule: str):
+    """An argparse type: ``convert(text)`` that ``accept`` holds for, else an error naming `rule`."""
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if convert is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        if not accept(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {value}")
+        return value
+
+    return parse
+
+
+#: An argparse type: a number in (0, 1).
+open_unit = argument_type(float, lambda value: 0 < value < 1, "in (0, 1)")
 
 
 def add_arguments(p) -> None:
