@@ -344,3 +344,23 @@ def test_the_benchmark_scripts_run_end_to_end(tmp_path):
                                                      "--num-tokens", "2", "--out-dir", str(tmp_path)])
     record = json.loads((tmp_path / "check_engine_transformers.json").read_text())
     assert record["exit_status"] == 0 and record["reports"][0]["passed"] and "load_before" in record
+
+
+def test_an_engine_that_fails_to_start_or_crashes_is_exit_status_3(monkeypatch, tmp_path):
+    """A crash is not a verdict (vLLM #46069 crashed every CPU speculative run at start-up)."""
+    from verispec.integrations import check_engine, check_sampler
+    from verispec.testing import SamplerContractError
+
+    class Broken:
+        def __init__(self, *args, **kwargs):
+            raise TypeError("rejection_sample() missing 1 required positional argument")
+
+    monkeypatch.setitem(check_engine.ENGINES, "transformers", Broken)
+    assert cli.main(["check-engine", "transformers", "--modes", "control", "--num-tokens", "2", "--tv", "0.4",
+                     "--pair-dir", str(tmp_path / "pair")]) == 3
+
+    def crash(*args, **kwargs):
+        raise SamplerContractError("the function raised RuntimeError: kernel crashed")
+
+    monkeypatch.setattr(check_sampler.hf, "check_speculative_sampling", crash)
+    assert cli.main(["check-sampler", "transformers", "--mode", "standard"]) == 3

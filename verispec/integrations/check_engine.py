@@ -14,7 +14,8 @@ expectation of the rule it claims. alpha is the false-alarm rate of the whole co
 
 Exit status: 0 every mode passes and every acceptance count is consistent; 1 a law is rejected or an
 acceptance count differs; 2 the engine (or what the adapter looks up in it) is missing, or bad
-arguments; 3 the engine broke the generate contract (it raised or returned malformed tokens).
+arguments; 3 the engine failed to start or broke the generate contract (it raised or returned
+malformed tokens): a crash is not a verdict.
 """
 
 from __future__ import annotations
@@ -98,8 +99,14 @@ def _pair(folder: str):
 def _run_mode(args, mode, pair, settings, law):
     """One mode -> (report, status): 0 passed, 1 rejected (law or acceptance), 3 contract error."""
     description, options = ENGINE_MODES[args.engine][mode]
-    engine = ENGINES[args.engine](pair, draft_length=args.draft_length, temperature=args.temperature, **options)
     label = f"{args.engine} {mode} ({description})"
+    try:
+        engine = ENGINES[args.engine](pair, draft_length=args.draft_length, temperature=args.temperature, **options)
+    except (IntegrationError, ImportError):
+        raise  # the library or an entry point is missing: exit status 2
+    except Exception as err:  # the engine itself failed to start (vLLM #46069 crashed every CPU run so)
+        print(f"{label}: CONTRACT: the engine failed to start: {type(err).__name__}: {err}")
+        return None, 3
     try:
         report = assert_engine_lossless(engine.generate, pair, settings, claim=engine.claim, label=label, law=law)
     except EngineLosslessnessError as err:

@@ -7,7 +7,8 @@
 Prints each mode's verdict with alpha, power, n and time (and, when rejected, the measured TV).
 Exit status: 0 when every mode that must pass passes (a DIVERSE rejection is expected: it is lossy by
 design), 1 when one is rejected, 2 when the library or what the adapter looks up in it is missing,
-or the mode does not belong to the library.
+or the mode does not belong to the library, 3 when the library's function raised or broke the
+output contract (a crash, not a verdict).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 
 from .. import __version__
 from ..atomic import write_json_atomic
+from ..reference.contract import RuleContractError
 from ..testing import gtest
 from . import transformers as hf
 from . import vllm_api, vllm_sampler
@@ -135,6 +137,9 @@ def run(args) -> int:
     except (IntegrationError, ImportError) as err:
         print(f"verispec check-sampler: {err}", file=sys.stderr)
         return 2
+    except RuleContractError as err:  # the library's function raised or broke the output contract
+        print(f"verispec check-sampler: CONTRACT: {err}", file=sys.stderr)
+        return 3
     for verdict, label, must in found:
         print(_line(verdict, label) + ("" if must or not verdict.lossless else " (not detected at this TV)"))
     if args.json:

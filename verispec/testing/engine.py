@@ -263,7 +263,7 @@ def assert_engine_lossless(generate, pair, settings: EngineCheckSettings | None 
     """
     start = time.perf_counter()
     settings = EngineCheckSettings() if settings is None else settings
-    law = PairLaw(pair, settings) if law is None or not law.matches(settings) else law
+    law = law if law is not None and law.pair == pair and law.matches(settings) else PairLaw(pair, settings)
     V, N = law.target.vocab_size, settings.num_tokens
     n = settings.num_samples or engine_stats.engine_sample_size(law.probs, settings.tv, settings.alpha, settings.power)
     tokens, counters, in_generate = _call(generate, settings, n)
