@@ -157,9 +157,9 @@ class ModuleSampler:
         """(source row [R], greedy [R] bool, temperature [R], generators, harness positions, copy positions)."""
         import torch  # optional dependency
 
-        B, R_harness = draft_ids.shape[0], draft_ids.shape[0]
+        B = draft_ids.shape[0]
         harness, copies, copied = _interleave(B)
-        R = R_harness + len(copies)
+        R = B + len(copies)  # requests: the harness's rows and their copies
         source = np.empty(R, dtype=np.int64)
         source[harness], source[copies] = np.arange(B), copied
         greedy_law = bool((target_probs.max(-1).values == 1).all())  # a point-mass target: greedy requests
