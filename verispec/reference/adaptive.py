@@ -30,7 +30,7 @@ from .methods import Method
 from .models import check_positive_int
 from .verifiers import block_verify, token_verify
 
-__all__ = ["adaptive_chain", "hybrid", "adaptive_method", "hybrid_method", "check_verifier", "VERIFIERS"]
+__all__ = ["adaptive_chain", "hybrid", "adaptive_method", "hybrid_method", "check_verifier", "chain_draft", "VERIFIERS"]
 
 #: The chain verifiers these methods take: token verification (Leviathan et al. 2023, arXiv
 #: 2211.17192, Algorithm 1) and block verification (Sun et al. 2024, arXiv 2403.10444, Algorithm 2).
@@ -43,8 +43,9 @@ def _check_threshold(threshold) -> float:
     return threshold
 
 
-def _chain_draft(draft_model, context, rand, L: int, leaf) -> Draft:
-    """A chain from q that is a leaf at depth L or where `leaf(node)` says so (node != ())."""
+def chain_draft(draft_model, context, rand, L: int, leaf) -> Draft:
+    """A chain from q that is a leaf at depth L or where `leaf(node)` says so (node != ()): the
+    draft of every chain whose length is a stopping time of its own tokens."""
 
     def expand(node, k):
         if len(node) == L or (node and leaf(node)):
@@ -67,7 +68,7 @@ def adaptive_chain(draft_length: int, threshold: float = 0.4) -> Drafter:
 
     def build(draft_model, context, rand):
         model = require_draft_model(draft_model, "adaptive_chain")
-        return _chain_draft(model, context, rand, L, lambda node: model.probs(context + node[:-1])[node[-1]] < tau)
+        return chain_draft(model, context, rand, L, lambda node: model.probs(context + node[:-1])[node[-1]] < tau)
 
     return Drafter("adaptive_chain", build, draft_length=L, threshold=tau)
 
