@@ -19,7 +19,7 @@ Results: JSON written atomically after every record, resumable like `verispec be
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -98,6 +98,10 @@ def batched_method(text: str, draft_length: int) -> BenchMethod:
     spec = parse_method(text, draft_length, registry.spec(name).defaults("torch").get("num_paths", 1))
     if spec.draft_vocab or spec.draft_quant or spec.linear_layout != "xw":
         raise ValueError(f"methods: {text!r}: the options dv, dq and lin are not taken in batched mode")
+    if spec.param("policy") == "auto":  # its cost model prices one row's forwards, not a batch's
+        if "pol=auto" in text:
+            raise ValueError(f"methods: {text!r}: the cost policy (pol=auto) is not taken in batched mode")
+        spec = replace(spec, params=tuple((k, "fixed" if k == "policy" else v) for k, v in spec.params))
     return spec
 
 

@@ -19,6 +19,8 @@ from ..empirical.speedups.hardware import host_info, resolve_dtype
 from ..empirical.speedups.linear_layout import DESCRIPTIONS
 from ..empirical.speedups.quantize import DESCRIPTION
 from .clocks import PeakMemory, PhaseClock, prefill_only_seconds
+from ..empirical.drafters.phrases import PhrasePool
+from .costs import CostModels
 from .dispatch import run_method
 from .drafts import QuantizedDrafts
 from .records import (RECORD_SCHEMA, load_results, measured_record, record_key, restore_pools, save_pool,
@@ -178,6 +180,7 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     results["last_run"] = {"prompts": [p["task_id"] for p in prompts], "methods": [s.label for s in specs],
                            "temperatures": [float(t) for t in config.temperatures]}
     drafts = QuantizedDrafts()  # this run's int8 drafts, built in the warm-up
+    specs = _with_costs(specs, pair, config, drafts, results)
     warm_up(pair, specs, config, drafts)
     pools = restore_pools(results)
     try:
@@ -191,6 +194,17 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     if plot:
         results["plot"] = plot_summary(results["summary"], os.path.splitext(output)[0] + ".png")
     return results
+
+
+def _with_costs(specs, pair, config, drafts: QuantizedDrafts, results: dict) -> list:
+    """`specs` with the measured cost model of each policy-"auto" method attached (loaded from the
+    disk cache or measured now, before any timed span: `verispec.bench.costs`); every model used
+    is recorded under the results' environment "cost_models" (fits and raw samples)."""
+    costs = CostModels()
+    out = [costs.attach(spec, drafts.pair_for(spec, pair), config) for spec in specs]
+    if costs.models:
+        results["environment"]["cost_models"] = {ident: model.to_dict() for ident, model in costs.models.items()}
+    return out
 
 
 def _run_environment(config, specs, dtype_reason: str) -> dict:
@@ -226,7 +240,7 @@ def _run_prompt(item, pair, specs, config, results, output, progress, pools, dra
         record = measured_record(spec, result, memory, clock)
         _add_prompt_facts(record, spec, pair, method_pair, ids, result, config)
         results["records"][record_key(spec.label, T, task)] = record
-        if (spec.label, float(T)) in pools:  # saved with the record: a resumed run starts as warm
+        if isinstance(pools.get((spec.label, float(T))), PhrasePool):  # saved: a resumed run starts as warm
             save_pool(results, spec.label, T, pools[spec.label, float(T)])
         save_results(output, results)
 

@@ -13,6 +13,7 @@ Each is a `TorchMethod` = a drafter (`verispec.empirical.drafters`) + a verifier
     get("ouroboros_phrase", pool=PhrasePool(6))      phrase pools (ouroboros, lookahead)
     get("target_only")                               no draft: the baseline
     get("hybrid", draft_vocab=32768)                 the draft's head over a token subset (FR-Spec)
+    get("adaptive", policy="auto", costs=model)      draft length chosen per iteration for tokens/s
 
 `paths_method`, `tree_method`, `selection_method` and `prompt_lookup` are the builders the registry
 names; a researcher's own reference `Method` runs through `verispec.empirical.adapter.torch_method`.
@@ -26,6 +27,7 @@ from .drafters import GreedyDraftDrafter, HubPairsDrafter, PathsDrafter, PromptL
 from .drafters.tree import check_tree_args
 from .torch_method import TorchMethod
 from .speedups.draftvocab import with_draft_vocab
+from .speedups.policy import with_policy
 from .verifiers.multistep import TopDownSelection
 from .verifiers.nodes import PathRule, SampleAndFollow
 
@@ -110,12 +112,21 @@ def get(name: str, draft_vocab=None, **params) -> TorchMethod:
     `draft_vocab` (every method with a draft model): the draft's logits over a token subset only
     (FR-Spec, arXiv 2502.14856): an int k (the k lowest ids and the prompts' ids), a
     `verispec.empirical.speedups.draftvocab.DraftVocab`, or a sequence of ids (`draftvocab.with_draft_vocab`).
+    ``policy="auto"`` with ``costs`` (a `verispec.reference.costs.CostModel`) and
+    ``calibration_weight``, where the registry declares them: the draft length or node budget
+    chosen per iteration for expected tokens per second (`speedups.policy.with_policy`).
 
     Raises:
         ValueError: unknown name or a parameter out of range. TypeError: an unknown parameter.
     """
     if draft_vocab is not None:
         return with_draft_vocab(get(name, **params), draft_vocab)
+    options = {key: params.pop(key) for key in registry.POLICY_OPTIONS if key in params}
+    if options:
+        if not set(options) <= set(registry.spec(name).defaults("torch")):
+            raise TypeError(f"{', '.join(sorted(options))}: not a parameter of method {name!r} (it has no draft "
+                            "length or node budget to choose)")
+        return with_policy(get(name, **params), **options)
     if registry.spec(name).torch is None:
         raise ValueError(f"method: unknown method {name!r}; known: {', '.join(names())}")
     return registry.build(name, "torch", params)

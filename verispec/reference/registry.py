@@ -9,23 +9,27 @@ draft model, and where its two implementations live: the numpy reference rule
 `verispec.reference.methods.get`, `verispec.empirical.methods.get`, `verispec check`, `prove` and
 `verispec bench` read this table; a test holds every twin to the declared names and defaults.
 Parameters listed in `MethodSpec.torch_only` are engine options of the torch twin (its draft
-temperature, a length schedule, guesses checked in the same forward) that change neither the rule
-nor its output law.
+temperature, a length schedule, guesses checked in the same forward, the cost policy that picks an
+iteration's draft length or node budget) that change neither the rule nor its output law. A
+`Param`'s `bench` value is what `verispec bench` runs when its key is not given (the cost policy
+"auto" on the recommended methods: adaptive, hybrid, opt_tree); the library's default is `default`.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["Param", "MethodSpec", "REGISTRY", "spec", "names", "quick_check_names", "build", "resolve_factory", "markdown_table"]
+__all__ = ["Param", "MethodSpec", "REGISTRY", "POLICY_OPTIONS", "spec", "names", "quick_check_names", "build",
+           "resolve_factory", "markdown_table"]
 
 
 @dataclass(frozen=True)
 class Param:
     """One method parameter: its keyword, its default, the bench's short key (``L=4``) with the
-    values it takes there, and a line of doc."""
+    values it takes there, a line of doc, and `bench`: the value `verispec bench` uses when the
+    key is not given (None: `default`)."""
 
     name: str
     default: Any
@@ -35,6 +39,7 @@ class Param:
     maximum: int | None = None
     per: int = 1
     choices: tuple[str, ...] = ()
+    bench: Any = None
 
     def from_key(self, value: str):
         """The parameter's value from the bench's ``key=value`` text: one of `choices`, or an int in
@@ -110,6 +115,19 @@ SCHEDULE = Param("schedule", "heuristic", "sched", "the length cap's schedule: h
                  choices=("heuristic", "constant"))
 GUESSES = Param("guess_length", 0, "g", "prompt-lookup guesses the draft model checks per forward")
 
+#: The cost policy (`verispec.reference.policy`, torch: `verispec.empirical.speedups.policy`): a
+#: drafting choice, so a torch-only option of every method with a draft length or node budget.
+POLICY = Param("policy", "fixed", "pol", "the draft length / node budget: the method's own (fixed) or chosen per "
+               "iteration for expected tokens per second under measured costs (auto)", choices=("fixed", "auto"))
+POLICY_AUTO = replace(POLICY, bench="auto")
+COSTS = Param("costs", None, None, "the measured CostModel policy auto prices iterations with (the bench measures it)")
+CALIBRATION = Param("calibration_weight", 4, "cw", "policy auto: prior weight, in tokens, of the draft's q(x) as "
+                    "its acceptance estimate", minimum=0)
+_POLICY = (POLICY, COSTS, CALIBRATION)
+_POLICY_AUTO = (POLICY_AUTO, COSTS, CALIBRATION)
+#: The names of the policy's parameters (`verispec.empirical.methods.get` applies them to any method).
+POLICY_OPTIONS = tuple(p.name for p in _POLICY)
+
 POOL = Param("pool", None, None, "a PhrasePool read and filled by every decode (None: a fresh pool per call)")
 WINDOW = Param("window", 4, "W", "Jacobi window columns in every forward (0: none)", minimum=0)
 CANDIDATES = Param("num_candidates", 3, "K", "newest pool phrases tried per lookup")
@@ -121,22 +139,24 @@ _TORCH = "verispec.empirical.methods"
 
 
 def _path(name: str, doc: str, multi: bool, iid: bool = True) -> MethodSpec:
-    params = (L, K, T_DRAFT) if multi else (L, T_DRAFT)
+    params = ((L, K, T_DRAFT) if multi else (L, T_DRAFT)) + _POLICY
     return MethodSpec(name, doc, params, reference=f"{_REF}:{name}", torch=f"{_TORCH}:paths_method",
                       torch_fixed=(("name", name), ("iid", iid)) + (() if multi else (("num_paths", 1),)),
-                      torch_only=("draft_temperature",))
+                      torch_only=("draft_temperature",) + POLICY_OPTIONS)
 
 
 def _selection(name: str, doc: str) -> MethodSpec:
-    return MethodSpec(name, doc, (L, K, T_DRAFT, S), reference=f"{_REF}:{name}", torch=f"{_TORCH}:selection_method",
-                      torch_fixed=(("name", name),), torch_only=("draft_temperature",))
+    return MethodSpec(name, doc, (L, K, T_DRAFT, S) + _POLICY, reference=f"{_REF}:{name}",
+                      torch=f"{_TORCH}:selection_method", torch_fixed=(("name", name),),
+                      torch_only=("draft_temperature",) + POLICY_OPTIONS)
 
 
 def _static_tree(name: str, doc: str, kind: str) -> MethodSpec:
     params = (N_BUDGET, THRESHOLD, DEPTH, Param("branching", 2, None, "children per node of the k-ary tree"),
-              T_DRAFT, Param("prune", True, None, "skip draft rows no chosen node can descend from"))
+              T_DRAFT, Param("prune", True, None, "skip draft rows no chosen node can descend from")) + _POLICY
     return MethodSpec(name, doc, params, reference=f"{_REF}:{name}", torch=f"{_TORCH}:tree_method",
-                      torch_fixed=(("name", name), ("kind", kind)), torch_only=("threshold", "draft_temperature", "prune"))
+                      torch_fixed=(("name", name), ("kind", kind)),
+                      torch_only=("threshold", "draft_temperature", "prune") + POLICY_OPTIONS)
 
 
 _ENTRIES = (
@@ -152,9 +172,9 @@ _ENTRIES = (
     _path("traversal", "K i.i.d. paths + traversal verification, leaves up (Weng et al., arXiv 2505.12398)", True),
     MethodSpec("opt_tree", "OPT-Tree's adaptive draft tree + sample-and-follow (Wang et al., arXiv 2406.17276)",
                (N_BUDGET, THRESHOLD, DEPTH, Param("branching", 2, None, "unused by opt_tree"), T_DRAFT,
-                Param("prune", True, None, "skip draft rows no chosen node can descend from")),
+                Param("prune", True, None, "skip draft rows no chosen node can descend from")) + _POLICY_AUTO,
                reference=f"{_REF}:opt_tree", torch=f"{_TORCH}:tree_method", torch_fixed=(("name", "opt_tree"), ("kind", "opt_tree")),
-               torch_only=("branching", "draft_temperature", "prune")),
+               torch_only=("branching", "draft_temperature", "prune") + POLICY_OPTIONS),
     _static_tree("kary", "a static k-ary draft tree + sample-and-follow (a baseline for OPT-Tree)", "kary"),
     _static_tree("eagle", "an EAGLE-style static rank-prior tree + sample-and-follow (after Li et al., arXiv 2401.15077)", "eagle"),
     _static_tree("chain_tree", "a chain as a draft tree + sample-and-follow (a baseline for OPT-Tree)", "chain"),
@@ -165,25 +185,28 @@ _ENTRIES = (
     _selection("khisti", "K i.i.d. paths + importance-sampling selection, top down (Khisti et al., arXiv 2410.18234, Theorem 1)"),
     _selection("optimal_is", "K i.i.d. paths + the optimal one-step selection LP, top down (Hu et al., arXiv 2502.18779)"),
     MethodSpec("global_resolution", "K i.i.d. paths + the alpha*-optimal selection at any vocabulary, no LP, top down "
-               "(after Global Resolution, Thomas & Pal, arXiv 2511.15898)", (L, K, T_DRAFT),
+               "(after Global Resolution, Thomas & Pal, arXiv 2511.15898)", (L, K, T_DRAFT) + _POLICY,
                reference=f"{_REF}:global_resolution", torch=f"{_TORCH}:selection_method",
-               torch_fixed=(("name", "global_resolution"), ("truncation", None)), torch_only=("draft_temperature",)),
+               torch_fixed=(("name", "global_resolution"), ("truncation", None)),
+               torch_only=("draft_temperature",) + POLICY_OPTIONS),
     MethodSpec("spechub", "a hub pair of 2 paths + SpecHub's verification (Sun et al., arXiv 2411.05289)",
-               (L, T_DRAFT), reference=f"{_REF}:spechub", torch=f"{_TORCH}:selection_method",
-               torch_fixed=(("name", "spechub"), ("num_paths", 2), ("truncation", None)), torch_only=("draft_temperature",)),
+               (L, T_DRAFT) + _POLICY, reference=f"{_REF}:spechub", torch=f"{_TORCH}:selection_method",
+               torch_fixed=(("name", "spechub"), ("num_paths", 2), ("truncation", None)),
+               torch_only=("draft_temperature",) + POLICY_OPTIONS),
     MethodSpec("hu_greedy", "top K-1 tokens of q + one sampled off them, verified at its transport optimum (Hu et al., "
-               "arXiv 2502.18779)", (L, K, T_DRAFT), reference=f"{_REF}:hu_greedy", torch=f"{_TORCH}:selection_method",
-               torch_fixed=(("name", "hu_greedy"), ("truncation", None)), torch_only=("draft_temperature",)),
+               "arXiv 2502.18779)", (L, K, T_DRAFT) + _POLICY, reference=f"{_REF}:hu_greedy",
+               torch=f"{_TORCH}:selection_method", torch_fixed=(("name", "hu_greedy"), ("truncation", None)),
+               torch_only=("draft_temperature",) + POLICY_OPTIONS),
     MethodSpec("adaptive", "a confidence-stopped chain + token or block verification (transformers' heuristic)",
-               (L, CAP, CONFIDENCE, SCHEDULE, T_DRAFT, VERIFIER, GUESSES),
+               (L, CAP, CONFIDENCE, SCHEDULE, T_DRAFT, VERIFIER, GUESSES) + _POLICY_AUTO,
                reference="verispec.reference.adaptive:adaptive_method", torch="verispec.empirical.drafters.adaptive:adaptive_method",
-               torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length")),
+               torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length") + POLICY_OPTIONS),
     MethodSpec("hybrid", "a prompt-lookup phrase when the context has one, else the adaptive chain",
                (L, CAP, CONFIDENCE, SCHEDULE, Param("lookup_length", 10, None, "tokens of a lookup phrase"), NGRAM,
-                T_DRAFT, VERIFIER, GUESSES),
+                T_DRAFT, VERIFIER, GUESSES) + _POLICY_AUTO,
                reference="verispec.reference.adaptive:hybrid_method", torch="verispec.empirical.drafters.adaptive:hybrid_method",
                quick_check=False,
-               torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length")),
+               torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length") + POLICY_OPTIONS),
     MethodSpec("typical", "a chain + Medusa's typical acceptance, p(x) > min(eps, delta e^-H(p)); lossy (Cai et al., "
                "arXiv 2401.10774)", (L, Param("epsilon", 0.09, None, "eps: the hard probability threshold"),
                                      Param("delta", 0.3, None, "delta: the entropy-scaled threshold")),
@@ -254,6 +277,8 @@ def resolve_factory(path: str):
 
 def build(name: str, backend: str, params: dict):
     """Method `name` built by `backend`'s factory with the registry's defaults under `params`.
+    The cost policy's parameters (`POLICY_OPTIONS`) are not the factory's: the backend's `get`
+    applies them to the built method (`verispec.empirical.methods.get`).
 
     Raises:
         ValueError: unknown name, or `backend` has no twin of it. TypeError: a parameter the
@@ -264,7 +289,7 @@ def build(name: str, backend: str, params: dict):
     if path is None:
         raise ValueError(f"name: method {name!r} has no {backend} implementation; "
                          f"{backend} methods: {', '.join(names(backend))}")
-    accepted = entry.defaults(backend)
+    accepted = {k: v for k, v in entry.defaults(backend).items() if k not in POLICY_OPTIONS}
     unknown = set(params) - set(accepted)
     if unknown:
         raise TypeError(f"{', '.join(sorted(unknown))}: not a parameter of method {name!r} "
