@@ -32,7 +32,7 @@ from verispec import bench  # noqa: E402
 from verispec.bench.costs import CostModels  # noqa: E402
 from verispec.bench.peer import ForwardCounter  # noqa: E402
 
-DEFAULT_RUNNERS = ("hf:dq=8", "adaptive:L=20,dq=8,sched=constant")
+DEFAULT_RUNNERS = ("hf:dq=8", "adaptive:L=20,dq=8,sched=constant,pol=fixed")
 
 
 def time_runner(spec, pair, prompt, config, temperature: float, drafts=None) -> dict:

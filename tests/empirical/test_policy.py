@@ -213,3 +213,20 @@ def test_the_peer_takes_its_assistant_settings_and_restores_them():
     subset = bench.run_method(bench.parse_method("hf:dv=8", 4, 3), pair_, prompt, config, 0.0, 0, {})
     assert subset.tokens.tolist() == greedy.tolist()
     assert pair_.draft.model.get_output_embeddings().out_features == 64  # the full head is back
+
+
+def test_the_calibration_learns_from_verified_tokens_in_two_levels():
+    """Tokens of draft probability 0.05 (bin 0, prior 1/16) all accepted: bin 0 rises towards 1, and
+    the untouched bins move towards the pooled rate; a row that saw nothing keeps the centres."""
+    chain = torch_policy.ChainPolicy(torch_policy.PolicyConfig(COSTS, calibration_weight=2), max_length=4)
+    chain.start(2, "cpu")
+    chain.begin(torch.tensor([10, 10]))
+    for depth in range(4):
+        chain.stops(torch.full((2,), 0.05), torch.full((2,), depth), torch.tensor([True, True]), torch.tensor([4, 4]))
+    chain.observe(torch.tensor([4, 4]), torch.tensor([4, 4]), torch.tensor([True, False]))
+    g = chain.calibration()
+    centres = (torch.arange(8, dtype=torch.float64) + 0.5) / 8
+    assert torch.equal(g[1], centres)
+    pooled = (4 + 2 * centres) / (4 + 2)
+    assert torch.allclose(g[0, 1:], pooled[1:]) and torch.isclose(g[0, 0], (4 + 2 * pooled[0]) / 6)
+    assert g[0, 0] > 0.8 and bool((g[0, 1:] > centres[1:]).all())

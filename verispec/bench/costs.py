@@ -124,11 +124,11 @@ def cost_key(spec: BenchMethod, pair, config) -> tuple:
 
 class CostModels:
     """One bench run's cost models, one per lever set, loaded from the disk cache or measured
-    (module docstring). `models` maps each key's id (a hash) to its `CostModel`."""
+    (module docstring). `models` maps each key's id (a hash) to its `CostModel`; `refresh`
+    measures again even where the cache holds a model (and replaces it)."""
 
-    def __init__(self, folder: str | None = None, repeats: int = 3):
-        self.folder = folder
-        self.repeats = repeats
+    def __init__(self, folder: str | None = None, repeats: int = 3, refresh: bool = False):
+        self.folder, self.repeats, self.refresh = folder, repeats, refresh
         self.models: dict[str, CostModel] = {}
 
     def _path(self, ident: str) -> str:
@@ -141,7 +141,7 @@ class CostModels:
         ident = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
         if ident not in self.models:
             path = self._path(ident)
-            if os.path.exists(path):
+            if os.path.exists(path) and not self.refresh:
                 with open(path) as handle:
                     self.models[ident] = CostModel.from_dict(json.load(handle))
             else:

@@ -10,9 +10,10 @@ the tree budget). Here they run batched on the engine's drafters, one policy obj
 - `ChainPolicy` (adaptive and hybrid chains): after each drawn token, continue iff some j more
   tokens raise E[tokens] / seconds (`keeps_drafting`). The acceptance estimate of a token of
   draft probability c is a per-row calibration g(c): `bins` equal bins of [0, 1], each the
-  share of verified tokens of that bin that were accepted, with `calibration_weight` pseudo-tokens
-  at the bin's centre as prior (so it starts as g(c) ~ c and learns how far q(x) under- or
-  over-states acceptance at this temperature: at T = 1 a token drawn with q(x) = 0.3 from a
+  share of verified tokens of that bin that were accepted, shrunk with `calibration_weight`
+  pseudo-tokens towards the row's pooled acceptance rate, itself shrunk towards the bin's centre
+  (`ChainPolicy.calibration`): it starts as g(c) ~ c and learns how far q(x) under- or
+  over-states acceptance at this temperature (at T = 1 a token drawn with q(x) = 0.3 from a
   draft close to the target is usually accepted). Learned from finished iterations only, so it
   is fixed before an iteration's draws: every iteration is `reference.policy.cost_chain` with
   some `Calibration`, and the chain's length stays a stopping time of its own tokens.
@@ -106,10 +107,17 @@ class ChainPolicy:
         self.seen, self.accepted, self.confidence = self.seen[rows], self.accepted[rows], self.confidence[rows]
 
     def calibration(self) -> torch.Tensor:
-        """g per row and bin [B, bins]: (accepted + w centre) / (seen + w); the centre where empty."""
+        """g per row and bin [B, bins], shrunk in two levels with weight w: each bin towards the
+        row's pooled rate, the pooled rate towards the bin's centre,
+        g_b = (accepted_b + w m_b) / (seen_b + w), m_b = (accepted + w centre_b) / (seen + w)
+        (sums over bins for the pooled rate), so a few verified tokens move every bin, not only
+        their own; the centre where nothing is known (w = 0 and no token seen)."""
         w = self.config.calibration_weight
+        seen, accepted = self.seen.sum(1, keepdim=True), self.accepted.sum(1, keepdim=True)  # [B, 1]
+        pooled = torch.where(seen + w > 0, (accepted + w * self.centres) / (seen + w).clamp(min=1e-300),
+                             self.centres)  # [B, bins]
         total = self.seen + w
-        return torch.where(total > 0, (self.accepted + w * self.centres) / total.clamp(min=1e-300), self.centres)
+        return torch.where(total > 0, (self.accepted + w * pooled) / total.clamp(min=1e-300), pooled)
 
     def begin(self, cache_length: torch.Tensor) -> None:
         """A new iteration at cache lengths [B]: price every chain length d = 0..M ([B, M + 1])."""
