@@ -230,10 +230,8 @@ def test_bad_parameters_are_refused():
         methods.get("adaptive", verifier="gbv")
 
 
-def test_bench_runners_are_greedy_exact(tmp_path, monkeypatch):
+def test_bench_runners_are_greedy_exact(tmp_path):
     from verispec import bench
-
-    monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path))  # the cost models of the pol=auto runners go there
 
     from .test_bench import PROMPTS as BENCH_PROMPTS, CharTokenizer
     import types

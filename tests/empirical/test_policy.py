@@ -168,7 +168,7 @@ def test_the_bench_measures_caches_and_records_the_cost_model(tmp_path, monkeypa
 
     from .test_bench import PROMPTS as BENCH_PROMPTS
 
-    monkeypatch.setenv("VERISPEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("VERISPEC_COST_CACHE", str(tmp_path / "cache" / "costs"))
     pair_ = _bench_pair()
     cfg = bench.BenchConfig(prompts=1, max_new_tokens=8, methods=("adaptive", "opt_tree:n=6"), temperatures=(0.0,),
                             dtype="float32")

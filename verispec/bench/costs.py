@@ -14,7 +14,8 @@ samples stay in the model.
 that method's levers (``dq=8``: the int8 draft; ``dv=k``: the draft's head over the k lowest ids
 and the added tokens; ``lin=``: the target's GEMM layout), loading it from
 ``<cache>/costs/<key hash>.json`` (`verispec.bench.weights.cache_dir`: ``$VERISPEC_CACHE`` or the
-platformdirs user cache) or measuring and caching it. Delete that folder to measure again.
+platformdirs user cache; ``$VERISPEC_COST_CACHE`` names another folder for the cost models alone)
+or measuring and caching it. Delete that folder (or pass ``refresh``) to measure again.
 Timings are only meaningful on a quiet machine (docs/real_models.md).
 """
 
@@ -36,7 +37,7 @@ from ..reference.costs import CostModel
 from .spec import BenchMethod, draft_vocabulary, parse_method
 from .weights import cache_dir
 
-__all__ = ["DRAFT_ROWS", "TARGET_ROWS", "CACHE_LENGTHS", "COST_SCHEMA", "measure_costs", "cost_key", "CostModels",
+__all__ = ["COST_CACHE_ENV", "DRAFT_ROWS", "TARGET_ROWS", "CACHE_LENGTHS", "COST_SCHEMA", "measure_costs", "cost_key", "CostModels",
            "recorded_spec"]
 
 #: Row counts of the timed draft forwards (1: a chain step; more: guesses and tree layers).
@@ -48,6 +49,8 @@ TARGET_ROWS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 16, 17, 21, 24, 32)
 CACHE_LENGTHS = (64, 256, 512)
 #: Version of the measurement; part of the cache key, so a change of method measures again.
 COST_SCHEMA = 1
+#: An environment variable naming the cost models' folder (default: <verispec cache>/costs).
+COST_CACHE_ENV = "VERISPEC_COST_CACHE"
 
 
 def _time_appends(model, rows, lengths, repeats: int, cuda: bool) -> list:
@@ -132,7 +135,7 @@ class CostModels:
         self.models: dict[str, CostModel] = {}
 
     def _path(self, ident: str) -> str:
-        folder = self.folder or os.path.join(str(cache_dir()), "costs")
+        folder = self.folder or os.environ.get(COST_CACHE_ENV, "").strip() or os.path.join(str(cache_dir()), "costs")
         return os.path.join(folder, f"{ident}.json")
 
     def for_method(self, spec: BenchMethod, pair, config) -> tuple[str, CostModel]:
