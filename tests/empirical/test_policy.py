@@ -230,3 +230,22 @@ def test_the_calibration_learns_from_verified_tokens_in_two_levels():
     pooled = (4 + 2 * centres) / (4 + 2)
     assert torch.allclose(g[0, 1:], pooled[1:]) and torch.isclose(g[0, 0], (4 + 2 * pooled[0]) / 6)
     assert g[0, 0] > 0.8 and bool((g[0, 1:] > centres[1:]).all())
+
+
+def test_a_policy_memory_carries_the_calibration_across_decode_calls(exact_models):
+    """A second call with the same memory starts from what the first verified (scaled down to at most
+    CARRY_TOKENS examined tokens), not from the centres; without a memory each call starts afresh."""
+    target, draft = exact_models
+    memory = torch_policy.PolicyMemory()
+    method = methods.get("adaptive", draft_length=2, max_draft_length=6, policy="auto", costs=FLAT, memory=memory)
+    engine.decode(target, draft, torch.tensor([1, 3]), method, 200, 1.0, uniforms=1, storage="sequence")
+    seen = memory.counts["chain_seen"]
+    assert float(seen.sum()) > torch_policy.CARRY_TOKENS  # more verified tokens than a call is seeded with
+    chain = torch_policy.ChainPolicy(torch_policy.PolicyConfig(FLAT, memory=memory), 6)
+    chain.start(2, "cpu")
+    assert torch.allclose(chain.seen.sum(1), torch.full((2,), float(torch_policy.CARRY_TOKENS), dtype=torch.float64))
+    assert torch.allclose(chain.accepted[0] / chain.seen[0].clamp(min=1e-9),
+                          memory.counts["chain_accepted"] / seen.clamp(min=1e-9))
+    fresh = torch_policy.ChainPolicy(torch_policy.PolicyConfig(FLAT), 6)
+    fresh.start(1, "cpu")
+    assert float(fresh.seen.sum()) == 0

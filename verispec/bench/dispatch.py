@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..empirical import methods
 from ..empirical.engine import decode
 from ..empirical.drafters.phrases import PhrasePool
+from ..empirical.speedups.policy import PolicyMemory
 from ..empirical.speedups.linear_layout import linear_layout
 from ..reference import registry
 from ..reference.methods import load
@@ -28,7 +29,8 @@ def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, poo
             draft already swapped in, `QuantizedDrafts.pair_for`). config: a `BenchConfig` (reads
             max_new_tokens, stop_at_eos, and draft_length / num_paths for a user's Method). T: temperature.
             seed: the uniforms' seed. pools: {(label, T): state kept across prompts}: a phrase
-            method's PhrasePool; ``hf:sched=heuristic``'s carried num_assistant_tokens (an int).
+            method's PhrasePool; ``hf:sched=heuristic``'s carried num_assistant_tokens (an int); a
+            policy-"auto" method's `PolicyMemory`.
 
     Returns:
         the decoder's `DecodeResult` (tokens int64 [1, N], padded after EOS with stop_at_eos;
@@ -90,9 +92,11 @@ def build_method(spec: BenchMethod, pair, config, T: float, pools: dict):
         return load(spec.label, "methods", draft_length=config.draft_length, num_paths=config.num_paths), True
     entry = registry.spec(spec.name)
     params = dict(spec.params)
-    if params.get("policy") == "auto" and params.get("costs") is None:
-        raise ValueError(f"methods: {spec.label!r} runs the cost policy (pol=auto) but has no cost model: "
-                         "attach the run's (verispec.bench.costs.CostModels.attach) or give pol=fixed")
+    if params.get("policy") == "auto":
+        if params.get("costs") is None:
+            raise ValueError(f"methods: {spec.label!r} runs the cost policy (pol=auto) but has no cost model: "
+                             "attach the run's (verispec.bench.costs.CostModels.attach) or give pol=fixed")
+        params["memory"] = pools.setdefault((spec.label, T), PolicyMemory())  # carried across prompts
     if entry.keeps_pool:
         params["pool"] = pools.setdefault((spec.label, T), _fresh_pool({**entry.defaults("torch"), **params}))
     return methods.get(spec.name, draft_vocab=draft_vocabulary(spec, pair), **params), entry.needs_draft

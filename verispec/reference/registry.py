@@ -123,8 +123,10 @@ POLICY_AUTO = replace(POLICY, bench="auto")
 COSTS = Param("costs", None, None, "the measured CostModel policy auto prices iterations with (the bench measures it)")
 CALIBRATION = Param("calibration_weight", 4, "cw", "policy auto: prior weight, in tokens, of the draft's q(x) as "
                     "its acceptance estimate", minimum=0)
-_POLICY = (POLICY, COSTS, CALIBRATION)
-_POLICY_AUTO = (POLICY_AUTO, COSTS, CALIBRATION)
+MEMORY = Param("memory", None, None, "policy auto: a PolicyMemory carrying its statistics across decode calls "
+               "(the bench keeps one per method and temperature)")
+_POLICY = (POLICY, COSTS, CALIBRATION, MEMORY)
+_POLICY_AUTO = (POLICY_AUTO, COSTS, CALIBRATION, MEMORY)
 #: The names of the policy's parameters (`verispec.empirical.methods.get` applies them to any method).
 POLICY_OPTIONS = tuple(p.name for p in _POLICY)
 

@@ -23,7 +23,11 @@ the tree budget). Here they run batched on the engine's drafters, one policy obj
 - `TreePolicy` (opt_tree, kary, eagle, chain_tree): the tree cut to the `best_budget` top-W
   nodes, W scaled by rho = (w + sum tau) / (w + sum E[A] predicted) over finished iterations.
 
-None of them touches a verifier. Tensor shapes are in the comments; B = active rows.
+A `PolicyMemory` (``memory=``) carries these statistics from one decode call to the next: the
+bench keeps one per method and temperature across its prompts, as one serving process would,
+so a prompt starts from what the earlier prompts taught (scaled down to `CARRY_TOKENS`). Without
+it each call starts from the prior. None of them touches a verifier. Tensor shapes are in the
+comments; B = active rows.
 """
 
 from __future__ import annotations
@@ -38,24 +42,55 @@ from ..drafters.adaptive import AdaptiveChainDrafter
 from ..drafters.base import PathsDrafter
 from ..drafters.tree import TreeDrafter
 
-__all__ = ["PolicyConfig", "ChainPolicy", "PlanPolicy", "TreePolicy", "with_policy", "CALIBRATION_BINS"]
+__all__ = ["PolicyConfig", "PolicyMemory", "ChainPolicy", "PlanPolicy", "TreePolicy", "with_policy",
+           "CALIBRATION_BINS", "CARRY_TOKENS"]
 
 #: Bins of the chain policy's acceptance calibration g(c) over the draft probability c in [0, 1].
 CALIBRATION_BINS = 8
+#: At most this many verified tokens' worth of carried statistics seed a decode call (older
+#: evidence is scaled down to it), so what a `PolicyMemory` carries informs the calibration but
+#: does not freeze it.
+CARRY_TOKENS = 64
+
+
+class PolicyMemory:
+    """Verified-token statistics carried from one decode call to the next (module docstring):
+    per policy kind, the sums over rows and calls of its counts (float64 tensors on the CPU)."""
+
+    def __init__(self):
+        self.counts: dict[str, torch.Tensor] = {}
+
+    def seed(self, counts: dict, examined: str) -> dict:
+        """Per-row starting counts {name: [B, ...]} for a call: the carried sums broadcast to every
+        row, all scaled by min(1, CARRY_TOKENS / carried `examined` total); `counts` (zeros of the
+        right shapes) where nothing is carried yet."""
+        if examined not in self.counts:
+            return counts
+        scale = min(1.0, CARRY_TOKENS / max(float(self.counts[examined].sum()), 1e-300))
+        return {name: (self.counts[name].to(value.device) * scale).expand_as(value).clone()
+                for name, value in counts.items()}
+
+    def add(self, increments: dict) -> None:
+        """Add a verified iteration's per-row counts {name: [B, ...]} (summed over rows)."""
+        for name, value in increments.items():
+            total = value.sum(0).double().cpu()
+            self.counts[name] = self.counts[name] + total if name in self.counts else total
 
 
 @dataclass(frozen=True)
 class PolicyConfig:
     """What the policy needs besides the drafter: the measured `costs`, the calibration prior's
-    weight (pseudo-tokens, >= 0) and the calibration's bins.
+    weight (pseudo-tokens, >= 0), the calibration's bins and an optional `PolicyMemory`.
 
     Raises:
-        TypeError / ValueError: costs not a CostModel; a negative weight; bins < 1.
+        TypeError / ValueError: costs not a CostModel; a negative weight; bins < 1; a memory that
+        is not a PolicyMemory.
     """
 
     costs: CostModel
     calibration_weight: float = 4
     bins: int = CALIBRATION_BINS
+    memory: PolicyMemory | None = None
 
     def __post_init__(self):
         if not isinstance(self.costs, CostModel):
@@ -66,6 +101,16 @@ class PolicyConfig:
             raise ValueError(f"calibration_weight: expected a number >= 0, got {w!r}")
         if isinstance(self.bins, bool) or not isinstance(self.bins, int) or self.bins < 1:
             raise ValueError(f"bins: expected an int >= 1, got {self.bins!r}")
+        if self.memory is not None and not isinstance(self.memory, PolicyMemory):
+            raise TypeError(f"memory: expected a PolicyMemory, got {type(self.memory).__name__}")
+
+    def seed(self, counts: dict, examined: str) -> dict:
+        """`counts` seeded from the memory (`PolicyMemory.seed`), or as given without one."""
+        return counts if self.memory is None else self.memory.seed(counts, examined)
+
+    def remember(self, increments: dict) -> None:
+        if self.memory is not None:
+            self.memory.add(increments)
 
 
 class _CostTables:
@@ -99,8 +144,9 @@ class ChainPolicy:
         bins = self.config.bins
         self.tables = _CostTables(self.config.costs, self.M + 1, device)
         self.centres = (torch.arange(bins, device=device, dtype=torch.float64) + 0.5) / bins  # [bins]
-        self.seen = torch.zeros(batch, bins, dtype=torch.float64, device=device)  # verified tokens per bin
-        self.accepted = torch.zeros_like(self.seen)  # [B, bins]
+        zeros = torch.zeros(batch, bins, dtype=torch.float64, device=device)  # [B, bins]
+        counts = self.config.seed({"chain_seen": zeros, "chain_accepted": zeros}, "chain_seen")
+        self.seen, self.accepted = counts["chain_seen"], counts["chain_accepted"]  # verified tokens per bin
         self.confidence = torch.zeros(batch, self.M, dtype=torch.float64, device=device)  # c per depth [B, M]
 
     def select(self, rows: torch.Tensor) -> None:
@@ -159,8 +205,10 @@ class ChainPolicy:
         examined = (i < drafted.unsqueeze(1)) & (i <= tau.unsqueeze(1)) & active.unsqueeze(1)  # [B, M]
         bins = self.seen.shape[1]
         where = (self.confidence * bins).long().clamp(0, bins - 1)  # [B, M]
-        self.seen.scatter_add_(1, where, examined.double())
-        self.accepted.scatter_add_(1, where, (examined & (i < tau.unsqueeze(1))).double())
+        seen = torch.zeros_like(self.seen).scatter_add_(1, where, examined.double())  # [B, bins]
+        accepted = torch.zeros_like(self.seen).scatter_add_(1, where, (examined & (i < tau.unsqueeze(1))).double())
+        self.seen, self.accepted = self.seen + seen, self.accepted + accepted
+        self.config.remember({"chain_seen": seen, "chain_accepted": accepted})
 
 
 class PlanPolicy:
@@ -171,8 +219,9 @@ class PlanPolicy:
 
     def start(self, batch: int, device) -> None:
         self.tables = _CostTables(self.config.costs, 1 + self.K * self.L, device)
-        self.seen = torch.zeros(batch, dtype=torch.float64, device=device)  # [B] tokens examined
-        self.accepted = torch.zeros_like(self.seen)  # [B]
+        zeros = torch.zeros(batch, dtype=torch.float64, device=device)  # [B]
+        counts = self.config.seed({"plan_seen": zeros, "plan_accepted": zeros}, "plan_seen")
+        self.seen, self.accepted = counts["plan_seen"], counts["plan_accepted"]  # tokens examined, accepted
 
     def select(self, rows: torch.Tensor) -> None:
         self.seen, self.accepted = self.seen[rows], self.accepted[rows]
@@ -200,8 +249,9 @@ class PlanPolicy:
 
     def observe(self, tree, verdict) -> None:
         tau = verdict.num_accepted  # [B]
-        self.seen += (tau + 1).clamp(max=self.length).double()
-        self.accepted += tau.double()
+        seen, accepted = (tau + 1).clamp(max=self.length).double(), tau.double()
+        self.seen, self.accepted = self.seen + seen, self.accepted + accepted
+        self.config.remember({"plan_seen": seen, "plan_accepted": accepted})
 
 
 class TreePolicy:
@@ -212,8 +262,9 @@ class TreePolicy:
 
     def start(self, batch: int, device) -> None:
         self.tables = _CostTables(self.config.costs, 1 + self.n, device)
-        self.measured = torch.zeros(batch, dtype=torch.float64, device=device)  # sum tau [B]
-        self.predicted = torch.zeros_like(self.measured)  # sum E[A] [B]
+        zeros = torch.zeros(batch, dtype=torch.float64, device=device)  # [B]
+        counts = self.config.seed({"tree_predicted": zeros, "tree_measured": zeros}, "tree_predicted")
+        self.measured, self.predicted = counts["tree_measured"], counts["tree_predicted"]  # sum tau, sum E[A]
 
     def select(self, rows: torch.Tensor) -> None:
         self.measured, self.predicted = self.measured[rows], self.predicted[rows]
@@ -244,15 +295,18 @@ class TreePolicy:
         return keep & chosen
 
     def observe(self, tree, verdict) -> None:
-        self.measured += verdict.num_accepted.double()
-        self.predicted += self.kept
+        measured = verdict.num_accepted.double()
+        self.measured, self.predicted = self.measured + measured, self.predicted + self.kept
+        self.config.remember({"tree_measured": measured, "tree_predicted": self.kept})
 
 
-def with_policy(method, policy: str = "fixed", costs: CostModel | None = None, calibration_weight: float = 4):
+def with_policy(method, policy: str = "fixed", costs: CostModel | None = None, calibration_weight: float = 4,
+                memory: PolicyMemory | None = None):
     """`method` (a `TorchMethod`) with its draft length / node budget chosen per iteration by the
     cost policy (``policy="auto"``, needs `costs`), or unchanged (``"fixed"``). The verifier is
     untouched. Chains cut by a stop (adaptive, hybrid) get `ChainPolicy`, trees `TreePolicy`,
-    fixed-length paths `PlanPolicy`.
+    fixed-length paths `PlanPolicy`; `memory` (a `PolicyMemory`) carries their statistics across
+    decode calls.
 
     Raises:
         ValueError naming ``policy``: not one of "fixed" / "auto", or a drafter with no length or
@@ -263,7 +317,7 @@ def with_policy(method, policy: str = "fixed", costs: CostModel | None = None, c
         raise ValueError(f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
     if policy == "fixed":
         return method
-    config = PolicyConfig(costs, calibration_weight)
+    config = PolicyConfig(costs, calibration_weight, memory=memory)
     probe, make = method.drafter(), method.drafter
     if isinstance(probe, AdaptiveChainDrafter):
         def attach(d): return ChainPolicy(config, d.max_length)
