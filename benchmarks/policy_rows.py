@@ -33,8 +33,9 @@ rate, the best L, the policy's rate with each calibration and its ratio to the b
     python3 benchmarks/policy_rows.py [--costs COSTS.json ...] [--samples 400] [--max-length 20]
         [--output benchmarks/results/policy_rows.json]
 
-Cost models: `--costs PATH` (a `CostModel.to_dict()` JSON, as `benchmarks/measure_costs.py` and the
-bench write them), or by default the models derived from committed measurements (`derived_costs`).
+Cost models: `--costs PATH` (a `CostModel.to_dict()` JSON as the bench caches them, or a file with
+"cost_models": {id: model}, as `benchmarks/measure_costs.py` and the bench write them), or by
+default the models derived from committed measurements (`derived_costs`).
 """
 
 from __future__ import annotations
@@ -81,6 +82,17 @@ def derived_costs() -> dict:
     return out
 
 
+def measured_costs(paths) -> dict:
+    """{name: (CostModel, where from)} of the files given (a model, or a file's "cost_models")."""
+    out = {}
+    for path in paths:
+        with open(path) as handle:
+            data = json.load(handle)
+        for ident, model in (data.get("cost_models") or {os.path.basename(path): data}).items():
+            out[ident] = (CostModel.from_dict(model), f"measured: {path} ({ident}; key {model.get('key')})")
+    return out
+
+
 class _Prices:
     """A CostModel's chain prices at one cache length, tabulated (the rule only calls chain_seconds)."""
 
@@ -92,7 +104,9 @@ class _Prices:
 
 
 def prompt_rows(data: dict, T: float) -> list[list[dict]]:
-    """Per prompt, per recorded position: {"alpha", "ids", "q", "accept", "tail": (q_other, accept, conf)}."""
+    """Per prompt, per recorded position: {"alpha": its acceptance rate, "q" [k + 1]: the law of the
+    drawn token (the kept tokens, then the merged tail), "accept" [k + 1]: each one's acceptance
+    chance, "conf" [k + 1]: each one's draft probability} (T = 0: the argmax alone)."""
     at = data["temperature"] == np.float32(T if T > 0 else 1.0)
     prompts = []
     for prompt in sorted(set(data["prompt_index"][at].tolist())):
@@ -169,7 +183,7 @@ def learned_calibration(prompts, bins: int) -> policy.Calibration:
 
 def evaluate(prompts, costs: CostModel, args) -> dict:
     """Every fixed L's rate, the best, the policy's with each calibration, and hf's default stop."""
-    prices = _Prices(costs, args.max_length, CACHE_LENGTH)
+    prices = _Prices(costs, max(args.max_length, 20), CACHE_LENGTH)  # 20: hf's default length
     fixed = {L: fixed_length(prompts, prices, L) for L in range(1, args.max_length + 1)}
     rates = {L: t / s for L, (t, s) in fixed.items()}
     best = max(rates, key=rates.get)
@@ -196,8 +210,7 @@ def main(argv=None) -> int:
     parser.add_argument("--output", default=os.path.join(HERE, "results", "policy_rows.json"))
     args = parser.parse_args(argv)
     data = dict(np.load(ROWS))
-    models = derived_costs() if not args.costs else {
-        os.path.basename(path): (CostModel.from_dict(json.load(open(path))), f"measured: {path}") for path in args.costs}
+    models = derived_costs() if not args.costs else measured_costs(args.costs)
     out = {"command": "python3 benchmarks/policy_rows.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "rows": "benchmarks/results/real_pair_rows.npz", "cache_length": CACHE_LENGTH,
            "model": __doc__.split("\n\n")[1].replace("\n", " "), "results": {}}

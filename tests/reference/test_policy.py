@@ -183,3 +183,27 @@ def test_exact_rate_of_the_policy_counts_its_drafted_lengths():
     prices = {policy.TOY_COSTS.chain_seconds(d, 0) for d in (1, 2, 3)}
     assert min(prices) <= rate.seconds <= max(prices) and isinstance(rate.seconds, F)
     assert rate.tokens_per_second == rate.tokens / rate.seconds
+
+
+def test_the_rows_computation_compares_the_policy_with_every_fixed_length():
+    """benchmarks/policy_rows.py on two prompts' rows, a few draws: the best fixed length is the
+    argmax of the fixed rates, the ratio is the rates' ratio, and at T = 0 (deterministic) the
+    policy's rate does not depend on the number of draws."""
+    import types
+
+    import numpy as np
+
+    from ..scripts import load_script
+
+    script = load_script("benchmarks/policy_rows.py")
+    data, costs = dict(np.load(script.ROWS)), _costs(draft=0.1)
+    results = {}
+    for T, samples in ((0.0, 1), (0.0, 3), (1.0, 3)):
+        result = script.evaluate(script.prompt_rows(data, T)[:2], costs, types.SimpleNamespace(samples=samples,
+                                                                                               max_length=8))
+        rates = {int(L): r for L, r in result["fixed_rates"].items()}
+        assert result["best_fixed_length"] == max(rates, key=rates.get) and len(rates) == 8
+        assert result["policy_prior"]["ratio_to_best_fixed"] == pytest.approx(
+            result["policy_prior"]["rate"] / result["best_fixed_rate"])
+        results[T, samples] = result
+    assert results[0.0, 1]["policy_prior"]["rate"] == results[0.0, 3]["policy_prior"]["rate"]
