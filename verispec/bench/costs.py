@@ -25,7 +25,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -37,8 +37,8 @@ from ..reference.costs import CostModel
 from .spec import BenchMethod, draft_vocabulary, parse_method
 from .weights import cache_dir
 
-__all__ = ["COST_CACHE_ENV", "DRAFT_ROWS", "TARGET_ROWS", "CACHE_LENGTHS", "COST_SCHEMA", "measure_costs", "cost_key", "CostModels",
-           "recorded_spec"]
+__all__ = ["COST_CACHE_ENV", "DRAFT_ROWS", "TARGET_ROWS", "CACHE_LENGTHS", "COST_SCHEMA", "CostGrid", "measure_costs",
+           "cost_key", "CostModels", "recorded_spec"]
 
 #: Row counts of the timed draft forwards (1: a chain step; more: guesses and tree layers).
 DRAFT_ROWS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -51,6 +51,25 @@ CACHE_LENGTHS = (64, 256, 512)
 COST_SCHEMA = 1
 #: An environment variable naming the cost models' folder (default: <verispec cache>/costs).
 COST_CACHE_ENV = "VERISPEC_COST_CACHE"
+
+
+@dataclass(frozen=True)
+class CostGrid:
+    """What `measure_costs` times: the cache lengths, the draft's and the target's row counts, and
+    the timed forwards per (rows, cache length) after one untimed warm-up.
+
+    Raises:
+        ValueError: no cache length or row count, or repeats < 1.
+    """
+
+    lengths: tuple = CACHE_LENGTHS
+    draft_rows: tuple = DRAFT_ROWS
+    target_rows: tuple = TARGET_ROWS
+    repeats: int = 3
+
+    def __post_init__(self):
+        if not (self.lengths and self.draft_rows and self.target_rows) or self.repeats < 1:
+            raise ValueError(f"grid: expected cache lengths, row counts and repeats >= 1, got {self}")
 
 
 def _time_appends(model, rows, lengths, repeats: int, cuda: bool) -> list:
@@ -79,26 +98,19 @@ def _time_appends(model, rows, lengths, repeats: int, cuda: bool) -> list:
     return samples
 
 
-def measure_costs(target, draft, key=(), *, layout: str = "xw", repeats: int = 3, lengths=CACHE_LENGTHS,
-                  draft_rows=DRAFT_ROWS, target_rows=TARGET_ROWS) -> CostModel:
+def measure_costs(target, draft, key=(), *, layout: str = "xw", grid: CostGrid = CostGrid()) -> CostModel:
     """Time the two models' forwards and fit a `CostModel` (module docstring).
 
     Args:
         target, draft: `CausalLM`s as the method decodes with them (the int8 draft, a head-subset
             view). key: ((name, value), ...) recorded in the model. layout: the target's linear
-            layout (``lin=``). repeats: timed forwards per (rows, cache length).
-        lengths, draft_rows, target_rows: what is timed.
-
-    Raises:
-        ValueError: repeats < 1, or no cache length.
+            layout (``lin=``). grid: what is timed, and how often (`CostGrid`).
     """
-    if repeats < 1 or not lengths:
-        raise ValueError(f"repeats: expected >= 1 and some cache lengths, got {repeats}, {lengths}")
     cuda = str(target.device).startswith("cuda")
     with torch.inference_mode():
-        drafts = _time_appends(draft, draft_rows, lengths, repeats, cuda)
+        drafts = _time_appends(draft, grid.draft_rows, grid.lengths, grid.repeats, cuda)
         with linear_layout(target.model, layout):
-            targets = _time_appends(target, target_rows, lengths, repeats, cuda)
+            targets = _time_appends(target, grid.target_rows, grid.lengths, grid.repeats, cuda)
     samples = [("draft", *s) for s in drafts] + [("target", *s) for s in targets]
     return CostModel.fitted(samples, key)
 
@@ -152,7 +164,8 @@ class CostModels:
                 vocab = draft_vocabulary(spec, pair)
                 if vocab is not None:
                     draft = draft.with_head_subset(vocab.subset(draft.vocab_size))
-                model = measure_costs(pair.target, draft, key, layout=spec.linear_layout, repeats=self.repeats)
+                model = measure_costs(pair.target, draft, key, layout=spec.linear_layout,
+                                      grid=CostGrid(repeats=self.repeats))
                 write_json_atomic(path, model.to_dict())
                 self.models[ident] = model
         return ident, self.models[ident]

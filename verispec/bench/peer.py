@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import types
 
 import torch
 
@@ -35,9 +36,10 @@ from ..empirical.model import CausalLM
 __all__ = ["hf_assisted", "hf_generation_config", "call_tokens", "ForwardCounter", "assistant_settings",
            "assistant_head_subset", "ASSISTANT_FIELDS"]
 
-#: The assistant's generation_config fields `assistant_settings` sets: keyword -> field.
-ASSISTANT_FIELDS = {"num_assistant_tokens": "num_assistant_tokens", "schedule": "num_assistant_tokens_schedule",
-                    "confidence": "assistant_confidence_threshold"}
+#: The assistant's generation_config fields `assistant_settings` sets: keyword -> field (read-only).
+ASSISTANT_FIELDS = types.MappingProxyType({"num_assistant_tokens": "num_assistant_tokens",
+                                           "schedule": "num_assistant_tokens_schedule",
+                                           "confidence": "assistant_confidence_threshold"})
 
 
 def hf_generation_config(max_new_tokens: int, temperature: float, eos_token_id=None):
