@@ -439,7 +439,7 @@ def _run_bench(args) -> int:
         print(f"verispec bench: {err}", file=sys.stderr)
         return 2
     output = args.output or bench.default_output(config.device)
-    total = config.prompts * len(config.temperatures) * (1 + sum(s.name != "target_only" for s in specs))
+    total = config.prompts * len(config.temperatures) * (1 + sum(s.name != bench.BASELINE for s in specs))
     results = _bench_results(args, console, device, total, bench.run_bench, config, output)
     if results is None:
         return 2

@@ -26,7 +26,7 @@ from .records import load_results
 from .report import (FIELDS, NEAR_TIE, display_name, first_divergence, format_table, greedy_match,
                      plot_summary, summarize, tree_budget_curves)
 from .run import BenchConfig, default_output, environment, prepare, resolved_dtype, run_bench, warm_up
-from .spec import DEFAULT_METHODS, PEERS, BenchMethod, method_names, parse_method
+from .spec import BASELINE, DEFAULT_METHODS, PEERS, BenchMethod, method_names, parse_method
 from .weights import DEFAULT_DRAFT, DEFAULT_TARGET, ModelPair, load_model, load_pair
 
 __all__ = ["BenchConfig", "run_bench", "summarize", "format_table", "plot_summary", "tree_budget_curves",
@@ -35,4 +35,4 @@ __all__ = ["BenchConfig", "run_bench", "summarize", "format_table", "plot_summar
            "load_results", "default_output", "environment", "prepare", "resolved_dtype", "warm_up",
            "BatchedBenchConfig", "run_batched_bench", "summarize_batched", "format_batched_table", "hf_assisted",
            "call_tokens", "humaneval_prompts", "HUMANEVAL_SIZE", "load_pair", "load_model", "ModelPair",
-           "DEFAULT_TARGET", "DEFAULT_DRAFT"]
+           "DEFAULT_TARGET", "DEFAULT_DRAFT", "BASELINE"]

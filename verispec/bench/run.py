@@ -24,7 +24,7 @@ from .drafts import QuantizedDrafts
 from .records import (RECORD_SCHEMA, load_results, measured_record, record_key, restore_pools, save_pool,
                       save_results)
 from .report import FIELDS, plot_summary, summarize
-from .spec import DEFAULT_METHODS, draft_vocabulary, parse_method
+from .spec import BASELINE, DEFAULT_METHODS, draft_vocabulary, parse_method
 from .prompts import HUMANEVAL_SIZE, humaneval_prompts
 from .weights import DEFAULT_DRAFT, DEFAULT_TARGET, load_pair
 
@@ -127,7 +127,7 @@ def warm_up(pair, specs, config, drafts: QuantizedDrafts) -> None:
     prompt = torch.arange(1, 9).unsqueeze(0) % pair.target.vocab_size
     small = BenchConfig(**{**asdict(config), "max_new_tokens": 4})
     for spec in specs:
-        run_method(spec, drafts.pair_for(spec, pair), prompt, small, 1.0 if spec.name != "target_only" else 0.0, 0, {})
+        run_method(spec, drafts.pair_for(spec, pair), prompt, small, 1.0 if spec.name != BASELINE else 0.0, 0, {})
 
 
 def prepare(config, pair=None, prompts=None, first: int = 0):
@@ -166,8 +166,8 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     Raises:
         ValueError: bad methods or an output file from another configuration.
     """
-    specs = [parse_method("target_only", config.draft_length, config.num_paths)] + [
-        parse_method(m, config.draft_length, config.num_paths) for m in config.methods if m != "target_only"]
+    specs = [parse_method(BASELINE, config.draft_length, config.num_paths)] + [
+        parse_method(m, config.draft_length, config.num_paths) for m in config.methods if m != BASELINE]
     config, dtype_reason = config.resolve(pair)
     output = output or default_output(config.device)
     results = load_results(output, config, fresh)

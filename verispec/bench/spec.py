@@ -18,14 +18,16 @@ from ..empirical.speedups.linear_layout import LAYOUTS
 from ..reference import registry
 from ..reference.methods import load
 
-__all__ = ["BenchMethod", "parse_method", "method_names", "draft_vocabulary", "DEFAULT_METHODS", "PEERS",
-           "USER_METHOD"]
+__all__ = ["BenchMethod", "parse_method", "method_names", "method_entry", "draft_vocabulary", "DEFAULT_METHODS",
+           "PEERS", "USER_METHOD", "BASELINE"]
 
 DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
 #: The transformers assisted-generation baselines (`verispec.bench.peer`): not methods of ours.
 PEERS = ("hf", "hf_prompt_lookup")
 #: The method name of a user's reference Method given as ``pkg.module:attr`` (its label is the spec).
 USER_METHOD = "method"
+#: The registry's baseline (target-only decoding): every run measures it, and every method against it.
+BASELINE = registry.BASELINE_METHOD
 #: Every method key in the registry -> what it is (for the error when a method lacks it).
 _ALL_KEYS = {p.key: p.doc for e in registry.REGISTRY.values() for p in e.params if p.key}
 
@@ -54,10 +56,15 @@ def method_names() -> tuple:
     return PEERS + tuple(registry.names("torch"))
 
 
+def method_entry(name: str) -> registry.MethodSpec | None:
+    """The registry entry of bench method `name`; None for a peer or a user's Method."""
+    return registry.REGISTRY.get(name)
+
+
 def _takes_draft_vocab(name: str) -> bool:
     """Chains and path methods run the draft's head, so they take a subset; trees and phrase pools do not."""
-    params = registry.spec(name).defaults("torch")
-    return registry.spec(name).needs_draft and "node_budget" not in params and "pool" not in params
+    entry = registry.spec(name)
+    return entry.needs_draft and entry.family not in (registry.TREE, registry.PHRASE_POOL)
 
 
 def _bad(item: str, text: str, known: dict) -> ValueError:
@@ -142,7 +149,7 @@ def parse_method(text: str, draft_length: int, num_paths: int) -> BenchMethod:
             if key in takes:
                 values.setdefault(key, value)
     label = text if params else name
-    if name in PEERS or name == "target_only":  # options only: the label lists them in one order
+    if name in PEERS or name == BASELINE:  # options only: the label lists them in one order
         kept = ",".join(f"{key}={options[key]}" for key in ("dq", "lin") if key in options)
         label = f"{name}:{kept}" if kept else name
     order = [] if name in PEERS else list(registry.spec(name).defaults("torch"))
