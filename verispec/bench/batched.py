@@ -27,11 +27,11 @@ from ..empirical import methods
 from ..empirical.engine import decode, target_only_method
 from ..reference import registry
 from .clocks import PeakMemory
+from .config import BatchedBenchSettings
 from .records import load_results, save_results
 from .report import pyplot, save_figure, table
 from .run import default_output, environment, prepare, resolved_dtype
 from .spec import BenchMethod, parse_method
-from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
 
 __all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "batched_method", "run_batch", "run_batched_bench",
            "summarize_batched", "format_batched_table", "plot_batched"]
@@ -46,23 +46,9 @@ IMPLEMENTATIONS = tuple(STORAGES)
 
 
 @dataclass
-class BatchedBenchConfig:
-    """What `run_batched_bench` measures (CLI: `verispec bench --batch-size ...`)."""
-
-    target: str = DEFAULT_TARGET
-    draft: str = DEFAULT_DRAFT
-    prompts: int = 8
-    max_new_tokens: int = 64
-    batch_sizes: tuple = (1, 2, 4, 8)
-    methods: tuple = ("block",)
-    temperatures: tuple = (0.0,)
-    draft_length: int = 3
-    batches: int = 0
-    dtype: str = "auto"
-    device: str = "cpu"
-    threads: int = 0
-    seed: int = 0
-    device_map: str | None = None
+class BatchedBenchConfig(BatchedBenchSettings):
+    """What `run_batched_bench` measures (CLI: `verispec bench --batch-size ...`): the fields and
+    defaults of `config.BatchedBenchSettings`, with the methods a run needs."""
 
     def identity(self) -> dict:
         """Fields every record depends on (a resumed file must share them)."""

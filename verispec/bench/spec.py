@@ -17,11 +17,11 @@ from ..empirical.speedups.draftvocab import DraftVocab
 from ..empirical.speedups.linear_layout import LAYOUTS
 from ..reference import registry
 from ..reference.methods import load
+from .config import DEFAULT_METHODS
 
 __all__ = ["BenchMethod", "parse_method", "method_names", "method_entry", "draft_vocabulary", "DEFAULT_METHODS",
            "PEERS", "USER_METHOD", "BASELINE"]
 
-DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
 #: The transformers assisted-generation baselines (`verispec.bench.peer`): not methods of ours.
 PEERS = ("hf", "hf_prompt_lookup")
 #: The method name of a user's reference Method given as ``pkg.module:attr`` (its label is the spec).
