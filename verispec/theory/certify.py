@@ -201,12 +201,3 @@ def run(args: argparse.Namespace) -> int:
                   f"{len(exact_ok)} of {len(records)} instances" + ("" if len(exact_ok) == len(records) else
                   "; the others are float64 solver values (see 'exact' in --json for the reason)"))
     return 0 if not failed else 1
-
-
-def main(argv=None) -> int:  # pragma: no cover - convenience entry point until cli.py wires it
-    parser = add_arguments(argparse.ArgumentParser(prog="verispec lp"))
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
