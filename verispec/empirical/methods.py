@@ -80,7 +80,7 @@ def paths_method(name: str, draft_length: int = registry.L.default, num_paths: i
 
 
 def tree_method(name: str, node_budget: int = registry.N_BUDGET.default, threshold: float = registry.THRESHOLD.default,
-                max_depth: int = registry.DEPTH.default, branching: int = 2,
+                max_depth: int = registry.DEPTH.default, branching: int = registry.default("kary", "branching"), *,
                 draft_temperature: float | None = registry.T_DRAFT.default, prune: bool = registry.PRUNE.default,
                 kind: str | None = None) -> TorchMethod:
     """A draft-tree method with sample-and-follow (OPT-Tree, arXiv 2406.17276): the tree `kind`
