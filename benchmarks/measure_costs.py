@@ -19,7 +19,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from verispec import bench  # noqa: E402
 from verispec.atomic import write_json_atomic  # noqa: E402
-from verispec.bench.costs import CostModels  # noqa: E402
+from verispec.bench.config import BenchSettings  # noqa: E402
+from verispec.bench.costs import CostGrid, CostModels  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -28,8 +29,8 @@ def main(argv=None) -> int:
                         help="bench method specs (comma-separated keys as in verispec bench); pol=auto is "
                              "added where the method takes it")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dtype", default=BenchSettings.dtype)
+    parser.add_argument("--repeats", type=int, default=CostGrid.repeats)
     parser.add_argument("--refresh", action="store_true", help="measure again even where the disk cache has a model")
     parser.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "results", "costs_cpu.json"))
     args = parser.parse_args(argv)

@@ -330,9 +330,9 @@ def test_first_prompt_skips_prompts_and_is_not_part_of_the_identity(tiny_pair):
 
 
 def test_cli_runner_list_keeps_parameters_together():
-    from verispec.cli import _method_list
+    from verispec.bench.arguments import method_list
 
-    assert _method_list("gbv:K=3,L=5,block, ouroboros:K=1,W=0,opt_tree:n=25") == (
+    assert method_list("gbv:K=3,L=5,block, ouroboros:K=1,W=0,opt_tree:n=25") == (
         "gbv:K=3,L=5", "block", "ouroboros:K=1,W=0", "opt_tree:n=25")
 
 
@@ -340,8 +340,9 @@ def test_cli_bench_runs_the_tiny_pair_under_a_progress_bar(tiny_pair, tmp_path, 
     """`verispec bench` end to end on the tiny pair (loaded models swapped in): records written,
     the table printed, and the progress bar's last state shows records done of total and an ETA."""
     from verispec import cli
+    from verispec.bench import command
 
-    monkeypatch.setattr(cli, "_load_models", lambda args, device: tiny_pair)
+    monkeypatch.setattr(command, "load_models", lambda args, device: tiny_pair)
     out = str(tmp_path / "cli.json")
     assert cli.main(["bench", "--methods", "block", "--prompts", "1", "--max-new-tokens", "4", "--temperatures", "0",
                      "--dtype", "float32", "--device", "cpu", "--output", out, "--no-plot"]) == 0

@@ -142,7 +142,7 @@ class CostModels:
     (module docstring). `models` maps each key's id (a hash) to its `CostModel`; `refresh`
     measures again even where the cache holds a model (and replaces it)."""
 
-    def __init__(self, folder: str | None = None, repeats: int = 3, refresh: bool = False):
+    def __init__(self, folder: str | None = None, repeats: int = CostGrid.repeats, refresh: bool = False):
         self.folder, self.repeats, self.refresh = folder, repeats, refresh
         self.models: dict[str, CostModel] = {}
 

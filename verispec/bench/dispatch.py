@@ -45,7 +45,7 @@ def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, poo
                                eos_token_id=eos)
         method, needs_draft = build_method(spec, pair, config, T, pools)
         # target-only decodes as the engine's baseline always has: the padded KV (one row)
-        storage = "padded" if spec.name == "target_only" else "sequence"
+        storage = "padded" if spec.name == registry.BASELINE_METHOD else "sequence"
         return decode(pair.target, pair.draft if needs_draft else None, prompt, method, N, T, uniforms=seed,
                       storage=storage, eos_token_id=eos)
 

@@ -14,7 +14,7 @@ import os
 from ..atomic import write_json_atomic
 from ..empirical.drafters.phrases import PhrasePool
 from .clocks import PeakMemory, PhaseClock
-from .spec import BenchMethod
+from .spec import BenchMethod, method_entry
 
 __all__ = ["RECORD_SCHEMA", "load_results", "save_results", "method_key", "record_key", "measured_record",
            "restore_pools", "save_pool"]
@@ -96,7 +96,8 @@ def measured_record(spec: BenchMethod, result, memory: PeakMemory, clock: PhaseC
     for name in ("pool_lookups", "pool_hits"):
         if name in stats.logs:
             record[name] = int(stats.logs[name])
-    if spec.name in ("ouroboros", "ouroboros_phrase"):  # phrase drafts: rows per draft forward vary
+    entry = method_entry(spec.name)
+    if entry is not None and entry.keeps_pool and entry.needs_draft:  # phrase drafts: rows per draft forward vary
         record["draft_rows"] = int(stats.draft_rows)
     return record
 

@@ -21,11 +21,11 @@ from ..empirical.speedups.draftvocab import DraftVocab
 from ..empirical.speedups.linear_layout import LAYOUTS
 from ..reference import registry
 from ..reference.methods import load
+from .config import DEFAULT_METHODS
 
-__all__ = ["BenchMethod", "parse_method", "method_names", "draft_vocabulary", "DEFAULT_METHODS", "PEERS",
-           "PEER_PARAMS", "USER_METHOD"]
+__all__ = ["BenchMethod", "parse_method", "method_names", "method_entry", "draft_vocabulary", "DEFAULT_METHODS",
+           "PEERS", "PEER_PARAMS", "USER_METHOD", "BASELINE"]
 
-DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
 #: The transformers assisted-generation baselines (`verispec.bench.peer`): not methods of ours.
 PEERS = ("hf", "hf_prompt_lookup")
 #: The settings of transformers' assistant that ``hf`` takes (its generation_config fields; None:
@@ -38,6 +38,8 @@ PEER_PARAMS = (
                    minimum=0, maximum=100, per=100))
 #: The method name of a user's reference Method given as ``pkg.module:attr`` (its label is the spec).
 USER_METHOD = "method"
+#: The registry's baseline (target-only decoding): every run measures it, and every method against it.
+BASELINE = registry.BASELINE_METHOD
 #: Every method key in the registry -> what it is (for the error when a method lacks it).
 _ALL_KEYS = {p.key: p.doc for e in registry.REGISTRY.values() for p in e.params if p.key}
 
@@ -69,10 +71,15 @@ def method_names() -> tuple:
     return PEERS + tuple(registry.names("torch"))
 
 
+def method_entry(name: str) -> registry.MethodSpec | None:
+    """The registry entry of bench method `name`; None for a peer or a user's Method."""
+    return registry.REGISTRY.get(name)
+
+
 def _takes_draft_vocab(name: str) -> bool:
     """Chains and path methods run the draft's head, so they take a subset; trees and phrase pools do not."""
-    params = registry.spec(name).defaults("torch")
-    return registry.spec(name).needs_draft and "node_budget" not in params and "pool" not in params
+    entry = registry.spec(name)
+    return entry.needs_draft and entry.family not in (registry.TREE, registry.PHRASE_POOL)
 
 
 def _bad(item: str, text: str, known: dict) -> ValueError:
@@ -161,7 +168,7 @@ def parse_method(text: str, draft_length: int, num_paths: int) -> BenchMethod:
             if param.bench is not None:
                 values.setdefault(param.name, param.bench)
     label = text if params else name
-    if name in PEERS or name == "target_only":  # the label lists the settings, then the options, in one order
+    if name in PEERS or name == BASELINE:  # the label lists the settings, then the options, in one order
         kept = [f"{p.key}={_key_text(p, values[p.name])}" for p in PEER_PARAMS if p.name in values]
         kept += [f"{key}={options[key]}" for key in ("dv", "dq", "lin") if key in options]
         label = f"{name}:{','.join(kept)}" if kept else name

@@ -16,7 +16,7 @@ import sys
 from ..testing import gtest
 from . import transformers as hf
 
-__all__ = ["add_arguments", "run", "LIBRARIES"]
+__all__ = ["add_parser", "add_arguments", "run", "LIBRARIES"]
 
 LIBRARIES = ("transformers",)
 
@@ -31,7 +31,19 @@ def _open_unit(text: str) -> float:
     return value
 
 
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``verispec check-sampler`` on `subparsers` (its ``func``: `run`); returns its parser."""
+    parser = subparsers.add_parser(
+        "check-sampler", help="check a library's own speculative sampler (G-test, alpha and power)",
+        description="Run the installed library's sampler through verispec's black-box harness "
+                    "(assert_sampler_lossless) and print the verdict with alpha, power and n.")
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
 def add_arguments(p) -> None:
+    """Add the `verispec check-sampler` arguments to `p`."""
     p.add_argument("library", choices=LIBRARIES, help="whose sampler to check")
     p.add_argument("--mode", choices=("standard", "diverse", "both"), default="both",
                    help="standard speculative sampling (must pass), DIVERSE ensemble verification "

@@ -25,6 +25,7 @@ Planted bugs that must fail `assert_lossless` are in `verispec.testing.planted_d
 
 from __future__ import annotations
 
+from . import registry
 from .drafters import Draft, Drafter, phrase_draft, require_draft_model, draw_counts, lookup_phrase
 from .methods import Method
 from .models import check_positive_int
@@ -98,7 +99,8 @@ def check_verifier(verifier) -> str:
     return verifier
 
 
-def adaptive_method(draft_length: int, threshold: float = 0.4, verifier: str = "token") -> Method:
+def adaptive_method(draft_length: int, threshold: float = registry.default("adaptive", "threshold"),
+                    verifier: str = registry.default("adaptive", "verifier")) -> Method:
     """`adaptive_chain` + token (default) or block verification (`VERIFIERS`).
 
     Raises:
@@ -110,8 +112,10 @@ def adaptive_method(draft_length: int, threshold: float = 0.4, verifier: str = "
                   params if rule == "token" else {**params, "verifier": rule}, model_state_only=True)
 
 
-def hybrid_method(draft_length: int, threshold: float = 0.4, lookup_length: int | None = 10,
-                  max_ngram: int = 3, verifier: str = "token") -> Method:
+def hybrid_method(draft_length: int, threshold: float = registry.default("hybrid", "threshold"),
+                  lookup_length: int | None = registry.default("hybrid", "lookup_length"),
+                  max_ngram: int = registry.default("hybrid", "max_ngram"),
+                  verifier: str = registry.default("hybrid", "verifier")) -> Method:
     """`hybrid` + token (default) or block verification (the lookup depends on the tokens, not
     only the models).
 
