@@ -50,6 +50,7 @@ from .drafters import Drafter, fixed_tree, opt_tree_structure, require_draft_mod
 from .methods import Method
 from .models import check_positive_int
 from .randomness import enumerate_law
+from .registry import DEPTH, POLICY, THRESHOLD
 from .verifiers import sample_and_follow
 
 __all__ = ["Calibration", "Rate", "expected_tokens", "keeps_drafting", "planned_length", "best_budget",
@@ -57,8 +58,8 @@ __all__ = ["Calibration", "Rate", "expected_tokens", "keeps_drafting", "planned_
            "TOY_COSTS", "toy_chain", "POLICIES"]
 
 #: The values of a method's ``policy`` option: the method's own draft length / node budget, or
-#: chosen per iteration by this module's rules under measured costs.
-POLICIES = ("fixed", "auto")
+#: chosen per iteration by this module's rules under measured costs (the registry's `POLICY` choices).
+POLICIES = POLICY.choices
 
 
 @dataclass(frozen=True)
@@ -227,8 +228,8 @@ def planned_method(factory: Callable[[int], Method], max_length: int, costs: Cos
                   model_state_only=True)
 
 
-def budget_tree_method(node_budget: int, costs: CostModel, scale=1, max_depth: int = 10,
-                       threshold: float = 0.0) -> Method:
+def budget_tree_method(node_budget: int, costs: CostModel, scale=1, max_depth: int = DEPTH.default,
+                       threshold: float = THRESHOLD.default) -> Method:
     """OPT-Tree (`drafters.opt_tree_structure` at budget n) cut to the `best_budget` top-W nodes,
     with sample-and-follow: the reference twin of ``opt_tree:pol=auto`` (layers = the tree's depth
     before the cut, the draft forwards the torch drafter spends; `scale` its calibration rho).

@@ -38,6 +38,7 @@ import torch
 
 from ...reference.costs import CostModel
 from ...reference.policy import POLICIES
+from ...reference.registry import CALIBRATION, POLICY
 from ..drafters.adaptive import AdaptiveChainDrafter
 from ..drafters.base import PathsDrafter
 from ..drafters.tree import TreeDrafter
@@ -88,7 +89,7 @@ class PolicyConfig:
     """
 
     costs: CostModel
-    calibration_weight: float = 4
+    calibration_weight: float = CALIBRATION.default
     bins: int = CALIBRATION_BINS
     memory: PolicyMemory | None = None
 
@@ -300,8 +301,8 @@ class TreePolicy:
         self.config.remember({"tree_measured": measured, "tree_predicted": self.kept})
 
 
-def with_policy(method, policy: str = "fixed", costs: CostModel | None = None, calibration_weight: float = 4,
-                memory: PolicyMemory | None = None):
+def with_policy(method, policy: str = POLICY.default, costs: CostModel | None = None,
+                calibration_weight: float = CALIBRATION.default, memory: PolicyMemory | None = None):
     """`method` (a `TorchMethod`) with its draft length / node budget chosen per iteration by the
     cost policy (``policy="auto"``, needs `costs`), or unchanged (``"fixed"``). The verifier is
     untouched. Chains cut by a stop (adaptive, hybrid) get `ChainPolicy`, trees `TreePolicy`,
