@@ -364,3 +364,20 @@ def test_an_engine_that_fails_to_start_or_crashes_is_exit_status_3(monkeypatch, 
 
     monkeypatch.setattr(check_sampler.hf, "check_speculative_sampling", crash)
     assert cli.main(["check-sampler", "transformers", "--mode", "standard"]) == 3
+
+
+def test_a_missing_engine_library_is_exit_status_2_in_one_line(monkeypatch, tmp_path, capsys):
+    """An ImportError on the way (torch, transformers or vLLM not installed) is the engine missing
+    (`IntegrationError`, exit status 2), not this mode's crash (3) and not a traceback."""
+    from verispec.integrations import check_engine
+
+    class Missing:
+        def __init__(self, *args, **kwargs):
+            raise ImportError("No module named 'vllm'")
+
+    monkeypatch.setitem(check_engine.ENGINES, "transformers", Missing)
+    assert cli.main(["check-engine", "transformers", "--modes", "control", "--num-tokens", "2", "--tv", "0.4",
+                     "--pair-dir", str(tmp_path / "pair")]) == 2
+    err = capsys.readouterr().err  # after transformers' progress bars (building the pair)
+    assert err.endswith("\n") and "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith("verispec check-engine: transformers: No module named 'vllm'"), err

@@ -13,31 +13,32 @@ expectation of the rule it claims. alpha is the false-alarm rate of the whole co
 (Bonferroni) over every test it runs (one per mode, plus one acceptance test per speculative mode).
 
 Exit status: 0 every mode passes and every acceptance count is consistent; 1 a law is rejected or an
-acceptance count differs; 2 the engine (or what the adapter looks up in it) is missing, or bad
-arguments; 3 the engine failed to start or broke the generate contract (it raised or returned
-malformed tokens): a crash is not a verdict.
+acceptance count differs; otherwise by the error's type (`verispec.commandline.exit_status`): 2 the
+engine (or what the adapter looks up in it) is missing (`IntegrationError`), or bad arguments
+(ValueError); 3 the engine failed to start or broke the generate contract (it raised or returned
+malformed tokens: `EngineContractError`): a crash is not a verdict.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
-import sys
 import tempfile
 import time
 from dataclasses import asdict
 
 from .. import __version__
 from ..atomic import write_json_atomic
+from ..commandline import exit_status, nonnegative_int, open_unit, positive_float, positive_int
 from ..testing import gtest
 from ..testing.engine import (EngineCheckSettings, EngineContractError, EngineLosslessnessError, PairLaw,
                               assert_engine_lossless)
 from ..testing.tiny_pair import PAIR_FILE, build_tiny_pair, load_tiny_pair
-from .check_sampler import argument_type, open_unit
 from .engines import TransformersEngine, VllmEngine
 from .verdict import IntegrationError
 
-__all__ = ["add_arguments", "run", "ENGINE_MODES", "ENGINES"]
+__all__ = ["add_parser", "add_arguments", "run", "ENGINE_MODES", "ENGINES"]
 
 #: {engine: {mode: (what it runs, the adapter's keyword arguments)}}.
 ENGINE_MODES = {
@@ -58,11 +59,21 @@ ENGINE_MODES = {
 ENGINES = {"transformers": TransformersEngine, "vllm": VllmEngine}
 
 
-_positive_int = argument_type(int, lambda value: value >= 1, ">= 1")
-_positive_float = argument_type(float, lambda value: value > 0, "> 0")
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``verispec check-engine`` on `subparsers` (its ``func``: `run`); returns its parser."""
+    parser = subparsers.add_parser(
+        "check-engine", help="check an engine's whole speculative decoding against the exact law",
+        description="Serve verispec's tiny seeded target/draft pair with the engine's own speculative "
+                    "generation (and without it, as a control), G-test the first N tokens against the exact "
+                    "target law (float64), and compare the engine's acceptance counters with the exact "
+                    "expectation of the rule it claims.")
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
 
 
 def add_arguments(p) -> None:
+    """Add the `verispec check-engine` arguments to `p`."""
     p.add_argument("engine", choices=tuple(ENGINE_MODES), help="whose speculative decoding to check")
     p.add_argument("--modes", default=None, metavar="A,B",
                    help="transformers: speculative,control; vllm: probabilistic,greedy,control (default: all)")
@@ -70,11 +81,11 @@ def add_arguments(p) -> None:
     p.add_argument("--alpha", type=open_unit, default=1e-3,
                    help="false-alarm rate of the whole command, split over its tests (default 0.001)")
     p.add_argument("--power", type=open_unit, default=gtest.POWER, help=f"power (default {gtest.POWER:g})")
-    p.add_argument("--num-tokens", type=_positive_int, default=4, help="N tokens per request compared (default 4)")
-    p.add_argument("--draft-length", type=_positive_int, default=2, help="draft tokens per iteration (default 2)")
-    p.add_argument("--temperature", type=_positive_float, default=1.0, help="sampling temperature T > 0 (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="seed handed to generate (default 0)")
-    p.add_argument("--num-samples", type=_positive_int, default=None,
+    p.add_argument("--num-tokens", type=positive_int, default=4, help="N tokens per request compared (default 4)")
+    p.add_argument("--draft-length", type=positive_int, default=2, help="draft tokens per iteration (default 2)")
+    p.add_argument("--temperature", type=positive_float, default=1.0, help="sampling temperature T > 0 (default 1)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed handed to generate (default 0)")
+    p.add_argument("--num-samples", type=positive_int, default=None,
                    help="requests per mode (default: the least n with the stated power)")
     p.add_argument("--pair-dir", default=None, help="build (or reuse) the tiny pair here (default: a temporary folder)")
     p.add_argument("--json", metavar="PATH", help="also write every report as JSON (atomically)")
@@ -97,23 +108,25 @@ def _pair(folder: str):
 
 
 def _run_mode(args, mode, pair, settings, law):
-    """One mode -> (report, status): 0 passed, 1 rejected (law or acceptance), 3 contract error."""
+    """One mode -> (report, status): 0 passed, 1 rejected (law or acceptance), or the status of the
+    `EngineContractError` it printed (the engine failed to start or broke the generate contract)."""
     description, options = ENGINE_MODES[args.engine][mode]
     label = f"{args.engine} {mode} ({description})"
     try:
         engine = ENGINES[args.engine](pair, draft_length=args.draft_length, temperature=args.temperature, **options)
     except (IntegrationError, ImportError):
-        raise  # the library or an entry point is missing: exit status 2
+        raise  # the library or an entry point is missing: not this mode's crash
     except Exception as err:  # the engine itself failed to start (vLLM #46069 crashed every CPU run so)
-        print(f"{label}: CONTRACT: the engine failed to start: {type(err).__name__}: {err}")
-        return None, 3
+        crash = EngineContractError(f"the engine failed to start: {type(err).__name__}: {err}")
+        print(f"{label}: CONTRACT: {crash}")
+        return None, exit_status(crash)
     try:
         report = assert_engine_lossless(engine.generate, pair, settings, claim=engine.claim, label=label, law=law)
     except EngineLosslessnessError as err:
         report = err.report
     except EngineContractError as err:
         print(f"{label}: CONTRACT: {err}")
-        return None, 3
+        return None, exit_status(err)
     finally:
         getattr(engine, "close", lambda: None)()
     consistent = report.acceptance is None or report.acceptance.consistent
@@ -151,16 +164,22 @@ def _check(args, modes, folder) -> tuple:
 
 
 def run(args) -> int:
-    """Run the modes `args` asks for; print each report; return the exit status."""
+    """Run the modes `args` asks for; print each report; return the exit status (module docstring).
+
+    Raises:
+        ValueError: bad --modes or settings. IntegrationError: the engine, torch or transformers is
+            missing, or an entry point the adapter looks up. (`verispec.cli` maps each to its exit
+            status.)
+    """
     start = time.perf_counter()
+    modes = _modes(args)
     try:
-        modes = _modes(args)
         with tempfile.TemporaryDirectory(prefix="verispec-pair-") as scratch:
             reports, status, pair = _check(args, modes, args.pair_dir or scratch)
         versions = _versions(args.engine)
-    except (IntegrationError, ImportError, ValueError) as err:
-        print(f"verispec check-engine: {err}", file=sys.stderr)
-        return 2
+    except ImportError as err:  # torch or transformers (the pair, the adapter) or the engine
+        raise IntegrationError(f"{args.engine}: {err} (pip install 'verispec[torch]', or 'verispec[vllm]' "
+                               "in a venv of its own)") from err
     seconds = time.perf_counter() - start
     print(f"check-engine {args.engine}: {'PASS' if status == 0 else 'FAIL'} ({seconds:.1f} s in all; "
           f"alpha = {args.alpha:g} for the command, split over {len(modes)} law test(s) and the acceptance tests)")

@@ -6,9 +6,11 @@
 
 Prints each mode's verdict with alpha, power, n and time (and, when rejected, the measured TV).
 Exit status: 0 when every mode that must pass passes (a DIVERSE rejection is expected: it is lossy by
-design), 1 when one is rejected, 2 when the library or what the adapter looks up in it is missing,
-or the mode does not belong to the library, 3 when the library's function raised or broke the
-output contract (a crash, not a verdict).
+design), 1 when one is rejected. The other statuses come from the error's type
+(`verispec.commandline.exit_status`, in `verispec.cli`): 2 the library or what the adapter looks up
+in it is missing (`IntegrationError`), or the mode does not belong to the library (ValueError); 3
+the library's function raised or broke the output contract (`SamplerContractError`: a crash, not a
+verdict).
 """
 
 from __future__ import annotations
@@ -16,43 +18,35 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 
 from .. import __version__
 from ..atomic import write_json_atomic
-from ..reference.contract import RuleContractError
+from ..commandline import open_unit
 from ..testing import gtest
 from . import transformers as hf
 from . import vllm_api, vllm_sampler
-from .verdict import IntegrationError
 
-__all__ = ["add_arguments", "run", "LIBRARIES", "MODES", "argument_type", "open_unit"]
+__all__ = ["add_parser", "add_arguments", "run", "LIBRARIES", "MODES"]
 
 #: {library: (its modes, the mode that runs them all)}.
 MODES = {"transformers": (("standard", "diverse"), "both"), "vllm": (tuple(vllm_sampler.MODES), "all")}
 LIBRARIES = tuple(MODES)
 
 
-def argument_type(convert, accept, rule: str):
-    """An argparse type: ``convert(text)`` that ``accept`` holds for, else an error naming `rule`."""
-    def parse(text: str):
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if convert is int else 'a number'}, "
-                                             f"got {text!r}") from None
-        if not accept(value):
-            raise argparse.ArgumentTypeError(f"must be {rule}, got {value}")
-        return value
-
-    return parse
-
-
-#: An argparse type: a number in (0, 1).
-open_unit = argument_type(float, lambda value: 0 < value < 1, "in (0, 1)")
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``verispec check-sampler`` on `subparsers` (its ``func``: `run`); returns its parser."""
+    parser = subparsers.add_parser(
+        "check-sampler", help="check a library's own speculative sampler (G-test, alpha and power)",
+        description="Run the installed library's sampler (transformers' _speculative_sampling; vLLM's "
+                    "rejection_sample and RejectionSampler) through verispec's black-box harness "
+                    "(assert_sampler_lossless) and print each verdict with alpha, power and n.")
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
 
 
 def add_arguments(p) -> None:
+    """Add the `verispec check-sampler` arguments to `p`."""
     choices = sorted({m for modes, every in MODES.values() for m in modes + (every,)})
     p.add_argument("library", choices=LIBRARIES, help="whose sampler to check")
     p.add_argument("--mode", choices=choices, default=None,
@@ -93,9 +87,9 @@ def _record(verdict, label) -> dict:
 
 def _transformers(args, modes):
     """[(verdict, label, must pass)] for transformers' modes; the version line first."""
+    fn = hf.speculative_sampling_function()  # IntegrationError when transformers or the function is missing
     import transformers  # optional dependency (speculative_sampling_function imported it already)
 
-    fn = hf.speculative_sampling_function()
     print(f"transformers {transformers.__version__}: {hf.FUNCTION}")
     out = []
     if "standard" in modes:
@@ -124,22 +118,19 @@ def _vllm(args, modes):
 
 
 def run(args) -> int:
-    """Run the modes `args` asks for; print one verdict line each; return the exit status."""
+    """Run the modes `args` asks for; print one verdict line each; return the exit status (0 or 1).
+
+    Raises:
+        ValueError: --mode is not a mode of the library. IntegrationError: the library or an entry
+            point is missing. SamplerContractError: the library's function raised or broke the
+            output contract. (`verispec.cli` maps each to its exit status.)
+    """
     modes, every = MODES[args.library]
     mode = args.mode or every
     if mode != every and mode not in modes:
-        print(f"verispec check-sampler: --mode: {mode!r} is not a mode of {args.library} "
-              f"(choose from {', '.join(modes + (every,))})", file=sys.stderr)
-        return 2
+        raise ValueError(f"--mode: {mode!r} is not a mode of {args.library} (choose from {', '.join(modes + (every,))})")
     runner = {"transformers": _transformers, "vllm": _vllm}[args.library]
-    try:
-        found, versions = runner(args, modes if mode == every else (mode,))
-    except (IntegrationError, ImportError) as err:
-        print(f"verispec check-sampler: {err}", file=sys.stderr)
-        return 2
-    except RuleContractError as err:  # the library's function raised or broke the output contract
-        print(f"verispec check-sampler: CONTRACT: {err}", file=sys.stderr)
-        return 3
+    found, versions = runner(args, modes if mode == every else (mode,))
     for verdict, label, must in found:
         print(_line(verdict, label) + ("" if must or not verdict.lossless else " (not detected at this TV)"))
     if args.json:

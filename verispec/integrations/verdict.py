@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from ..commandline import MISSING_LIBRARY
 from ..testing import gtest
 from ..testing.sampler import SamplerLosslessnessError, SamplerReport, assert_sampler_lossless
 
@@ -20,6 +21,9 @@ __all__ = ["IntegrationError", "SamplingVerdict", "run_sampler_check"]
 class IntegrationError(RuntimeError):
     """The installed library lacks what the adapter wraps (renamed, moved, or not installed); the
     message names what was looked for and the installed version."""
+
+    #: The `verispec` commands' exit status for it (`verispec.commandline.exit_status`): not a verdict.
+    exit_status = MISSING_LIBRARY
 
 
 @dataclass
