@@ -177,8 +177,13 @@ def test_the_engines_speculative_decoding_is_lossless(pair, law, greedy_draft):
 
 def test_always_accept_planted_in_the_engines_kernel_is_caught(pair, law, api):
     """The plant goes in after start-up (the worker installs the platform kernels when it starts):
-    check-engine rejects the law, and the engine's own counter shows more first-position acceptances
-    per draft than the claimed rule's exact expectation allows (by more than 5 standard errors)."""
+    check-engine rejects the law. Where vLLM #55005 is fixed, the engine's own counter must also show
+    more first-position acceptances per draft than the claimed rule's exact expectation allows (by
+    more than 5 standard errors). On the releases pinned in `FINDINGS` that signature is not asserted:
+    #55005 hands the rejection kernel uninitialised temperatures, so whether an always-accepted draft
+    is counted depends on that memory (measured rates of 0.08-0.88 per draft under load, against an
+    exact 0.49); the law is rejected either way, and the sampler-depth test above catches the plant
+    on its own."""
     from vllm.triton_utils.dispatcher import register_kernels
 
     engine = VllmEngine(pair)
@@ -189,6 +194,8 @@ def test_always_accept_planted_in_the_engines_kernel_is_caught(pair, law, api):
     finally:
         engine.close()
         vllm_api.prepare_cpu_kernels(api)
+    if VERSION <= Version(FINDINGS["vllm#55005"]):
+        return
     a = caught.value.report.acceptance
     rate = a.observed.accepted_per_position[0] / a.observed.drafts
     exact_rate = a.expected.per_position[0] / a.expected.drafts
