@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from verispec.atomic import write_json_atomic  # noqa: E402
 from verispec.empirical import engine, methods  # noqa: E402
 from verispec.empirical.speedups.hardware import host_info  # noqa: E402
+from verispec.reference import registry  # noqa: E402
 
 
 class Compiled:
@@ -51,8 +52,9 @@ class Compiled:
 
 def decode_rate(target, draft, prompt, name: str, tokens: int) -> float:
     """Decode tokens/s (after the iteration that reads the prompt) of one T = 0 decode."""
-    method = methods.get(name, **({"draft_length": 4} if name != "target_only" else {}))
-    result = engine.decode(target, None if name == "target_only" else draft, prompt, method, tokens, 0.0,
+    entry = registry.spec(name)
+    method = methods.get(name, **({"draft_length": 4} if entry.needs_draft else {}))
+    result = engine.decode(target, draft if entry.needs_draft else None, prompt, method, tokens, 0.0,
                            uniforms=0, storage="static")
     first = int(result.stats.prompt_call_tokens[0])
     return (tokens - first) / (result.stats.wall_time_s - result.stats.prefill_time_s)

@@ -51,6 +51,7 @@ import profile_iteration  # noqa: E402
 from verispec.atomic import write_json_atomic  # noqa: E402
 from verispec.empirical import methods  # noqa: E402
 from verispec.empirical.speedups.hardware import host_info  # noqa: E402
+from verispec.reference import registry  # noqa: E402
 
 #: The kits replayed (KIT_ROOT/<preset>): the chains and the peers; OPT-Tree (a top-k trace).
 PRESETS = ("graphs", "trees")
@@ -137,8 +138,9 @@ def profile_target(pair, kit: str, args) -> dict:
     prompts = _prompts(pair, kit, args.profile_prompts)
     out = {}
     for name in PROFILED:
-        method = methods.get(name, **({"draft_length": 4} if name != "target_only" else {}))
-        draft = None if name == "target_only" else pair.draft
+        needs_draft = registry.spec(name).needs_draft
+        method = methods.get(name, **({"draft_length": 4} if needs_draft else {}))
+        draft = pair.draft if needs_draft else None
         out[name] = profile_iteration.outside_share(pair.target, draft, prompts, method, args.profile_tokens, 0.0,
                                                     args.repeats)
         print(f"{name}: {out[name]['outside_share']:.1%} of decode time outside the forwards "

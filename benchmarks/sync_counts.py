@@ -22,8 +22,6 @@ import sys
 import torch
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-#: Methods without a draft model (the rest decode with one).
-NO_DRAFT = ("target_only", "prompt_lookup", "lookahead")
 #: Parameters beyond the registry's defaults: the IS selection LPs over s = 5 tokens (any vocabulary).
 PARAMS = {"khisti": {"truncation": 5}, "optimal_is": {"truncation": 5}}
 #: The prompt: a repeat, so that the lookups find matches.
@@ -54,12 +52,13 @@ def count(target, draft, prompt, name: str, tokens: int, temperature: float) -> 
     """Host syncs of each iteration of one decode (the first: setup and prompt included)."""
     from verispec.empirical import engine, methods
     from verispec.empirical.speedups.syncs import SyncCounter
+    from verispec.reference import registry
 
     counter = SyncCounter()
     method = methods.get(name, **PARAMS.get(name, {}))
     with counter:
-        engine.decode(target, None if name in NO_DRAFT else draft, prompt, method, tokens, temperature, uniforms=0,
-                      storage="static", on_step=lambda run: counter.mark())
+        engine.decode(target, draft if registry.spec(name).needs_draft else None, prompt, method, tokens, temperature,
+                      uniforms=0, storage="static", on_step=lambda run: counter.mark())
     return counter.spans
 
 

@@ -91,8 +91,9 @@ def test_replay_inside_captured_steps(script, recorded, tmp_path):
     assert block and all(r["replayed_steps"] > 0 for r in block)  # the steps were captured and replayed
 
 
-TREES = bench.BenchConfig(prompts=2, max_new_tokens=10, methods=("opt_tree:n=8", "block"), temperatures=(0.0,),
-                          draft_length=3, num_paths=2, dtype="float32")
+#: OPT-Tree pinned to its fixed node budget (the bench's default pol=auto measures costs: timings).
+TREES = bench.BenchConfig(prompts=2, max_new_tokens=10, methods=("opt_tree:n=8,pol=fixed", "block"),
+                          temperatures=(0.0,), draft_length=3, num_paths=2, dtype="float32")
 
 
 def test_trees_replay_from_their_draft_top_k(script, tmp_path):
@@ -190,7 +191,7 @@ def test_a_method_pinned_under_a_new_label_replays_its_recorded_records(script, 
     as a method pinned after a new bench default) through `recorded_as`; without the mapping the
     kit holds no such record, and the replay refuses at once."""
     results, trace = script.record_run("trees", TREES, _pair(0), PROMPTS, str(tmp_path / "rec.json"))
-    pinned = replace(TREES, methods=("opt_tree:n=8", "block:L=3"))
+    pinned = replace(TREES, methods=("opt_tree:n=8,pol=fixed", "block:L=3"))
     with pytest.raises(script.ReplayDesync, match="block:L=3"):
         script.replay_run("trees", pinned, _pair(7), PROMPTS, trace, results, str(tmp_path / "r.json"), plot=False)
     replayed = script.replay_run("trees", pinned, _pair(7), PROMPTS, trace, results, str(tmp_path / "r.json"),

@@ -25,14 +25,13 @@ from verispec.empirical import engine, methods, model as model_module  # noqa: E
 from verispec.empirical.drafters import PathsDrafter  # noqa: E402
 from verispec.empirical.speedups.graphs import BufferedUniforms  # noqa: E402
 from verispec.empirical.speedups.syncs import SyncCounter  # noqa: E402
+from verispec.reference import registry  # noqa: E402
 
 from .test_decode_tiny import tiny  # noqa: E402
 
 N = 12
 PROMPT = torch.tensor([[3, 17, 5, 40, 3, 17, 5, 40, 9, 1, 3, 17]])
 BATCH = [torch.tensor([3, 17, 5, 40, 3, 17, 5]), torch.tensor([9, 1]), torch.tensor([7, 7, 7, 7, 2, 5, 7, 7, 7, 2])]
-#: Methods without a draft model.
-NO_DRAFT = ("target_only", "prompt_lookup", "lookahead")
 #: The methods whose iteration reads one value back (whether every row is done).
 ONE_SYNC = ("target_only", "token", "block", "gbv")
 
@@ -48,8 +47,8 @@ def _method(name):
 
 def _decode(pair, name, prompts, T=0.0, **kwargs):
     target, draft = pair
-    return engine.decode(target, None if name in NO_DRAFT else draft, prompts, _method(name), N, T, uniforms=0,
-                         **kwargs)
+    return engine.decode(target, draft if registry.spec(name).needs_draft else None, prompts, _method(name), N, T,
+                         uniforms=0, **kwargs)
 
 
 def _same(a, b):
@@ -114,6 +113,26 @@ def test_captured_steps_emit_the_eager_tokens(pair, name):
     # every iteration but the one that reads the prompt replays both steps
     assert captured.stats.replayed_steps == 2 * (captured.stats.iterations - 1)
     assert eager.stats.replayed_steps == 0
+
+
+#: The cost policy's methods (issue 46): it picks each iteration's length or budget on the host.
+POLICY = [("block", {"draft_length": 6}), ("gbv", {"num_paths": 2}), ("opt_tree", {"node_budget": 12}),
+          ("adaptive", {})]
+
+
+@pytest.mark.parametrize("name, params", POLICY, ids=[name for name, _ in POLICY])
+def test_the_cost_policy_runs_eagerly_on_the_static_kv(pair, name, params):
+    """pol=auto (the bench's default for trees and adaptive chains) on the static KV, graphs on:
+    the sequence storage's tokens, and no step captured (its choices would not replay)."""
+    from .test_policy import COSTS
+
+    def run(**kwargs):
+        method = methods.get(name, policy="auto", costs=COSTS, **params)
+        return engine.decode(pair[0], pair[1], PROMPT, method, N, 1.0, uniforms=3, **kwargs)
+
+    captured = run(storage="static", graphs="simulate")
+    _same(captured, run(storage="sequence"))
+    assert captured.stats.captured_steps == captured.stats.replayed_steps == 0
 
 
 class _Reading(PathsDrafter):

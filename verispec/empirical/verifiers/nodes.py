@@ -4,7 +4,8 @@ Data flow (`verispec.empirical.engine`): drafter -> tree (tokens / parents / rea
 [B, N, V] or point masses, paths [B, K, L]) -> ONE target forward -> p [B, N, V] -> a verifier
 here -> `Verdict` (accepted node ids, tau, correction/bonus token) -> KV keep.
 
-- `PathRule(name)`: token, block, gbv, nss, rrs, rrsw, spectr, traversal on the tree's K ordered
+- `PathRule(name)`: the path-layout rule of a chain or multi-path method (token, block, gbv, nss,
+  rrs, rrsw, spectr, traversal: `rule_table.RULES`, read from the registry) on the tree's K ordered
   paths (`_path_tables`); chain rules accept drafts of different lengths per row (`_chain_by_length`).
 - `SampleAndFollow()`: OPT-Tree's rule on any tree (`verifiers.sample_and_follow`).
 - `PointMassTree()`: recursive rejection with one-hot proposals on a trie (`verifiers.pointmass`).
@@ -22,7 +23,7 @@ import torch
 from ..model import tree_ancestors
 from ..uniforms import categorical
 from .pointmass import child_table, point_mass_tree_uniforms, point_mass_walk
-from .rule_table import CHAIN_RULES, RULES, uniforms_needed, verify
+from .rule_table import CHAIN_RULES, RULES, SAMPLE_AND_FOLLOW, takes_lengths, uniforms_needed, verify
 from .sample_and_follow import sample_and_follow_nodes
 
 __all__ = ["Verdict", "PathRule", "SampleAndFollow", "PointMassTree"]
@@ -44,29 +45,32 @@ def _verdict(path: torch.Tensor, tau: torch.Tensor, y: torch.Tensor) -> Verdict:
 
 
 class PathRule:
-    """A torch rule of `verispec.empirical.verifiers.RULES` on the tree's K ordered paths (a chain
-    tree, `DraftTree.chain`, read as slices: no copy, no value read back)."""
+    """A torch rule of `verispec.empirical.verifiers.RULES` on the tree's K ordered paths: a chain
+    rule (the registry's chain family) reads path 0 only; on a chain tree (`DraftTree.chain`) it
+    reads the tree as slices: no copy, no value read back."""
 
     needs_q = True
     trusted = capturable = True
 
     def __init__(self, name: str):
-        if name not in RULES or name == "sample_and_follow":
+        if name not in RULES or name == SAMPLE_AND_FOLLOW:
             raise ValueError(f"name: not a path rule: {name!r}")
         self.name = name
+        self.chain = name in CHAIN_RULES  # reads path 0 only
+        self.full_paths_only = not takes_lengths(name)  # e.g. gbv: every path has L tokens
 
     def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
         if tree.paths is None:
             raise ValueError(f"draft tree: rule {self.name!r} needs the drafter's paths [B, K, L]")
         paths = tree.paths  # [B, K, L], node ids
         B, K, L = paths.shape
-        if tree.chain and self.name in CHAIN_RULES and tree.q is not None:  # node j = depth j: slices
+        if tree.chain and self.chain and tree.q is not None:  # node j = depth j: slices
             out = CHAIN_RULES[self.name](p[:, :L + 1], tree.q[:, :L], tree.tokens[:, 1:L + 1],
                                          source.peek(B, L + 1, p.device), validate=False)
             source.advance(out.consumed)
             return _verdict(paths[:, 0], out.num_accepted, out.tokens.gather(1, out.num_accepted.unsqueeze(1))[:, 0])
         lengths = (paths >= 0).sum(-1)  # [B, K]
-        if self.name in ("token", "block"):  # chain rules read path 0, never past its length
+        if self.chain:  # chain rules read path 0, never past its length
             deepest = int(lengths[:, 0].max()) if B else 0  # the uniforms peeked still follow L
             p_tab, q_tab, drafted = _path_tables(p, tree, paths[:, :1, :deepest], loose=True)
             tau, emitted, consumed = _chain_by_length(self.name, p_tab[:, 0], q_tab[:, 0], drafted[:, 0],
@@ -74,7 +78,7 @@ class PathRule:
             k_star = torch.zeros_like(tau)
         else:
             p_tab, q_tab, drafted = _path_tables(p, tree, paths, loose=False)
-            full = tree.full or self.name == "gbv" or bool((lengths == L).all())
+            full = tree.full or self.full_paths_only or bool((lengths == L).all())  # no sync when known
             u = source.peek(B, uniforms_needed(self.name, L, K), p.device)
             out = verify(self.name, p_tab, q_tab, drafted, u, None if full else lengths, validate=False)
             tau, emitted, consumed, k_star = out.num_accepted, out.tokens, out.consumed, out.path_index
