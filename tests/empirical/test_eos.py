@@ -146,16 +146,16 @@ def test_any_of_several_ids_stops(pair, greedy):
 
 
 def _late_cut(stop_at):
-    def late(self, eos, before, tau):  # bug: keeps the token after EOS
-        stopped, first = stop_at(self, eos, before, tau)
+    def late(self, eos, before, tau, *width):  # bug: keeps the token after EOS
+        stopped, first = stop_at(self, eos, before, tau, *width)
         self.ctx_len = torch.where(stopped, self.ctx_len + 1, self.ctx_len)
         return stopped, first
     return late
 
 
 def _counts_past_eos(stop_at):
-    def counting(self, eos, before, tau):  # bug: the stats keep the tokens accepted after EOS
-        return stop_at(self, eos, before, tau)[0], tau
+    def counting(self, eos, before, tau, *width):  # bug: the stats keep the tokens accepted after EOS
+        return stop_at(self, eos, before, tau, *width)[0], tau
     return counting
 
 
