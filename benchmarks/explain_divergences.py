@@ -81,20 +81,20 @@ class TargetTap:
         ids = kwargs.get("input_ids", args[0] if args else None)[0]  # [m]
         m = ids.shape[0]
         positions = kwargs.get("position_ids")
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))  # CausalLM passes it as `cache`
         if positions is not None:
             positions = positions.reshape(-1)[-m:].cpu()
         else:
-            cache = kwargs.get("past_key_values")
             start = int(cache.get_seq_length()) if cache is not None else 0
             positions = torch.arange(start, start + m)
-        self._pending = (ids.cpu(), positions, _block_ancestry(kwargs.get("attention_mask"), m))
+        self._pending = (ids.cpu(), positions, _block_ancestry(kwargs.get("attention_mask"), m, cache).cpu())
 
     def _post(self, module, args, output):
         ids, positions, ancestry = self._pending
         logits = output.logits[0]  # [k, V]: the last k fed rows (generate keeps only the candidates')
         m, k = ids.shape[0], logits.shape[0]
         for j in (positions == self.position).nonzero().flatten().tolist():
-            if j >= m - k and self._on_sequence(ids, positions, ancestry[j]):
+            if j >= m - k and bool(ancestry[j, j]) and self._on_sequence(ids, positions, ancestry[j]):
                 self.found.append({"forward": self.forwards, "rows": m, "row": j,
                                    "logits": logits[j - (m - k)].float().cpu()})
         self.forwards += 1
@@ -105,9 +105,17 @@ class TargetTap:
                    for a in ancestors.nonzero().flatten().tolist())
 
 
-def _block_ancestry(mask, m: int) -> torch.Tensor:
+def _block_ancestry(mask, m: int, cache=None) -> torch.Tensor:
     """bool [m, m]: which rows of the forward each row attends to (itself included): a 4D mask's
-    last m columns (additive: 0 = allowed), causal for a 2D or absent mask."""
+    last m columns (additive: 0 = allowed), causal for a 2D or absent mask. The static KV's mask
+    ({"full_attention": [B, 1, m, S]} over the cache's slots) is read at the slots its nodes are
+    written to (`cache.write`); a padding node (written to the trash slot) attends to no row, not
+    even itself."""
+    if isinstance(mask, dict):
+        mask, slots = mask.get("full_attention"), getattr(cache, "write", None)
+        if mask is not None and slots is not None:
+            block = mask[0, 0, -m:][:, slots[0, -m:]]
+            return (block == 0) if block.dtype != torch.bool else block
     if mask is not None and mask.dim() == 4:
         block = mask[0, 0, -m:, -m:]
         return (block == 0) if block.dtype != torch.bool else block
