@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .audit import Primitive, plumbing, primitive
 from .contract import RuleContractError
 from .models import LanguageModel, check_positive_int, check_prefix
 from .probability import argmax, is_symbolic, one_hot
@@ -32,6 +33,7 @@ from .probability import argmax, is_symbolic, one_hot
 Node = tuple  # tuple[int, ...], relative to the context
 
 
+@plumbing
 class Draft:
     """A (lazily expanded) draft tree.
 
@@ -200,6 +202,7 @@ class Draft:
         return cls(len(paths), expand)
 
 
+@plumbing
 @functools.lru_cache(maxsize=65536)
 def _binomial_pmf(r, n: int, exact: bool) -> np.ndarray:
     """Binomial(n, r) pmf -> [n + 1] (Fractions when exact); cached, as the enumerator replays
@@ -209,6 +212,7 @@ def _binomial_pmf(r, n: int, exact: bool) -> np.ndarray:
     return pmf if exact else pmf / pmf.sum()
 
 
+@plumbing
 @functools.lru_cache(maxsize=65536)
 def _support(key) -> tuple[int, ...]:
     """Tokens of positive probability of a distribution given by its bytes (float64) or tuple."""
@@ -216,6 +220,7 @@ def _support(key) -> tuple[int, ...]:
     return tuple(t for t in range(len(values)) if values[t] > 0)
 
 
+@primitive(Primitive.IID_DRAW)
 def draw_counts(q: np.ndarray, k: int, rand) -> dict[int, int]:
     """The multiset of k i.i.d. draws from q, as {token: count}, by sequential binomials.
 
@@ -244,12 +249,14 @@ def draw_counts(q: np.ndarray, k: int, rand) -> dict[int, int]:
     return counts
 
 
+@plumbing
 def _token_id(t) -> int:
     """A drafted token id as an int: numpy integers converted, Python ints (and their subclasses,
     e.g. the opaque ids `verispec.formal.watch` hands out to see how a rule uses them) kept."""
     return t if isinstance(t, int) and not isinstance(t, bool) else int(t)
 
 
+@plumbing
 class Drafter:
     """A named drafting strategy: `drafter(draft_model, context, rand) -> Draft`."""
 

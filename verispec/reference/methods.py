@@ -23,6 +23,7 @@ from numbers import Real
 from typing import Callable
 
 from . import drafters, registry
+from .audit import PLUMBING
 from .contract import RuleContractError, check_signature
 from .drafters import Draft
 from .models import LanguageModel, check_positive_int, check_pair, check_prefix
@@ -36,6 +37,11 @@ from .verifiers.hu_greedy import hu_greedy_verify
 from .verifiers.spechub import hub_pairs, spechub_verify
 from .verifiers import (block_verify, gbv_verify, nss_verify, rrs_verify, rrsw_verify,
                         sample_and_follow, spectr_verify, token_verify, traversal_verify)
+
+
+#: Plumbing (`verispec.reference.audit`): Method.step's validation of what a rule returns, not rule code, so
+#: `verispec prove --all-vocab` lets this module read V and handle token ids as numbers.
+__audit__ = PLUMBING
 
 
 @dataclass(frozen=True)
