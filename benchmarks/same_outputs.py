@@ -2,6 +2,7 @@
 prove` and `verispec lp`, recorded from one checkout and compared with another's.
 
     python3 benchmarks/same_outputs.py record --output OUT.json [--timeout 60] [--only check,lp,prove,all_vocab]
+        [--match REGEX]
     python3 benchmarks/same_outputs.py compare BEFORE.json AFTER.json [--diff OUT.diff]
 
 `record` runs the `verispec` command of the checkout it is started from (`python3 -m verispec.cli`,
@@ -142,16 +143,17 @@ def _kind(label: str) -> str:
     return "all_vocab" if "--all-vocab" in label else label.split()[0]
 
 
-def record(output: str, timeout: float, only: set, commit: str | None = None) -> dict:
-    """Run every invocation whose kind is in `only`; write the record to `output` (atomically, after
-    each). `commit` labels the checkout (default: its `git rev-parse HEAD`)."""
+def record(output: str, timeout: float, only: set, commit: str | None = None, match: str = "") -> dict:
+    """Run every invocation whose kind is in `only` (and whose label matches the regular expression
+    `match`); write the record to `output` (atomically, after each). `commit` labels the checkout
+    (default: its `git rev-parse HEAD`)."""
     if commit is None:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                                 text=True).stdout.strip()
     data = {"commit": commit, "prove_timeout_s": timeout, "runs": {}, "seconds": {}}
     start = time.perf_counter()
     for label, argv in invocations(PROVE_METHODS, SINGLE_PATH):
-        if _kind(label) not in only:
+        if _kind(label) not in only or not re.search(match, label):
             continue
         if argv[0] == "prove":
             argv = argv + ["--timeout", f"{timeout:g}"]
@@ -187,6 +189,11 @@ def compare(before: dict, after: dict) -> tuple[list[str], list[str]]:
     return diff, changed
 
 
+def subset_changes(before: dict, after: dict) -> list[str]:
+    """The labels recorded in `after` whose compared parts differ from `before`'s (for a partial run)."""
+    return [label for label, run in after["runs"].items() if before["runs"].get(label) != run]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -194,6 +201,7 @@ def main(argv=None) -> int:
     rec.add_argument("--output", required=True)
     rec.add_argument("--timeout", type=float, default=60.0, help="prove's time limit per proof (default 60 s)")
     rec.add_argument("--only", default="check,lp,prove,all_vocab", help="kinds to run (default all four)")
+    rec.add_argument("--match", default="", help="only the invocations whose label matches this regular expression")
     rec.add_argument("--commit", default=None,
                      help="label of the checkout (default its git HEAD; for an exported tree without .git)")
     cmp = sub.add_parser("compare", help="diff two records; exit 1 when anything but a timing differs")
@@ -202,7 +210,7 @@ def main(argv=None) -> int:
     cmp.add_argument("--diff", default=None, help="also write the unified diff to this file")
     args = parser.parse_args(argv)
     if args.mode == "record":
-        record(args.output, args.timeout, set(args.only.split(",")), args.commit)
+        record(args.output, args.timeout, set(args.only.split(",")), args.commit, args.match)
         return 0
     with open(args.before) as handle:
         before = json.load(handle)
