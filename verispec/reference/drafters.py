@@ -11,24 +11,24 @@ Drafters (docs/algorithms.md): `chain(L)`, `iid_paths(L, K)`, `paths_without_rep
 `greedy_draft_paths(L, K)` (Hu et al.'s greedy draft sampling), `node_by_node` (per-node drafting),
 `opt_tree(node_budget, threshold, max_depth)`, static trees `ranked_tree(rank_paths)`,
 point-mass drafters `point_mass(fn)`,
-`greedy(L)` and `prompt_lookup(L, max_ngram)`.
+`greedy(L)` and `prompt_lookup(L, max_ngram)`. The i.i.d. draws of one node (`draw_counts`) are
+in `verispec.reference.draws`, and importable from here.
 """
 
 from __future__ import annotations
 
-import functools
 import heapq
 import itertools
-import math
 from fractions import Fraction
 from typing import Callable, Sequence
 
 import numpy as np
 
-from .audit import Primitive, plumbing, primitive
+from .audit import plumbing
 from .contract import RuleContractError
+from .draws import draw_counts, token_id
 from .models import LanguageModel, check_positive_int, check_prefix
-from .probability import argmax, is_symbolic, one_hot
+from .probability import argmax, one_hot
 
 Node = tuple  # tuple[int, ...], relative to the context
 
@@ -78,11 +78,11 @@ class Draft:
         k = self._num[node]
         drafted, proposal = self._expand(node, k)
         if isinstance(drafted, dict):
-            counts = {_token_id(t): int(c) for t, c in sorted(drafted.items()) if c > 0}
+            counts = {token_id(t): int(c) for t, c in sorted(drafted.items()) if c > 0}
             if sum(counts.values()) != k:
                 raise ValueError(f"expand returned counts for {sum(counts.values())} paths, not {k}, at {node}")
         else:
-            order = tuple(_token_id(t) for t in drafted)
+            order = tuple(token_id(t) for t in drafted)
             if len(order) > k:
                 raise ValueError(f"expand returned {len(order)} tokens for {k} paths at node {node}")
             counts = {}
@@ -200,60 +200,6 @@ class Draft:
         if not paths:
             raise ValueError("paths: a draft needs at least one path")
         return cls(len(paths), expand)
-
-
-@plumbing
-@functools.lru_cache(maxsize=65536)
-def _binomial_pmf(r, n: int, exact: bool) -> np.ndarray:
-    """Binomial(n, r) pmf -> [n + 1] (Fractions when exact); cached, as the enumerator replays
-    the same draws many times. Treat the result as read-only."""
-    pmf = np.array([math.comb(n, j) * r ** j * (1 - r) ** (n - j) for j in range(n + 1)],
-                   dtype=object if exact else np.float64)
-    return pmf if exact else pmf / pmf.sum()
-
-
-@plumbing
-@functools.lru_cache(maxsize=65536)
-def _support(key) -> tuple[int, ...]:
-    """Tokens of positive probability of a distribution given by its bytes (float64) or tuple."""
-    values = np.frombuffer(key) if isinstance(key, bytes) else key
-    return tuple(t for t in range(len(values)) if values[t] > 0)
-
-
-@primitive(Primitive.IID_DRAW)
-def draw_counts(q: np.ndarray, k: int, rand) -> dict[int, int]:
-    """The multiset of k i.i.d. draws from q, as {token: count}, by sequential binomials.
-
-    count(t) ~ Binomial(k - drawn so far, q(t) / mass left): the multinomial law, drawn with one
-    categorical per token of positive probability (exact for Fractions).
-    """
-    counts: dict[int, int] = {}
-    left, mass = k, 1
-    # The caches answer comparisons once; symbolic entries (verispec.formal) must ask them on every
-    # run, so only float64 and Fraction vectors are cached.
-    cached = not is_symbolic(q)
-    key = q.tobytes() if q.dtype != object else tuple(q)
-    support = _support(key) if cached else _support.__wrapped__(key)
-    pmf = _binomial_pmf if cached else _binomial_pmf.__wrapped__
-    for i, t in enumerate(support):
-        if left == 0:
-            break
-        if i == len(support) - 1:
-            counts[t] = left
-            break
-        c = rand.categorical(pmf(min(q[t] / mass, 1), left, q.dtype == object))
-        if c:
-            counts[t] = c
-        left -= c
-        mass = mass - q[t]
-    return counts
-
-
-@plumbing
-def _token_id(t) -> int:
-    """A drafted token id as an int: numpy integers converted, Python ints (and their subclasses,
-    e.g. the opaque ids `verispec.formal.watch` hands out to see how a rule uses them) kept."""
-    return t if isinstance(t, int) and not isinstance(t, bool) else int(t)
 
 
 @plumbing
