@@ -35,7 +35,7 @@ from . import gtest
 from ._internal.harness import (Backend, TimedLoop, check_number, failure_message, harness_instances, sample_instance,
                                 timed_results)
 from .assertions import DEFAULT_FAMILIES, LosslessnessError
-from .strategies import Instance
+from .sweeps import Instance
 
 __all__ = ["assert_sampler_lossless", "reference_sampler", "SamplerReport", "InstanceResult",
            "SamplerLosslessnessError", "SamplerContractError", "PLACEHOLDER"]

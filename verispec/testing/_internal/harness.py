@@ -16,8 +16,7 @@ import numpy as np
 from ...reference.exact import target_distribution
 from ...reference.models import check_pair, check_prefix
 from .. import gtest
-from ..assertions import sweep
-from ..strategies import Instance
+from ..sweeps import Instance, sweep
 from .instances import instance_items
 
 
