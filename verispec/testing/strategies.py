@@ -22,6 +22,7 @@ from + - * / min max then give output laws that equal the target's exactly (TV =
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -285,15 +286,29 @@ def temperatures(include_zero: bool = True, min_value: float = 0.1, max_value: f
 _FAMILY_RANK = {"iid": 0, "markov": 1, "table": 2, "random_tree": 3}
 
 
+@dataclass(frozen=True)
+class _InstanceSpace:
+    """What `instances` draws from (its checked arguments; `overlap` a strategy of weights)."""
+
+    vocab_sizes: tuple
+    families: tuple
+    exact: bool
+    max_num_tokens: int
+    max_context: int
+    temperatures: object
+    overlap: object
+
+
 @st.composite
-def _instance(draw, vocab_sizes, families, exact, max_num_tokens, max_context, temps, overlap):
-    V = draw(st.sampled_from(vocab_sizes))
-    fam_t = draw(st.sampled_from(families))
-    fam_d = draw(st.sampled_from(families))
+def _instance(draw, space: _InstanceSpace):
+    exact, max_num_tokens, temps = space.exact, space.max_num_tokens, space.temperatures
+    V = draw(st.sampled_from(space.vocab_sizes))
+    fam_t = draw(st.sampled_from(space.families))
+    fam_d = draw(st.sampled_from(space.families))
     target = _build_model(draw, V, fam_t, exact)
     draft = _build_model(draw, V, fam_d, exact)
     if draw(st.booleans()):
-        weight = draw(_overlap_strategy(overlap, exact))
+        weight = draw(_overlap_strategy(space.overlap, exact))
         if exact and not isinstance(weight, (int, Fraction)):
             weight = Fraction(weight)
         draft = models.mixture(draft, target, weight)
@@ -306,7 +321,7 @@ def _instance(draw, vocab_sizes, families, exact, max_num_tokens, max_context, t
     # random trees have a fresh conditional per prefix: keep N small for them (cost ~ V^N)
     n_cap = max_num_tokens if "random_tree" not in (fam_t, fam_d) or V <= 2 else min(max_num_tokens, 3)
     N = draw(st.integers(1, n_cap))
-    context = tuple(draw(st.lists(st.integers(0, V - 1), max_size=max_context)))
+    context = tuple(draw(st.lists(st.integers(0, V - 1), max_size=space.max_context)))
     rank = max(_FAMILY_RANK[fam_t], _FAMILY_RANK[fam_d])
     return Instance(target, draft, context, N, complexity=rank, label=label)
 
@@ -341,5 +356,5 @@ def instances(vocab_sizes=(2, 3), families=("iid", "markov", "random_tree"), exa
     if temperatures is not None and not isinstance(temperatures, st.SearchStrategy):
         raise TypeError("temperatures: expected None or a hypothesis strategy (e.g. strategies.temperatures())")
     exact = _check_bool(exact, "exact")
-    return _instance(vocab_sizes, check_families(families, FAMILIES), exact, int(max_num_tokens), int(max_context),
-                     temperatures, _overlap_strategy(overlap, exact))
+    return _instance(_InstanceSpace(vocab_sizes, check_families(families, FAMILIES), exact, int(max_num_tokens),
+                                    int(max_context), temperatures, _overlap_strategy(overlap, exact)))

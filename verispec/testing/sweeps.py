@@ -386,7 +386,7 @@ class Sweep:
 
 
 def sweep(vocab_sizes=DEFAULT_VOCAB_SIZES, temperatures=(1, 0, 0.5), num_tokens=4, context=(), seed=0,
-          families=DEFAULT_FAMILIES, exact=None, budget=DEFAULT_BUDGET) -> list[Instance]:
+          families=DEFAULT_FAMILIES, exact=None, *, budget=DEFAULT_BUDGET) -> list[Instance]:
     """The deterministic instances `assert_lossless` checks by default, smallest first: the
     `FamilyGrid` sweep.
 
@@ -415,11 +415,11 @@ def sweep(vocab_sizes=DEFAULT_VOCAB_SIZES, temperatures=(1, 0, 0.5), num_tokens=
     Raises:
         TypeError / ValueError: invalid arguments, naming the argument.
     """
-    return grid_sweep(vocab_sizes, temperatures, num_tokens, context, seed, families, exact, budget).instances()
+    return grid_sweep(vocab_sizes, temperatures, num_tokens, context, seed, families, exact, budget=budget).instances()
 
 
 def grid_sweep(vocab_sizes=DEFAULT_VOCAB_SIZES, temperatures=(1, 0, 0.5), num_tokens=4, context=(), seed=0,
-               families=DEFAULT_FAMILIES, exact=None, budget=DEFAULT_BUDGET) -> Sweep:
+               families=DEFAULT_FAMILIES, exact=None, *, budget=DEFAULT_BUDGET) -> Sweep:
     """The `Sweep` of `sweep`'s arguments (checked as `sweep` documents; num_tokens None leaves N to
     the checker)."""
     sizes = check_vocab_sizes(vocab_sizes)

@@ -178,7 +178,7 @@ def violated_prefixes(budgets, q_joint, num_paths: int, tolerance: float = 0.0):
 
 
 def multi_path(target: LanguageModel, draft: LanguageModel, context=(), draft_length: int = 1,
-               num_paths: int = 1, method: str = "auto", solver: str | None = None,
+               num_paths: int = 1, *, method: str = "auto", solver: str | None = None,
                tolerance: float = 1e-9, max_rounds: int = 500) -> LPResult:
     """Upper bound on E[tau] of any valid verifier of K i.i.d. draft paths (docs/theory.md; Thomas & Pal
     2026, arXiv 2602.16961).
@@ -225,18 +225,33 @@ def multi_path(target: LanguageModel, draft: LanguageModel, context=(), draft_le
     # Nodes with q(u) = 0 are pinned to 0 by their singleton; the per-node upper bound is the
     # singleton coverage constraint.
     upper = coverage(np.concatenate(tree.q_joint), K)  # [n]
-
+    problem = _CoverageLP(tree, support, target_rows, target_rhs, upper, K, solver, start)
     if method == "exact":
-        return _multi_path_exact(tree, support, target_rows, target_rhs, upper, K, solver, start)
-    return _multi_path_generated(tree, support, target_rows, target_rhs, upper, K, solver, start,
-                                 tolerance, max_rounds)
+        return _multi_path_exact(problem)
+    return _multi_path_generated(problem, tolerance, max_rounds)
 
 
-def _multi_path_exact(tree, support, target_rows, target_rhs, upper, K, solver, start) -> LPResult:
+@dataclass(frozen=True)
+class _CoverageLP:
+    """The pieces of one `multi_path` LP: the tree, the positive-probability nodes per depth
+    (`support`), the target-matching rows and right-hand side, the per-node upper bounds, K, the
+    solver name (None: the default order) and the start time (perf_counter) of its setup."""
+
+    tree: FullTree
+    support: list
+    target_rows: object
+    target_rhs: np.ndarray
+    upper: np.ndarray
+    K: int
+    solver: str | None
+    start: float
+
+
+def _multi_path_exact(problem: _CoverageLP) -> LPResult:
     """`multi_path` with every coverage set of >= 2 positive-probability nodes per depth."""
-    n = tree.size
-    blocks, rhss = [target_rows], [target_rhs]
-    for level, s in enumerate(support):
+    tree, K, n = problem.tree, problem.K, problem.tree.size
+    blocks, rhss = [problem.target_rows], [problem.target_rhs]
+    for level, s in enumerate(problem.support):
         m = len(s)
         if m < 2:
             continue  # singletons are the variable bounds
@@ -249,8 +264,8 @@ def _multi_path_exact(tree, support, target_rows, target_rhs, upper, K, solver, 
         blocks.append(mat)
         rhss.append(coverage(member.astype(np.float64) @ tree.q_joint[level][s], K))
     a_ub, b_ub = sp.vstack(blocks, format="csr"), np.concatenate(rhss)
-    build = time.perf_counter() - start
-    x, value, name, status, solve_time, compile_time = solve_lp(np.ones(n), a_ub, b_ub, upper, solver)
+    build = time.perf_counter() - problem.start
+    x, value, name, status, solve_time, compile_time = solve_lp(np.ones(n), a_ub, b_ub, problem.upper, problem.solver)
     return LPResult(value=value, node_budgets=dict(zip(tree.all_nodes(), x.tolist())), solver=name,
                     status=status, solve_time=solve_time, num_variables=n,
                     num_constraints=a_ub.shape[0] + n, method="exact",
@@ -274,39 +289,38 @@ def _violated_cuts(tree, x, K, tolerance, seen, cuts):
     return pending, worst
 
 
-def _solve_cuts(tree, cuts, pending, n, K, target_rows, target_rhs, upper, solver, incremental):
+def _solve_cuts(problem: _CoverageLP, cuts, pending, incremental):
     """One round's LP: the new cuts added to the warm HiGHS model, or every cut rebuilt via cvxpy."""
+    tree, K, n = problem.tree, problem.K, problem.tree.size
     if incremental is not None:
         rows, rhs = _cut_rows(tree, pending, n, K)
         x, value, status, solve_time = incremental.add_and_solve(rows, rhs)
         return x, value, "HIGHS", status, solve_time, 0.0
-    blocks, rhss = [target_rows], [target_rhs]
+    blocks, rhss = [problem.target_rows], [problem.target_rhs]
     for level, sets in cuts.items():
         mat, rhs = _cut_rows(tree, [(level, s) for s in sets], n, K)
         blocks.append(mat)
         rhss.append(rhs)
     a_ub, b_ub = sp.vstack(blocks, format="csr"), np.concatenate(rhss)
-    return solve_lp(np.ones(n), a_ub, b_ub, upper, solver)
+    return solve_lp(np.ones(n), a_ub, b_ub, problem.upper, problem.solver)
 
 
-def _multi_path_generated(tree, support, target_rows, target_rhs, upper, K, solver, start,
-                          tolerance, max_rounds) -> LPResult:
+def _multi_path_generated(problem: _CoverageLP, tolerance, max_rounds) -> LPResult:
     """`multi_path` by constraint generation: start from whole levels, add every violated sorted
     prefix per depth until none is violated by more than `tolerance`."""
-    n = tree.size
-    cuts = {level: [s] for level, s in enumerate(support) if len(s) >= 2}
+    tree, K, n = problem.tree, problem.K, problem.tree.size
+    cuts = {level: [s] for level, s in enumerate(problem.support) if len(s) >= 2}
     seen = {(level, tuple(sorted(s.tolist()))) for level, sets in cuts.items() for s in sets}
-    build = time.perf_counter() - start
-    incremental = IncrementalHighs.create(n, upper, target_rows, target_rhs) \
-        if solver in (None, "HIGHS") else None
+    build = time.perf_counter() - problem.start
+    incremental = IncrementalHighs.create(n, problem.upper, problem.target_rows, problem.target_rhs) \
+        if problem.solver in (None, "HIGHS") else None
     total_solve, total_compile, rounds = 0.0, 0.0, 0
     pending = [(level, s) for level, sets in cuts.items() for s in sets]
     while True:
         rounds += 1
         if rounds > max_rounds:
             raise RuntimeError(f"constraint generation did not converge in {max_rounds} rounds")
-        x, value, name, status, solve_time, compile_time = _solve_cuts(
-            tree, cuts, pending, n, K, target_rows, target_rhs, upper, solver, incremental)
+        x, value, name, status, solve_time, compile_time = _solve_cuts(problem, cuts, pending, incremental)
         total_solve += solve_time
         total_compile += compile_time
         pending, worst = _violated_cuts(tree, x, K, tolerance, seen, cuts)
