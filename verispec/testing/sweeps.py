@@ -257,6 +257,9 @@ class FamilyGrid:
     exact: bool | None = None
     seed: int = 0
 
+    #: A size above 3 gets the budget's count, the smallest one included.
+    full_at_smallest = False
+
     @property
     def cells(self) -> int:
         return len(self.families) * len(self.temperatures)
@@ -306,6 +309,9 @@ class SeededPairs:
     rational: bool = False
     seed: int = 0
     context_length: int = 3
+
+    #: The smallest size always gets `num_instances`, whatever the budget.
+    full_at_smallest = True
 
     @property
     def cells(self) -> int:
@@ -370,7 +376,7 @@ class Sweep:
         if self.num_tokens is None:
             raise ValueError("num_tokens: the sweep needs N (Sweep.with_num_tokens, or the method's L + 2)")
         plan = sweep_plan(sizes, self.num_tokens, self.design.cells, self.budget)
-        if isinstance(self.design, SeededPairs):
+        if self.design.full_at_smallest:
             plan[sizes[0]] = (self.design.cells, self.num_tokens)
         return plan
 
