@@ -18,6 +18,9 @@ compared text and kept apart under `seconds`:
   (time limit)" only, since what it reached by then depends on the machine's load;
 - `verispec prove NAME --all-vocab` for the same methods at L = 1 (and L = 2 for single-path ones).
 
+A command still running after 10 times the proof's limit (at least 600 s: a z3 call that does not
+honour its own time limit on a loaded host) is stopped and recorded with exit "killed".
+
 What is compared: exit statuses; printed lines with durations replaced by `<t>`, a table's time
 column blanked and its border lines dropped, and the solver that answered a query dropped (z3 and
 cvc5 race; either answer is the same verdict); JSON without its timings, load averages, solver
@@ -101,8 +104,11 @@ def _verispec(argv: list[str], timeout: float) -> tuple[int, str, dict | None, f
         env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                "COLUMNS": "400", "TERM": "dumb"}
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "verispec.cli", *argv, "--json", path], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        try:
+            done = subprocess.run([sys.executable, "-m", "verispec.cli", *argv, "--json", path], cwd=ROOT, env=env,
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:  # a solver call that ignored its own time limit
+            return "killed", "", None, time.perf_counter() - start
         seconds = time.perf_counter() - start
         data = None
         if os.path.exists(path):
@@ -157,7 +163,7 @@ def record(output: str, timeout: float, only: set, commit: str | None = None, ma
             continue
         if argv[0] == "prove":
             argv = argv + ["--timeout", f"{timeout:g}"]
-        status, stdout, out, seconds = _verispec(argv, timeout=max(20 * timeout, 1800))
+        status, stdout, out, seconds = _verispec(argv, timeout=max(10 * timeout, 600))
         is_prove = argv[0] == "prove" and "--all-vocab" not in argv
         lines = normalise_lines(stdout)
         if is_prove and out is not None and _prove_json(out).get("reason") == "time limit":
@@ -167,7 +173,7 @@ def record(output: str, timeout: float, only: set, commit: str | None = None, ma
         data["seconds"][label] = round(seconds, 2)
         data["total_seconds"] = round(time.perf_counter() - start, 1)
         write_json_atomic(output, data)
-        print(f"{label:50s} exit {status}  {seconds:7.1f} s", flush=True)
+        print(f"{label:50s} exit {status!s:6s} {seconds:7.1f} s", flush=True)
     return data
 
 
