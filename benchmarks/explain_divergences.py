@@ -51,6 +51,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from verispec.atomic import write_json_atomic  # noqa: E402
 from verispec import bench  # noqa: E402
 from verispec.bench import batched  # noqa: E402
+from verispec.bench.costs import recorded_spec  # noqa: E402
 from verispec.empirical import kv  # noqa: E402
 from verispec.empirical.drafters.phrases.pool import PhrasePool  # noqa: E402
 from verispec.reference import registry  # noqa: E402
@@ -148,11 +149,13 @@ class PoolReplay:
                       "first_mismatch": self.mismatch}
 
 
-def replay(label: str, pair, prompt_ids, config, index: int, recorded: list[int], pools: dict | None = None):
-    """Re-run runner `label` at T = 0 as the bench did (`pools`: its phrase pool then), capturing
-    the forward that decided token `index` of `recorded` -> dict (tokens_match, found, rows, row,
+def replay(label, pair, prompt_ids, config, index: int, recorded: list[int], pools: dict | None = None):
+    """Re-run runner `label` (a label, or its `bench.BenchMethod` as the file ran it: its cost
+    model attached) at T = 0 as the bench did (`pools`: its phrase pool then), capturing the
+    forward that decided token `index` of `recorded` -> dict (tokens_match, found, rows, row,
     forwards_matching, logits)."""
-    spec = bench.parse_method(label, config.draft_length, config.num_paths)
+    spec = label if isinstance(label, bench.BenchMethod) else bench.parse_method(
+        label, config.draft_length, config.num_paths)
     n = prompt_ids.shape[1]
     sequence = prompt_ids[0].tolist() + list(recorded)
     with TargetTap(pair.target, n + index - 1, sequence) as tap:
@@ -192,7 +195,8 @@ def explain_one(divergence: dict, runner: str, pair, prompt_ids, records: dict, 
     """Reproduce one first divergence (`bench.greedy_match`'s entry) of `runner`; see the
     module docstring for the verdicts. base_runs: target-only's re-runs by (task, index), shared
     by the runners that diverge at the same token (one decode each). pool_replay: a phrase-pool
-    runner's pools before each prompt."""
+    runner's pools before each prompt. runner: a label or its `bench.BenchMethod` (`replay`)."""
+    spec, runner = runner, getattr(runner, "label", runner)
     task, i = divergence["task_id"], divergence["index"]
     a, b = divergence["target_only_token"], divergence["token"]
     base_tokens = records[f"target_only|T=0|{task}"]["tokens"]
@@ -202,7 +206,7 @@ def explain_one(divergence: dict, runner: str, pair, prompt_ids, records: dict, 
         base_runs[task, i] = replay("target_only", pair, prompt_ids, config, i, base_tokens)
     base = _side(base_runs[task, i], a, b, a)
     pools, pool = pool_replay.before(task) if pool_replay is not None else ({}, None)
-    method = _side(replay(runner, pair, prompt_ids, config, i, method_tokens, pools), a, b, b)
+    method = _side(replay(spec, pair, prompt_ids, config, i, method_tokens, pools), a, b, b)
     if pool is not None and not pool["tokens_match"]:
         method["reproduced"] = False  # the pool the bench had is unknown
     out = {"runner": runner, "task_id": task, "index": i, "target_only_token": a, "method_token": b,
@@ -244,7 +248,8 @@ def explain(results: dict, pair, prompts: dict, near_tie: float = bench.NEAR_TIE
             if uses_pool(runner) and runner not in pool_replays:
                 pool_replays[runner] = PoolReplay(runner, pair, config, order, results["records"])
             ids = encode_prompt(pair, prompts[divergence["task_id"]])
-            out.append(explain_one(divergence, runner, pair, ids, results["records"], config, near_tie, base_runs,
+            spec = recorded_spec(runner, results, config.draft_length, config.num_paths)  # its cost model
+            out.append(explain_one(divergence, spec, pair, ids, results["records"], config, near_tie, base_runs,
                                    pool_replays.get(runner)))
     return out
 

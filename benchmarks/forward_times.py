@@ -29,9 +29,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from verispec.atomic import write_json_atomic  # noqa: E402
 from verispec import bench  # noqa: E402
+from verispec.bench.costs import CostModels  # noqa: E402
 from verispec.bench.peer import ForwardCounter  # noqa: E402
 
-DEFAULT_RUNNERS = ("hf:dq=8", "adaptive:L=20,dq=8,sched=constant")
+DEFAULT_RUNNERS = ("hf:dq=8", "adaptive:L=20,dq=8,sched=constant,pol=fixed")
 
 
 def time_runner(spec, pair, prompt, config, temperature: float, drafts=None) -> dict:
@@ -76,7 +77,8 @@ def main(argv=None) -> None:
     pair, prompts = bench.prepare(config)
     prompt = pair.tokenizer(prompts[args.prompt]["prompt"], return_tensors="pt").input_ids  # [1, n]
     specs = [bench.parse_method(text, config.draft_length, config.num_paths) for text in args.runner or DEFAULT_RUNNERS]
-    drafts = bench.QuantizedDrafts()
+    drafts, costs = bench.QuantizedDrafts(), CostModels()
+    specs = [costs.attach(spec, drafts.pair_for(spec, pair), config) for spec in specs]  # pol=auto: measured costs
     bench.warm_up(pair, specs, config, drafts)
     out = {"environment": bench.environment(config, args.threads, reason), "load_before": os.getloadavg(),
            "prompt": prompts[args.prompt]["task_id"], "temperature": args.temperature, "runs": []}

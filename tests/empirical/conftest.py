@@ -25,3 +25,10 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _cost_models_in_a_temporary_folder(tmp_path_factory, monkeypatch):
+    """The bench's measured cost models (`verispec.bench.costs`) go to a temporary folder: a test's
+    tiny-model timings never land in the user cache the real bench reads."""
+    monkeypatch.setenv("VERISPEC_COST_CACHE", str(tmp_path_factory.mktemp("costs")))

@@ -247,10 +247,11 @@ def test_bench_runners_are_greedy_exact(tmp_path):
     prompt = pair_.tokenizer(BENCH_PROMPTS[0]["prompt"]).input_ids  # [1, n]
     # M: the cap's ceiling (default 4 L; the draft accepts all, so the cap climbs to it); c: the
     # confidence stop in percent (c=100 stops after every token, c=0 never); sched=constant keeps the cap at L
-    for label, log, longest in (("adaptive:L=2,M=3", "caps", 3), ("adaptive:L=2", "caps", 8),
-                                ("adaptive:L=2,M=8,sched=constant", "caps", 2),
-                                ("adaptive:L=3,M=3,c=100", "chain_lengths", 1),
-                                ("adaptive:L=3,M=3,c=0", "chain_lengths", 3)):
+    # pol=fixed: the confidence stop and the length schedule (the bench's default is the cost policy)
+    for label, log, longest in (("adaptive:L=2,M=3,pol=fixed", "caps", 3), ("adaptive:L=2,pol=fixed", "caps", 8),
+                                ("adaptive:L=2,M=8,sched=constant,pol=fixed", "caps", 2),
+                                ("adaptive:L=3,M=3,c=100,pol=fixed", "chain_lengths", 1),
+                                ("adaptive:L=3,M=3,c=0,pol=fixed", "chain_lengths", 3)):
         logs = bench.run_method(bench.parse_method(label, 3, 1), pair_, prompt, cfg, 0.0, 0, {}).stats.logs[log]
         assert max(int(value.max()) for value in logs) == longest, label
 

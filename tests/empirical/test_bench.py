@@ -191,8 +191,10 @@ def test_parse_method_parameters():
     assert bench.parse_method("gbv:K=3,L=5", 4, 2) == bench.BenchMethod(
         "gbv:K=3,L=5", "gbv", (("draft_length", 5), ("num_paths", 3)))
     assert bench.parse_method("block", 4, 3) == bench.BenchMethod("block", "block", (("draft_length", 4),))
+    # the bench's own default on the recommended methods: the cost policy (registry Param.bench)
     assert bench.parse_method("opt_tree:n=25", 4, 3) == bench.BenchMethod("opt_tree:n=25", "opt_tree",
-                                                                          (("node_budget", 25),))
+                                                                          (("node_budget", 25), ("policy", "auto")))
+    assert bench.parse_method("opt_tree:n=25,pol=fixed", 4, 3).param("policy") == "fixed"
     assert bench.parse_method("eagle", 4, 3).param("node_budget", registry.spec("eagle").defaults("torch")[
         "node_budget"]) == 50  # the registry's default
     # phrase methods: K = pool candidates, W = Jacobi window; unset, the registry's defaults (the factories' own)
@@ -207,7 +209,7 @@ def test_parse_method_parameters():
     assert bench.parse_method("lookahead:W=2", 3, 2) == bench.BenchMethod("lookahead:W=2", "lookahead", (("window", 2),))
     assert bench.parse_method("adaptive:L=20,M=20,c=15,sched=constant,v=block", 4, 1).params == (
         ("draft_length", 20), ("max_draft_length", 20), ("threshold", 0.15), ("schedule", "constant"),
-        ("verifier", "block"))
+        ("verifier", "block"), ("policy", "auto"))
 
 
 def test_prefill_reuse_is_transparent(tiny_pair):
@@ -328,9 +330,9 @@ def test_first_prompt_skips_prompts_and_is_not_part_of_the_identity(tiny_pair):
 
 
 def test_cli_runner_list_keeps_parameters_together():
-    from verispec.cli import _method_list
+    from verispec.bench.arguments import method_list
 
-    assert _method_list("gbv:K=3,L=5,block, ouroboros:K=1,W=0,opt_tree:n=25") == (
+    assert method_list("gbv:K=3,L=5,block, ouroboros:K=1,W=0,opt_tree:n=25") == (
         "gbv:K=3,L=5", "block", "ouroboros:K=1,W=0", "opt_tree:n=25")
 
 
@@ -338,8 +340,9 @@ def test_cli_bench_runs_the_tiny_pair_under_a_progress_bar(tiny_pair, tmp_path, 
     """`verispec bench` end to end on the tiny pair (loaded models swapped in): records written,
     the table printed, and the progress bar's last state shows records done of total and an ETA."""
     from verispec import cli
+    from verispec.bench import command
 
-    monkeypatch.setattr(cli, "_load_models", lambda args, device: tiny_pair)
+    monkeypatch.setattr(command, "load_models", lambda args, device: tiny_pair)
     out = str(tmp_path / "cli.json")
     assert cli.main(["bench", "--methods", "block", "--prompts", "1", "--max-new-tokens", "4", "--temperatures", "0",
                      "--dtype", "float32", "--device", "cpu", "--output", out, "--no-plot"]) == 0

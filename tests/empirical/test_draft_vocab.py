@@ -159,9 +159,10 @@ def test_draft_vocab_subset_unites_the_lowest_ids_the_prompts_and_extra_ids():
 def test_bench_parses_dv_and_records_the_subset(pair, tmp_path):
     spec = bench.parse_method("hybrid:dv=6", 3, 2)
     assert spec.draft_vocab == 6 and spec.label == "hybrid:dv=6"
-    for bad in ("opt_tree:dv=6", "hf:dv=6", "prompt_lookup:dv=6", "block:dv=0"):
+    for bad in ("opt_tree:dv=6", "hf_prompt_lookup:dv=6", "prompt_lookup:dv=6", "block:dv=0"):
         with pytest.raises(ValueError, match="dv"):
             bench.parse_method(bad, 3, 2)
+    assert bench.parse_method("hf:dv=6", 3, 2).draft_vocab == 6  # the peer's assistant takes the same subset
     target, draft = pair
     tiny_pair = type("Pair", (), {"target": target, "draft": draft, "tokenizer": CharTokenizer(16)})()
     config = bench.BenchConfig(prompts=1, max_new_tokens=10, methods=("block:dv=6", "gbv:K=2,dv=6"),

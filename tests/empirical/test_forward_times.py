@@ -25,7 +25,7 @@ def script():
     return load_script(SCRIPT)
 
 
-@pytest.mark.parametrize("runner", ["hf", "adaptive:L=3", "block:L=2"])
+@pytest.mark.parametrize("runner", ["hf", "adaptive:L=3,pol=fixed", "block:L=2"])
 def test_hooks_see_every_forward(script, runner):
     pair = types.SimpleNamespace(target=tiny(64, 0, head_scale=4.0), draft=tiny(64, 0, noise=0.1, head_scale=4.0))
     config = bench.BenchConfig(max_new_tokens=10, dtype="float32")

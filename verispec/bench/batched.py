@@ -19,7 +19,7 @@ Results: JSON written atomically after every record, resumable like `verispec be
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -27,11 +27,11 @@ from ..empirical import methods
 from ..empirical.engine import decode, target_only_method
 from ..reference import registry
 from .clocks import PeakMemory
+from .config import BatchedBenchSettings
 from .records import load_results, save_results
 from .report import pyplot, save_figure, table
 from .run import default_output, environment, prepare, resolved_dtype
 from .spec import BenchMethod, parse_method
-from .weights import DEFAULT_DRAFT, DEFAULT_TARGET
 
 __all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "batched_method", "run_batch", "run_batched_bench",
            "summarize_batched", "format_batched_table", "plot_batched"]
@@ -39,30 +39,16 @@ __all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "batched_method", "run_batch
 #: The methods that decode a batch (registry names): every torch method but target-only (each
 #: batch's baseline) and the phrase-pool ones, whose drafter holds one row's pool and sequence.
 BATCHED_METHODS = tuple(name for name in registry.names("torch")
-                        if name != "target_only" and not registry.spec(name).keeps_pool)
+                        if registry.spec(name).family not in (registry.BASELINE, registry.PHRASE_POOL))
 #: Implementation -> the engine's KV storage: padded rows (vanilla) or packed rows (EMS-SD).
 STORAGES = {"vanilla": "vanilla", "ems": "packed"}
 IMPLEMENTATIONS = tuple(STORAGES)
 
 
 @dataclass
-class BatchedBenchConfig:
-    """What `run_batched_bench` measures (CLI: `verispec bench --batch-size ...`)."""
-
-    target: str = DEFAULT_TARGET
-    draft: str = DEFAULT_DRAFT
-    prompts: int = 8
-    max_new_tokens: int = 64
-    batch_sizes: tuple = (1, 2, 4, 8)
-    methods: tuple = ("block",)
-    temperatures: tuple = (0.0,)
-    draft_length: int = 3
-    batches: int = 0
-    dtype: str = "auto"
-    device: str = "cpu"
-    threads: int = 0
-    seed: int = 0
-    device_map: str | None = None
+class BatchedBenchConfig(BatchedBenchSettings):
+    """What `run_batched_bench` measures (CLI: `verispec bench --batch-size ...`): the fields and
+    defaults of `config.BatchedBenchSettings`, with the methods a run needs."""
 
     def identity(self) -> dict:
         """Fields every record depends on (a resumed file must share them)."""
@@ -98,12 +84,16 @@ def batched_method(text: str, draft_length: int) -> BenchMethod:
     spec = parse_method(text, draft_length, registry.spec(name).defaults("torch").get("num_paths", 1))
     if spec.draft_vocab or spec.draft_quant or spec.linear_layout != "xw":
         raise ValueError(f"methods: {text!r}: the options dv, dq and lin are not taken in batched mode")
+    if spec.param("policy") == "auto":  # its cost model prices one row's forwards, not a batch's
+        if "pol=auto" in text:
+            raise ValueError(f"methods: {text!r}: the cost policy (pol=auto) is not taken in batched mode")
+        spec = replace(spec, params=tuple((k, "fixed" if k == "policy" else v) for k, v in spec.params))
     return spec
 
 
 def _methods(config):
     """The labels run per batch: target_only, then "name/implementation" for every method."""
-    return ["target_only"] + [f"{m}/{impl}" for m in config.methods for impl in IMPLEMENTATIONS]
+    return [registry.BASELINE_METHOD] + [f"{m}/{impl}" for m in config.methods for impl in IMPLEMENTATIONS]
 
 
 def run_batch(label: str, pair, batch: list, config: BatchedBenchConfig, T: float):
@@ -122,7 +112,7 @@ def run_batch(label: str, pair, batch: list, config: BatchedBenchConfig, T: floa
         ValueError: an unknown or unbatched method (`batched_method`).
     """
     N = config.max_new_tokens
-    if label == "target_only":
+    if label == registry.BASELINE_METHOD:
         return decode(pair.target, None, batch, target_only_method(), N, T, uniforms=config.seed, storage="vanilla")
     text, _, implementation = label.rpartition("/")
     spec = batched_method(text, config.draft_length)
@@ -196,8 +186,9 @@ def summarize_batched(results: dict) -> list[dict]:
         method, B, T, batch = key.split("|")
         groups.setdefault((method, int(B[2:]), float(T[2:])), {})[batch] = record
     rows = []
-    for (method, B, T), done in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0] != "target_only")):
-        base = groups.get(("target_only", B, T), {})
+    baseline = registry.BASELINE_METHOD
+    for (method, B, T), done in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0] != baseline)):
+        base = groups.get((baseline, B, T), {})
         common = [b for b in done if b in base]
         if not common:
             continue
@@ -209,7 +200,7 @@ def summarize_batched(results: dict) -> list[dict]:
                "tokens_per_s": tokens / wall, "speedup": sum(base[b]["wall_s"] for b in common) / wall,
                "decode_speedup": sum(_decode_s(base[b]) for b in common) / decode,
                "block_efficiency": (sum(done[b]["accepted_sum"] for b in common) / count + 1.0)
-               if method != "target_only" and count else 1.0,
+               if method != baseline and count else 1.0,
                "padded_kv_slots": sum(done[b]["padded_kv_slots"] for b in common) / len(common),
                "peak_kv_slots": max(done[b]["peak_kv_slots"] for b in common),
                "peak_memory_mb": max((done[b]["peak_memory_mb"] or 0.0) for b in common)}
@@ -240,7 +231,7 @@ def plot_batched(summary: list[dict], path: str) -> str | None:
     if plt is None:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    lines = sorted({(r["runner"], r["temperature"]) for r in summary if r["runner"] != "target_only"})
+    lines = sorted({(r["runner"], r["temperature"]) for r in summary if r["runner"] != registry.BASELINE_METHOD})
     for ax, key, title in ((axes[0], "speedup", "end to end (prefill included)"),
                            (axes[1], "decode_speedup", "decode phase (prefill excluded)")):
         for method, T in lines:

@@ -10,11 +10,12 @@ from __future__ import annotations
 from ..empirical import methods
 from ..empirical.engine import decode
 from ..empirical.drafters.phrases import PhrasePool
+from ..empirical.speedups.policy import PolicyMemory
 from ..empirical.speedups.linear_layout import linear_layout
 from ..reference import registry
 from ..reference.methods import load
-from .peer import hf_assisted
-from .spec import USER_METHOD, BenchMethod, draft_vocabulary
+from .peer import assistant_head_subset, assistant_settings, hf_assisted
+from .spec import PEER_PARAMS, USER_METHOD, BenchMethod, draft_vocabulary
 
 __all__ = ["run_method", "build_method", "eos_token_id"]
 
@@ -27,7 +28,9 @@ def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, poo
         spec: a parsed `BenchMethod`. pair: the `ModelPair` it decodes with (``dq=8``: the int8
             draft already swapped in, `QuantizedDrafts.pair_for`). config: a `BenchConfig` (reads
             max_new_tokens, stop_at_eos, and draft_length / num_paths for a user's Method). T: temperature.
-            seed: the uniforms' seed. pools: {(label, T): PhrasePool}, kept warm across prompts.
+            seed: the uniforms' seed. pools: {(label, T): state kept across prompts}: a phrase
+            method's PhrasePool; ``hf:sched=heuristic``'s carried num_assistant_tokens (an int); a
+            policy-"auto" method's `PolicyMemory`.
 
     Returns:
         the decoder's `DecodeResult` (tokens int64 [1, N], padded after EOS with stop_at_eos;
@@ -36,15 +39,35 @@ def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, poo
     N, eos = config.max_new_tokens, eos_token_id(config, pair)
     with linear_layout(pair.target.model, spec.linear_layout):  # "xw": changes nothing
         if spec.name == "hf":
-            return hf_assisted(pair.target, pair.draft, prompt, N, T, seed=seed, eos_token_id=eos)
+            return _run_peer(spec, pair, prompt, config, T, seed, pools)
         if spec.name == "hf_prompt_lookup":
             return hf_assisted(pair.target, None, prompt, N, T, seed=seed, prompt_lookup_num_tokens=10,
                                eos_token_id=eos)
         method, needs_draft = build_method(spec, pair, config, T, pools)
         # target-only decodes as the engine's baseline always has: the padded KV (one row)
-        storage = "padded" if spec.name == "target_only" else "sequence"
+        storage = "padded" if spec.name == registry.BASELINE_METHOD else "sequence"
         return decode(pair.target, pair.draft if needs_draft else None, prompt, method, N, T, uniforms=seed,
                       storage=storage, eos_token_id=eos)
+
+
+def _run_peer(spec: BenchMethod, pair, prompt, config, T: float, seed: int, pools: dict):
+    """transformers' assisted generation with the spec's assistant settings and draft vocabulary.
+    Under the heuristic schedule, the length it carries from one call to the next on one assistant
+    (transformers writes it back into the assistant's generation_config) is kept per (label, T) in
+    `pools`, as one user's process would carry it across prompts; another method sharing the draft
+    never sees it (`assistant_settings` restores the config)."""
+    settings = {p.name: spec.param(p.name) for p in PEER_PARAMS}
+    carried = pools.get((spec.label, T))
+    if settings["schedule"] == "heuristic" and isinstance(carried, int):
+        settings["num_assistant_tokens"] = carried
+    vocab = draft_vocabulary(spec, pair)
+    subset = None if vocab is None else vocab.subset(pair.draft.vocab_size, prompt)
+    with assistant_settings(pair.draft, **settings) as generation, assistant_head_subset(pair.draft, subset):
+        result = hf_assisted(pair.target, pair.draft, prompt, config.max_new_tokens, T, seed=seed,
+                             eos_token_id=eos_token_id(config, pair))
+        if settings["schedule"] == "heuristic":
+            pools[spec.label, T] = int(generation.num_assistant_tokens)
+    return result
 
 
 def eos_token_id(config, pair):
@@ -69,6 +92,11 @@ def build_method(spec: BenchMethod, pair, config, T: float, pools: dict):
         return load(spec.label, "methods", draft_length=config.draft_length, num_paths=config.num_paths), True
     entry = registry.spec(spec.name)
     params = dict(spec.params)
+    if params.get("policy") == "auto":
+        if params.get("costs") is None:
+            raise ValueError(f"methods: {spec.label!r} runs the cost policy (pol=auto) but has no cost model: "
+                             "attach the run's (verispec.bench.costs.CostModels.attach) or give pol=fixed")
+        params["memory"] = pools.setdefault((spec.label, T), PolicyMemory())  # carried across prompts
     if entry.keeps_pool:
         params["pool"] = pools.setdefault((spec.label, T), _fresh_pool({**entry.defaults("torch"), **params}))
     return methods.get(spec.name, draft_vocab=draft_vocabulary(spec, pair), **params), entry.needs_draft

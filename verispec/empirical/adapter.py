@@ -26,8 +26,8 @@ Cost: the verify runs in Python per row (V-sized numpy vectors): for research, n
 from __future__ import annotations
 
 from functools import partial
-from types import SimpleNamespace
-from typing import Callable
+from types import MappingProxyType, SimpleNamespace
+from typing import Callable, Mapping
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ from .drafters import GreedyDraftDrafter, HubPairsDrafter, PathsDrafter, PromptL
 from .torch_method import TorchMethod
 from .verifiers.nodes import Verdict
 
-__all__ = ["OffTreeError", "ReferenceVerifier", "torch_method", "twin_drafter"]
+__all__ = ["OffTreeError", "ReferenceVerifier", "TWIN_DRAFTERS", "torch_method", "twin_drafter"]
 
 
 class OffTreeError(ValueError):
@@ -178,31 +178,35 @@ class ReferenceVerifier:
         return [index[out[:i]] for i in range(1, len(out))], out[-1]
 
 
+#: A reference drafter's name -> ``twin(draft_length, params)``, a factory of its torch twin
+#: (`verispec.empirical.drafters`) from the reference drafter's L and parameters. Keyed by
+#: drafter, not by method: several methods share a drafter.
+TWIN_DRAFTERS: Mapping[str, Callable] = MappingProxyType({
+    "chain": lambda L, params: lambda: PathsDrafter(L, 1),
+    "iid_paths": lambda L, params: lambda: PathsDrafter(L, params["num_paths"], True),
+    "paths_without_replacement": lambda L, params: lambda: PathsDrafter(L, params["num_paths"], False),
+    # the draft's argmax chain: one-hot q
+    "greedy": lambda L, params: lambda: PathsDrafter(L, 1, draft_temperature=0.0),
+    "opt_tree": lambda L, params: lambda: TreeDrafter("opt_tree", params["node_budget"], params["threshold"],
+                                                      params["max_depth"]),
+    "prompt_lookup": lambda L, params: lambda: PromptLookupDrafter(L, params["max_ngram"]),
+    "hub_pairs": lambda L, params: lambda: HubPairsDrafter(L),  # SpecHub's hub-pair paths
+    "greedy_draft_paths": lambda L, params: lambda: GreedyDraftDrafter(L, params["num_paths"]),  # Hu et al.'s
+})
+
+
 def twin_drafter(method: Method) -> Callable:
-    """The torch twin of `method`'s reference drafter, as a drafter factory.
+    """The torch twin of `method`'s reference drafter, as a drafter factory (`TWIN_DRAFTERS`).
 
     Raises:
         ValueError: a drafter without a torch twin (pass `drafter=` to `torch_method`).
     """
     drafter = method.draft
     name, params = getattr(drafter, "name", None), dict(getattr(drafter, "params", {}))
-    L = params.get("draft_length")
-    if name == "chain":
-        return lambda: PathsDrafter(L, 1)
-    if name in ("iid_paths", "paths_without_replacement"):
-        return lambda: PathsDrafter(L, params["num_paths"], name == "iid_paths")
-    if name == "greedy":  # the draft's argmax chain: one-hot q
-        return lambda: PathsDrafter(L, 1, draft_temperature=0.0)
-    if name == "opt_tree":
-        return lambda: TreeDrafter("opt_tree", params["node_budget"], params["threshold"], params["max_depth"])
-    if name == "prompt_lookup":
-        return lambda: PromptLookupDrafter(L, params["max_ngram"])
-    if name == "hub_pairs":  # SpecHub's hub-pair paths
-        return lambda: HubPairsDrafter(L)
-    if name == "greedy_draft_paths":  # Hu et al.'s greedy drafts
-        return lambda: GreedyDraftDrafter(L, params["num_paths"])
-    raise ValueError(f"method: {method.name!r} drafts with {drafter!r}, which has no torch twin; pass "
-                     "drafter= (a factory of verispec.empirical.drafters.Drafter)")
+    if name not in TWIN_DRAFTERS:
+        raise ValueError(f"method: {method.name!r} drafts with {drafter!r}, which has no torch twin; pass "
+                         "drafter= (a factory of verispec.empirical.drafters.Drafter)")
+    return TWIN_DRAFTERS[name](params.get("draft_length"), params)
 
 
 def torch_method(method: Method, drafter: Callable | None = None) -> TorchMethod:

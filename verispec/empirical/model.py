@@ -404,6 +404,11 @@ class CausalLM:
         """The token ids S of a `with_head_subset` view (int64 [|S|], sorted), else None."""
         return None if self._head_subset is None else self._head_subset[0]
 
+    @property
+    def head_subset_layer(self) -> torch.nn.Module | None:
+        """The output layer over S of a `with_head_subset` view (|S| output rows), else None."""
+        return None if self._head_subset is None else self._head_subset[1]
+
     def __repr__(self):
         subset = "" if self._head_subset is None else f", head_subset={self._head_subset[0].numel()} ids"
         return (f"CausalLM({self.name!r}, vocab_size={self.vocab_size}{subset}, dtype={self.dtype}, "

@@ -14,6 +14,7 @@ import sys
 
 from .. import __version__
 from ..atomic import write_json_atomic
+from ..commandline import CONTRACT_ERROR, exit_status
 from .cutoff import prove_all_vocab
 from .parallel import BACKENDS
 from .prove import prove
@@ -28,6 +29,18 @@ def _tokens(text: str) -> tuple:
         return tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated token ids, got {text!r}") from None
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``verispec prove`` on `subparsers` (its ``func``: `run`); returns its parser."""
+    parser = subparsers.add_parser(
+        "prove", help="prove a method lossless for every target/draft pair at V, L, K (z3)",
+        description="Symbolic execution of the method's own code on every target/draft pair of the closed simplex "
+                    "at a fixed small size, then one SMT query per output sequence: proved, a counterexample "
+                    "confirmed in exact arithmetic, or unknown.")
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -112,13 +125,15 @@ def _all_vocab(args) -> int:
 
 
 def _error(err) -> int:
-    """Print a `prove` error; the exit status (3: the rule's contract error, 2: bad arguments)."""
-    if type(err).__name__ == "RuleContractError":
+    """Print a `prove` error (a TypeError or ValueError); its exit status by its type
+    (`verispec.commandline.exit_status`: 3 a rule's contract error, 2 bad arguments)."""
+    status = exit_status(err)
+    if status == CONTRACT_ERROR:
         # e.g. a division by a value that is 0 for some pair: no law to prove anything about
         print(f"verispec prove: rule contract error (not a lossless verdict): {err}", file=sys.stderr)
-        return 3
-    print(f"verispec prove: {_as_flag(str(err))}", file=sys.stderr)
-    return 2
+    else:
+        print(f"verispec prove: {_as_flag(str(err))}", file=sys.stderr)
+    return status
 
 
 def _report(result, args, command) -> None:

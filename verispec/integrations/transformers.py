@@ -19,14 +19,13 @@ instance (`verispec.reference.methods.static_ensemble`, enumerated exactly) besi
 from __future__ import annotations
 
 import inspect
-import time
-from dataclasses import dataclass
+from dataclasses import replace
 
 import numpy as np
 
 from ..reference import exact, methods
 from ..testing import gtest
-from ..testing.sampler import SamplerLosslessnessError, SamplerReport, assert_sampler_lossless
+from .verdict import IntegrationError, SamplingVerdict, run_sampler_check
 
 __all__ = ["FUNCTION", "ENSEMBLE_ARGUMENT", "IntegrationError", "speculative_sampling_function", "supports_ensemble",
            "as_harness_sampler", "check_speculative_sampling", "SamplingVerdict", "reference_tv"]
@@ -35,10 +34,6 @@ __all__ = ["FUNCTION", "ENSEMBLE_ARGUMENT", "IntegrationError", "speculative_sam
 FUNCTION = "transformers.generation.utils._speculative_sampling"
 #: The DIVERSE ensemble argument of that function (absent before it was added).
 ENSEMBLE_ARGUMENT = "assistant_ensemble_weight"
-
-
-class IntegrationError(RuntimeError):
-    """The installed library lacks what the adapter wraps (renamed, moved, or not installed)."""
 
 
 def speculative_sampling_function():
@@ -112,37 +107,6 @@ def as_harness_sampler(assistant_ensemble_weight: float | None = None, function=
     return sampler
 
 
-@dataclass
-class SamplingVerdict:
-    """What `check_speculative_sampling` found.
-
-    Attributes:
-        mode: "standard" or "diverse". lossless: the harness's verdict (False: rejected).
-        report: the `SamplerReport` (instances run, n, p-values). tv: the empirical TV of the
-            failing instance (None when lossless). alpha, power, tv_target: the run's settings.
-        message: the harness's failure message ("" when lossless). seconds: wall time.
-        exact_tv: "diverse" mode: the TV of the reference static ensemble (the same rule,
-            `verispec.reference.methods.static_ensemble(L, w)`) on the instance last run (the
-            rejected one), by exact enumeration (float64); None in "standard" mode.
-    """
-
-    mode: str
-    lossless: bool
-    report: SamplerReport
-    tv: float | None
-    alpha: float
-    power: float
-    tv_target: float
-    message: str
-    seconds: float
-    exact_tv: float | None = None
-
-    @property
-    def n(self) -> int:
-        """Rows sampled (runs of the loop) over the instances run."""
-        return sum(r.n for r in self.report.results)
-
-
 def check_speculative_sampling(mode: str = "standard", assistant_ensemble_weight: float = 0.5, *,
                                tv: float = 0.05, alpha: float = gtest.ALPHA, power: float = gtest.POWER,
                                **harness) -> SamplingVerdict:
@@ -159,26 +123,15 @@ def check_speculative_sampling(mode: str = "standard", assistant_ensemble_weight
     Raises:
         ValueError: unknown mode. IntegrationError: see `as_harness_sampler`.
     """
-    import torch  # optional dependency
-
     if mode not in ("standard", "diverse"):
         raise ValueError(f"mode: expected 'standard' or 'diverse', got {mode!r}")
     fn = as_harness_sampler(assistant_ensemble_weight if mode == "diverse" else None)
-    start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: thread hand-offs would dominate
-    try:
-        report = assert_sampler_lossless(fn, backend="torch", dtype=torch.float64, tv=tv, alpha=alpha, power=power,
-                                         **harness)
-        verdict = (True, report, None, "")
-    except SamplerLosslessnessError as err:
-        verdict = (False, err.report, err.result.empirical_tv, str(err))
-    finally:
-        torch.set_num_threads(threads)
-    exact_tv = (reference_tv(verdict[1].results[-1].instance, assistant_ensemble_weight, harness.get("draft_length", 2))
-                if mode == "diverse" and verdict[1].results else None)
-    return SamplingVerdict(mode, verdict[0], verdict[1], verdict[2], alpha, power, tv, verdict[3],
-                           time.perf_counter() - start, exact_tv)
+    verdict = run_sampler_check(fn, mode, tv=tv, alpha=alpha, power=power, **harness)
+    if mode == "diverse" and verdict.report.results:
+        exact_tv = reference_tv(verdict.report.results[-1].instance, assistant_ensemble_weight,
+                                harness.get("draft_length", 2))
+        verdict = replace(verdict, exact_tv=exact_tv)
+    return verdict
 
 
 def reference_tv(instance, ensemble_weight: float, draft_length: int = 2) -> float:

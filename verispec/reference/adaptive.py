@@ -25,12 +25,13 @@ Planted bugs that must fail `assert_lossless` are in `verispec.testing.planted_d
 
 from __future__ import annotations
 
+from . import registry
 from .drafters import Draft, Drafter, phrase_draft, require_draft_model, draw_counts, lookup_phrase
 from .methods import Method
 from .models import check_positive_int
 from .verifiers import block_verify, token_verify
 
-__all__ = ["adaptive_chain", "hybrid", "adaptive_method", "hybrid_method", "check_verifier", "VERIFIERS"]
+__all__ = ["adaptive_chain", "hybrid", "adaptive_method", "hybrid_method", "check_verifier", "chain_draft", "VERIFIERS"]
 
 #: The chain verifiers these methods take: token verification (Leviathan et al. 2023, arXiv
 #: 2211.17192, Algorithm 1) and block verification (Sun et al. 2024, arXiv 2403.10444, Algorithm 2).
@@ -43,8 +44,9 @@ def _check_threshold(threshold) -> float:
     return threshold
 
 
-def _chain_draft(draft_model, context, rand, L: int, leaf) -> Draft:
-    """A chain from q that is a leaf at depth L or where `leaf(node)` says so (node != ())."""
+def chain_draft(draft_model, context, rand, L: int, leaf) -> Draft:
+    """A chain from q that is a leaf at depth L or where `leaf(node)` says so (node != ()): the
+    draft of every chain whose length is a stopping time of its own tokens."""
 
     def expand(node, k):
         if len(node) == L or (node and leaf(node)):
@@ -67,7 +69,7 @@ def adaptive_chain(draft_length: int, threshold: float = 0.4) -> Drafter:
 
     def build(draft_model, context, rand):
         model = require_draft_model(draft_model, "adaptive_chain")
-        return _chain_draft(model, context, rand, L, lambda node: model.probs(context + node[:-1])[node[-1]] < tau)
+        return chain_draft(model, context, rand, L, lambda node: model.probs(context + node[:-1])[node[-1]] < tau)
 
     return Drafter("adaptive_chain", build, draft_length=L, threshold=tau)
 
@@ -97,7 +99,8 @@ def check_verifier(verifier) -> str:
     return verifier
 
 
-def adaptive_method(draft_length: int, threshold: float = 0.4, verifier: str = "token") -> Method:
+def adaptive_method(draft_length: int, threshold: float = registry.default("adaptive", "threshold"),
+                    verifier: str = registry.default("adaptive", "verifier")) -> Method:
     """`adaptive_chain` + token (default) or block verification (`VERIFIERS`).
 
     Raises:
@@ -109,8 +112,10 @@ def adaptive_method(draft_length: int, threshold: float = 0.4, verifier: str = "
                   params if rule == "token" else {**params, "verifier": rule}, model_state_only=True)
 
 
-def hybrid_method(draft_length: int, threshold: float = 0.4, lookup_length: int | None = 10,
-                  max_ngram: int = 3, verifier: str = "token") -> Method:
+def hybrid_method(draft_length: int, threshold: float = registry.default("hybrid", "threshold"),
+                  lookup_length: int | None = registry.default("hybrid", "lookup_length"),
+                  max_ngram: int = registry.default("hybrid", "max_ngram"),
+                  verifier: str = registry.default("hybrid", "verifier")) -> Method:
     """`hybrid` + token (default) or block verification (the lookup depends on the tokens, not
     only the models).
 

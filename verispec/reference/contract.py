@@ -23,6 +23,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..commandline import CONTRACT_ERROR
+
 __all__ = ["RuleContractError", "Draw", "ROUNDING_PROBABILITY", "check_signature"]
 
 #: A float64 draw whose probability is at most this (64 units in the last place of 1) exists only
@@ -102,6 +104,9 @@ class RuleContractError(TypeError, ValueError):
         instance: the `verispec.testing.Instance` being checked (set by assert_lossless / check).
         from_rounding: True when the branch exists only through float64 rounding.
     """
+
+    #: The `verispec` commands' exit status for it (`verispec.commandline.exit_status`): not a verdict.
+    exit_status = CONTRACT_ERROR
 
     def __init__(self, problem: str, method=None, prefix=None, probability=None, draws=(),
                  prefix_probability=None, instance=None, detail: str = ""):

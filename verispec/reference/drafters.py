@@ -276,7 +276,7 @@ def node_by_node(name: str, draft_length: int, num_paths: int, draft_node: Calla
 
 def root_only() -> Drafter:
     """The empty draft tree (the root alone): the verifier emits one token from p. Reads no model."""
-    return Drafter("root_only", lambda draft_model, context, rand: _fixed_tree({}), draft_length=0)
+    return Drafter("root_only", lambda draft_model, context, rand: fixed_tree({}), draft_length=0)
 
 
 def chain(draft_length: int) -> Drafter:
@@ -360,7 +360,7 @@ def greedy_draft_paths(draft_length: int, num_paths: int) -> Drafter:
     return node_by_node("greedy_draft_paths", draft_length, num_paths, greedy_draft)  # drafts, q_last [V]
 
 
-def _fixed_tree(children: dict) -> Draft:
+def fixed_tree(children: dict) -> Draft:
     """A deterministic Draft from {node: [child tokens in order]}; one path per leaf. Its nodes have
     no proposal: the children were chosen, not drawn (see `Draft`)."""
 
@@ -473,7 +473,7 @@ def ranked_tree(rank_paths) -> Drafter:
                 grow(ranks + (r,), node + (t,))
 
         grow((), ())
-        return _fixed_tree(children)
+        return fixed_tree(children)
 
     return Drafter("ranked_tree", build, rank_paths=tuple(sorted(listed, key=lambda u: (len(u), u))))
 
@@ -507,7 +507,7 @@ def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = N
         def q_of(node):
             return draft_model.probs(context + node)
 
-        return _fixed_tree(opt_tree_structure(q_of, n, float(threshold), depth))
+        return fixed_tree(opt_tree_structure(q_of, n, float(threshold), depth))
 
     return Drafter("opt_tree", build, node_budget=n, threshold=threshold, max_depth=depth)
 

@@ -186,7 +186,7 @@ traversal = _multi("traversal", traversal_verify, drafters.iid_paths)
 traversal.__doc__ = "Traversal verification on the tree of K i.i.d. paths (arXiv 2505.12398)."
 
 
-def khisti(draft_length: int, num_paths: int, truncation: int | None = None) -> Method:
+def khisti(draft_length: int, num_paths: int, truncation: int | None = registry.default("khisti", "truncation")) -> Method:
     """Khisti et al.'s importance-sampling selection + single-draft SD on K i.i.d. paths
     (arXiv 2410.18234; pairwise tournament for K > 2). `truncation` = s solves the selection LP
     over the s tokens of largest p - q_1 q_2 only (the GBV authors' code; `TruncatedSelection`):
@@ -194,7 +194,8 @@ def khisti(draft_length: int, num_paths: int, truncation: int | None = None) -> 
     return _is_method("khisti", draft_length, num_paths, truncation, khisti_verify, khisti_truncated_verify)
 
 
-def optimal_is(draft_length: int, num_paths: int, truncation: int | None = None) -> Method:
+def optimal_is(draft_length: int, num_paths: int,
+               truncation: int | None = registry.default("optimal_is", "truncation")) -> Method:
     """IS selection with the optimal selection law (one-step optimum alpha*, arXiv 2502.18779 /
     2410.18234) + single-draft SD on K i.i.d. paths. `truncation` = s solves the selection LP over
     the sets inside the s tokens of largest p - q^k only (`TruncatedSetSelection`): still lossless,
@@ -239,7 +240,8 @@ def hu_greedy(draft_length: int, num_paths: int) -> Method:
                   {"draft_length": draft_length, "num_paths": num_paths}, model_state_only=True)
 
 
-def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = 10) -> Method:
+def opt_tree(node_budget: int, threshold: float = registry.default("opt_tree", "threshold"),
+             max_depth: int | None = registry.default("opt_tree", "max_depth")) -> Method:
     """OPT-Tree adaptive draft tree with sample-and-follow verification (arXiv 2406.17276)."""
     drafter = drafters.opt_tree(node_budget, threshold, max_depth)
     return Method("opt_tree", drafter, sample_and_follow, dict(drafter.params), model_state_only=True)
@@ -251,17 +253,20 @@ def _static_tree(name: str, kind: str, node_budget: int, max_depth: int, branchi
                   {"node_budget": node_budget, "max_depth": max_depth, "branching": branching}, model_state_only=True)
 
 
-def kary(node_budget: int, max_depth: int = 10, branching: int = 2) -> Method:
+def kary(node_budget: int, max_depth: int = registry.default("kary", "max_depth"),
+         branching: int = registry.default("kary", "branching")) -> Method:
     """A static k-ary draft tree (k = branching, filled breadth first) with sample-and-follow."""
     return _static_tree("kary", "kary", node_budget, max_depth, branching)
 
 
-def eagle(node_budget: int, max_depth: int = 10, branching: int = 2) -> Method:
+def eagle(node_budget: int, max_depth: int = registry.default("eagle", "max_depth"),
+          branching: int = registry.default("eagle", "branching")) -> Method:
     """EAGLE's static rank-prior tree (arXiv 2401.15077) with sample-and-follow; branching unused."""
     return _static_tree("eagle", "eagle", node_budget, max_depth, branching)
 
 
-def chain_tree(node_budget: int, max_depth: int = 10, branching: int = 2) -> Method:
+def chain_tree(node_budget: int, max_depth: int = registry.default("chain_tree", "max_depth"),
+               branching: int = registry.default("chain_tree", "branching")) -> Method:
     """A chain of min(n, max_depth) argmax tokens as a draft tree with sample-and-follow."""
     return _static_tree("chain_tree", "chain", node_budget, max_depth, branching)
 
@@ -272,7 +277,7 @@ def point_mass(draft_length: int) -> Method:
                   {"draft_length": draft_length}, model_state_only=True)
 
 
-def prompt_lookup(draft_length: int, max_ngram: int = 3) -> Method:
+def prompt_lookup(draft_length: int, max_ngram: int = registry.default("prompt_lookup", "max_ngram")) -> Method:
     """Prompt-lookup (n-gram) point-mass drafts with token verification; reads the whole prefix."""
     return Method("prompt_lookup", drafters.prompt_lookup(draft_length, max_ngram), token_verify,
                   {"draft_length": draft_length, "max_ngram": max_ngram})
@@ -287,7 +292,8 @@ def _unit_interval(value, name: str, open_left: bool = True) -> float:
     return value
 
 
-def typical(draft_length: int, epsilon: float = 0.09, delta: float = 0.3) -> Method:
+def typical(draft_length: int, epsilon: float = registry.default("typical", "epsilon"),
+            delta: float = registry.default("typical", "delta")) -> Method:
     """Medusa's typical acceptance on a chain (Cai et al., arXiv 2401.10774, Section 2.3.1; lossy):
     accept X_i iff p_i(X_i) > min(epsilon, delta exp(-H(p_i))), then one token ~ p. Defaults are
     Medusa's (posterior_threshold 0.09, posterior_alpha 0.3)."""
@@ -297,7 +303,7 @@ def typical(draft_length: int, epsilon: float = 0.09, delta: float = 0.3) -> Met
                   model_state_only=True, lossy=True)
 
 
-def static_ensemble(draft_length: int, ensemble_weight: float = 0.5) -> Method:
+def static_ensemble(draft_length: int, ensemble_weight: float = registry.default("static_ensemble", "ensemble_weight")) -> Method:
     """DIVERSE's static ensemble on a chain (Wang et al., arXiv 2604.07622; lossy): speculative
     sampling against v = w p + (1 - w) q, w = `ensemble_weight` in [0, 1] (transformers'
     ``assistant_ensemble_weight``; w = 1 is token verification). Pass a Fraction w for exact laws."""
@@ -307,7 +313,8 @@ def static_ensemble(draft_length: int, ensemble_weight: float = 0.5) -> Method:
                   model_state_only=True, lossy=True)
 
 
-def fsd(draft_length: int, threshold: float = 0.1, divergence: str = "js") -> Method:
+def fsd(draft_length: int, threshold: float = registry.default("fsd", "threshold"),
+        divergence: str = registry.default("fsd", "divergence")) -> Method:
     """Fuzzy Speculative Decoding on a chain (Holsman et al., arXiv 2502.20704; lossy): accept X_i
     iff D(p_i, q_i) <= threshold, D = `divergence` ("js", "kl" or "tv"), then one token ~ p."""
     L = check_positive_int(draft_length, "draft_length")

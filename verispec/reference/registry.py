@@ -1,31 +1,74 @@
-"""The method registry: every built-in method declared once.
+"""The method registry: every built-in method declared once, the source of its behaviour.
 
-A method is a drafter paired with a verifier. Each entry here names it, says in one line what it
-is, declares its parameters (keyword, the one default, the bench's short key), whether it needs a
-draft model, and where its two implementations live: the numpy reference rule
-(`verispec.reference`) and its torch twin (`verispec.empirical`). Factories are named as
-``"module:attr"`` and imported on first use, so this table imports neither torch nor the rules.
+A method is a drafter paired with a verifier. Each entry (`MethodSpec`) holds everything the rest
+of the package needs to know about one method: its name, a line of doc, its family (`FAMILIES`:
+baseline, chain, multi-path, selection, tree, phrase pool), its parameters (keyword, the one
+default, the bench's short key), whether it needs a draft model, how many uniforms one row of its
+torch rule can read (`uniforms`), and where its implementations live: the numpy reference factory
+(drafter + rule, `verispec.reference`), the torch factory, the torch rule and the torch drafter
+(`verispec.empirical`). Implementations are named as ``"module:attr"`` and imported on first use,
+so this table imports neither torch nor the rules.
 
-`verispec.reference.methods.get`, `verispec.empirical.methods.get`, `verispec check`, `prove` and
-`verispec bench` read this table; a test holds every twin to the declared names and defaults.
-Parameters listed in `MethodSpec.torch_only` are engine options of the torch twin (its draft
-temperature, a length schedule, guesses checked in the same forward) that change neither the rule
-nor its output law.
+`verispec.reference.methods`, `verispec.empirical.methods`, the torch rule table
+(`verispec.empirical.verifiers.rule_table`), the engine's verifiers, `verispec check`, `prove` and
+`verispec bench` read this table; no other module tests a method's name (a test checks it over
+the source). Adding a method is one entry here plus its rule files. Parameters listed in
+`MethodSpec.torch_only` are engine options of the torch twin (its draft temperature, a length
+schedule, guesses checked in the same forward, the cost policy that picks an iteration's draft
+length or node budget) that change neither the rule nor its output law. A `Param`'s `bench` value
+is what `verispec bench` runs when its key is not given (the cost policy "auto" on the recommended
+methods: adaptive, hybrid, opt_tree); the library's default is `default`.
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
-__all__ = ["Param", "MethodSpec", "REGISTRY", "spec", "names", "quick_check_names", "build", "resolve_factory", "markdown_table"]
+__all__ = ["Param", "MethodSpec", "REGISTRY", "FAMILIES", "BASELINE", "CHAIN", "MULTI_PATH", "SELECTION", "TREE",
+           "PHRASE_POOL", "BASELINE_METHOD", "POLICY_OPTIONS", "spec", "names", "quick_check_names", "build",
+           "default", "resolve_factory", "markdown_table", "one_per_node", "top_down", "three_per_node",
+           "traversal_uniforms"]
+
+#: The families of methods: how a method drafts and what layout its torch rule reads.
+BASELINE = "baseline"        #: no draft: one target forward and one draw from p per token
+CHAIN = "chain"              #: one draft path (a chain, or point masses), path-layout rule on path 0
+MULTI_PATH = "multi-path"    #: K draft paths, one path-layout rule over all of them
+SELECTION = "selection"      #: K draft paths, a one-step multi-draft selection rule applied top down
+TREE = "tree"                #: a draft tree, sample-and-follow on any tree
+PHRASE_POOL = "phrase pool"  #: point-mass phrases from a pool that learns across decode calls
+FAMILIES = (BASELINE, CHAIN, MULTI_PATH, SELECTION, TREE, PHRASE_POOL)
+
+
+def one_per_node(draft_length: int, num_paths: int) -> int:
+    """Uniforms of a rule that reads at most one per node on a root-to-leaf walk: L + 1 (token,
+    block, gbv, nss, sample-and-follow)."""
+    return draft_length + 1
+
+
+def top_down(draft_length: int, num_paths: int) -> int:
+    """Uniforms of a top-down multi-draft rule that reads K + 1 per level, then the bonus draw:
+    L (K + 1) + 1 (rrs, rrsw, spectr, khisti's tournament)."""
+    return draft_length * (num_paths + 1) + 1
+
+
+def three_per_node(draft_length: int, num_paths: int) -> int:
+    """Uniforms of a top-down selection rule that reads at most 3 per level, then the bonus draw:
+    3 L + 1 (optimal_is, global_resolution, spechub, hu_greedy)."""
+    return 3 * draft_length + 1
+
+
+def traversal_uniforms(draft_length: int, num_paths: int) -> int:
+    """Uniforms of traversal verification, which may visit every node of K paths leaves up: K L + 2."""
+    return num_paths * draft_length + 2
 
 
 @dataclass(frozen=True)
 class Param:
     """One method parameter: its keyword, its default, the bench's short key (``L=4``) with the
-    values it takes there, and a line of doc."""
+    values it takes there, a line of doc, and `bench`: the value `verispec bench` uses when the
+    key is not given (None: `default`)."""
 
     name: str
     default: Any
@@ -35,6 +78,7 @@ class Param:
     maximum: int | None = None
     per: int = 1
     choices: tuple[str, ...] = ()
+    bench: Any = None
 
     def from_key(self, value: str):
         """The parameter's value from the bench's ``key=value`` text: one of `choices`, or an int in
@@ -54,9 +98,19 @@ class MethodSpec:
         name: the method's name (the CLI's and the bench's).
         doc: one line: drafter + verifier, and the source.
         params: its parameters, in order.
+        family: one of `FAMILIES` (how it drafts; the layout its torch rule reads).
         needs_draft: True when drafting runs the draft model.
-        reference: ``"module:attr"`` of the numpy factory, or None (no reference twin).
+        uniforms: ``uniforms(L, K) -> int``, the most uniforms one row of its torch rule reads for
+            draft length (or tree depth) L and K paths; None for a phrase pool, whose trie sets it
+            (`verispec.empirical.verifiers.pointmass.point_mass_tree_uniforms`).
+        reference: ``"module:attr"`` of the numpy factory (it pairs the reference drafter and
+            rule), or None (no reference twin).
         torch: ``"module:attr"`` of the torch factory, or None (reference only).
+        torch_rule: ``"module:attr"`` of the torch rule: a path-layout rule function for the chain
+            and multi-path families (`verispec.empirical.verifiers.rule_table.RULES`), else the
+            engine verifier's class; None where a parameter picks it (adaptive's `verifier`) or
+            the method has no torch twin.
+        torch_drafter: ``"module:attr"`` of the torch drafter's class (None: the torch factory's own).
         torch_fixed: keyword arguments the torch factory always gets (e.g. the rule's name).
         torch_only: parameter names only the torch twin takes (engine options, see module doc).
         no_twin: why a torch method has no reference twin (empty when it has one).
@@ -64,19 +118,29 @@ class MethodSpec:
             (`verispec check` without --method skips it; name it to check it).
         lossy: True for a rule lossy by design (its Method carries ``lossy=True``); `verispec
             check` without --method skips it, and reports it "lossy" with its TV when named.
+        note: how the method simplifies its paper's (shown beside its name in bench tables).
     """
 
     name: str
     doc: str
     params: tuple[Param, ...]
+    family: str = CHAIN
     needs_draft: bool = True
+    uniforms: Callable[[int, int], int] | None = one_per_node
     reference: str | None = None
     torch: str | None = None
+    torch_rule: str | None = None
+    torch_drafter: str | None = None
     torch_fixed: tuple[tuple[str, Any], ...] = ()
     torch_only: tuple[str, ...] = ()
     no_twin: str = ""
     quick_check: bool = True
     lossy: bool = False
+    note: str = ""
+
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise ValueError(f"family: expected one of {', '.join(FAMILIES)}, got {self.family!r}")
 
     def defaults(self, backend: str) -> dict:
         """{parameter: default} of the parameters `backend` ("reference" or "torch") takes."""
@@ -86,12 +150,17 @@ class MethodSpec:
     def keeps_pool(self) -> bool:
         """True for a phrase-pool method: its torch twin takes a `pool` (`PhrasePool`) that learns
         across decode calls, which the bench keeps per method and temperature across prompts."""
-        return any(p.name == "pool" for p in self.params)
+        return self.family == PHRASE_POOL
 
     @property
     def keys(self) -> dict:
         """{short key: parameter name} (the bench's ``name:L=4,K=3`` form)."""
         return {p.key: p.name for p in self.params if p.key}
+
+    @property
+    def fixed_paths(self) -> int | None:
+        """The number of draft paths the torch twin always drafts (spechub's hub pair: 2), or None."""
+        return dict(self.torch_fixed).get("num_paths")
 
 
 L = Param("draft_length", 4, "L", "draft tokens per path (the draft length L)")
@@ -101,6 +170,7 @@ S = Param("truncation", None, "s", "tokens of the truncated selection LP (None: 
 N_BUDGET = Param("node_budget", 50, "n", "draft tokens per tree (node budget)")
 THRESHOLD = Param("threshold", 0.0, None, "OPT-Tree stops adding layers when E[A] gains <= threshold")
 DEPTH = Param("max_depth", 10, None, "the deepest layer of a tree")
+PRUNE = Param("prune", True, None, "skip draft rows no chosen node can descend from")
 NGRAM = Param("max_ngram", 3, None, "the longest context suffix n-gram looked up")
 CONFIDENCE = Param("threshold", 0.4, "c", "stop the chain after a token of draft probability below it (c: percent)",
                    minimum=0, maximum=100, per=100)
@@ -110,6 +180,21 @@ SCHEDULE = Param("schedule", "heuristic", "sched", "the length cap's schedule: h
                  choices=("heuristic", "constant"))
 GUESSES = Param("guess_length", 0, "g", "prompt-lookup guesses the draft model checks per forward")
 
+#: The cost policy (`verispec.reference.policy`, torch: `verispec.empirical.speedups.policy`): a
+#: drafting choice, so a torch-only option of every method with a draft length or node budget.
+POLICY = Param("policy", "fixed", "pol", "the draft length / node budget: the method's own (fixed) or chosen per "
+               "iteration for expected tokens per second under measured costs (auto)", choices=("fixed", "auto"))
+POLICY_AUTO = replace(POLICY, bench="auto")
+COSTS = Param("costs", None, None, "the measured CostModel policy auto prices iterations with (the bench measures it)")
+CALIBRATION = Param("calibration_weight", 4, "cw", "policy auto: prior weight, in tokens, of the draft's q(x) as "
+                    "its acceptance estimate", minimum=0)
+MEMORY = Param("memory", None, None, "policy auto: a PolicyMemory carrying its statistics across decode calls "
+               "(the bench keeps one per method and temperature)")
+_POLICY = (POLICY, COSTS, CALIBRATION, MEMORY)
+_POLICY_AUTO = (POLICY_AUTO, COSTS, CALIBRATION, MEMORY)
+#: The names of the policy's parameters (`verispec.empirical.methods.get` applies them to any method).
+POLICY_OPTIONS = tuple(p.name for p in _POLICY)
+
 POOL = Param("pool", None, None, "a PhrasePool read and filled by every decode (None: a fresh pool per call)")
 WINDOW = Param("window", 4, "W", "Jacobi window columns in every forward (0: none)", minimum=0)
 CANDIDATES = Param("num_candidates", 3, "K", "newest pool phrases tried per lookup")
@@ -118,72 +203,103 @@ _POOL_STATE = ("no reference twin: its phrase pool learns across decode calls, s
 
 _REF = "verispec.reference.methods"
 _TORCH = "verispec.empirical.methods"
+_RULES = "verispec.empirical.verifiers"
+_DRAFTERS = "verispec.empirical.drafters"
+_PATHS = f"{_DRAFTERS}:PathsDrafter"
+_SAMPLE_AND_FOLLOW = f"{_RULES}.nodes:SampleAndFollow"
+_POINT_MASS_TREE = f"{_RULES}.nodes:PointMassTree"
+_PHRASES = f"{_DRAFTERS}.phrases.phrase_drafters"
+_TOP_DOWN = f"{_RULES}.multistep:TopDownSelection"
 
 
-def _path(name: str, doc: str, multi: bool, iid: bool = True) -> MethodSpec:
-    params = (L, K, T_DRAFT) if multi else (L, T_DRAFT)
-    return MethodSpec(name, doc, params, reference=f"{_REF}:{name}", torch=f"{_TORCH}:paths_method",
+def _path(name: str, doc: str, rule: str, multi: bool, iid: bool = True,
+          uniforms: Callable[[int, int], int] = one_per_node) -> MethodSpec:
+    """A chain (K = 1) or multi-path method: `PathsDrafter` + the path-layout torch rule `rule`."""
+    params = ((L, K, T_DRAFT) if multi else (L, T_DRAFT)) + _POLICY
+    return MethodSpec(name, doc, params, MULTI_PATH if multi else CHAIN, uniforms=uniforms,
+                      reference=f"{_REF}:{name}", torch=f"{_TORCH}:paths_method", torch_rule=f"{_RULES}.{rule}",
+                      torch_drafter=_PATHS,
                       torch_fixed=(("name", name), ("iid", iid)) + (() if multi else (("num_paths", 1),)),
-                      torch_only=("draft_temperature",))
+                      torch_only=("draft_temperature",) + POLICY_OPTIONS)
 
 
-def _selection(name: str, doc: str) -> MethodSpec:
-    return MethodSpec(name, doc, (L, K, T_DRAFT, S), reference=f"{_REF}:{name}", torch=f"{_TORCH}:selection_method",
-                      torch_fixed=(("name", name),), torch_only=("draft_temperature",))
+def _selection(name: str, doc: str, params: tuple, drafter: str = _PATHS, fixed: tuple = (),
+               uniforms: Callable[[int, int], int] = three_per_node) -> MethodSpec:
+    """A multi-draft selection method: `drafter` + its one-step rule top down (`TopDownSelection`)."""
+    return MethodSpec(name, doc, params + _POLICY, SELECTION, uniforms=uniforms, reference=f"{_REF}:{name}",
+                      torch=f"{_TORCH}:selection_method", torch_rule=_TOP_DOWN, torch_drafter=drafter,
+                      torch_fixed=(("name", name),) + fixed, torch_only=("draft_temperature",) + POLICY_OPTIONS)
 
 
-def _static_tree(name: str, doc: str, kind: str) -> MethodSpec:
-    params = (N_BUDGET, THRESHOLD, DEPTH, Param("branching", 2, None, "children per node of the k-ary tree"),
-              T_DRAFT, Param("prune", True, None, "skip draft rows no chosen node can descend from"))
-    return MethodSpec(name, doc, params, reference=f"{_REF}:{name}", torch=f"{_TORCH}:tree_method",
-                      torch_fixed=(("name", name), ("kind", kind)), torch_only=("threshold", "draft_temperature", "prune"))
+def _tree(name: str, doc: str, shape: str, branching_doc: str, torch_only: tuple, note: str = "",
+          policy: tuple = _POLICY) -> MethodSpec:
+    """A draft-tree method: `TreeDrafter` of tree `shape` + sample-and-follow; `policy`: the cost
+    policy's parameters (`_POLICY_AUTO`: the bench runs it "auto")."""
+    params = (N_BUDGET, THRESHOLD, DEPTH, Param("branching", 2, None, branching_doc), T_DRAFT, PRUNE) + policy
+    return MethodSpec(name, doc, params, TREE, reference=f"{_REF}:{name}", torch=f"{_TORCH}:tree_method",
+                      torch_rule=_SAMPLE_AND_FOLLOW, torch_drafter=f"{_DRAFTERS}:TreeDrafter",
+                      torch_fixed=(("name", name), ("kind", shape)), torch_only=torch_only + POLICY_OPTIONS,
+                      note=note)
 
+
+_STATIC = ("threshold", "draft_temperature", "prune")
+_KARY = "children per node of the k-ary tree"
 
 _ENTRIES = (
     MethodSpec("target_only", "no draft: one target forward and one draw from p per token (the baseline)", (),
-               needs_draft=False, reference=f"{_REF}:target_only", torch="verispec.empirical.torch_method:target_only_method"),
-    _path("token", "a chain + token-level rejection sampling (Leviathan et al., arXiv 2211.17192)", False),
-    _path("block", "a chain + block verification (Sun et al., arXiv 2403.10444, Algorithm 2)", False),
-    _path("gbv", "K i.i.d. paths + greedy multi-path block verification (Thomas & Pal, arXiv 2602.16961)", True),
-    _path("nss", "K i.i.d. paths + naive selection: Y ~ p, kept if drafted (SpecInfer, arXiv 2305.09781)", True),
-    _path("rrs", "K i.i.d. paths + recursive rejection sampling (SpecInfer, arXiv 2305.09781, Algorithm 2)", True),
-    _path("rrsw", "K paths without replacement + recursive rejection (Jeon et al., arXiv 2402.14160)", True, False),
-    _path("spectr", "K i.i.d. paths + SpecTr's K-SEQ draft selection (Sun et al., arXiv 2310.15141, Algorithm 3)", True),
-    _path("traversal", "K i.i.d. paths + traversal verification, leaves up (Weng et al., arXiv 2505.12398)", True),
-    MethodSpec("opt_tree", "OPT-Tree's adaptive draft tree + sample-and-follow (Wang et al., arXiv 2406.17276)",
-               (N_BUDGET, THRESHOLD, DEPTH, Param("branching", 2, None, "unused by opt_tree"), T_DRAFT,
-                Param("prune", True, None, "skip draft rows no chosen node can descend from")),
-               reference=f"{_REF}:opt_tree", torch=f"{_TORCH}:tree_method", torch_fixed=(("name", "opt_tree"), ("kind", "opt_tree")),
-               torch_only=("branching", "draft_temperature", "prune")),
-    _static_tree("kary", "a static k-ary draft tree + sample-and-follow (a baseline for OPT-Tree)", "kary"),
-    _static_tree("eagle", "an EAGLE-style static rank-prior tree + sample-and-follow (after Li et al., arXiv 2401.15077)", "eagle"),
-    _static_tree("chain_tree", "a chain as a draft tree + sample-and-follow (a baseline for OPT-Tree)", "chain"),
+               BASELINE, needs_draft=False, reference=f"{_REF}:target_only",
+               torch="verispec.empirical.torch_method:target_only_method", torch_rule=_SAMPLE_AND_FOLLOW,
+               torch_drafter=f"{_DRAFTERS}:RootOnly"),
+    _path("token", "a chain + token-level rejection sampling (Leviathan et al., arXiv 2211.17192)",
+          "token:token_rule", False),
+    _path("block", "a chain + block verification (Sun et al., arXiv 2403.10444, Algorithm 2)", "block:block_rule", False),
+    _path("gbv", "K i.i.d. paths + greedy multi-path block verification (Thomas & Pal, arXiv 2602.16961)",
+          "gbv:gbv_rule", True),
+    _path("nss", "K i.i.d. paths + naive selection: Y ~ p, kept if drafted (SpecInfer, arXiv 2305.09781)",
+          "multidraft:nss_rule", True),
+    _path("rrs", "K i.i.d. paths + recursive rejection sampling (SpecInfer, arXiv 2305.09781, Algorithm 2)",
+          "multidraft:rrs_rule", True, uniforms=top_down),
+    _path("rrsw", "K paths without replacement + recursive rejection (Jeon et al., arXiv 2402.14160)",
+          "multidraft:rrsw_rule", True, False, uniforms=top_down),
+    _path("spectr", "K i.i.d. paths + SpecTr's K-SEQ draft selection (Sun et al., arXiv 2310.15141, Algorithm 3)",
+          "multidraft:spectr_rule", True, uniforms=top_down),
+    _path("traversal", "K i.i.d. paths + traversal verification, leaves up (Weng et al., arXiv 2505.12398)",
+          "traversal:traversal_rule", True, uniforms=traversal_uniforms),
+    _tree("opt_tree", "OPT-Tree's adaptive draft tree + sample-and-follow (Wang et al., arXiv 2406.17276)",
+          "opt_tree", "unused by opt_tree", ("branching", "draft_temperature", "prune"), policy=_POLICY_AUTO),
+    _tree("kary", "a static k-ary draft tree + sample-and-follow (a baseline for OPT-Tree)", "kary", _KARY, _STATIC),
+    _tree("eagle", "an EAGLE-style static rank-prior tree + sample-and-follow (after Li et al., arXiv 2401.15077)",
+          "eagle", _KARY, _STATIC, note="EAGLE-style, fixed priors"),
+    _tree("chain_tree", "a chain as a draft tree + sample-and-follow (a baseline for OPT-Tree)", "chain", _KARY, _STATIC),
     MethodSpec("point_mass", "the draft model's greedy chain as point masses + token verification",
-               (L,), reference=f"{_REF}:point_mass"),
+               (L,), reference=f"{_REF}:point_mass", torch=f"{_TORCH}:paths_method",
+               torch_rule=f"{_RULES}.token:token_rule", torch_drafter=_PATHS,
+               torch_fixed=(("name", "point_mass"), ("iid", True), ("num_paths", 1), ("draft_temperature", 0.0))),
     MethodSpec("prompt_lookup", "n-gram prompt-lookup point masses + token verification (prompt lookup decoding, Saxena 2023)",
-               (L, NGRAM), needs_draft=False, reference=f"{_REF}:prompt_lookup", torch=f"{_TORCH}:prompt_lookup"),
-    _selection("khisti", "K i.i.d. paths + importance-sampling selection, top down (Khisti et al., arXiv 2410.18234, Theorem 1)"),
-    _selection("optimal_is", "K i.i.d. paths + the optimal one-step selection LP, top down (Hu et al., arXiv 2502.18779)"),
-    MethodSpec("global_resolution", "K i.i.d. paths + the alpha*-optimal selection at any vocabulary, no LP, top down "
+               (L, NGRAM), needs_draft=False, reference=f"{_REF}:prompt_lookup", torch=f"{_TORCH}:prompt_lookup",
+               torch_rule=f"{_RULES}.token:token_rule", torch_drafter=f"{_DRAFTERS}:PromptLookupDrafter"),
+    _selection("khisti", "K i.i.d. paths + importance-sampling selection, top down (Khisti et al., arXiv 2410.18234, "
+               "Theorem 1)", (L, K, T_DRAFT, S), uniforms=top_down),
+    _selection("optimal_is", "K i.i.d. paths + the optimal one-step selection LP, top down (Hu et al., arXiv 2502.18779)",
+               (L, K, T_DRAFT, S)),
+    _selection("global_resolution", "K i.i.d. paths + the alpha*-optimal selection at any vocabulary, no LP, top down "
                "(after Global Resolution, Thomas & Pal, arXiv 2511.15898)", (L, K, T_DRAFT),
-               reference=f"{_REF}:global_resolution", torch=f"{_TORCH}:selection_method",
-               torch_fixed=(("name", "global_resolution"), ("truncation", None)), torch_only=("draft_temperature",)),
-    MethodSpec("spechub", "a hub pair of 2 paths + SpecHub's verification (Sun et al., arXiv 2411.05289)",
-               (L, T_DRAFT), reference=f"{_REF}:spechub", torch=f"{_TORCH}:selection_method",
-               torch_fixed=(("name", "spechub"), ("num_paths", 2), ("truncation", None)), torch_only=("draft_temperature",)),
-    MethodSpec("hu_greedy", "top K-1 tokens of q + one sampled off them, verified at its transport optimum (Hu et al., "
-               "arXiv 2502.18779)", (L, K, T_DRAFT), reference=f"{_REF}:hu_greedy", torch=f"{_TORCH}:selection_method",
-               torch_fixed=(("name", "hu_greedy"), ("truncation", None)), torch_only=("draft_temperature",)),
+               fixed=(("truncation", None),)),
+    _selection("spechub", "a hub pair of 2 paths + SpecHub's verification (Sun et al., arXiv 2411.05289)", (L, T_DRAFT),
+               f"{_DRAFTERS}:HubPairsDrafter", (("num_paths", 2), ("truncation", None))),
+    _selection("hu_greedy", "top K-1 tokens of q + one sampled off them, verified at its transport optimum (Hu et al., "
+               "arXiv 2502.18779)", (L, K, T_DRAFT), f"{_DRAFTERS}:GreedyDraftDrafter", (("truncation", None),)),
     MethodSpec("adaptive", "a confidence-stopped chain + token or block verification (transformers' heuristic)",
-               (L, CAP, CONFIDENCE, SCHEDULE, T_DRAFT, VERIFIER, GUESSES),
+               (L, CAP, CONFIDENCE, SCHEDULE, T_DRAFT, VERIFIER, GUESSES) + _POLICY_AUTO,
                reference="verispec.reference.adaptive:adaptive_method", torch="verispec.empirical.drafters.adaptive:adaptive_method",
-               torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length")),
+               torch_drafter=f"{_DRAFTERS}.adaptive:AdaptiveChainDrafter",
+               torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length") + POLICY_OPTIONS),
     MethodSpec("hybrid", "a prompt-lookup phrase when the context has one, else the adaptive chain",
                (L, CAP, CONFIDENCE, SCHEDULE, Param("lookup_length", 10, None, "tokens of a lookup phrase"), NGRAM,
-                T_DRAFT, VERIFIER, GUESSES),
+                T_DRAFT, VERIFIER, GUESSES) + _POLICY_AUTO,
                reference="verispec.reference.adaptive:hybrid_method", torch="verispec.empirical.drafters.adaptive:hybrid_method",
-               quick_check=False,
-               torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length")),
+               torch_drafter=f"{_DRAFTERS}.adaptive:HybridDrafter", quick_check=False,
+               torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length") + POLICY_OPTIONS),
     MethodSpec("typical", "a chain + Medusa's typical acceptance, p(x) > min(eps, delta e^-H(p)); lossy (Cai et al., "
                "arXiv 2401.10774)", (L, Param("epsilon", 0.09, None, "eps: the hard probability threshold"),
                                      Param("delta", 0.3, None, "delta: the entropy-scaled threshold")),
@@ -196,35 +312,44 @@ _ENTRIES = (
                                      Param("divergence", "js", None, "D: js, kl or tv")),
                reference=f"{_REF}:fsd", lossy=True),
     MethodSpec("ouroboros", "draft-model phrases + pool suffixes, point-mass tree verification (Zhao et al., "
-               "arXiv 2402.13720), one Jacobi level", (POOL, L, CANDIDATES, WINDOW),
-               torch="verispec.empirical.drafters.phrases:ouroboros_method", no_twin=_POOL_STATE),
+               "arXiv 2402.13720), one Jacobi level", (POOL, L, CANDIDATES, WINDOW), PHRASE_POOL, uniforms=None,
+               torch="verispec.empirical.drafters.phrases:ouroboros_method", torch_rule=_POINT_MASS_TREE,
+               torch_drafter=f"{_PHRASES}:OuroborosDrafter", no_twin=_POOL_STATE, note="simplified: 1 Jacobi level"),
     MethodSpec("ouroboros_phrase", "Ouroboros phrase by phrase: a guess set checked per draft forward, 2-D window, "
                "pool refinement (arXiv 2402.13720, Algorithm 1)",
                (POOL, L, CANDIDATES, Param("guess_set", 20, "G", "the guess set: pool phrases the draft checks per forward"),
                 WINDOW, Param("output_ngrams", True, None, "also pool the verified output's n-grams"),
                 Param("flat_window", False, None, "a one-level window instead of the 2-D one"),
                 Param("phrase_length", 6, "n", "tokens per pool phrase (the lookahead level minus one)")),
-               torch="verispec.empirical.drafters.phrases:ouroboros_phrase_method", no_twin=_POOL_STATE),
+               PHRASE_POOL, uniforms=None, torch="verispec.empirical.drafters.phrases:ouroboros_phrase_method",
+               torch_rule=_POINT_MASS_TREE, torch_drafter=f"{_PHRASES}:PhraseOuroborosDrafter", no_twin=_POOL_STATE),
     MethodSpec("lookahead", "no draft model: pool phrases from a one-level Jacobi window, point-mass tree "
-               "verification (after Fu et al., arXiv 2402.02057)", (POOL, CANDIDATES, WINDOW), needs_draft=False,
-               torch="verispec.empirical.drafters.phrases:lookahead_method", no_twin=_POOL_STATE),
+               "verification (after Fu et al., arXiv 2402.02057)", (POOL, CANDIDATES, WINDOW), PHRASE_POOL,
+               needs_draft=False, uniforms=None, torch="verispec.empirical.drafters.phrases:lookahead_method",
+               torch_rule=_POINT_MASS_TREE, torch_drafter=f"{_PHRASES}:LookaheadDrafter", no_twin=_POOL_STATE, note="simplified: 1 window level"),
 )
 
 #: name -> MethodSpec, in the order of docs/algorithms.md.
 REGISTRY: dict[str, MethodSpec] = {entry.name: entry for entry in _ENTRIES}
+#: The name of the one baseline method (target-only decoding), which every other method is measured against.
+BASELINE_METHOD: str = next(entry.name for entry in _ENTRIES if entry.family == BASELINE)
 
 
-def names(backend: str | None = None, lossy: bool | None = None) -> list[str]:
+def names(backend: str | None = None, lossy: bool | None = None, family: str | None = None) -> list[str]:
     """Registered method names; with `backend` ("reference" or "torch"), those it implements; with
-    `lossy` (True / False), only the rules declared lossy / lossless.
+    `lossy` (True / False), only the rules declared lossy / lossless; with `family` (`FAMILIES`),
+    only that family's.
 
     Raises:
-        ValueError: an unknown backend.
+        ValueError: an unknown backend or family.
     """
     if backend not in (None, "reference", "torch"):
         raise ValueError(f"backend: expected 'reference', 'torch' or None, got {backend!r}")
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"family: expected one of {', '.join(FAMILIES)} or None, got {family!r}")
     return [name for name, entry in REGISTRY.items()
-            if (backend is None or getattr(entry, backend)) and (lossy is None or entry.lossy == lossy)]
+            if (backend is None or getattr(entry, backend)) and (lossy is None or entry.lossy == lossy)
+            and (family is None or entry.family == family)]
 
 
 def quick_check_names() -> list[str]:
@@ -246,6 +371,19 @@ def spec(name: str) -> MethodSpec:
     return REGISTRY[name]
 
 
+def default(name: str, param: str):
+    """The declared default of parameter `param` of method `name` (the one place it is defined:
+    factories read their keyword defaults here).
+
+    Raises:
+        ValueError: an unknown method, or a parameter it does not declare.
+    """
+    for declared in spec(name).params:
+        if declared.name == param:
+            return declared.default
+    raise ValueError(f"param: method {name!r} declares no parameter {param!r}")
+
+
 def resolve_factory(path: str):
     """The callable named by ``"module:attr"`` (imported now)."""
     module, _, attr = path.partition(":")
@@ -254,6 +392,8 @@ def resolve_factory(path: str):
 
 def build(name: str, backend: str, params: dict):
     """Method `name` built by `backend`'s factory with the registry's defaults under `params`.
+    The cost policy's parameters (`POLICY_OPTIONS`) are not the factory's: the backend's `get`
+    applies them to the built method (`verispec.empirical.methods.get`).
 
     Raises:
         ValueError: unknown name, or `backend` has no twin of it. TypeError: a parameter the
@@ -264,7 +404,7 @@ def build(name: str, backend: str, params: dict):
     if path is None:
         raise ValueError(f"name: method {name!r} has no {backend} implementation; "
                          f"{backend} methods: {', '.join(names(backend))}")
-    accepted = entry.defaults(backend)
+    accepted = {k: v for k, v in entry.defaults(backend).items() if k not in POLICY_OPTIONS}
     unknown = set(params) - set(accepted)
     if unknown:
         raise TypeError(f"{', '.join(sorted(unknown))}: not a parameter of method {name!r} "
@@ -275,11 +415,11 @@ def build(name: str, backend: str, params: dict):
 
 def markdown_table() -> str:
     """The registry as a Markdown table (docs/algorithms.md carries it; a test keeps them equal)."""
-    rows = ["| method | drafter + verifier | parameters (bench key) = default | reference | torch |",
-            "|---|---|---|---|---|"]
+    rows = ["| method | family | drafter + verifier | parameters (bench key) = default | reference | torch |",
+            "|---|---|---|---|---|---|"]
     for entry in REGISTRY.values():
         params = ", ".join(f"{p.name}{f' ({p.key})' if p.key else ''} = {p.default!r}"
                            + (" *(torch)*" if p.name in entry.torch_only else "") for p in entry.params)
-        rows.append(f"| `{entry.name}` | {entry.doc} | {params} | {'yes' if entry.reference else '-'} | "
+        rows.append(f"| `{entry.name}` | {entry.family} | {entry.doc} | {params} | {'yes' if entry.reference else '-'} | "
                     f"{'yes' if entry.torch else '-'} |")
     return "\n".join(rows)

@@ -19,6 +19,11 @@
   sampler, in the parents (EAGLE, vLLM) or next-sibling (SGLang) layout; `tree_layout` converts
   between them; `TreeRejectionSampler` / `reference_tree_sampler`: an SGLang-style tree sampler;
   `planted_trees`: three planted tree-sampler bugs.
+- `assert_engine_lossless(generate, pair, settings)`: a whole engine's speculative decoding on
+  verispec's tiny seeded HF pair (`tiny_pair.build_tiny_pair`), G-tested against the exact float64
+  target law of the first N tokens, with per-position TVs and the engine's acceptance counters beside
+  the exact expectation of the rule it claims (`SpeculationClaim`); `exact_generate`: a lossless
+  baseline engine.
 - A pytest plugin (entry point ``verispec``) registers hypothesis profiles "verispec-ci" and
   "verispec-dev" and the fixtures ``assert_lossless`` and ``assert_not_worse``.
 """
@@ -26,6 +31,8 @@
 from . import gtest, planted, planted_trees, strategies, tree_layout
 from .assertions import (LosslessnessError, LosslessReport, NotWorseError, RuleContractError, assert_lossless,
                          assert_not_worse, default_num_tokens, sweep)
+from .engine import (EngineCheckSettings, EngineContractError, EngineCounters, EngineLosslessnessError, EngineReport,
+                     EngineSample, PairLaw, SpeculationClaim, assert_engine_lossless, exact_generate)
 from .proofs import ProofError, assert_proved
 from .sampler import (SamplerContractError, SamplerLosslessnessError, SamplerReport, assert_sampler_lossless,
                       reference_sampler)
@@ -41,5 +48,8 @@ __all__ = ["assert_lossless", "assert_not_worse", "sweep", "Sweep", "default_num
            # black-box tree samplers (flattened node layouts of EAGLE / vLLM / SGLang)
            "assert_tree_sampler_lossless", "TreeSamplerReport", "TreeRejectionSampler", "reference_tree_sampler",
            "parents_tree_sampler", "tree_layout", "planted_trees",
+           # a whole engine (generate callable) on a tiny seeded HF pair against the exact law
+           "assert_engine_lossless", "EngineCheckSettings", "EngineReport", "EngineCounters", "EngineSample",
+           "EngineLosslessnessError", "EngineContractError", "PairLaw", "SpeculationClaim", "exact_generate",
            # a proof for every target/draft pair at a fixed small size
            "assert_proved", "ProofError"]

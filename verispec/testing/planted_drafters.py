@@ -9,9 +9,12 @@
   drops the low-confidence token it drew instead of keeping it, so the drafted tokens are q
   conditioned on q >= threshold while the verifier divides by q.
 - `stop_on_target`: the chain's stop peeks at the target's probability of the drawn token.
+- `peeking_policy`: the cost-aware drafting policy (`verispec.reference.policy`) decides whether a
+  drawn token is worth verifying from its true acceptance chance min(1, p(x) / q(x)), read off the
+  target, and ends the chain without it when it is not.
 
-The honest methods are `verispec.reference.ouroboros.ouroboros_method` and
-`verispec.reference.adaptive.adaptive_method`.
+The honest methods are `verispec.reference.ouroboros.ouroboros_method`,
+`verispec.reference.adaptive.adaptive_method` and `verispec.reference.policy.chain_method`.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from ..reference.adaptive import VERIFIERS, check_verifier
 from ..reference.drafters import Draft, Drafter, draw_counts
 from ..reference.methods import Method
 from ..reference.models import check_positive_int
+from ..reference.policy import expected_tokens
 from ..reference.ouroboros import check_pool, ouroboros_phrases, phrase_chain, point_mass_tree_verify
 from ..reference.probability import argmax
 
-__all__ = ["greedy_match_method", "trust_pool_method", "drop_low_confidence", "stop_on_target"]
+__all__ = ["greedy_match_method", "trust_pool_method", "drop_low_confidence", "stop_on_target", "peeking_policy"]
 
 
 def _greedy_match_verify(target, draft_model, context, draft, rand) -> tuple[int, ...]:
@@ -98,3 +102,18 @@ def stop_on_target(target, draft_length: int, threshold: float, verifier: str = 
     # target.probs(prefix): what a drafter must not read
     return _discarding_chain("stop_on_target", draft_length,
                              lambda prefix, q, t: target.probs(prefix)[t] >= threshold, verifier)
+
+
+def peeking_policy(target, draft_length: int, costs, verifier: str = "token") -> Method:
+    """PLANTED BUG: a cost-aware policy that peeks at the target: a drawn token x is kept only when
+    verifying it is predicted to pay, E[tokens] = 1 + a over `costs.chain_seconds(1)` against one
+    token over `costs.chain_seconds(0)`, with a = min(1, p(x) / q(x)) its true acceptance chance
+    (read from the target); otherwise it is discarded and the chain ends. The honest policy
+    (`verispec.reference.policy.cost_chain`) prices tokens from q alone and keeps every drawn one."""
+
+    def keep(prefix, q, t):
+        p = target.probs(prefix)  # [V]: what a drafter must not read
+        a = min(1, p[t] / q[t])
+        return expected_tokens([a]) * costs.chain_seconds(0) > costs.chain_seconds(1)
+
+    return _discarding_chain("peeking_policy", draft_length, keep, verifier)

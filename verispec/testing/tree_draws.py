@@ -91,12 +91,13 @@ def check_drafter(drafter) -> str:
 
 def drafter_depth(drafter) -> int:
     """The longest path the drafter can draft (L, the deepest rank path, or OPT-Tree's max_depth)."""
-    name = check_drafter(drafter)
-    if name == "ranked_tree":
-        return max(len(u) for u in drafter.rank_paths)
-    if name == "opt_tree":
-        return min(drafter.max_depth, drafter.node_budget)
-    return drafter.draft_length
+    check_drafter(drafter)
+    params = drafter.params  # read by what the drafter declares, not by its name
+    if "rank_paths" in params:  # a static ranked tree
+        return max(len(u) for u in params["rank_paths"])
+    if "node_budget" in params:  # OPT-Tree: at most n nodes, at most max_depth deep
+        return min(params["max_depth"], params["node_budget"])
+    return params["draft_length"]
 
 
 def flatten(draft, deterministic: bool) -> FlatTree:

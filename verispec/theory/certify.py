@@ -37,6 +37,15 @@ TOLERANCE = 1e-7
 IID_METHODS = ("gbv", "rrs", "spectr", "nss", "traversal", "khisti", "optimal_is")
 
 
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``verispec lp`` on `subparsers` (its ``func``: `run`); returns its parser."""
+    parser = subparsers.add_parser("lp", help="LP certificates: BV = LP optimum, multi-path methods under the bound; "
+                                              "--tv EPS: the optimal lossy frontier BE*(EPS)")
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the `verispec lp` options to `parser` (an argparse (sub)parser); returns it."""
     parser.add_argument("--vocab-size", type=int, default=3, help="V (default 3)")
@@ -192,12 +201,3 @@ def run(args: argparse.Namespace) -> int:
                   f"{len(exact_ok)} of {len(records)} instances" + ("" if len(exact_ok) == len(records) else
                   "; the others are float64 solver values (see 'exact' in --json for the reason)"))
     return 0 if not failed else 1
-
-
-def main(argv=None) -> int:  # pragma: no cover - convenience entry point until cli.py wires it
-    parser = add_arguments(argparse.ArgumentParser(prog="verispec lp"))
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

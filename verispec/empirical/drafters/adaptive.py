@@ -133,6 +133,8 @@ class AdaptiveChainDrafter(PathsDrafter):
     def start(self, draft, tokens, lengths, temperature, source, storage="padded") -> None:
         super().start(draft, tokens, lengths, temperature, source, storage)
         self.cap = torch.full((tokens.shape[0],), self.L, dtype=torch.long, device=tokens.device)  # [B]
+        if self.policy is not None:  # the cost policy cuts the chain; the cap is its ceiling
+            self.cap.fill_(self.max_length)
 
     # -- drafting ---------------------------------------------------------------------------------
 
@@ -190,7 +192,10 @@ class AdaptiveChainDrafter(PathsDrafter):
             q, greedy = next_token_law(step, Td)  # [B, V], [B] or None
             token = draw(q, chain.uniforms(self.source, going), greedy)  # [B]
             chain.record(going, token, q)
-            low = going & (self._confidence(step, token, q) < self.threshold) & (chain.lengths > chain.depth + 1)
+            confidence = self._confidence(step, token, q)  # [B]
+            stop = confidence < self.threshold if self.policy is None else self.policy.stops(
+                confidence, chain.depth, going, chain.lengths)
+            low = going & stop & (chain.lengths > chain.depth + 1)
             chain.lengths = torch.where(low, chain.depth + 1, chain.lengths)
             chain.depth = chain.depth + going.long()
             more = going & (j < glen) & (chain.lengths > chain.depth)
@@ -207,6 +212,8 @@ class AdaptiveChainDrafter(PathsDrafter):
         One draft forward per depth while a row still drafts, fewer where the draft's tokens
         match the prompt-lookup guesses (guess_length > 0) that ride in the same forwards."""
         B, P, device = self.pending.shape[0], self.pending.shape[1], self.pending.device
+        if self.policy is not None:
+            self.policy.begin(rows.ctx_len)
         chain = _Chain(caps, max(int(caps.max()), 1))
         guess, glen = self._guesses(rows, chain)
         parents = (torch.arange(P, device=device) - 1).expand(B, P)
@@ -262,7 +269,11 @@ class AdaptiveChainDrafter(PathsDrafter):
 
     def _update_caps(self, tau: torch.Tensor, drafted_by_model: torch.Tensor) -> None:
         """transformers' heuristic: +2 when the row accepted every drafted token, else -1 (rows
-        the draft model drafted for; the others keep their cap)."""
+        the draft model drafted for; the others keep their cap). Under a cost policy: its calibration
+        learns from the iteration instead, and the cap stays at max_draft_length."""
+        if self.policy is not None:
+            self.policy.observe(self._drafted, tau, drafted_by_model)
+            return
         if self.schedule == "constant":
             return
         grown = torch.where(tau >= self._drafted, self.cap + 2, self.cap - 1).clamp(1, self.max_length)

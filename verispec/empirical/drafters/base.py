@@ -149,6 +149,7 @@ class ModelDrafter(Drafter):
 
     needs_model = True
     draft_vocab = None  # a `draftvocab.DraftVocab` (FR-Spec): the draft's logits over S only
+    policy = None  # a `speedups.policy` rule choosing the draft length / node budget per iteration
 
     def start(self, draft, tokens, lengths, temperature, source, storage="padded") -> None:
         super().start(draft, tokens, lengths, temperature, source, storage)
@@ -160,6 +161,8 @@ class ModelDrafter(Drafter):
         last = tokens.gather(1, (lengths - 1).unsqueeze(1)).squeeze(1)  # [B]
         self.pending = torch.stack([last, last], dim=1)  # [B, 2]
         self.pending_count = torch.ones_like(last)  # [B]
+        if self.policy is not None:
+            self.policy.start(tokens.shape[0], tokens.device)
 
     def _feed_pending(self, temperature: float):
         """ONE draft forward of the pending tokens -> (q at the root [B, V], root's forest id [B])."""
@@ -193,10 +196,14 @@ class ModelDrafter(Drafter):
         deepest = tree.tokens[rows, nodes[rows, (tau - 1).clamp(min=0)].clamp(min=0)]  # [B]
         self.pending = torch.stack([torch.where(missing == 1, deepest, y), y], dim=1)
         self.pending_count = 1 + missing
+        if self.policy is not None:
+            self.policy.observe(tree, verdict)
 
     def select(self, rows: torch.Tensor) -> None:
         self.kv.select(rows)
         self.pending, self.pending_count = self.pending[rows], self.pending_count[rows]
+        if self.policy is not None:
+            self.policy.select(rows)
 
 
 class PathsDrafter(ModelDrafter):
@@ -229,9 +236,11 @@ class PathsDrafter(ModelDrafter):
     def draft(self, rows) -> DraftTree:
         Td = self._temperature()
         q_root, root = self._feed_pending(Td)  # [B, V], [B]
-        B, K, L, device = q_root.shape[0], self.K, self.L, q_root.device
+        L = self.L if self.policy is None else self.policy.plan(rows.ctx_len)  # the cost policy's L
+        B, K, device = q_root.shape[0], self.K, q_root.device
         paths = torch.zeros(B, K, L, dtype=torch.long, device=device)
         paths[:, :, 0], lengths = self._first_tokens(q_root)
+        lengths = lengths.clamp(max=L)  # [B, K]
         N, ks = 1 + K * L, torch.arange(K, device=device)
         q = torch.zeros(B, N, q_root.shape[-1], dtype=torch.float64, device=device)  # [B, N, V]
         q[:, 0] = q_root

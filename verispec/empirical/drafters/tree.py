@@ -170,6 +170,8 @@ class TreeDrafter(ModelDrafter):
         self.layers = None if self.shape is None else _shape_layers(self.shape, tokens.device)
 
     def draft(self, rows) -> DraftTree:
+        if self.policy is not None:
+            self.policy.begin(rows.ctx_len)
         records = self.grow()
         for key, value in (("predicted_acceptance", records.predicted_acceptance),
                            ("tree_sizes", records.chosen.sum(1)), ("layers", records.layers)):
@@ -225,8 +227,11 @@ class TreeDrafter(ModelDrafter):
             if self.keep_q:
                 recs["q"][-1] = g["q"]
         cat = {key: torch.cat(value, dim=1 if key != "depth" else 0) for key, value in recs.items() if value}
+        chosen = _choose(cat, self.tree, self.n)  # [B, R]
+        if self.policy is not None:  # the cost policy's budget: the top-W nodes that pay
+            chosen = self.policy.cut(cat["weight"], chosen, cat["depth"])
         return TreeRecords(cat["tokens"], cat["parent"], cat["depth"], cat["weight"],
-                           _choose(cat, self.tree, self.n), cat["slot"], g["layers"], g["forwards"], g["rows"],
+                           chosen, cat["slot"], g["layers"], g["forwards"], g["rows"],
                            torch.cat([q_root.unsqueeze(1), cat["q"]], 1) if self.keep_q else None)
 
     def _layer(self, g: dict, recs: dict, depth: int):

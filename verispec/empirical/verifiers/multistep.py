@@ -39,6 +39,7 @@ from collections import Counter
 import numpy as np
 import torch
 
+from ...reference import registry
 from ...reference.verifiers import global_resolution
 from ...reference.verifiers import importance as reference
 from ..uniforms import bernoulli, categorical
@@ -48,19 +49,14 @@ from .spechub import spechub_step
 
 __all__ = ["MAX_LP_VOCAB", "TopDownSelection", "SELECTION_RULES", "hu_greedy_step"]
 
-#: The one-step rules `TopDownSelection` applies.
-SELECTION_RULES = ("khisti", "optimal_is", "global_resolution", "spechub", "hu_greedy")
-#: The rules whose one-step law comes from a selection LP (`truncation` applies to them).
-LP_RULES = ("khisti", "optimal_is")
+#: The one-step rules `TopDownSelection` applies: the registry's selection family.
+SELECTION_RULES = tuple(registry.names(family=registry.SELECTION))
+#: The rules whose one-step law comes from a selection LP (those declaring `truncation`).
+LP_RULES = tuple(name for name in SELECTION_RULES if "truncation" in registry.spec(name).defaults("torch"))
 #: Largest vocabulary the IS rules' selection LPs are solved for: `khisti`'s LP has V(V - 1)
 #: variables and a dense [2V, V^2] constraint matrix; `optimal_is`'s enumerates the V^k draws of
 #: k drafts. Above it they raise ValueError instead of running for hours.
 MAX_LP_VOCAB = 64
-
-
-def _uniforms_per_step(name: str, K: int) -> int:
-    """The most uniforms one step at a node with <= K drafts reads."""
-    return K + 1 if name == "khisti" else 3
 
 
 class TopDownSelection:
@@ -97,7 +93,7 @@ class TopDownSelection:
         paths = tree.paths  # [B, K, L], node ids
         K, L = paths.shape[1:]
         device = p.device
-        u = source.peek(B, L * _uniforms_per_step(self.name, K) + 1, device)  # [B, n]
+        u = source.peek(B, registry.spec(self.name).uniforms(L, K), device)  # [B, n], the entry's budget
         state = _SelectionState(B, L, device)
         through = paths[:, :, 0] >= 0 if L else torch.zeros(B, K, dtype=torch.bool, device=device)  # [B, K]
         for d in range(L + 1):

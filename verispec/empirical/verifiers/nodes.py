@@ -4,7 +4,8 @@ Data flow (`verispec.empirical.engine`): drafter -> tree (tokens / parents / rea
 [B, N, V] or point masses, paths [B, K, L]) -> ONE target forward -> p [B, N, V] -> a verifier
 here -> `Verdict` (accepted node ids, tau, correction/bonus token) -> KV keep.
 
-- `PathRule(name)`: token, block, gbv, nss, rrs, rrsw, spectr, traversal on the tree's K ordered
+- `PathRule(name)`: the path-layout rule of a chain or multi-path method (token, block, gbv, nss,
+  rrs, rrsw, spectr, traversal: `rule_table.RULES`, read from the registry) on the tree's K ordered
   paths (`_path_tables`); chain rules accept drafts of different lengths per row (`_chain_by_length`).
 - `SampleAndFollow()`: OPT-Tree's rule on any tree (`verifiers.sample_and_follow`).
 - `PointMassTree()`: recursive rejection with one-hot proposals on a trie (`verifiers.pointmass`).
@@ -22,7 +23,7 @@ import torch
 from ..model import tree_ancestors
 from ..uniforms import categorical
 from .pointmass import child_table, point_mass_tree_uniforms, point_mass_walk
-from .rule_table import CHAIN_RULES, RULES, uniforms_needed, verify
+from .rule_table import CHAIN_RULES, RULES, SAMPLE_AND_FOLLOW, takes_lengths, uniforms_needed, verify
 from .sample_and_follow import sample_and_follow_nodes
 
 __all__ = ["Verdict", "PathRule", "SampleAndFollow", "PointMassTree"]
@@ -44,14 +45,17 @@ def _verdict(path: torch.Tensor, tau: torch.Tensor, y: torch.Tensor) -> Verdict:
 
 
 class PathRule:
-    """A torch rule of `verispec.empirical.verifiers.RULES` on the tree's K ordered paths."""
+    """A torch rule of `verispec.empirical.verifiers.RULES` on the tree's K ordered paths: a chain
+    rule (the registry's chain family) reads path 0 only."""
 
     needs_q = True
 
     def __init__(self, name: str):
-        if name not in RULES or name == "sample_and_follow":
+        if name not in RULES or name == SAMPLE_AND_FOLLOW:
             raise ValueError(f"name: not a path rule: {name!r}")
         self.name = name
+        self.chain = name in CHAIN_RULES  # reads path 0 only
+        self.full_paths_only = not takes_lengths(name)  # e.g. gbv: every path has L tokens
 
     def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
         if tree.paths is None:
@@ -59,7 +63,7 @@ class PathRule:
         paths = tree.paths  # [B, K, L], node ids
         B, K, L = paths.shape
         lengths = (paths >= 0).sum(-1)  # [B, K]
-        if self.name in ("token", "block"):  # chain rules read path 0, never past its length
+        if self.chain:  # chain rules read path 0, never past its length
             deepest = int(lengths[:, 0].max()) if B else 0  # the uniforms peeked still follow L
             p_tab, q_tab, drafted = _path_tables(p, tree, paths[:, :1, :deepest], loose=True)
             tau, emitted, consumed = _chain_by_length(self.name, p_tab[:, 0], q_tab[:, 0], drafted[:, 0],
@@ -67,7 +71,7 @@ class PathRule:
             k_star = torch.zeros_like(tau)
         else:
             p_tab, q_tab, drafted = _path_tables(p, tree, paths, loose=False)
-            full = bool((lengths == L).all()) or self.name == "gbv"
+            full = bool((lengths == L).all()) or self.full_paths_only
             u = source.peek(B, uniforms_needed(self.name, L, K), p.device)
             out = verify(self.name, p_tab, q_tab, drafted, u, None if full else lengths, validate=False)
             tau, emitted, consumed, k_star = out.num_accepted, out.tokens, out.consumed, out.path_index

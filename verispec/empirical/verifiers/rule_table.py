@@ -1,32 +1,56 @@
-"""The table of the torch rules: every rule by method name (`RULES`), how many uniforms a row
-can read (`uniforms_needed`) and one entry point on the tree layout (`verify`)."""
+"""The table of the torch rules, read from the method registry (`verispec.reference.registry`):
+every path-layout rule by method name (`RULES`), how many uniforms a row can read
+(`uniforms_needed`) and one entry point on the tree layout (`verify`).
+
+A registry entry of the chain or multi-path family names its torch rule (``torch_rule``) and its
+uniforms budget (``uniforms``); this module only reads them, so a new rule of either family is
+one registry entry plus its rule file.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+import inspect
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 import torch
 
-from .block import block_rule
+from ...reference import registry
 from .common import RuleOutput, check_tensor
-from .gbv import gbv_rule
-from .multidraft import nss_rule, rrs_rule, rrsw_rule, sample_and_follow_rule, spectr_rule, top_down_needed
-from .token import token_rule
-from .traversal import traversal_rule
+from .multidraft import sample_and_follow_rule
 
-__all__ = ["RULES", "CHAIN_RULES", "uniforms_needed", "verify"]
+__all__ = ["RULES", "CHAIN_RULES", "SAMPLE_AND_FOLLOW", "takes_lengths", "uniforms_needed", "verify"]
+
+#: The rule of the tree methods (opt_tree and the static trees) on the path layout; not a method name.
+SAMPLE_AND_FOLLOW = "sample_and_follow"
 
 
-#: Chain rules, on [B, L+1, V] / [B, L, V] / [B, L].
-CHAIN_RULES: dict[str, Callable[..., RuleOutput]] = {"token": token_rule, "block": block_rule}
+def _rules(families: tuple) -> Mapping[str, Callable[..., RuleOutput]]:
+    """{method name: its path-layout torch rule} of the registry entries of `families` that declare one."""
+    return MappingProxyType({name: registry.resolve_factory(entry.torch_rule)
+                             for name, entry in registry.REGISTRY.items()
+                             if entry.family in families and entry.torch_rule is not None})
 
-#: Every rule by method name (names of `verispec.reference.methods`; "sample_and_follow" is the
-#: verifier of the reference's opt_tree method).
-RULES: dict[str, Callable[..., RuleOutput]] = {
-    "token": token_rule, "block": block_rule, "gbv": gbv_rule, "nss": nss_rule, "rrs": rrs_rule,
-    "rrsw": rrsw_rule, "spectr": spectr_rule, "traversal": traversal_rule,
-    "sample_and_follow": sample_and_follow_rule,
-}
+
+#: Chain rules, on [B, L+1, V] / [B, L, V] / [B, L] (the registry's chain family).
+CHAIN_RULES: Mapping[str, Callable[..., RuleOutput]] = _rules((registry.CHAIN,))
+
+#: Every path-layout rule by method name (the registry's chain and multi-path families), and
+#: "sample_and_follow", the verifier of the reference's tree methods (opt_tree, kary, ...).
+RULES: Mapping[str, Callable[..., RuleOutput]] = MappingProxyType(
+    {**_rules((registry.CHAIN, registry.MULTI_PATH)), SAMPLE_AND_FOLLOW: sample_and_follow_rule})
+
+
+def _budget(name: str) -> Callable[[int, int], int]:
+    """The uniforms budget ``(L, K) -> int`` of rule `name`: its registry entry's."""
+    if name == SAMPLE_AND_FOLLOW:  # the tree family's rule: one uniform per node on the walk
+        return registry.one_per_node
+    return registry.spec(name).uniforms
+
+
+def takes_lengths(name: str) -> bool:
+    """True when rule `name` takes per-path ``lengths`` (a rule without it needs full-length paths)."""
+    return "lengths" in inspect.signature(RULES[name]).parameters
 
 
 def uniforms_needed(name: str, draft_length: int, num_paths: int = 1) -> int:
@@ -42,29 +66,27 @@ def uniforms_needed(name: str, draft_length: int, num_paths: int = 1) -> int:
         raise ValueError(f"draft_length: must be >= 1, got {draft_length}")
     if K < 1:
         raise ValueError(f"num_paths: must be >= 1, got {num_paths}")
-    if name in ("token", "block", "gbv", "nss", "sample_and_follow"):
-        return L + 1
-    if name == "traversal":
-        return K * L + 2
-    return top_down_needed(L, K)
+    return _budget(name)(L, K)
 
 
 def verify(name: str, p: torch.Tensor, q: torch.Tensor, paths: torch.Tensor, uniforms: torch.Tensor,
            lengths: torch.Tensor | None = None, validate: bool = True) -> RuleOutput:
     """Run rule `name` on the tree layout (p [B, K, L+1, V], q [B, K, L, V], paths [B, K, L]).
 
-    Chain rules (token, block) read path 0 only; gbv ignores `lengths` (must be None).
+    Chain rules (token, block) read path 0 only; a rule without a ``lengths`` parameter (gbv)
+    needs full-length paths (`lengths` None or all L).
 
     Raises:
         ValueError: unknown name, `lengths` given to a rule that does not take it, or bad input.
     """
     if name not in RULES:
         raise ValueError(f"name: unknown rule {name!r}; known: {', '.join(RULES)}")
-    if name in CHAIN_RULES or name == "gbv":
+    chain = name in CHAIN_RULES
+    if chain or not takes_lengths(name):
         if lengths is not None and bool((lengths != paths.shape[-1]).any()):
             raise ValueError(f"lengths: rule {name!r} needs full-length paths")
-        if name == "gbv":
-            return gbv_rule(p, q, paths, uniforms, validate)
+        if not chain:
+            return RULES[name](p, q, paths, uniforms, validate)
         check_tensor(p, "p", 4, "float")
         check_tensor(q, "q", 4, "float")
         check_tensor(paths, "paths", 3, "int")

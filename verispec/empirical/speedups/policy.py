@@ -1,0 +1,337 @@
+"""Drafting that pays on the host: the draft length (chains, paths) or node budget (trees) chosen per
+iteration to maximise expected tokens per second under a measured `CostModel`.
+
+The rules are `verispec.reference.policy`'s (its module docstring gives them, with their sources:
+Leviathan et al. 2023, arXiv 2211.17192, eq. 1 for E[tokens]; SpecDec++ arXiv 2405.19715 and
+AdaEDL arXiv 2410.18351 for the stop; OPT-Tree arXiv 2406.17276 and EAGLE-2 arXiv 2406.16858 for
+the tree budget). Here they run batched on the engine's drafters, one policy object per drafter
+(`with_policy` sets ``drafter.policy``; the drafters call it at the points below):
+
+- `ChainPolicy` (adaptive and hybrid chains): after each drawn token, continue iff some j more
+  tokens raise E[tokens] / seconds (`keeps_drafting`). The acceptance estimate of a token of
+  draft probability c is a per-row calibration g(c): `bins` equal bins of [0, 1], each the
+  share of verified tokens of that bin that were accepted, shrunk with `calibration_weight`
+  pseudo-tokens towards the row's pooled acceptance rate, itself shrunk towards the bin's centre
+  (`ChainPolicy.calibration`): it starts as g(c) ~ c and learns how far q(x) under- or
+  over-states acceptance at this temperature (at T = 1 a token drawn with q(x) = 0.3 from a
+  draft close to the target is usually accepted). Learned from finished iterations only, so it
+  is fixed before an iteration's draws: every iteration is `reference.policy.cost_chain` with
+  some `Calibration`, and the chain's length stays a stopping time of its own tokens.
+- `PlanPolicy` (fixed-length path methods: token, block, gbv, ..., the multi-draft selection
+  rules): the iteration's L (per row, <= the method's L) by `planned_length` from a per-row
+  running acceptance rate (prior 1/2 with `calibration_weight` pseudo-tokens), before any draw.
+- `TreePolicy` (opt_tree, kary, eagle, chain_tree): the tree cut to the `best_budget` top-W
+  nodes, W scaled by rho = (w + sum tau) / (w + sum E[A] predicted) over finished iterations.
+
+A `PolicyMemory` (``memory=``) carries these statistics from one decode call to the next: the
+bench keeps one per method and temperature across its prompts, as one serving process would,
+so a prompt starts from what the earlier prompts taught (scaled down to `CARRY_TOKENS`). Without
+it each call starts from the prior. None of them touches a verifier. Tensor shapes are in the
+comments; B = active rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from ...reference.costs import CostModel
+from ...reference.policy import POLICIES
+from ...reference.registry import CALIBRATION, POLICY
+from ..drafters.adaptive import AdaptiveChainDrafter
+from ..drafters.base import PathsDrafter
+from ..drafters.tree import TreeDrafter
+
+__all__ = ["PolicyConfig", "PolicyMemory", "ChainPolicy", "PlanPolicy", "TreePolicy", "with_policy",
+           "CALIBRATION_BINS", "CARRY_TOKENS"]
+
+#: Bins of the chain policy's acceptance calibration g(c) over the draft probability c in [0, 1].
+CALIBRATION_BINS = 8
+#: At most this many verified tokens' worth of carried statistics seed a decode call (older
+#: evidence is scaled down to it), so what a `PolicyMemory` carries informs the calibration but
+#: does not freeze it.
+CARRY_TOKENS = 64
+
+
+class PolicyMemory:
+    """Verified-token statistics carried from one decode call to the next (module docstring):
+    per policy kind, the sums over rows and calls of its counts (float64 tensors on the CPU)."""
+
+    def __init__(self):
+        self.counts: dict[str, torch.Tensor] = {}
+
+    def seed(self, counts: dict, examined: str) -> dict:
+        """Per-row starting counts {name: [B, ...]} for a call: the carried sums broadcast to every
+        row, all scaled by min(1, CARRY_TOKENS / carried `examined` total); `counts` (zeros of the
+        right shapes) where nothing is carried yet."""
+        if examined not in self.counts:
+            return counts
+        scale = min(1.0, CARRY_TOKENS / max(float(self.counts[examined].sum()), 1e-300))
+        return {name: (self.counts[name].to(value.device) * scale).expand_as(value).clone()
+                for name, value in counts.items()}
+
+    def add(self, increments: dict) -> None:
+        """Add a verified iteration's per-row counts {name: [B, ...]} (summed over rows)."""
+        for name, value in increments.items():
+            total = value.sum(0).double().cpu()
+            self.counts[name] = self.counts[name] + total if name in self.counts else total
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """What the policy needs besides the drafter: the measured `costs`, the calibration prior's
+    weight (pseudo-tokens, >= 0), the calibration's bins and an optional `PolicyMemory`.
+
+    Raises:
+        TypeError / ValueError: costs not a CostModel; a negative weight; bins < 1; a memory that
+        is not a PolicyMemory.
+    """
+
+    costs: CostModel
+    calibration_weight: float = CALIBRATION.default
+    bins: int = CALIBRATION_BINS
+    memory: PolicyMemory | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.costs, CostModel):
+            raise TypeError(f"costs: policy 'auto' needs a verispec.reference.costs.CostModel, got "
+                            f"{type(self.costs).__name__}")
+        w = self.calibration_weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0:
+            raise ValueError(f"calibration_weight: expected a number >= 0, got {w!r}")
+        if isinstance(self.bins, bool) or not isinstance(self.bins, int) or self.bins < 1:
+            raise ValueError(f"bins: expected an int >= 1, got {self.bins!r}")
+        if self.memory is not None and not isinstance(self.memory, PolicyMemory):
+            raise TypeError(f"memory: expected a PolicyMemory, got {type(self.memory).__name__}")
+
+    def seed(self, counts: dict, examined: str) -> dict:
+        """`counts` seeded from the memory (`PolicyMemory.seed`), or as given without one."""
+        return counts if self.memory is None else self.memory.seed(counts, examined)
+
+    def remember(self, increments: dict) -> None:
+        if self.memory is not None:
+            self.memory.add(increments)
+
+
+class _CostTables:
+    """A `CostModel`'s forward prices as device tensors: seconds(model, r, n) for r = 1..R rows at
+    per-row cache lengths n, by one multiply-add (`ForwardCost.table`)."""
+
+    def __init__(self, costs: CostModel, max_rows: int, device):
+        def as_tensors(cost):
+            base, slope = cost.table(max_rows)  # [R] each
+            return (torch.tensor(base, dtype=torch.float64, device=device),
+                    torch.tensor(slope, dtype=torch.float64, device=device))
+
+        self.draft, self.target, self.overhead = as_tensors(costs.draft), as_tensors(costs.target), costs.overhead_s
+
+    @staticmethod
+    def seconds(table, rows: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        """Seconds of forwards of `rows` (int64, any shape [B, ...], 1-based) at cache lengths n [B]."""
+        base, slope = table
+        index = (rows - 1).clamp(0, base.numel() - 1)
+        shape = (-1,) + (1,) * (rows.dim() - 1)
+        return base[index] + slope[index] * n.view(shape).double()
+
+
+class ChainPolicy:
+    """`keeps_drafting` per drawn token, batched, with a per-row online calibration (module doc)."""
+
+    def __init__(self, config: PolicyConfig, max_length: int):
+        self.config, self.M = config, max_length
+
+    def start(self, batch: int, device) -> None:
+        bins = self.config.bins
+        self.tables = _CostTables(self.config.costs, self.M + 1, device)
+        self.centres = (torch.arange(bins, device=device, dtype=torch.float64) + 0.5) / bins  # [bins]
+        zeros = torch.zeros(batch, bins, dtype=torch.float64, device=device)  # [B, bins]
+        counts = self.config.seed({"chain_seen": zeros, "chain_accepted": zeros}, "chain_seen")
+        self.seen, self.accepted = counts["chain_seen"], counts["chain_accepted"]  # verified tokens per bin
+        self.confidence = torch.zeros(batch, self.M, dtype=torch.float64, device=device)  # c per depth [B, M]
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.seen, self.accepted, self.confidence = self.seen[rows], self.accepted[rows], self.confidence[rows]
+
+    def calibration(self) -> torch.Tensor:
+        """g per row and bin [B, bins], shrunk in two levels with weight w: each bin towards the
+        row's pooled rate, the pooled rate towards the bin's centre,
+        g_b = (accepted_b + w m_b) / (seen_b + w), m_b = (accepted + w centre_b) / (seen + w)
+        (sums over bins for the pooled rate), so a few verified tokens move every bin, not only
+        their own; the centre where nothing is known (w = 0 and no token seen)."""
+        w = self.config.calibration_weight
+        seen, accepted = self.seen.sum(1, keepdim=True), self.accepted.sum(1, keepdim=True)  # [B, 1]
+        pooled = torch.where(seen + w > 0, (accepted + w * self.centres) / (seen + w).clamp(min=1e-300),
+                             self.centres)  # [B, bins]
+        total = self.seen + w
+        return torch.where(total > 0, (self.accepted + w * pooled) / total.clamp(min=1e-300), pooled)
+
+    def begin(self, cache_length: torch.Tensor) -> None:
+        """A new iteration at cache lengths [B]: price every chain length d = 0..M ([B, M + 1])."""
+        B, M = cache_length.shape[0], self.M
+        d = torch.arange(M + 1, device=cache_length.device).expand(B, M + 1)  # [B, M + 1]
+        one = self.tables.seconds(self.tables.draft, torch.ones_like(cache_length), cache_length)  # [B]
+        self.prices = d * one.unsqueeze(1) + self.tables.seconds(self.tables.target, d + 1, cache_length) \
+            + self.tables.overhead  # [B, M + 1]
+        self.g = self.calibration()  # [B, bins], fixed for the iteration
+        self.survive = torch.ones(B, dtype=torch.float64, device=cache_length.device)  # prod a_i [B]
+        self.tokens = torch.ones_like(self.survive)  # E_d [B]
+        self.confidence = torch.zeros(B, M, dtype=torch.float64, device=cache_length.device)  # c per depth
+
+    def stops(self, confidence: torch.Tensor, depth: torch.Tensor, going: torch.Tensor,
+              caps: torch.Tensor) -> torch.Tensor:
+        """After the token of draft probability confidence [B] drawn at depth [B] (tokens before
+        it) by the going rows [B]: True where drafting more does not pay within caps [B]."""
+        bins = self.g.shape[1]
+        c = confidence.double()
+        a = self.g.gather(1, (c * bins).long().clamp(0, bins - 1).unsqueeze(1))[:, 0]  # [B]
+        self.survive = torch.where(going, self.survive * a, self.survive)
+        self.tokens = torch.where(going, self.tokens + self.survive, self.tokens)
+        M = self.M
+        at = depth.clamp(max=M - 1).unsqueeze(1)  # [B, 1]
+        self.confidence.scatter_(1, at, torch.where(going, c, self.confidence.gather(1, at)[:, 0]).unsqueeze(1))
+        d = (depth + 1).clamp(max=M)  # tokens drafted with this one [B]
+        j = torch.arange(1, M + 1, device=c.device)  # [M]
+        gain = self.survive.unsqueeze(1) * (a.unsqueeze(1) ** j).cumsum(1)  # [B, M]
+        later = (d.unsqueeze(1) + j).clamp(max=M)  # [B, M]
+        now = self.prices.gather(1, d.unsqueeze(1))  # [B, 1]
+        better = (self.tokens.unsqueeze(1) + gain) * now > self.tokens.unsqueeze(1) * self.prices.gather(1, later)
+        better &= (d.unsqueeze(1) + j) <= torch.minimum(caps, torch.full_like(caps, M)).unsqueeze(1)
+        return ~better.any(1)
+
+    def observe(self, drafted: torch.Tensor, tau: torch.Tensor, active: torch.Tensor) -> None:
+        """Learn from a verified iteration: drafted [B] tokens, tau [B] accepted, active [B] rows
+        whose chain the draft model drafted (token i was examined iff i <= tau, accepted iff i < tau)."""
+        i = torch.arange(self.M, device=tau.device)  # [M]
+        examined = (i < drafted.unsqueeze(1)) & (i <= tau.unsqueeze(1)) & active.unsqueeze(1)  # [B, M]
+        bins = self.seen.shape[1]
+        where = (self.confidence * bins).long().clamp(0, bins - 1)  # [B, M]
+        seen = torch.zeros_like(self.seen).scatter_add_(1, where, examined.double())  # [B, bins]
+        accepted = torch.zeros_like(self.seen).scatter_add_(1, where, (examined & (i < tau.unsqueeze(1))).double())
+        self.seen, self.accepted = self.seen + seen, self.accepted + accepted
+        self.config.remember({"chain_seen": seen, "chain_accepted": accepted})
+
+
+class PlanPolicy:
+    """`planned_length` per row before the draws (module docstring)."""
+
+    def __init__(self, config: PolicyConfig, draft_length: int, num_paths: int):
+        self.config, self.L, self.K = config, draft_length, num_paths
+
+    def start(self, batch: int, device) -> None:
+        self.tables = _CostTables(self.config.costs, 1 + self.K * self.L, device)
+        zeros = torch.zeros(batch, dtype=torch.float64, device=device)  # [B]
+        counts = self.config.seed({"plan_seen": zeros, "plan_accepted": zeros}, "plan_seen")
+        self.seen, self.accepted = counts["plan_seen"], counts["plan_accepted"]  # tokens examined, accepted
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.seen, self.accepted = self.seen[rows], self.accepted[rows]
+
+    def acceptance(self) -> torch.Tensor:
+        """[B]: (accepted + w / 2) / (seen + w), 1/2 where nothing is known."""
+        w = self.config.calibration_weight
+        total = self.seen + w
+        return torch.where(total > 0, (self.accepted + w / 2) / total.clamp(min=1e-300), torch.full_like(total, 0.5))
+
+    def plan(self, cache_length: torch.Tensor) -> int:
+        """The iteration's L: the longest of the rows' L in 1..L maximising E[tokens] / seconds
+        (ties: the shorter), one L for the batch since the multi-path rules take paths of one
+        length (B = 1: the row's own)."""
+        B, K = cache_length.shape[0], self.K
+        L = torch.arange(1, self.L + 1, device=cache_length.device).expand(B, self.L)  # [B, L]
+        a = self.acceptance().unsqueeze(1)  # [B, 1]
+        tokens = 1 + (1 - (1 - a ** L) ** K).cumsum(1)  # [B, L]
+        draft = self.tables.seconds(self.tables.draft, torch.full_like(cache_length, K), cache_length)  # [B]
+        seconds = L * draft.unsqueeze(1) + self.tables.seconds(self.tables.target, 1 + K * L, cache_length) \
+            + self.tables.overhead  # [B, L]
+        best = (tokens / seconds).argmax(1) + 1  # [B]; the first maximum: the shorter L
+        self.length = int(best.max())
+        return self.length
+
+    def observe(self, tree, verdict) -> None:
+        tau = verdict.num_accepted  # [B]
+        seen, accepted = (tau + 1).clamp(max=self.length).double(), tau.double()
+        self.seen, self.accepted = self.seen + seen, self.accepted + accepted
+        self.config.remember({"plan_seen": seen, "plan_accepted": accepted})
+
+
+class TreePolicy:
+    """`best_budget` per row on the drafted tree, W calibrated by rho (module docstring)."""
+
+    def __init__(self, config: PolicyConfig, node_budget: int):
+        self.config, self.n = config, node_budget
+
+    def start(self, batch: int, device) -> None:
+        self.tables = _CostTables(self.config.costs, 1 + self.n, device)
+        zeros = torch.zeros(batch, dtype=torch.float64, device=device)  # [B]
+        counts = self.config.seed({"tree_predicted": zeros, "tree_measured": zeros}, "tree_predicted")
+        self.measured, self.predicted = counts["tree_measured"], counts["tree_predicted"]  # sum tau, sum E[A]
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.measured, self.predicted = self.measured[rows], self.predicted[rows]
+
+    def begin(self, cache_length: torch.Tensor) -> None:
+        self.cache_length = cache_length
+
+    def cut(self, weight: torch.Tensor, chosen: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
+        """The chosen records bool [B, R] (weights W [B, R], layer depth [R]) cut to each row's
+        best budget m: its m largest-W chosen records (ties: earlier records, so a subtree)."""
+        n, n_len = self.n, self.cache_length
+        w = self.config.calibration_weight
+        rho = (w + self.measured) / (w + self.predicted).clamp(min=1e-300)  # [B]
+        rho = torch.where(w + self.predicted > 0, rho, torch.ones_like(rho))
+        ranked = torch.where(chosen, weight, -1.0)  # [B, R]
+        order = torch.sort(ranked, dim=1, descending=True, stable=True).indices[:, :n]  # [B, n']
+        top = ranked.gather(1, order).clamp(min=0.0)  # [B, n']
+        m = torch.arange(1, top.shape[1] + 1, device=weight.device).expand_as(top)  # [B, n']
+        layers = torch.where(chosen, depth.unsqueeze(0), 0).amax(1)  # [B]: the tree's depth
+        one = self.tables.seconds(self.tables.draft, torch.ones_like(n_len), n_len)  # [B]
+        seconds = (layers * one).unsqueeze(1) + self.tables.seconds(self.tables.target, 1 + m, n_len) \
+            + self.tables.overhead  # [B, n']
+        ratio = (1 + rho.unsqueeze(1) * top.cumsum(1)) / seconds  # [B, n']
+        ratio = torch.where(m <= chosen.sum(1, keepdim=True), ratio, -1.0)
+        best = ratio.argmax(1, keepdim=True) + 1  # [B, 1]: the first maximum, the smaller m
+        keep = torch.zeros_like(chosen).scatter_(1, order, m <= best)
+        self.kept = torch.where(keep, weight, 0.0).sum(1)  # predicted E[A] of the kept tree [B]
+        return keep & chosen
+
+    def observe(self, tree, verdict) -> None:
+        measured = verdict.num_accepted.double()
+        self.measured, self.predicted = self.measured + measured, self.predicted + self.kept
+        self.config.remember({"tree_measured": measured, "tree_predicted": self.kept})
+
+
+def with_policy(method, policy: str = POLICY.default, costs: CostModel | None = None,
+                calibration_weight: float = CALIBRATION.default, memory: PolicyMemory | None = None):
+    """`method` (a `TorchMethod`) with its draft length / node budget chosen per iteration by the
+    cost policy (``policy="auto"``, needs `costs`), or unchanged (``"fixed"``). The verifier is
+    untouched. Chains cut by a stop (adaptive, hybrid) get `ChainPolicy`, trees `TreePolicy`,
+    fixed-length paths `PlanPolicy`; `memory` (a `PolicyMemory`) carries their statistics across
+    decode calls.
+
+    Raises:
+        ValueError naming ``policy``: not one of "fixed" / "auto", or a drafter with no length or
+            budget to choose (prompt lookup, phrase pools). TypeError / ValueError: bad costs or
+            calibration_weight (`PolicyConfig`).
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
+    if policy == "fixed":
+        return method
+    config = PolicyConfig(costs, calibration_weight, memory=memory)
+    probe, make = method.drafter(), method.drafter
+    if isinstance(probe, AdaptiveChainDrafter):
+        def attach(d): return ChainPolicy(config, d.max_length)
+    elif isinstance(probe, TreeDrafter):
+        def attach(d): return TreePolicy(config, d.n)
+    elif isinstance(probe, PathsDrafter):
+        def attach(d): return PlanPolicy(config, d.L, d.K)
+    else:
+        raise ValueError(f"policy: method {method.name!r} has no draft length or node budget to choose")
+
+    def drafter():
+        out = make()
+        out.policy = attach(out)
+        return out
+
+    return replace(method, drafter=drafter, params={**method.params, "policy": "auto"})
