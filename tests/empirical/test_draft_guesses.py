@@ -98,9 +98,9 @@ def _count_drawn(monkeypatch, inner=adaptive.AdaptiveChainDrafter._draws):
     """Spy on `_draws`: the list of the most chain tokens one forward gave a row."""
     drawn = []
 
-    def counting(self, logits, m, P, anchor, guess, glen, chain, going):
+    def counting(self, forward, chain, going):
         before = chain.depth.clone()
-        inner(self, logits, m, P, anchor, guess, glen, chain, going)
+        inner(self, forward, chain, going)
         drawn.append(int((chain.depth - before).max()))
 
     monkeypatch.setattr(adaptive.AdaptiveChainDrafter, "_draws", counting)
@@ -124,9 +124,9 @@ def test_planted_q_of_the_wrong_column_is_caught(peaked_pair, monkeypatch):
     not drawn from. The same-uniforms comparison sees the q rows differ."""
     inner, record = adaptive.AdaptiveChainDrafter._draws, adaptive._Chain.record
 
-    def anchored(self, logits, m, P, anchor, guess, glen, chain, going):
+    def anchored(self, forward, chain, going):
         chain.first_q = None
-        inner(self, logits, m, P, anchor, guess, glen, chain, going)
+        inner(self, forward, chain, going)
 
     def stale(chain, going, token, q):
         chain.first_q = q if chain.first_q is None else chain.first_q
@@ -144,9 +144,9 @@ def test_planted_one_uniform_per_forward_is_caught(peaked_pair, monkeypatch):
     independent draw from its q. The same-uniforms comparison sees other tokens."""
     inner, uniforms = adaptive.AdaptiveChainDrafter._draws, adaptive._Chain.uniforms
 
-    def frozen(self, logits, m, P, anchor, guess, glen, chain, going):
+    def frozen(self, forward, chain, going):
         chain.frozen = uniforms(chain, self.source, going)
-        inner(self, logits, m, P, anchor, guess, glen, chain, going)
+        inner(self, forward, chain, going)
         del chain.frozen
 
     monkeypatch.setattr(adaptive.AdaptiveChainDrafter, "_draws", frozen)

@@ -23,8 +23,9 @@ def test_check_and_assert_lossless_report_the_same_instance_list(capsys, flags, 
     assert list(report.instances) == listed and report.num_instances == len(listed) > 0
     # the command checks exactly these: one enumeration per listed instance
     sizes = arguments.get("vocab_sizes", (3, 4, 5, 6))
-    result, = run_check(["token"], sizes, 2, 2, arguments.get("num_instances", 4), arguments.get("seed", 0), None,
-                        arguments.get("rational", False), budget=arguments.get("budget", 1000))
+    result, = run_check(["token"], sizes, 2, 2, arguments.get("num_instances", 4), arguments.get("seed", 0),
+                        num_tokens=None, rational=arguments.get("rational", False),
+                        budget=arguments.get("budget", 1000))
     assert result.instances == len(listed)
 
 

@@ -223,7 +223,7 @@ def _check_models(target, draft, prompt_lookup_num_tokens) -> None:
 
 
 def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_tokens: int,
-                temperature: float = 0.0, seed: int = 0, prompt_lookup_num_tokens: int | None = None,
+                temperature: float = 0.0, *, seed: int = 0, prompt_lookup_num_tokens: int | None = None,
                 eos_token_id=None) -> DecodeResult:
     """``target.model.generate(prompt, assistant_model=draft.model)`` timed and counted.
 

@@ -144,8 +144,9 @@ def _enumerate(console, args, names) -> tuple:
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("enumerating", total=len(names))
         results = run_check(names, _sizes(args), args.draft_length, args.num_paths, args.instances, args.seed,
-                            args.num_tokens, args.rational, progress=lambda name: progress.advance(task),
-                            budget=args.budget, workers=args.workers, backend=args.backend, cluster=args.cluster)
+                            num_tokens=args.num_tokens, rational=args.rational,
+                            progress=lambda name: progress.advance(task), budget=args.budget,
+                            workers=args.workers, backend=args.backend, cluster=args.cluster)
     return results, time.perf_counter() - start
 
 

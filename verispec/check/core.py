@@ -190,8 +190,8 @@ def _max_exact_tv(lossy_instances: list) -> str | None:
     return str(max(exact_tvs)) if exact_tvs and len(exact_tvs) == len(lossy_instances) else None
 
 
-def run_check(method_names, vocab_size, draft_length, num_paths, num_instances, seed, num_tokens,
-              rational, *, progress=None, budget: int = DEFAULT_BUDGET, workers: int = 1, backend=None,
+def run_check(method_names, vocab_size, draft_length, num_paths, num_instances, seed, *, num_tokens,
+              rational, progress=None, budget: int = DEFAULT_BUDGET, workers: int = 1, backend=None,
               cluster=None) -> list[MethodResult]:
     """Check each method (names, ``"pkg.module:attr"`` specs or Methods) on the same instances;
     `progress(name)` is called after each method. ``num_tokens`` None: each method's depth + 2.

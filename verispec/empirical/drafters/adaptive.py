@@ -18,6 +18,8 @@ on these ones by the reference twins `verispec.reference.adaptive.adaptive_chain
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..torch_method import TorchMethod
@@ -41,6 +43,19 @@ def _matches(token: torch.Tensor, guess: torch.Tensor, j: int) -> torch.Tensor:
     """bool [B]: the drawn tokens [B] equal guess j of guess [B, k] (False past the last guess),
     i.e. the guess column's logits saw exactly the drafted prefix."""
     return token == guess[:, j] if j < guess.shape[1] else torch.zeros_like(token, dtype=torch.bool)
+
+
+@dataclass(frozen=True)
+class _Forward:
+    """ONE draft forward of the chains (`AdaptiveChainDrafter._forward`): its logits [B, P + k, V],
+    m (the forest id of its column 0), P (its prefix columns), anchor [B] (the prefix column whose q
+    draws first) and the guesses it carried (guess [B, k], the first glen [B] real)."""
+    logits: torch.Tensor
+    m: int
+    P: int
+    anchor: torch.Tensor
+    guess: torch.Tensor
+    glen: torch.Tensor
 
 
 class _Chain:
@@ -148,7 +163,7 @@ class AdaptiveChainDrafter(PathsDrafter):
     def _forward(self, prefix, parents, real, anchor, guess, glen):
         """ONE draft forward of prefix columns (tokens / parents in forest numbering / real: [B, P])
         then each row's guesses (guess [B, k], the first glen [B] real) hung as a chain below the
-        prefix column `anchor` [B] -> (logits [B, P + k, V], m: the forest id of column 0)."""
+        prefix column `anchor` [B] -> the `_Forward`."""
         B, P = prefix.shape
         k, device = guess.shape[1], prefix.device
         m = self.kv.uncommitted
@@ -158,7 +173,7 @@ class AdaptiveChainDrafter(PathsDrafter):
         real = torch.cat([real, j < glen.unsqueeze(1)], dim=1)  # [B, P + k]
         logits = self.kv.append(tokens, torch.cat([parents, guess_parents], dim=1), real)  # [B, P + k, V]
         self.draft_rows += int(real.sum())
-        return logits, m
+        return _Forward(logits, m, P, anchor, guess, glen)
 
     def _guesses(self, rows, chain: "_Chain"):
         """Prompt-lookup guesses of each row's next tokens from its context plus its chain so far
@@ -178,13 +193,14 @@ class AdaptiveChainDrafter(PathsDrafter):
         glen = torch.minimum(found, useful)
         return guess[:, :int(glen.max())], glen  # no column that no row fills: it would cost a row
 
-    def _draws(self, logits, m, P, anchor, guess, glen, chain: "_Chain", going) -> None:
-        """Draw each going row's next tokens from this forward: from column `anchor`'s q, then,
+    def _draws(self, forward: _Forward, chain: "_Chain", going) -> None:
+        """Draw each going row's next tokens from `forward`: from column `anchor`'s q, then,
         while the drawn token equals the row's next guess, from that guess column's q (its
         logits saw exactly the chain drawn so far). Rows stop at the first mismatch; their next
         forward feeds the last drawn token below the column it was drawn from."""
+        logits, m, P, guess, glen = forward.logits, forward.m, forward.P, forward.guess, forward.glen
         Td, B, V = self._temperature(), logits.shape[0], logits.shape[-1]
-        col = anchor.clone()  # [B]
+        col = forward.anchor.clone()  # [B]
         for j in range(guess.shape[1] + 1):
             if not bool(going.any()):
                 break
@@ -219,8 +235,7 @@ class AdaptiveChainDrafter(PathsDrafter):
         parents = (torch.arange(P, device=device) - 1).expand(B, P)
         real = torch.arange(P, device=device) < self.pending_count.unsqueeze(1)  # [B, P]
         root = self.pending_count - 1
-        logits, m = self._forward(self.pending, parents, real, root, guess, glen)
-        self._draws(logits, m, P, root, guess, glen, chain, torch.ones_like(real[:, 0]))
+        self._draws(self._forward(self.pending, parents, real, root, guess, glen), chain, torch.ones_like(real[:, 0]))
         while True:
             active = chain.lengths > chain.depth  # rows that draft another token: feed their last one
             if not bool(active.any()):
@@ -228,9 +243,9 @@ class AdaptiveChainDrafter(PathsDrafter):
             guess, glen = self._guesses(rows, chain)
             last = chain.paths[:, 0].gather(1, (chain.depth - 1).clamp(min=0).unsqueeze(1))  # [B, 1]
             chain.set_fed(active, self.kv.uncommitted)
-            logits, m = self._forward(last, chain.parent.unsqueeze(1), active.unsqueeze(1),
-                                      torch.zeros_like(root), guess, glen)
-            self._draws(logits, m, 1, torch.zeros_like(root), guess, glen, chain, active)
+            forward = self._forward(last, chain.parent.unsqueeze(1), active.unsqueeze(1),
+                                    torch.zeros_like(root), guess, glen)
+            self._draws(forward, chain, active)
         self.fed = chain.fed
         return chain.paths, chain.lengths, chain.q_table()
 
@@ -317,7 +332,7 @@ class HybridDrafter(AdaptiveChainDrafter):
 
     def __init__(self, draft_length: int, max_draft_length: int, threshold: float = 0.4,
                  schedule: str = "heuristic", lookup_length: int = 10, max_ngram: int = 3,
-                 draft_temperature: float | None = None, guess_length: int = 0):
+                 *, draft_temperature: float | None = None, guess_length: int = 0):
         super().__init__(draft_length, max_draft_length, threshold, schedule, draft_temperature, guess_length,
                          max_ngram)
         self.lookup_length = lookup_length
@@ -423,7 +438,7 @@ def adaptive_method(draft_length: int = 4, max_draft_length: int | None = None, 
 
 
 def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, threshold: float = 0.4,
-                  schedule: str = "heuristic", lookup_length: int = 10, max_ngram: int = 3,
+                  schedule: str = "heuristic", lookup_length: int = 10, max_ngram: int = 3, *,
                   draft_temperature: float | None = None, verifier: str = "token", guess_length: int = 0):
     """`HybridDrafter` + token or block verification as a `TorchMethod` ("hybrid"); arguments as
     `adaptive_method`, plus lookup_length (tokens of a lookup phrase, default 10 as transformers'
@@ -435,7 +450,8 @@ def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, th
     L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
     n, k = check_positive(lookup_length, "lookup_length"), check_positive(max_ngram, "max_ngram")
     g = check_int(guess_length, "guess_length", 0)
-    return TorchMethod("hybrid", lambda: HybridDrafter(L, top, threshold, schedule, n, k, draft_temperature, g),
+    return TorchMethod("hybrid", lambda: HybridDrafter(L, top, threshold, schedule, n, k,
+                                                       draft_temperature=draft_temperature, guess_length=g),
                        PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
                                             "schedule": schedule, "lookup_length": n, "max_ngram": k,
                                             "verifier": verifier, "guess_length": g})

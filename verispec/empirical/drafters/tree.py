@@ -154,7 +154,7 @@ class TreeDrafter(ModelDrafter):
         verifiers that read q, e.g. a reference rule through the adapter; costs n V floats).
     """
 
-    def __init__(self, tree="opt_tree", node_budget=50, threshold=0.0, max_depth=10, branching=2,
+    def __init__(self, tree="opt_tree", node_budget=50, threshold=0.0, max_depth=10, branching=2, *,
                  draft_temperature=None, prune=True, keep_q=False):
         self.tree, self.n, self.delta, self.depth, self.shape = check_tree_args(
             tree, node_budget, threshold, max_depth, branching)
@@ -304,8 +304,8 @@ def check_tree_args(tree, node_budget, threshold, max_depth, branching):
 
 
 def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget: int = 50,
-               threshold: float = 0.0, max_depth: int = 10, draft_temperature: float = 1.0,
-               branching: int = 2, *, prune: bool = True) -> TreeRecords:
+               threshold: float = 0.0, max_depth: int = 10, *, draft_temperature: float = 1.0,
+               branching: int = 2, prune: bool = True) -> TreeRecords:
     """Draft one tree after `prefix_ids` (the drafting step of the tree methods,
     `verispec.empirical.methods.tree_method`, exposed for tests and analysis). Costs a prefill of
     all but the last prefix token plus one forward per layer.
@@ -331,7 +331,7 @@ def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget:
     if not isinstance(draft, CausalLM):
         raise TypeError(f"draft: expected a CausalLM, got {type(draft).__name__}")
     drafter = TreeDrafter(tree, node_budget, threshold, max_depth, branching,
-                          check_temperature(draft_temperature, "draft_temperature"), prune)
+                          draft_temperature=check_temperature(draft_temperature, "draft_temperature"), prune=prune)
     prefix = check_prompt(prefix_ids, draft)
     lengths = torch.full((prefix.shape[0],), prefix.shape[1], dtype=torch.long, device=prefix.device)
     drafter.start(draft, prefix, lengths, drafter.draft_temperature, None)

@@ -383,7 +383,7 @@ def ouroboros_method(pool: PhrasePool | None = None, draft_length: int = 4, num_
 
 
 def ouroboros_phrase_method(pool: PhrasePool | None = None, draft_length: int = 4, num_candidates: int = 3,
-                            guess_set: int = 20, window: int = 4, output_ngrams: bool = True,
+                            guess_set: int = 20, window: int = 4, *, output_ngrams: bool = True,
                             flat_window: bool = False, phrase_length: int = 6) -> TorchMethod:
     """Ouroboros (Zhao et al. 2024, arXiv 2402.13720, Algorithm 1 and Section 3) phrase by
     phrase, as a method of the engine (one iteration: `PhraseOuroborosDrafter`); one prompt per
