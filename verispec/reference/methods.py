@@ -3,7 +3,7 @@
 A verifier's correctness depends on how its drafts were sampled, so the two travel together.
 Built-in methods (docs/algorithms.md): token, block, gbv, nss, rrs, rrsw, spectr, traversal, opt_tree,
 point_mass, prompt_lookup; khisti, optimal_is, global_resolution, spechub, hu_greedy
-(docs/verifiers_new.md); the rules declared lossy (``Method.lossy``): typical, static_ensemble, fsd.
+(docs/multi_draft_verifiers.md); the rules declared lossy (``Method.lossy``): typical, static_ensemble, fsd.
 `get(name, **params)` builds one by name; `names()` lists the lossless ones, `lossy_names()` the lossy ones;
 `Method(name, draft=..., verify=...)` wraps a researcher's own rule. Methods that need more than
 the models and L (a pool snapshot, a confidence threshold) live in their own modules:
