@@ -251,13 +251,13 @@ def test_batched_bench_vanilla_and_ems_against_batched_target_only(tiny_pair, tm
     out = str(tmp_path / "batched.json")
     results = bench_batched.run_batched_bench(cfg, out, pair=tiny_pair, prompts=prompts)
     rows = {(r["runner"], r["batch_size"]): r for r in results["summary"]}
-    assert set(rows) == {(r, B) for r in ("target_only", "block/vanilla", "block/ems", "prompt_lookup/vanilla",
-                                          "prompt_lookup/ems") for B in (1, 2, 4)}
+    assert set(rows) == {(r, B) for r in ("target_only", "block/vanilla", "block/packed", "prompt_lookup/vanilla",
+                                          "prompt_lookup/packed") for B in (1, 2, 4)}
     for (runner, B), row in rows.items():
         assert row["greedy_match_rate"] == 1.0, (runner, B)  # fp32: every row is target-only greedy
         assert row["tokens"] == 4 * 8 and row["batches"] == 4 // B
         assert row["decode_speedup"] > 0
-        if runner.endswith("/ems"):
+        if runner.endswith("/packed"):
             assert row["padded_kv_slots"] == 0  # EMS-SD never writes a padded slot
     assert rows[("block/vanilla", 4)]["padded_kv_slots"] > 0  # prompts of different lengths: padding
     assert results["plot"] and os.path.getsize(results["plot"]) > 0
@@ -290,7 +290,7 @@ def test_batched_bench_takes_multi_path_selection_and_tree_methods(tiny_pair, tm
     results = bench_batched.run_batched_bench(cfg, str(tmp_path / "b.json"), pair=tiny_pair, prompts=PROMPTS,
                                               plot=False)
     rows = {r["runner"]: r for r in results["summary"]}
-    assert set(rows) == {"target_only"} | {f"{m}/{impl}" for m in runners for impl in ("vanilla", "ems")}
+    assert set(rows) == {"target_only"} | {f"{m}/{impl}" for m in runners for impl in ("vanilla", "packed")}
     for runner, row in rows.items():
         assert row["greedy_match_rate"] == 1.0 and row["tokens"] == 2 * 8, runner
         assert runner == "target_only" or row["block_efficiency"] > 1.0

@@ -26,6 +26,7 @@ import numpy as np
 
 from .audit import plumbing
 from .contract import RuleContractError
+from .deprecation import renamed_keywords
 from .draws import draw_counts, token_id
 from .models import LanguageModel, check_positive_int, check_prefix
 from .probability import argmax, one_hot
@@ -318,7 +319,8 @@ def paths_without_replacement(draft_length: int, num_paths: int) -> Drafter:
     return Drafter("paths_without_replacement", build, draft_length=L, num_paths=K)
 
 
-def greedy_draft(q: np.ndarray, num_drafts: int, rand) -> tuple[tuple[int, ...], np.ndarray]:
+@renamed_keywords(num_drafts="num_paths")
+def greedy_draft(q: np.ndarray, num_paths: int, rand) -> tuple[tuple[int, ...], np.ndarray]:
     """Greedy draft sampling at one node (Hu et al. 2025, arXiv 2502.18779): the k - 1 most likely
     tokens of q, chosen deterministically, then ONE token drawn from q renormalised over the rest.
 
@@ -327,7 +329,7 @@ def greedy_draft(q: np.ndarray, num_drafts: int, rand) -> tuple[tuple[int, ...],
     k drafts, as `paths_without_replacement` drafts fewer when q runs out).
 
     Args:
-        q: draft distribution [V] (float64, Fraction or symbolic). num_drafts: k >= 1.
+        q: draft distribution [V] (float64, Fraction or symbolic). num_paths: k >= 1.
         rand: `Randomness` (one categorical draw).
 
     Returns:
@@ -335,7 +337,7 @@ def greedy_draft(q: np.ndarray, num_drafts: int, rand) -> tuple[tuple[int, ...],
         law the sampled token was drawn from, zero on the greedy tokens).
     """
     order = sorted((t for t in range(len(q)) if q[t] > 0), key=lambda t: (-q[t], t))
-    greedy = order[:min(num_drafts - 1, len(order) - 1)]
+    greedy = order[:min(num_paths - 1, len(order) - 1)]
     rest = q.copy()  # [V]
     rest[greedy] = q[0] * 0
     # one positive token left: an exact point mass, so no division is needed (nor, under `prove`,

@@ -265,7 +265,7 @@ class AdaptiveChainDrafter(PathsDrafter):
 
     def accept(self, tree: DraftTree, verdict) -> None:
         self._commit_and_queue(tree, verdict, ran=True)
-        self._update_caps(verdict.num_accepted, torch.ones_like(self.cap, dtype=torch.bool))
+        self._update_caps(verdict.tau, torch.ones_like(self.cap, dtype=torch.bool))
 
     def _update_caps(self, tau: torch.Tensor, drafted_by_model: torch.Tensor) -> None:
         """transformers' heuristic: +2 when the row accepted every drafted token, else -1 (rows
@@ -282,7 +282,7 @@ class AdaptiveChainDrafter(PathsDrafter):
     def _commit_and_queue(self, tree: DraftTree, verdict, ran: bool) -> None:
         """Keep in the draft cache the pending tokens (fed this iteration when `ran`) and the
         accepted nodes it ran; queue the accepted tokens it did not run, then the new token."""
-        nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token  # [B, D], [B], [B]
+        nodes, tau, y = verdict.nodes, verdict.tau, verdict.token  # [B, D], [B], [B]
         on = nodes >= 0
         fed = self._commit_fed(nodes) if ran else torch.full_like(nodes, -1)
         P = self.pending.shape[1]
@@ -375,7 +375,7 @@ class HybridDrafter(AdaptiveChainDrafter):
                 tree.tokens.shape[1] - self.fed.shape[1], 0)), -1)], dim=1)
             self.fed[self._lookup] = -1  # phrase nodes were never fed to the draft model
         self._commit_and_queue(tree, verdict, ran=self._ran)
-        self._update_caps(verdict.num_accepted, ~self._lookup)
+        self._update_caps(verdict.tau, ~self._lookup)
 
     def logs(self) -> dict:
         out = super().logs()
