@@ -181,7 +181,7 @@ def test_greedy_divergence_is_reported_with_margin():
                                          ("opt_tree:K=2", "no K"), ("opt_tree:n=0", "bad parameter"),
                                          ("gbv:X=2", "bad parameter"), ("gbv:K=0", "bad parameter"), ("", "method"),
                                          ("block:W=2", "no W"), ("ouroboros:W=-1", "bad parameter"),
-                                         ("lookahead:K=0", "bad parameter")])
+                                         ("lookahead:C=0", "bad parameter")])
 def test_parse_method_rejects_bad_specs(text, match):
     with pytest.raises(ValueError, match=match):
         bench.parse_method(text, 3, 2)
@@ -199,8 +199,8 @@ def test_parse_method_parameters():
         "node_budget"]) == 50  # the registry's default
     # phrase methods: K = pool candidates, W = Jacobi window; unset, the registry's defaults (the factories' own)
     assert bench.parse_method("ouroboros", 3, 2) == bench.BenchMethod("ouroboros", "ouroboros", (("draft_length", 3),))
-    assert bench.parse_method("ouroboros:K=1,W=0", 3, 2) == bench.BenchMethod(
-        "ouroboros:K=1,W=0", "ouroboros", (("draft_length", 3), ("num_candidates", 1), ("window", 0)))
+    assert bench.parse_method("ouroboros:C=1,W=0", 3, 2) == bench.BenchMethod(
+        "ouroboros:C=1,W=0", "ouroboros", (("draft_length", 3), ("num_candidates", 1), ("window", 0)))
     for factory in (phrases.ouroboros_method, phrases.lookahead_method):  # the registry and the factory agree
         defaults = inspect.signature(factory).parameters
         declared = registry.spec(factory().name).defaults("torch")
@@ -208,7 +208,7 @@ def test_parse_method_parameters():
         assert declared["window"] == defaults["window"].default == 4
     assert bench.parse_method("lookahead:W=2", 3, 2) == bench.BenchMethod("lookahead:W=2", "lookahead", (("window", 2),))
     assert bench.parse_method("adaptive:L=20,M=20,c=15,sched=constant,v=block", 4, 1).params == (
-        ("draft_length", 20), ("max_draft_length", 20), ("threshold", 0.15), ("schedule", "constant"),
+        ("draft_length", 20), ("max_draft_length", 20), ("confidence_threshold", 0.15), ("schedule", "constant"),
         ("verifier", "block"), ("policy", "auto"))
 
 
@@ -332,8 +332,8 @@ def test_first_prompt_skips_prompts_and_is_not_part_of_the_identity(tiny_pair):
 def test_cli_runner_list_keeps_parameters_together():
     from verispec.bench.arguments import method_list
 
-    assert method_list("gbv:K=3,L=5,block, ouroboros:K=1,W=0,opt_tree:n=25") == (
-        "gbv:K=3,L=5", "block", "ouroboros:K=1,W=0", "opt_tree:n=25")
+    assert method_list("gbv:K=3,L=5,block, ouroboros:C=1,W=0,opt_tree:n=25") == (
+        "gbv:K=3,L=5", "block", "ouroboros:C=1,W=0", "opt_tree:n=25")
 
 
 def test_cli_bench_runs_the_tiny_pair_under_a_progress_bar(tiny_pair, tmp_path, monkeypatch, capsys):
