@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from ...reference.deprecation import deprecated
+from ...reference.deprecation import deprecated_read
 from ..model import tree_ancestors
 from ..uniforms import categorical
 from .pointmass import child_table, point_mass_tree_uniforms, point_mass_walk
@@ -42,7 +42,7 @@ class Verdict(NamedTuple):
     @property
     def num_accepted(self) -> torch.Tensor:
         """Deprecated alias of `tau`."""
-        deprecated("Verdict.num_accepted", "Verdict.tau")
+        deprecated_read("Verdict.num_accepted", "Verdict.tau")
         return self.tau
 
 
