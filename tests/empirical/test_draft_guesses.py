@@ -30,7 +30,7 @@ def peaked_pair():
 def _trees(target, draft, name, guess_length, storage, T, N=60):
     """(every DraftTree the target verified, the decode result) for one run at uniforms seed 3."""
     trees = []
-    method = methods.get(name, draft_length=3, max_draft_length=8, threshold=0.0, guess_length=guess_length)
+    method = methods.get(name, draft_length=3, max_draft_length=8, confidence_threshold=0.0, guess_length=guess_length)
     method = dataclasses.replace(method, observe=lambda logits, tree, rows: trees.append(tree))
     batch = PROMPTS if storage != "sequence" else PROMPTS[:1]
     return trees, engine.decode(target, draft, batch, method, N, temperature=T, uniforms=3, storage=storage)
@@ -69,11 +69,11 @@ def test_draft_cache_stays_in_sync_with_guesses(pair):
     """An identical draft at T = 0 has every chain accepted whole: the draft cache holds exactly the
     emitted tokens (guess nodes the chain did not take are dropped at the commit)."""
     twin = copy.deepcopy(pair[0])
-    method = methods.get("adaptive", draft_length=3, threshold=0.0, schedule="constant", guess_length=4)
+    method = methods.get("adaptive", draft_length=3, confidence_threshold=0.0, schedule="constant", guess_length=4)
     result = engine.decode(pair[0], twin, PROMPTS[:1], method, 60, storage="sequence")
     tau, lengths = result.stats.accepted_lengths, result.stats.logs["chain_lengths"]
     assert tau[:-1].tolist() == lengths[:-1].tolist()
-    plain = engine.decode(pair[0], twin, PROMPTS[:1], methods.get("adaptive", draft_length=3, threshold=0.0,
+    plain = engine.decode(pair[0], twin, PROMPTS[:1], methods.get("adaptive", draft_length=3, confidence_threshold=0.0,
                                                                   schedule="constant"), 60, storage="sequence")
     assert result.stats.draft_forwards < plain.stats.draft_forwards
 

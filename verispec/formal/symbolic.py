@@ -299,7 +299,7 @@ class Sym:
 
     # -- operations the reference asks a symbolic value's type for ---------------------------
     @staticmethod
-    def spectr_rho(p, q, num_drafts: int):
+    def spectr_rho(p, q, num_paths: int):
         """SpecTr's rho for symbolic p, q ([V] numpy object arrays of `Sym`/numbers).
 
         The hook `verispec.reference.verifiers.multidraft.spectr_rho` calls instead of its float64
@@ -307,7 +307,7 @@ class Sym:
         the z3 real of `verispec.formal.rho.rho_symbol` (its defining constraints join the
         exploration). Raises SymbolicError outside a replay.
         """
-        K = int(num_drafts)
+        K = int(num_paths)
         if K == 1:
             return Fraction(1)
         explorer = current_replay().explorer

@@ -23,6 +23,7 @@ from numbers import Real
 from typing import Callable
 
 from . import drafters, registry
+from .deprecation import renamed_keywords
 from .audit import PLUMBING
 from .contract import RuleContractError, check_signature
 from .drafters import Draft
@@ -240,10 +241,11 @@ def hu_greedy(draft_length: int, num_paths: int) -> Method:
                   {"draft_length": draft_length, "num_paths": num_paths}, model_state_only=True)
 
 
-def opt_tree(node_budget: int, threshold: float = registry.default("opt_tree", "threshold"),
+@renamed_keywords(threshold="gain_threshold")
+def opt_tree(node_budget: int, gain_threshold: float = registry.default("opt_tree", "gain_threshold"),
              max_depth: int | None = registry.default("opt_tree", "max_depth")) -> Method:
     """OPT-Tree adaptive draft tree with sample-and-follow verification (arXiv 2406.17276)."""
-    drafter = drafters.opt_tree(node_budget, threshold, max_depth)
+    drafter = drafters.opt_tree(node_budget, gain_threshold, max_depth)
     return Method("opt_tree", drafter, sample_and_follow, dict(drafter.params), model_state_only=True)
 
 
@@ -313,15 +315,17 @@ def static_ensemble(draft_length: int, ensemble_weight: float = registry.default
                   model_state_only=True, lossy=True)
 
 
-def fsd(draft_length: int, threshold: float = registry.default("fsd", "threshold"),
+@renamed_keywords(threshold="divergence_threshold")
+def fsd(draft_length: int, divergence_threshold: float = registry.default("fsd", "divergence_threshold"),
         divergence: str = registry.default("fsd", "divergence")) -> Method:
     """Fuzzy Speculative Decoding on a chain (Holsman et al., arXiv 2502.20704; lossy): accept X_i
-    iff D(p_i, q_i) <= threshold, D = `divergence` ("js", "kl" or "tv"), then one token ~ p."""
+    iff D(p_i, q_i) <= divergence_threshold (T), D = `divergence` ("js", "kl" or "tv"), then one token ~ p."""
     L = check_positive_int(draft_length, "draft_length")
     if divergence not in DIVERGENCES:
         raise ValueError(f"divergence: expected one of {', '.join(DIVERGENCES)}, got {divergence!r}")
-    rule = FuzzyAcceptance(_unit_interval(threshold, "threshold", open_left=False), divergence)
-    return Method("fsd", drafters.chain(L), rule, {"draft_length": L, "threshold": threshold, "divergence": divergence},
+    rule = FuzzyAcceptance(_unit_interval(divergence_threshold, "divergence_threshold", open_left=False), divergence)
+    return Method("fsd", drafters.chain(L), rule, {"draft_length": L, "divergence_threshold": divergence_threshold,
+                                                   "divergence": divergence},
                   model_state_only=True, lossy=True)
 
 

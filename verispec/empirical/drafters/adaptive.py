@@ -6,8 +6,8 @@ temperature (token: for any stopping time; block: proved for fixed-length chains
 on these ones by the reference twins `verispec.reference.adaptive.adaptive_chain` / `hybrid`).
 
 - `AdaptiveChainDrafter`: a draft-model chain that stops after a token whose draft confidence
-  falls below `threshold` (transformers' ``assistant_confidence_threshold``), with a per-row cap
-  that follows the acceptance history (`SCHEDULES`).
+  falls below `confidence_threshold` (transformers' ``assistant_confidence_threshold``), with a
+  per-row cap that follows the acceptance history (`SCHEDULES`).
 - Guesses (``guess_length`` k > 0; bench ``g=k``): prompt-lookup tokens ride in each draft forward
   (Ouroboros' draft-side phrase check, Zhao et al. 2024, arXiv 2402.13720, exact under sampling).
 - `HybridDrafter`: per row and iteration, the prompt-lookup phrase when the context has an n-gram
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...reference.deprecation import renamed_keywords
 from ..torch_method import TorchMethod
 from ..validation import check_int, check_positive
 from ..verifiers.nodes import PathRule
@@ -112,11 +113,11 @@ class AdaptiveChainDrafter(PathsDrafter):
     still needs. The stop is decided AFTER the token is drawn and keeps it, so whether to draft
     one more token is a function of the drafted prefix, which token verification allows (a
     chain's length may be any stopping time of its own tokens). Dropping the low-confidence token
-    instead would condition its law on q(x) >= threshold while the verifier divides by the
-    unconditioned q: biased (`verispec.reference.adaptive` plants exactly that). The cap is fixed
-    before an iteration's draws, so every iteration is the reference `adaptive_chain(cap,
-    threshold)` for some cap. Confidence: q of the drawn token at the draft temperature; at draft
-    temperature 0 the softmax of the draft logits at temperature 1, as transformers does.
+    instead would condition its law on q(x) >= confidence_threshold while the verifier divides by
+    the unconditioned q: biased (`verispec.reference.adaptive` plants exactly that). The cap is
+    fixed before an iteration's draws, so every iteration is the reference `adaptive_chain(cap,
+    confidence_threshold)` for some cap. Confidence: q of the drawn token at the draft
+    temperature; at draft temperature 0 the softmax of the draft logits at temperature 1, as transformers does.
 
     Guesses: a guess column's logits are the draft's next-token logits after that guess; when the
     token drawn from the previous column (with the uniform of its depth) equals the guess, the next
@@ -129,7 +130,7 @@ class AdaptiveChainDrafter(PathsDrafter):
 
     Args:
         draft_length: the initial cap L0 >= 1. max_draft_length: the cap's ceiling (>= L0).
-        threshold: stop after a drafted token of confidence < threshold (0: never stop).
+        confidence_threshold: stop after a drafted token of confidence below it (0: never stop).
         schedule: one of `SCHEDULES`. draft_temperature: as `PathsDrafter` (default: T).
         guess_length: prompt-lookup tokens per draft forward (0: none; see above).
         max_ngram: the longest suffix n-gram the guesses look up.
@@ -137,11 +138,13 @@ class AdaptiveChainDrafter(PathsDrafter):
     Logs: "chain_lengths" (tokens drafted per row and iteration), "caps" (the cap in force).
     """
 
-    def __init__(self, draft_length: int, max_draft_length: int, threshold: float = 0.4,
+    @renamed_keywords(threshold="confidence_threshold")
+    def __init__(self, draft_length: int, max_draft_length: int, confidence_threshold: float = 0.4,
                  schedule: str = "heuristic", draft_temperature: float | None = None, guess_length: int = 0,
                  max_ngram: int = 3):
         super().__init__(draft_length, 1, True, draft_temperature)
-        self.max_length, self.threshold, self.schedule = max_draft_length, threshold, schedule
+        self.max_length, self.schedule = max_draft_length, schedule
+        self.confidence_threshold = confidence_threshold
         self.guess_length, self.max_ngram = guess_length, max_ngram
         self._lengths, self._caps = [], []
 
@@ -209,7 +212,7 @@ class AdaptiveChainDrafter(PathsDrafter):
             token = draw(q, chain.uniforms(self.source, going), greedy)  # [B]
             chain.record(going, token, q)
             confidence = self._confidence(step, token, q)  # [B]
-            stop = confidence < self.threshold if self.policy is None else self.policy.stops(
+            stop = confidence < self.confidence_threshold if self.policy is None else self.policy.stops(
                 confidence, chain.depth, going, chain.lengths)
             low = going & stop & (chain.lengths > chain.depth + 1)
             chain.lengths = torch.where(low, chain.depth + 1, chain.lengths)
@@ -280,7 +283,7 @@ class AdaptiveChainDrafter(PathsDrafter):
 
     def accept(self, tree: DraftTree, verdict) -> None:
         self._commit_and_queue(tree, verdict, ran=True)
-        self._update_caps(verdict.num_accepted, torch.ones_like(self.cap, dtype=torch.bool))
+        self._update_caps(verdict.tau, torch.ones_like(self.cap, dtype=torch.bool))
 
     def _update_caps(self, tau: torch.Tensor, drafted_by_model: torch.Tensor) -> None:
         """transformers' heuristic: +2 when the row accepted every drafted token, else -1 (rows
@@ -297,7 +300,7 @@ class AdaptiveChainDrafter(PathsDrafter):
     def _commit_and_queue(self, tree: DraftTree, verdict, ran: bool) -> None:
         """Keep in the draft cache the pending tokens (fed this iteration when `ran`) and the
         accepted nodes it ran; queue the accepted tokens it did not run, then the new token."""
-        nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token  # [B, D], [B], [B]
+        nodes, tau, y = verdict.nodes, verdict.tau, verdict.token  # [B, D], [B], [B]
         on = nodes >= 0
         fed = self._commit_fed(nodes) if ran else torch.full_like(nodes, -1)
         P = self.pending.shape[1]
@@ -330,11 +333,12 @@ class HybridDrafter(AdaptiveChainDrafter):
     max_ngram: the longest suffix n-gram looked up. Logs also "lookup" (bool per row and iteration).
     """
 
-    def __init__(self, draft_length: int, max_draft_length: int, threshold: float = 0.4,
+    @renamed_keywords(threshold="confidence_threshold")
+    def __init__(self, draft_length: int, max_draft_length: int, confidence_threshold: float = 0.4,
                  schedule: str = "heuristic", lookup_length: int = 10, max_ngram: int = 3,
                  *, draft_temperature: float | None = None, guess_length: int = 0):
-        super().__init__(draft_length, max_draft_length, threshold, schedule, draft_temperature, guess_length,
-                         max_ngram)
+        super().__init__(draft_length, max_draft_length, confidence_threshold, schedule, draft_temperature,
+                         guess_length, max_ngram)
         self.lookup_length = lookup_length
         self._lookups = []
 
@@ -390,7 +394,7 @@ class HybridDrafter(AdaptiveChainDrafter):
                 tree.tokens.shape[1] - self.fed.shape[1], 0)), -1)], dim=1)
             self.fed[self._lookup] = -1  # phrase nodes were never fed to the draft model
         self._commit_and_queue(tree, verdict, ran=self._ran)
-        self._update_caps(verdict.num_accepted, ~self._lookup)
+        self._update_caps(verdict.tau, ~self._lookup)
 
     def logs(self) -> dict:
         out = super().logs()
@@ -403,13 +407,14 @@ class HybridDrafter(AdaptiveChainDrafter):
 VERIFIERS = ("token", "block")
 
 
-def _check(draft_length, max_draft_length, threshold, schedule, verifier="token"):
+def _check(draft_length, max_draft_length, confidence_threshold, schedule, verifier="token"):
     L = check_positive(draft_length, "draft_length")
     top = 4 * L if max_draft_length is None else check_positive(max_draft_length, "max_draft_length")
     if top < L:
         raise ValueError(f"max_draft_length: must be >= draft_length ({L}), got {top}")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
-        raise ValueError(f"threshold: expected a number in [0, 1], got {threshold!r}")
+    c = confidence_threshold
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= 1:
+        raise ValueError(f"confidence_threshold: expected a number in [0, 1], got {c!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}")
     if verifier not in VERIFIERS:
@@ -417,27 +422,30 @@ def _check(draft_length, max_draft_length, threshold, schedule, verifier="token"
     return L, top
 
 
-def adaptive_method(draft_length: int = 4, max_draft_length: int | None = None, threshold: float = 0.4,
+@renamed_keywords(threshold="confidence_threshold")
+def adaptive_method(draft_length: int = 4, max_draft_length: int | None = None, confidence_threshold: float = 0.4,
                     schedule: str = "heuristic", draft_temperature: float | None = None, verifier: str = "token",
                     guess_length: int = 0):
     """`AdaptiveChainDrafter` + token or block verification as a `TorchMethod` ("adaptive").
 
     Args: draft_length: the initial cap L0 >= 1; max_draft_length: the cap's ceiling (default
-    4 L0); threshold in [0, 1] (default 0.4, transformers' default); schedule: `SCHEDULES`;
+    4 L0); confidence_threshold in [0, 1] (default 0.4, transformers' default); schedule: `SCHEDULES`;
     verifier: `VERIFIERS` (default "token"); guess_length: prompt-lookup tokens the draft model
     checks in each of its forwards (0, the default: none; `AdaptiveChainDrafter`).
 
     Raises:
         ValueError: a parameter out of range. TypeError: a guess_length that is not an int.
     """
-    L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
+    L, top = _check(draft_length, max_draft_length, confidence_threshold, schedule, verifier)
     g = check_int(guess_length, "guess_length", 0)
-    return TorchMethod("adaptive", lambda: AdaptiveChainDrafter(L, top, threshold, schedule, draft_temperature, g),
-                       PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
+    c = confidence_threshold
+    return TorchMethod("adaptive", lambda: AdaptiveChainDrafter(L, top, c, schedule, draft_temperature, g),
+                       PathRule(verifier), {"draft_length": L, "max_draft_length": top, "confidence_threshold": c,
                                             "schedule": schedule, "verifier": verifier, "guess_length": g})
 
 
-def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, threshold: float = 0.4,
+@renamed_keywords(threshold="confidence_threshold")
+def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, confidence_threshold: float = 0.4,
                   schedule: str = "heuristic", lookup_length: int = 10, max_ngram: int = 3, *,
                   draft_temperature: float | None = None, verifier: str = "token", guess_length: int = 0):
     """`HybridDrafter` + token or block verification as a `TorchMethod` ("hybrid"); arguments as
@@ -447,11 +455,12 @@ def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, th
     Raises:
         ValueError: a parameter out of range. TypeError: a guess_length that is not an int.
     """
-    L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
+    L, top = _check(draft_length, max_draft_length, confidence_threshold, schedule, verifier)
     n, k = check_positive(lookup_length, "lookup_length"), check_positive(max_ngram, "max_ngram")
     g = check_int(guess_length, "guess_length", 0)
-    return TorchMethod("hybrid", lambda: HybridDrafter(L, top, threshold, schedule, n, k,
+    c = confidence_threshold
+    return TorchMethod("hybrid", lambda: HybridDrafter(L, top, c, schedule, n, k,
                                                        draft_temperature=draft_temperature, guess_length=g),
-                       PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
+                       PathRule(verifier), {"draft_length": L, "max_draft_length": top, "confidence_threshold": c,
                                             "schedule": schedule, "lookup_length": n, "max_ngram": k,
                                             "verifier": verifier, "guess_length": g})

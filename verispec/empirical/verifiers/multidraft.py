@@ -11,6 +11,7 @@ from typing import Callable
 
 import torch
 
+from ...reference.deprecation import renamed_keywords
 from ..uniforms import bernoulli, categorical
 from .common import RuleOutput, check_tree, Cursor, emit, first_true, accept_probability, residual
 
@@ -50,15 +51,16 @@ _rrs_step = partial(_rrs_like_step, without_replacement=False)
 _rrsw_step = partial(_rrs_like_step, without_replacement=True)
 
 
-def spectr_rho(p: torch.Tensor, q: torch.Tensor, num_drafts) -> torch.Tensor:
+@renamed_keywords(num_drafts="num_paths")
+def spectr_rho(p: torch.Tensor, q: torch.Tensor, num_paths) -> torch.Tensor:
     """rho [B] (dtype of p) in [1, K] with 1 - (1 - beta(rho))^K = rho beta(rho), beta(rho) = sum
-    min(q, p/rho), for p, q [B, V] and num_drafts: K of each row (int or [B] tensor, >= 1).
+    min(q, p/rho), for p, q [B, V] and num_paths: K of each row (int or [B] tensor, >= 1).
 
     Vectorised bisection with the reference's iterates (200 steps at most, each row stopping when
     hi - lo <= 1e-15) returning the upper end, where f <= 0 (SpecTr K-SEQ, arXiv 2310.15141).
     """
     B = p.shape[0]
-    K = torch.as_tensor(num_drafts, dtype=p.dtype, device=p.device).expand(B).clamp(min=1)  # [B]
+    K = torch.as_tensor(num_paths, dtype=p.dtype, device=p.device).expand(B).clamp(min=1)  # [B]
 
     def f(rho, p, q, K):  # rho [b] -> [b]
         beta = torch.minimum(q, p / rho.unsqueeze(-1)).sum(-1)

@@ -45,6 +45,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..memo import MEMO_VOCAB, by_value
+from ..deprecation import deprecated, renamed_keywords
 from ..probability import accept_probability, is_exact, is_symbolic, residual
 from .gbv import rank_key
 from .multidraft import top_down
@@ -58,17 +59,18 @@ def ratio_order(p, q) -> np.ndarray:
     return drafted[np.argsort(p[drafted] / q[drafted], kind="stable")]
 
 
-def resolution_targets(p, q, num_drafts: int):
+@renamed_keywords(num_drafts="num_paths")
+def resolution_targets(p, q, num_paths: int):
     """The optimal selected-token law of step 1 (module docstring).
 
     Args:
-        p, q: target and draft distributions [V] (float64 or exact); num_drafts: K >= 1.
+        p, q: target and draft distributions [V] (float64 or exact); num_paths: K >= 1.
 
     Returns:
         (order, h, targets): the drafted tokens by p/q ascending [n], the size h of the minimising
         prefix H = order[:h], and targets [n] (y of order[i]).
     """
-    K = int(num_drafts)
+    K = int(num_paths)
     order = ratio_order(p, q)
     ps, qs = p[order], q[order]  # [n]
     zero = ps[:0].sum() * 0
@@ -183,11 +185,11 @@ class _Frame:
     positions [G + 1]: where each run boundary lies on [0, 1] (H's runs from 0, the rest from q(H));
     powers = positions ** K; t_cum [G + 1]: prefix sums of the runs' targets."""
 
-    def __init__(self, run_q, run_targets, split_run: int, mass: float, num_drafts: int):
+    def __init__(self, run_q, run_targets, split_run: int, mass: float, num_paths: int):
         below = np.concatenate([[0.0], np.cumsum(run_q[:split_run])])  # [split_run + 1]
         above = mass + np.cumsum(run_q[split_run:])  # [G - split_run]
         self.positions = np.concatenate([below[:-1], [mass], above])  # [G + 1]
-        self.powers = self.positions ** num_drafts
+        self.powers = self.positions ** num_paths
         self.t_cum = np.concatenate([[0.0], np.cumsum(run_targets)])
 
 
@@ -198,7 +200,7 @@ class Resolution:
     the run's position law, scaled by its own q.
 
     Attributes:
-        num_drafts: K. order, split, targets: as `resolution_targets`.
+        num_paths: K. order, split, targets: as `resolution_targets`.
         runs: [G + 1] boundaries in `order` of the tie runs; run_q: q of each run [G].
         run_of: int64 [V]: each drafted token's run (-1 off the drafted tokens).
         nodes: [(a, b, weight, parent)]: a blend of segment [a, b]; each token under it has density
@@ -210,8 +212,15 @@ class Resolution:
             from the targets; zero off the drafted tokens).
     """
 
-    def __init__(self, p, q, num_drafts: int):
-        self.num_drafts = K = int(num_drafts)
+    @property
+    def num_drafts(self) -> int:
+        """Deprecated alias of `num_paths` (K)."""
+        deprecated("Resolution.num_drafts", "Resolution.num_paths")
+        return self.num_paths
+
+    @renamed_keywords(num_drafts="num_paths")
+    def __init__(self, p, q, num_paths: int):
+        self.num_paths = K = int(num_paths)
         self.order, self.split, self.targets = resolution_targets(p, q, K)
         one = Fraction(1) if is_exact(q) else 1.0  # segment ends stay exact for exact q
         qs = q[self.order]  # [n]
@@ -260,7 +269,7 @@ class Resolution:
         A segment's targets stay an affine map of the runs' first targets, A t0 - B q (each blend
         maps t to (t - lambda mean q) / (1 - lambda)), so its prefix sums come from `frame`'s, taken
         once; the same lambda, splits and segment ends as `_resolve`, to round-off."""
-        K = self.num_drafts
+        K = self.num_paths
         stack = [(lo, hi, a, b, 1.0, 1.0, 0.0, -1)]  # ..., scale, A, B, parent
         while stack:
             lo, hi, a, b, scale, A, B, parent = stack.pop()
@@ -297,7 +306,7 @@ class Resolution:
 
     def _blend(self, qs, targets, a, b):
         """(lambda, tight interior breakpoints, the rest's targets) of one segment [a, b] (exact)."""
-        K = self.num_drafts
+        K = self.num_paths
         mean = (b ** K - a ** K) / (b - a)  # the segment's average weight K v^(K-1)
         q_cum, t_cum = np.cumsum(qs)[:-1], np.cumsum(targets)[:-1]  # interior breakpoints [m - 1]
         floor = (a + q_cum) ** K - a ** K  # the least value of each prefix (stacked at the bottom)
@@ -309,7 +318,7 @@ class Resolution:
 
     def _law(self, q):
         """y [V]: y_j = sum over j's blends of weight q_j (b^K - a^K) + its share of its run's leaf."""
-        K = self.num_drafts
+        K = self.num_paths
         value = []  # [nodes]: sum over the blend and its ancestors of weight (b^K - a^K)
         for a, b, weight, parent in self.nodes:
             value.append(weight * (b ** K - a ** K) + (value[parent] if parent >= 0 else 0))
@@ -457,17 +466,18 @@ def _winner_integral(i, tokens, counts, mass, density, q, width):
     return sum(c * width ** (k + 1) / (k + 1) for k, c in enumerate(poly))
 
 
-_memo_resolution = by_value(lambda p, q, num_drafts: Resolution(p, q, num_drafts))
+_memo_resolution = by_value(lambda p, q, num_paths: Resolution(p, q, num_paths))
 
 
-def resolution(p, q, num_drafts: int) -> Resolution:
+@renamed_keywords(num_drafts="num_paths")
+def resolution(p, q, num_paths: int) -> Resolution:
     """`Resolution(p, q, K)`, memoised by value for vocabularies up to `MEMO_VOCAB` (not for
     symbolic p, q); treat it as read-only. One float64 operand makes the resolution float64."""
     if len(p) > MEMO_VOCAB or is_symbolic(p) or is_symbolic(q):
-        return Resolution(p, q, num_drafts)
+        return Resolution(p, q, num_paths)
     if not (is_exact(p) and is_exact(q)):
         p, q = (v if v.dtype == np.float64 else np.array([float(x) for x in v], dtype=np.float64) for v in (p, q))
-    return _memo_resolution(p, q, int(num_drafts))
+    return _memo_resolution(p, q, int(num_paths))
 
 
 def global_resolution_step(p, q, counts: dict, rand) -> int:

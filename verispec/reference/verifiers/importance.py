@@ -260,7 +260,7 @@ def truncated_set_selection(p, q, k: int, s: int) -> TruncatedSetSelection:
     Raises:
         TypeError / ValueError: k or s not an int >= 1.
     """
-    k, s = check_positive_int(k, "num_drafts"), check_positive_int(s, "truncation")
+    k, s = check_positive_int(k, "num_paths"), check_positive_int(s, "truncation")
     if len(p) > MEMO_VOCAB:
         return TruncatedSetSelection(p, q, k, s)
     return _memo_truncated_set_selection(p, q, k, s)

@@ -9,6 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...reference.draft_sets import draft_set_law
+from ...reference.deprecation import renamed_keywords
 from ...reference.models import check_positive_int
 from ...reference.probability import as_probs
 from .solve import LPResult, solve_lp
@@ -16,7 +17,8 @@ from .solve import LPResult, solve_lp
 __all__ = ["multidraft"]
 
 
-def multidraft(p, q, num_drafts: int, replacement: bool = True, solver: str | None = None) -> LPResult:
+@renamed_keywords(num_drafts="num_paths")
+def multidraft(p, q, num_paths: int, replacement: bool = True, solver: str | None = None) -> LPResult:
     """The one-position transport LP (SpecTr, Sun et al. 2023, arXiv 2310.15141).
 
     Variables pi(S, y) >= 0 over drafted token sets S (law Q(S) from `draft_set_law`) and outputs y:
@@ -28,7 +30,7 @@ def multidraft(p, q, num_drafts: int, replacement: bool = True, solver: str | No
 
     Args:
         p, q: target and draft distributions [V] (float or Fraction; validated).
-        num_drafts: K >= 1. replacement: i.i.d. drafts (True) or distinct draws (False).
+        num_paths: K >= 1. replacement: i.i.d. drafts (True) or distinct draws (False).
 
     Returns:
         LPResult; value = alpha*; node_budgets = {(S, y): pi(S, y)} for pi > 1e-12 (a full
@@ -39,7 +41,7 @@ def multidraft(p, q, num_drafts: int, replacement: bool = True, solver: str | No
     """
     p = np.asarray(as_probs(p, "p"), dtype=np.float64)
     q = np.asarray(as_probs(q, "q", len(p)), dtype=np.float64)
-    K = check_positive_int(num_drafts, "num_drafts")
+    K = check_positive_int(num_paths, "num_paths")
     start = time.perf_counter()
     law = draft_set_law(q, K, replacement)
     sets = list(law)

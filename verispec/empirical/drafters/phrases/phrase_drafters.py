@@ -173,7 +173,7 @@ class _PhraseDrafter(Drafter):
     def _emit(self, verdict) -> list[int]:
         """Append the accepted tokens and y to the sequence and the output's n-grams to the pool
         (b); returns the accepted node ids."""
-        nodes = [int(j) for j in verdict.nodes[0, :int(verdict.num_accepted[0])]]
+        nodes = [int(j) for j in verdict.nodes[0, :int(verdict.tau[0])]]
         before = len(self.seq)
         self.seq += [self.tree.tokens[j] for j in nodes] + [int(verdict.token[0])]
         if self.output_ngrams:
@@ -345,7 +345,7 @@ class LookaheadDrafter(_PhraseDrafter):
     def accept(self, tree, verdict) -> None:
         if self.window is not None:
             self.window.update([self.argmax[j] for j in self.slots], self.pool)
-        self.verified += int(verdict.num_accepted[0])
+        self.verified += int(verdict.tau[0])
         self._emit(verdict)
 
 
