@@ -110,7 +110,7 @@ def _time_check(payload: dict, args) -> None:
     if args.skip_check or payload.get("check") is not None:
         return
     start = time.perf_counter()
-    results = run_check(methods.names(), 3, 2, 2, 4, 0, 4, False)
+    results = run_check(methods.names(), 3, 2, 2, 4, 0, num_tokens=4, rational=False)
     payload["check"] = {"vocab_size": 3, "draft_length": 2, "num_paths": 2, "instances": 4,
                         "num_tokens": 4, "seconds": time.perf_counter() - start,
                         "all_lossless": all(r.passed for r in results),

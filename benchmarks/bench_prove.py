@@ -208,13 +208,11 @@ DOC_PATHS = ("docs/prove.md",)
 
 
 def _where(records) -> str:
-    """How quiet the machine was while `records` ran (their 1-minute load averages)."""
+    """Whether `records` ran alone (their 1-minute load averages, kept in the JSON, decide it)."""
     loads = [r[k] for r in records for k in ("load_average_before", "load_average_after")]
     if max(loads) > QUIET_LOAD:
-        return (f"while other jobs ran (1-minute load average {min(loads):.1f} to {max(loads):.1f}: "
-                "indicative only)")
-    return (f"on a quiet machine (1-minute load average at most {max(loads):.1f}: the bench's own two prove "
-            "workers and the cvc5 processes they race)")
+        return "while other jobs ran (indicative only)"
+    return "with no other job running"
 
 
 def update_docs(data, root) -> None:
@@ -226,7 +224,7 @@ def update_docs(data, root) -> None:
     larger = (f" (then `--extra` for the larger sizes of {len({r['method'] for r in extra})} methods)" if extra
               else " (the larger sizes not run: `not tried`)")
     paragraph = ("Measured with `python3 benchmarks/bench_prove.py --fresh --all-vocab`" + larger
-                 + f",\n{', '.join(f'{t:g}' for t in timeouts)} s limit per proof, on this "
+                 + f",\n{', '.join(f'{t:g}' for t in timeouts)} s limit per proof, on a "
                  f"{os.cpu_count()}-core machine: the base sizes {_where(base)}"
                  + (f";\nthe larger sizes {_where(extra)}" if extra else "") + ".\n"
                  "A cell gives verdict, wall time, branch points / leaves of the "

@@ -246,3 +246,72 @@ def test_importing_the_reference_loads_no_torch_z3_or_cvxpy():
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'z3', 'cvxpy', 'transformers'}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert done.stdout.strip() == "[]"
+
+
+MAX_CLI_LINES = 250
+#: Parameters of an internal function (all of them), positional parameters of a public one: more
+#: travel together as one config object, or as keyword-only options (`assert_sampler_lossless`).
+MAX_PARAMETERS = 7
+
+
+def test_the_cli_only_parses_and_dispatches():
+    with open(os.path.join(PACKAGE, "cli.py")) as handle:
+        lines = len(handle.read().splitlines())
+    assert lines <= MAX_CLI_LINES, f"verispec/cli.py has {lines} lines: a command's code lives in its package"
+
+
+def _exported(tree) -> set | None:
+    """The names of a module's `__all__`, or None when it declares none (every plain name public)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+def _parameter_counts(module: str, path: str):
+    """(where, name, counted parameters, public) of every function of one module: public is a
+    plain name, exported by `__all__` if there is one, outside `_internal`, not nested in a function,
+    and a method only of a public class (dunder methods included)."""
+    tree = ast.parse(open(path).read())
+    exported = _exported(tree)
+    outside = "._internal" not in module and not module.rsplit(".", 1)[-1].startswith("_")
+
+    def visit(node, public_scope, in_class):
+        for child in ast.iter_child_nodes(node):
+            plain = not child.__dict__.get("name", "_").startswith("_")
+            if isinstance(child, ast.ClassDef):
+                visible = public_scope and plain and (in_class or exported is None or child.name in exported)
+                yield from visit(child, visible, True)
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                dunder = child.name.startswith("__") and child.name.endswith("__")
+                public = public_scope and (plain or (dunder and in_class)) and (
+                    in_class or exported is None or child.name in exported)
+                args = child.args
+                positional = [a for a in args.posonlyargs + args.args if a.arg not in ("self", "cls")]
+                counted = len(positional) if public else len(positional) + len(args.kwonlyargs)
+                yield f"{module}:{child.lineno}", child.name, counted, public
+                yield from visit(child, False, False)
+
+    yield from visit(tree, outside, False)
+
+
+def _too_many_parameters(modules: dict[str, str]) -> list[str]:
+    return [f"{where} {name}: {count} {'positional ' if public else ''}parameters"
+            for module, path in sorted(modules.items())
+            for where, name, count, public in _parameter_counts(module, path) if count > MAX_PARAMETERS]
+
+
+def test_no_function_takes_more_than_seven_parameters():
+    found = _too_many_parameters(_modules())
+    assert not found, "\n".join(found)
+
+
+def test_a_planted_long_signature_is_caught(tmp_path):
+    path = tmp_path / "planted.py"
+    path.write_text("__all__ = ['shown']\n"
+                    "def shown(a, b, c, d, e, f, g, *, h=0, i=0): pass\n"  # keyword-only options: fine
+                    "def hidden(a, b, c, d, e, f, g, *, h=0): pass\n"  # not exported: every parameter counts
+                    "def _helper(a, b, c, d, e, f, g, h): pass\n"
+                    "class _Private:\n    def run(self, a, b, c, d, e, f, g, h): pass\n")
+    found = _too_many_parameters({"verispec.planted": str(path)})
+    assert [line.split()[1] for line in found] == ["hidden:", "_helper:", "run:"], found

@@ -38,9 +38,9 @@ def _fields(results):
 @pytest.mark.parametrize("rational", [False, True])
 def test_workers_give_the_serial_results(rational):
     names = ["token", "gbv", planted.residual_p(1), _crashes_at_v3(), "static_ensemble"]
-    args = (names, (2, 3), 1, 2, 3, 0, None, rational)
-    serial = run_check(*args)
-    fanned = run_check(*args, workers=2)
+    args = (names, (2, 3), 1, 2, 3, 0)
+    serial = run_check(*args, num_tokens=None, rational=rational)
+    fanned = run_check(*args, num_tokens=None, rational=rational, workers=2)
     assert _fields(fanned) == _fields(serial)
     status = {r.method: r.status for r in serial}
     assert status == {"token": "lossless", "gbv": "lossless", "planted.residual_p": "NOT lossless",

@@ -37,7 +37,7 @@ def test_the_exact_tv_is_the_enumerated_one_on_rational_instances():
 
 
 def test_the_same_rule_not_declared_lossy_fails():
-    declared = methods.get("fsd", draft_length=2, threshold=0.3)
+    declared = methods.get("fsd", draft_length=2, divergence_threshold=0.3)
     undeclared = Method("fsd_undeclared", declared.draft, declared.verify, dict(declared.params))
     instances = make_instances(3, 2, seed=0)
     assert check_method(declared, instances, 2, 1, None).status == "lossy"

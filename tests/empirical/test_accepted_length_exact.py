@@ -213,7 +213,7 @@ def _first_child(tree, verdict, among=None):
     has [B]); `among` [B, N] restricts the candidates."""
     B = tree.tokens.shape[0]
     deepest = torch.cat([torch.zeros(B, 1, dtype=torch.long), verdict.nodes.clamp(min=0)], 1).gather(
-        1, verdict.num_accepted.unsqueeze(1))  # [B, 1]
+        1, verdict.tau.unsqueeze(1))  # [B, 1]
     child = tree.real & (tree.parents == deepest)  # [B, N]
     child[:, 0] = False
     if among is not None:

@@ -175,14 +175,14 @@ def _window_reads_parent(self, tree, verdict):
     """The Jacobi window reads each slot's output one node early (its parent's): an off-by-one
     in the gather of the tree forward's logits."""
     self.window.update([self.argmax[j - 1] for j in self.slots], self.pool)
-    self.verified += int(verdict.num_accepted[0])
+    self.verified += int(verdict.tau[0])
     self._emit(verdict)
 
 
 def _no_ngrams(self, tree, verdict):
     """The emitted text never reaches the pool (only the window's trajectories do)."""
     self.window.update([self.argmax[j] for j in self.slots], self.pool)
-    nodes = [int(j) for j in verdict.nodes[0, :int(verdict.num_accepted[0])]]
+    nodes = [int(j) for j in verdict.nodes[0, :int(verdict.tau[0])]]
     self.seq += [self.tree.tokens[j] for j in nodes] + [int(verdict.token[0])]
 
 

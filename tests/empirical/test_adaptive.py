@@ -122,7 +122,8 @@ def pair():
 
 
 @pytest.mark.parametrize("storage", ["padded", "packed"])
-@pytest.mark.parametrize("name, params", [("adaptive", {"draft_length": 3}), ("adaptive", {"threshold": 0.0}),
+@pytest.mark.parametrize("name, params", [("adaptive", {"draft_length": 3}),
+                                          ("adaptive", {"confidence_threshold": 0.0}),
                                           ("hybrid", {"draft_length": 3, "lookup_length": 6}),
                                           ("adaptive", {"draft_length": 3, "verifier": "block"})])
 def test_greedy_output_is_target_only_greedy(pair, storage, name, params):
@@ -134,7 +135,7 @@ def test_greedy_output_is_target_only_greedy(pair, storage, name, params):
 
 def _run_identical(target, name, **params):
     twin = copy.deepcopy(target)  # an identical draft: every model-drafted token is the target's argmax
-    method = methods.get(name, threshold=0.0, schedule="constant", **params)
+    method = methods.get(name, confidence_threshold=0.0, schedule="constant", **params)
     stats = engine.decode(target, twin, PROMPTS[:1], method, 30, storage="sequence").stats
     return stats.accepted_lengths, stats.logs
 
@@ -156,7 +157,7 @@ def test_chains_stop_at_the_tokens_still_needed(pair):
     twin = copy.deepcopy(pair[0])
     greedy = engine.decode(pair[0], None, PROMPTS[0], engine.target_only_method(), 7).tokens
     for name in ("adaptive", "hybrid"):
-        method = methods.get(name, draft_length=20, threshold=0.0, schedule="constant")
+        method = methods.get(name, draft_length=20, confidence_threshold=0.0, schedule="constant")
         result = engine.decode(pair[0], twin, PROMPTS[:1], method, 7, storage="sequence")
         assert torch.equal(result.tokens, greedy), name
         if name == "adaptive" or not bool(result.stats.logs["lookup"][0]):
@@ -208,7 +209,7 @@ def test_planted_lost_lookup_tokens_are_caught(pair, monkeypatch):
 def test_cap_follows_the_heuristic_schedule(pair):
     target, draft = pair
     stats = engine.decode(target, draft, PROMPTS[:1], methods.get("adaptive", draft_length=2, max_draft_length=5,
-                                                                  threshold=0.0), 40, 1.0, uniforms=5,
+                                                                  confidence_threshold=0.0), 40, 1.0, uniforms=5,
                           storage="sequence").stats
     caps, drafted, tau = stats.logs["caps"].tolist(), stats.logs["chain_lengths"].tolist(), stats.accepted_lengths
     assert caps[0] == 2 and len(set(caps)) > 1
@@ -219,7 +220,7 @@ def test_cap_follows_the_heuristic_schedule(pair):
 
 def test_bad_parameters_are_refused():
     with pytest.raises(ValueError, match="threshold"):
-        methods.get("adaptive", threshold=-0.1)
+        methods.get("adaptive", confidence_threshold=-0.1)
     with pytest.raises(ValueError, match="schedule"):
         methods.get("hybrid", schedule="linear")
     with pytest.raises(ValueError, match="max_draft_length"):
@@ -268,10 +269,10 @@ def test_bench_adaptive_ceiling_is_checked():
     from verispec.reference import registry
 
     for factory in (adaptive.adaptive_method, adaptive.hybrid_method):  # unset, c is the registry's = the factory's
-        default = inspect.signature(factory).parameters["threshold"].default
-        assert bench.parse_method("adaptive", 4, 1).param("threshold") is None
-        assert registry.spec(factory().name).defaults("torch")["threshold"] == default
-    assert bench.parse_method("adaptive:L=20,M=20,c=15", 4, 1).param("threshold") == 0.15
+        default = inspect.signature(factory).parameters["confidence_threshold"].default
+        assert bench.parse_method("adaptive", 4, 1).param("confidence_threshold") is None
+        assert registry.spec(factory().name).defaults("torch")["confidence_threshold"] == default
+    assert bench.parse_method("adaptive:L=20,M=20,c=15", 4, 1).param("confidence_threshold") == 0.15
     assert bench.parse_method("adaptive:L=20,sched=constant", 4, 1).param("schedule") == "constant"
     assert bench.parse_method("hybrid", 4, 1).param("schedule") is None  # the registry's "heuristic"
     assert bench.parse_method("adaptive:L=20,v=block", 4, 1).param("verifier") == "block"
@@ -290,7 +291,8 @@ def _exact_case(name, verifier="token", draft_length=2, threshold=0.8):
     """(torch params, reference Method) at L = 2, threshold 0.8 unless given, a constant cap (one
     iteration is then the reference method), for the context-sensitive models of
     test_accepted_length_exact."""
-    common = {"draft_length": draft_length, "threshold": threshold, "schedule": "constant", "verifier": verifier}
+    common = {"draft_length": draft_length, "confidence_threshold": threshold, "schedule": "constant",
+              "verifier": verifier}
     if name == "adaptive":
         return common, ref.adaptive_method(draft_length, threshold, verifier=verifier)
     return ({**common, "lookup_length": 2, "max_ngram": 2},

@@ -181,7 +181,7 @@ def test_greedy_divergence_is_reported_with_margin():
                                          ("opt_tree:K=2", "no K"), ("opt_tree:n=0", "bad parameter"),
                                          ("gbv:X=2", "bad parameter"), ("gbv:K=0", "bad parameter"), ("", "method"),
                                          ("block:W=2", "no W"), ("ouroboros:W=-1", "bad parameter"),
-                                         ("lookahead:K=0", "bad parameter")])
+                                         ("lookahead:C=0", "bad parameter")])
 def test_parse_method_rejects_bad_specs(text, match):
     with pytest.raises(ValueError, match=match):
         bench.parse_method(text, 3, 2)
@@ -199,8 +199,8 @@ def test_parse_method_parameters():
         "node_budget"]) == 50  # the registry's default
     # phrase methods: K = pool candidates, W = Jacobi window; unset, the registry's defaults (the factories' own)
     assert bench.parse_method("ouroboros", 3, 2) == bench.BenchMethod("ouroboros", "ouroboros", (("draft_length", 3),))
-    assert bench.parse_method("ouroboros:K=1,W=0", 3, 2) == bench.BenchMethod(
-        "ouroboros:K=1,W=0", "ouroboros", (("draft_length", 3), ("num_candidates", 1), ("window", 0)))
+    assert bench.parse_method("ouroboros:C=1,W=0", 3, 2) == bench.BenchMethod(
+        "ouroboros:C=1,W=0", "ouroboros", (("draft_length", 3), ("num_candidates", 1), ("window", 0)))
     for factory in (phrases.ouroboros_method, phrases.lookahead_method):  # the registry and the factory agree
         defaults = inspect.signature(factory).parameters
         declared = registry.spec(factory().name).defaults("torch")
@@ -208,7 +208,7 @@ def test_parse_method_parameters():
         assert declared["window"] == defaults["window"].default == 4
     assert bench.parse_method("lookahead:W=2", 3, 2) == bench.BenchMethod("lookahead:W=2", "lookahead", (("window", 2),))
     assert bench.parse_method("adaptive:L=20,M=20,c=15,sched=constant,v=block", 4, 1).params == (
-        ("draft_length", 20), ("max_draft_length", 20), ("threshold", 0.15), ("schedule", "constant"),
+        ("draft_length", 20), ("max_draft_length", 20), ("confidence_threshold", 0.15), ("schedule", "constant"),
         ("verifier", "block"), ("policy", "auto"))
 
 
@@ -251,13 +251,13 @@ def test_batched_bench_vanilla_and_ems_against_batched_target_only(tiny_pair, tm
     out = str(tmp_path / "batched.json")
     results = bench_batched.run_batched_bench(cfg, out, pair=tiny_pair, prompts=prompts)
     rows = {(r["runner"], r["batch_size"]): r for r in results["summary"]}
-    assert set(rows) == {(r, B) for r in ("target_only", "block/vanilla", "block/ems", "prompt_lookup/vanilla",
-                                          "prompt_lookup/ems") for B in (1, 2, 4)}
+    assert set(rows) == {(r, B) for r in ("target_only", "block/vanilla", "block/packed", "prompt_lookup/vanilla",
+                                          "prompt_lookup/packed") for B in (1, 2, 4)}
     for (runner, B), row in rows.items():
         assert row["greedy_match_rate"] == 1.0, (runner, B)  # fp32: every row is target-only greedy
         assert row["tokens"] == 4 * 8 and row["batches"] == 4 // B
         assert row["decode_speedup"] > 0
-        if runner.endswith("/ems"):
+        if runner.endswith("/packed"):
             assert row["padded_kv_slots"] == 0  # EMS-SD never writes a padded slot
     assert rows[("block/vanilla", 4)]["padded_kv_slots"] > 0  # prompts of different lengths: padding
     assert results["plot"] and os.path.getsize(results["plot"]) > 0
@@ -290,7 +290,7 @@ def test_batched_bench_takes_multi_path_selection_and_tree_methods(tiny_pair, tm
     results = bench_batched.run_batched_bench(cfg, str(tmp_path / "b.json"), pair=tiny_pair, prompts=PROMPTS,
                                               plot=False)
     rows = {r["runner"]: r for r in results["summary"]}
-    assert set(rows) == {"target_only"} | {f"{m}/{impl}" for m in runners for impl in ("vanilla", "ems")}
+    assert set(rows) == {"target_only"} | {f"{m}/{impl}" for m in runners for impl in ("vanilla", "packed")}
     for runner, row in rows.items():
         assert row["greedy_match_rate"] == 1.0 and row["tokens"] == 2 * 8, runner
         assert runner == "target_only" or row["block_efficiency"] > 1.0
@@ -332,8 +332,8 @@ def test_first_prompt_skips_prompts_and_is_not_part_of_the_identity(tiny_pair):
 def test_cli_runner_list_keeps_parameters_together():
     from verispec.bench.arguments import method_list
 
-    assert method_list("gbv:K=3,L=5,block, ouroboros:K=1,W=0,opt_tree:n=25") == (
-        "gbv:K=3,L=5", "block", "ouroboros:K=1,W=0", "opt_tree:n=25")
+    assert method_list("gbv:K=3,L=5,block, ouroboros:C=1,W=0,opt_tree:n=25") == (
+        "gbv:K=3,L=5", "block", "ouroboros:C=1,W=0", "opt_tree:n=25")
 
 
 def test_cli_bench_runs_the_tiny_pair_under_a_progress_bar(tiny_pair, tmp_path, monkeypatch, capsys):

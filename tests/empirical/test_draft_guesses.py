@@ -30,7 +30,7 @@ def peaked_pair():
 def _trees(target, draft, name, guess_length, storage, T, N=60):
     """(every DraftTree the target verified, the decode result) for one run at uniforms seed 3."""
     trees = []
-    method = methods.get(name, draft_length=3, max_draft_length=8, threshold=0.0, guess_length=guess_length)
+    method = methods.get(name, draft_length=3, max_draft_length=8, confidence_threshold=0.0, guess_length=guess_length)
     method = dataclasses.replace(method, observe=lambda logits, tree, rows: trees.append(tree))
     batch = PROMPTS if storage != "sequence" else PROMPTS[:1]
     return trees, engine.decode(target, draft, batch, method, N, temperature=T, uniforms=3, storage=storage)
@@ -69,11 +69,11 @@ def test_draft_cache_stays_in_sync_with_guesses(pair):
     """An identical draft at T = 0 has every chain accepted whole: the draft cache holds exactly the
     emitted tokens (guess nodes the chain did not take are dropped at the commit)."""
     twin = copy.deepcopy(pair[0])
-    method = methods.get("adaptive", draft_length=3, threshold=0.0, schedule="constant", guess_length=4)
+    method = methods.get("adaptive", draft_length=3, confidence_threshold=0.0, schedule="constant", guess_length=4)
     result = engine.decode(pair[0], twin, PROMPTS[:1], method, 60, storage="sequence")
     tau, lengths = result.stats.accepted_lengths, result.stats.logs["chain_lengths"]
     assert tau[:-1].tolist() == lengths[:-1].tolist()
-    plain = engine.decode(pair[0], twin, PROMPTS[:1], methods.get("adaptive", draft_length=3, threshold=0.0,
+    plain = engine.decode(pair[0], twin, PROMPTS[:1], methods.get("adaptive", draft_length=3, confidence_threshold=0.0,
                                                                   schedule="constant"), 60, storage="sequence")
     assert result.stats.draft_forwards < plain.stats.draft_forwards
 
@@ -98,9 +98,9 @@ def _count_drawn(monkeypatch, inner=adaptive.AdaptiveChainDrafter._draws):
     """Spy on `_draws`: the list of the most chain tokens one forward gave a row."""
     drawn = []
 
-    def counting(self, logits, m, P, anchor, guess, glen, chain, going):
+    def counting(self, forward, chain, going):
         before = chain.depth.clone()
-        inner(self, logits, m, P, anchor, guess, glen, chain, going)
+        inner(self, forward, chain, going)
         drawn.append(int((chain.depth - before).max()))
 
     monkeypatch.setattr(adaptive.AdaptiveChainDrafter, "_draws", counting)
@@ -124,9 +124,9 @@ def test_planted_q_of_the_wrong_column_is_caught(peaked_pair, monkeypatch):
     not drawn from. The same-uniforms comparison sees the q rows differ."""
     inner, record = adaptive.AdaptiveChainDrafter._draws, adaptive._Chain.record
 
-    def anchored(self, logits, m, P, anchor, guess, glen, chain, going):
+    def anchored(self, forward, chain, going):
         chain.first_q = None
-        inner(self, logits, m, P, anchor, guess, glen, chain, going)
+        inner(self, forward, chain, going)
 
     def stale(chain, going, token, q):
         chain.first_q = q if chain.first_q is None else chain.first_q
@@ -144,9 +144,9 @@ def test_planted_one_uniform_per_forward_is_caught(peaked_pair, monkeypatch):
     independent draw from its q. The same-uniforms comparison sees other tokens."""
     inner, uniforms = adaptive.AdaptiveChainDrafter._draws, adaptive._Chain.uniforms
 
-    def frozen(self, logits, m, P, anchor, guess, glen, chain, going):
+    def frozen(self, forward, chain, going):
         chain.frozen = uniforms(chain, self.source, going)
-        inner(self, logits, m, P, anchor, guess, glen, chain, going)
+        inner(self, forward, chain, going)
         del chain.frozen
 
     monkeypatch.setattr(adaptive.AdaptiveChainDrafter, "_draws", frozen)

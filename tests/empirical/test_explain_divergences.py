@@ -155,14 +155,14 @@ def test_batched_near_tie_flips_are_reproduced_in_both_layouts(explain_script, t
     results = _batched_with_plant(tiny_pair, tmp_path, position, 0.01)
     assert explain_script.is_batched(results)
     rows = {r["runner"]: r for r in results["summary"]}
-    assert rows["block/vanilla"]["greedy_match_rate"] < 1 and rows["block/ems"]["greedy_match_rate"] < 1
+    assert rows["block/vanilla"]["greedy_match_rate"] < 1 and rows["block/packed"]["greedy_match_rate"] < 1
     handle = _plant_batched(tiny_pair.target, position, 0.01)  # the numerics, re-run
     try:
         found = explain_script.explain_batched(results, tiny_pair, PROMPTS)
     finally:
         handle.remove()
     expected = {(runner, row, position - len(PROMPTS[row]["prompt"]) + 1)
-                for runner in ("block/vanilla", "block/ems") for row in (0, 1)}
+                for runner in ("block/vanilla", "block/packed") for row in (0, 1)}
     assert {(item["runner"], item["row"], item["index"]) for item in found} == expected
     for item in found:
         assert item["verdict"] == "reproduced near-tie" and item["explained"], item

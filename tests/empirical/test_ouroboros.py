@@ -290,7 +290,7 @@ def _record_loop(monkeypatch, target):
 
     def logged_verdict(verdict, tree, name):
         check_verdict(verdict, tree, name)
-        tau = int(verdict.num_accepted[0])
+        tau = int(verdict.tau[0])
         steps.append(([int(tree.tokens[0, j]) for j in verdict.nodes[0, :tau]], int(verdict.token[0])))
 
     monkeypatch.setattr(engine, "_tree_forward", logged_forward)
@@ -392,7 +392,7 @@ def test_chain_rule_is_token_verification_with_one_hot_q():
     tokens = torch.cat([torch.zeros(B, 1, dtype=torch.long), draft], dim=1)
     parents = torch.arange(-1, L).expand(B, L + 1)
     path, tau, y, used = point_mass_tree_verify(p, tokens, parents, u)
-    assert torch.equal(tau, reference.num_accepted) and torch.equal(used, reference.consumed)
+    assert torch.equal(tau, reference.tau) and torch.equal(used, reference.consumed)
     assert torch.equal(y, reference.tokens[torch.arange(B), tau])
     assert torch.equal(path[:, 0], torch.where(tau >= 1, 1, -1))
 

@@ -127,7 +127,7 @@ def test_shared_randomness(name, temps, shape_seed):
     else:
         result = rules.RULES[name](p, q, paths, u, lengths)
     for b, (out, used) in enumerate(expected):
-        tau = int(result.num_accepted[b])
+        tau = int(result.tau[b])
         got = tuple(int(t) for t in result.tokens[b, :tau + 1])
         assert got == out, f"instance {b}: torch {got} != reference {out}"
         assert int(result.consumed[b]) == used, f"instance {b}: consumed {int(result.consumed[b])} != {used}"
@@ -249,7 +249,7 @@ def test_law_matches_exact_reference(name, V, L, K, T, conc):
     u = TorchUniforms(2 * seed + 1).take(n, rules.uniforms_needed(name, L, K))
     result = rules.verify(name, p, q, paths, u)
     # Encode each emitted tuple as (length, mixed-radix code) -> count.
-    lengths = result.num_accepted + 1
+    lengths = result.tau + 1
     tokens = result.tokens.clamp(min=0)
     code = torch.zeros(n, dtype=torch.long)
     for j in range(L + 1):

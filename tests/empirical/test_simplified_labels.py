@@ -11,10 +11,10 @@ from verispec import bench  # noqa: E402
 
 
 def test_simplified_runners_say_so_and_others_keep_their_label():
-    assert bench.display_name("lookahead:K=1,W=0") == "lookahead:K=1,W=0 (simplified: 1 window level)"
+    assert bench.display_name("lookahead:C=1,W=0") == "lookahead:C=1,W=0 (simplified: 1 window level)"
     assert bench.display_name("eagle:n=10") == "eagle:n=10 (EAGLE-style, fixed priors)"
     assert bench.display_name("block:L=5") == "block:L=5"
-    assert bench.display_name("ouroboros:K=1,W=0") == "ouroboros:K=1,W=0 (simplified: 1 Jacobi level)"
+    assert bench.display_name("ouroboros:C=1,W=0") == "ouroboros:C=1,W=0 (simplified: 1 Jacobi level)"
     assert bench.display_name("opt_tree:n=10") == "opt_tree:n=10"
 
 

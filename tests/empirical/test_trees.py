@@ -142,7 +142,7 @@ def test_greedy_full_acceptance(pair):
                                                          ("kary", 7, 0.0, 10), ("eagle", 9, 0.0, 10)])
 def test_one_draft_forward_per_layer_one_target_forward_per_iteration(pair, tree, budget, threshold, depth):
     target, draft = pair
-    method = tree_method(tree, node_budget=budget, threshold=threshold, max_depth=depth)
+    method = tree_method(tree, node_budget=budget, gain_threshold=threshold, max_depth=depth)
     result = engine.decode(target, draft, torch.tensor([[4, 8, 15, 16]]), method, 20)
     s, logs = result.stats, result.stats.logs
     prefill = 1  # the draft reads the prompt but its last token; the target, with the first tree
@@ -388,7 +388,7 @@ def test_draw_for_draw_equal_to_reference_method(peaked):
     for seed in range(3):
         want = methods.generate(TorchLM(target, T), TorchLM(draft, T), method, prompt, 14, rng=Sampler(seed))
         got = engine.decode(target, draft, torch.tensor([prompt]),
-                            tree_method("opt_tree", node_budget=n, threshold=threshold, max_depth=depth), 14, T,
+                            tree_method("opt_tree", node_budget=n, gain_threshold=threshold, max_depth=depth), 14, T,
                             uniforms=NumpyUniforms(seed))
         assert tuple(got.tokens[0].tolist()) == want
 
@@ -405,7 +405,7 @@ def test_bad_input(pair):
         with pytest.raises(error, match=name):
             trees.TreeDrafter(**kwargs)
     cases = [(ValueError, "node_budget", dict(node_budget=0)), (TypeError, "node_budget", dict(node_budget=2.5)),
-             (ValueError, "threshold", dict(threshold=-0.1)), (ValueError, "threshold", dict(threshold="x")),
+             (ValueError, "threshold", dict(gain_threshold=-0.1)), (ValueError, "threshold", dict(gain_threshold="x")),
              (ValueError, "max_depth", dict(max_depth=0)), (ValueError, "branching", dict(branching=0))]
     for error, name, kwargs in cases:
         with pytest.raises(error, match=name):

@@ -57,7 +57,7 @@ def test_two_token_selection_reaches_alpha_star_exactly_and_matches_the_lp(k):
         # the acceptance of single-draft SD against q_I is the one-step optimum alpha*, exactly
         assert sum(min(p[i], q_sel[i]) for i in range(2)) == optimal_multidraft_acceptance(p, q, k)
         # and q_I is the float64 LP's (HiGHS) up to its rounding
-        _, lp_law = importance._optimal_selection(importance._key(p), importance._key(q), k, True)
+        _, lp_law = importance.lp_selection(p, q, k)
         assert max(abs(q_sel[i] - lp_law[i]) for i in range(2)) < Fraction(1, 10 ** 9)
 
 
@@ -133,7 +133,7 @@ def test_two_token_pair_selection_is_an_optimum_of_khistis_lp():
                    for i in range(2) for j in range(2)) for t in range(2)]
         assert law == list(q_sel)
         # its acceptance equals the float64 LP's optimum (HiGHS may pick another optimal vertex)
-        _, lp_law = importance._pair_selection(importance._key(p), importance._key(q1), importance._key(q2), True)
+        _, lp_law = importance.lp_pair_selection(p, q1, q2)
         accept = sum(min(p[i], q_sel[i]) for i in range(2))
         assert abs(accept - sum(min(p[i], lp_law[i]) for i in range(2))) < Fraction(1, 10 ** 9)
         # with two i.i.d. drafts (q1 = q2 = q) it is the one-step optimum alpha*, exactly

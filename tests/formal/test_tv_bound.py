@@ -14,7 +14,7 @@ from verispec.formal.bound_expr import parse_bound
 from verispec.formal.tv_bound import iteration_tv, prove_tv_bound
 from verispec.reference import methods, models
 
-FSD_TV = methods.get("fsd", draft_length=1, threshold=Fraction(1, 4), divergence="tv")
+FSD_TV = methods.get("fsd", draft_length=1, divergence_threshold=Fraction(1, 4), divergence="tv")
 
 
 @pytest.mark.parametrize("method, bound", [("static_ensemble", "(1 - w) * tv_pq"),
@@ -43,7 +43,7 @@ def test_false_bounds_are_refuted_with_a_pair_confirmed_in_fractions(method, bou
     tv, _ = iteration_tv(resolved, target, draft, (), 2)  # recomputed here, in Fractions
     tv_pq = sum(max(a - b, 0) for a, b in zip(target.probs(()), draft.probs(())))
     w = Fraction(resolved.params.get("ensemble_weight", 0))
-    T = Fraction(resolved.params.get("threshold", 0))
+    T = Fraction(resolved.params.get("divergence_threshold", 0))
     expected_bound = {"(1 - w) * tv_pq / 2": (1 - w) * tv_pq / 2, "min(T, tv_pq) / 2": min(T, tv_pq) / 2, "0": 0}[bound]
     assert tv == Fraction(cx["tv"]) and Fraction(cx["bound"]) == expected_bound and tv > expected_bound
     assert "iteration_tv(method, target, draft" in cx["code"]

@@ -34,9 +34,9 @@ def _one_step(method, p, q):
 
 RATIONAL_CASES = [("static_ensemble", {"ensemble_weight": Fraction(1, 3)}),
                   ("static_ensemble", {"ensemble_weight": Fraction(3, 4)}),
-                  ("fsd", {"threshold": Fraction(1, 4), "divergence": "tv"}),
-                  ("fsd", {"threshold": 0.05, "divergence": "js"}),
-                  ("fsd", {"threshold": 0.2, "divergence": "kl"}),
+                  ("fsd", {"divergence_threshold": Fraction(1, 4), "divergence": "tv"}),
+                  ("fsd", {"divergence_threshold": 0.05, "divergence": "js"}),
+                  ("fsd", {"divergence_threshold": 0.2, "divergence": "kl"}),
                   ("typical", {"epsilon": 0.09, "delta": 0.3}),
                   ("typical", {"epsilon": 0.3, "delta": 0.6})]
 
@@ -69,7 +69,7 @@ def test_static_ensemble_tv_is_one_minus_w_times_tv_pq():
 
 @pytest.mark.parametrize("name, params", [("typical", {"epsilon": 0.09, "delta": 0.3}),
                                           ("typical", {"epsilon": 0.2, "delta": 0.5}),
-                                          ("fsd", {"threshold": 0.1, "divergence": "js"}),
+                                          ("fsd", {"divergence_threshold": 0.1, "divergence": "js"}),
                                           ("static_ensemble", {"ensemble_weight": 0.3})])
 def test_float64_tv_matches_the_closed_form_to_1e_12(name, params):
     for seed in SEEDS:

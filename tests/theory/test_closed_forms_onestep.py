@@ -102,7 +102,7 @@ def test_bad_input(form):
         form([0.5, 0.6], [0.5, 0.5], 2)
     with pytest.raises(ValueError, match="q"):
         form([0.5, 0.5], [0.2, 0.3, 0.5], 2)
-    with pytest.raises(ValueError, match="num_drafts"):
+    with pytest.raises(ValueError, match="num_paths"):
         form([0.5, 0.5], [0.5, 0.5], 0)
-    with pytest.raises(TypeError, match="num_drafts"):
+    with pytest.raises(TypeError, match="num_paths"):
         form([0.5, 0.5], [0.5, 0.5], 2.0)

@@ -80,5 +80,5 @@ def test_bad_input():
         lp.multidraft([0.5, 0.6], [0.5, 0.5], 2)
     with pytest.raises(ValueError, match="q"):
         lp.multidraft([0.5, 0.5], [0.5, 0.25, 0.25], 2)
-    with pytest.raises(ValueError, match="num_drafts"):
+    with pytest.raises(ValueError, match="num_paths"):
         lp.multidraft([0.5, 0.5], [0.5, 0.5], 0)

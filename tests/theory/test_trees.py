@@ -31,7 +31,7 @@ def test_optimal_dominates_layerwise_and_threshold_opens_a_gap():
     for seed in range(40):
         draft, target = models.random_tree(4, seed, 0.5), models.random_tree(4, seed + 7)
         for threshold in (0.0, 0.1):
-            report = trees.tree_report(target, draft, (), 10, threshold=threshold, max_depth=6)
+            report = trees.tree_report(target, draft, (), 10, gain_threshold=threshold, max_depth=6)
             assert report.proxy_gap >= -1e-12
             if threshold == 0.0:
                 # With threshold 0 the layer-wise top-n provably finds the n largest-W nodes.
@@ -62,7 +62,7 @@ def test_proxy_can_mislead():
     worse = 0
     for seed in range(30):
         draft, target = models.random_tree(2, seed, 0.2), models.random_tree(2, seed + 7)
-        report = trees.tree_report(target, draft, (), 10, threshold=0.2, max_depth=6)
+        report = trees.tree_report(target, draft, (), 10, gain_threshold=0.2, max_depth=6)
         worse += report.optimal_proxy_true < report.layerwise_true - 1e-6
     assert worse >= 1
 
@@ -82,7 +82,7 @@ def test_tree_formats_and_validation():
     with pytest.raises(ValueError, match="node_budget"):
         trees.optimal_tree(model, (), 0)
     with pytest.raises(ValueError, match="threshold"):
-        trees.opt_tree_layerwise(model, (), 3, threshold=-1)
+        trees.opt_tree_layerwise(model, (), 3, gain_threshold=-1)
     with pytest.raises(ValueError, match="context"):
         trees.optimal_tree(model, (3,), 2)
 

@@ -3,7 +3,7 @@ transformers' assisted generation, as resumable JSON records, a table and a plot
 
 A bench method is any name of the method registry (`verispec.reference.registry`), written
 ``name`` or ``name:KEY=value,...`` with the registry's short keys (``gbv:L=4,K=3``,
-``opt_tree:n=50``, ``ouroboros_phrase:K=3,G=20,W=4,n=6``, ``adaptive:L=8,M=20,c=20,v=block,g=4``), plus
+``opt_tree:n=50``, ``ouroboros_phrase:C=3,G=20,W=4,n=6``, ``adaptive:L=8,M=20,c=20,v=block,g=4``), plus
 the run's options ``dq=8`` (int8 draft weights), ``dv=k`` (a draft vocabulary subset) and ``lin=``
 (the target's GEMM layout); the peers ``hf`` and ``hf_prompt_lookup``; and a user's reference
 Method as ``pkg.module:attr``. docs/real_models.md explains each; docs/benchmarks.md holds the

@@ -78,7 +78,7 @@ def _add_workload(p) -> None:
     p.add_argument("--batches", type=positive_int, default=None,
                    help="batched mode: at most N batches per B (default every batch of the prompts)")
     p.add_argument("--methods", type=method_list, default=None,
-                   help="methods, e.g. hf,token,block:L=5,gbv:K=3,L=4,opt_tree:n=50,ouroboros:K=1,W=0, or your "
+                   help="methods, e.g. hf,token,block:L=5,gbv:K=3,L=4,opt_tree:n=50,ouroboros:C=1,W=0, or your "
                         "own reference Method as pkg.module:attr (target_only always runs; default "
                         f"{_listed(single.methods)}); dv=k on draft-model chains/paths (hybrid:dv=32768): the "
                         "draft's LM head over the k lowest token ids + the prompt's + added tokens (FR-Spec); "

@@ -26,6 +26,7 @@ import torch
 from ..empirical import methods
 from ..empirical.engine import decode, target_only_method
 from ..reference import registry
+from ..reference.deprecation import deprecated
 from .clocks import PeakMemory
 from .config import BatchedBenchSettings
 from .records import load_results, save_results
@@ -41,8 +42,10 @@ __all__ = ["BatchedBenchConfig", "BATCHED_METHODS", "batched_method", "run_batch
 BATCHED_METHODS = tuple(name for name in registry.names("torch")
                         if registry.spec(name).family not in (registry.BASELINE, registry.PHRASE_POOL))
 #: Implementation -> the engine's KV storage: padded rows (vanilla) or packed rows (EMS-SD).
-STORAGES = {"vanilla": "vanilla", "ems": "packed"}
+STORAGES = {"vanilla": "vanilla", "packed": "packed"}
 IMPLEMENTATIONS = tuple(STORAGES)
+#: Deprecated implementation names -> the current ones (a label such as "block/ems" of an older results file).
+RENAMED_IMPLEMENTATIONS = {"ems": "packed"}
 
 
 @dataclass
@@ -98,10 +101,11 @@ def _methods(config):
 
 def run_batch(label: str, pair, batch: list, config: BatchedBenchConfig, T: float):
     """One batch through the engine's entry point, as the bench runs it: target-only on a padded
-    KV, or a method with the implementation's KV storage (vanilla: padded; ems: packed, EMS-SD).
+    KV, or a method with the implementation's KV storage (vanilla: padded; packed: EMS-SD).
 
     Args:
-        label: ``"target_only"`` or ``"name/implementation"`` (``"block/ems"``, ``"gbv:K=3/vanilla"``).
+        label: ``"target_only"`` or ``"name/implementation"`` (``"block/packed"``, ``"gbv:K=3/vanilla"``;
+            the implementation ``"ems"`` is the deprecated name of ``"packed"``: it warns).
         pair: a `ModelPair`. batch: the rows' prompt ids, each int64 [n_i]. config: the bench's
             configuration (max_new_tokens, draft_length, seed). T: temperature.
 
@@ -115,6 +119,9 @@ def run_batch(label: str, pair, batch: list, config: BatchedBenchConfig, T: floa
     if label == registry.BASELINE_METHOD:
         return decode(pair.target, None, batch, target_only_method(), N, T, uniforms=config.seed, storage="vanilla")
     text, _, implementation = label.rpartition("/")
+    if implementation in RENAMED_IMPLEMENTATIONS:
+        deprecated(f"the implementation {implementation!r}", repr(RENAMED_IMPLEMENTATIONS[implementation]))
+        implementation = RENAMED_IMPLEMENTATIONS[implementation]
     spec = batched_method(text, config.draft_length)
     draft = pair.draft if registry.spec(spec.name).needs_draft else None
     return decode(pair.target, draft, batch, methods.get(spec.name, **dict(spec.params)), N, T,

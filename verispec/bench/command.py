@@ -187,7 +187,7 @@ def _run_batched(args, common, console) -> int:
         f"{env['dtype']} on {env['device_name']} ({env['torch_threads']} threads), L={config.draft_length}")))
     console.print("speedup: batched target-only's wall time / the method's, same prompts and B: e2e includes the "
                   "prompt prefills, decode excludes them; "
-                  "vanilla pads inputs and KV cache, ems (EMS-SD) packs them unpadded")
+                  "vanilla pads inputs and KV cache, packed (EMS-SD) packs them unpadded")
     if results.get("plot"):
         console.print(f"plot: {results['plot']}")
     return 0

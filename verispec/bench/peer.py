@@ -223,7 +223,7 @@ def _check_models(target, draft, prompt_lookup_num_tokens) -> None:
 
 
 def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_tokens: int,
-                temperature: float = 0.0, seed: int = 0, prompt_lookup_num_tokens: int | None = None,
+                temperature: float = 0.0, *, seed: int = 0, prompt_lookup_num_tokens: int | None = None,
                 eos_token_id=None) -> DecodeResult:
     """``target.model.generate(prompt, assistant_model=draft.model)`` timed and counted.
 
@@ -237,8 +237,8 @@ def hf_assisted(target: CausalLM, draft: CausalLM | None, prompt_ids, max_new_to
     Returns:
         `DecodeResult`: tokens int64 [1, N] (after an EOS stop, padded with the EOS id), lengths
         int64 [1] (the tokens generated); stats with forward counts, iterations = target calls
-        (the first also reads the prompt), `accepted_lengths` int64 [calls]: the accepted
-        candidates tau of every call, counted from the hooks (`call_tokens` - 1), wall time
+        (the first also reads the prompt), `accepted_lengths` int64 [calls]: the taus per
+        iteration (the accepted candidates tau of every call), counted from the hooks (`call_tokens` - 1), wall time
         (prompt processing included); stats.logs["call_tokens"] (tokens emitted per call) and
         ["call_fed"] (tokens fed per call: prompt + candidates for call 0, 1 + candidates after).
 

@@ -178,10 +178,10 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
     specs = _with_costs(specs, pair, config, drafts, results)
     first = pair.tokenizer(prompts[0]["prompt"], return_tensors="pt").input_ids.to(pair.target.device) if prompts else None
     warm_up(pair, specs, config, drafts, first)
-    pools = restore_pools(results)
+    run = _Run(pair, specs, config, results, output, progress, restore_pools(results), drafts)
     try:
         for item in prompts:
-            _run_prompt(item, pair, specs, config, results, output, progress, pools, drafts)
+            _run_prompt(item, run)
     finally:
         for model in (pair.target, pair.draft):
             model.reuse_prefills(False)
@@ -214,8 +214,24 @@ def _run_environment(config, specs, dtype_reason: str) -> dict:
     return results
 
 
-def _run_prompt(item, pair, specs, config, results, output, progress, pools, drafts):
-    """Every record of one prompt not yet in `results`, each saved as soon as it is measured."""
+@dataclass(frozen=True)
+class _Run:
+    """What every prompt of one `run_bench` call shares: the loaded pair, the parsed methods, the
+    resolved config, the results dict (filled in place) and its `output` path, the progress
+    callback, the phrase pools (by (label, T)) and the run's int8 drafts."""
+    pair: object
+    specs: list
+    config: BenchConfig
+    results: dict
+    output: str
+    progress: object
+    pools: dict
+    drafts: QuantizedDrafts
+
+
+def _run_prompt(item, run: _Run):
+    """Every record of one prompt not yet in `run.results`, each saved as soon as it is measured."""
+    pair, specs, config, results, pools = run.pair, run.specs, run.config, run.results, run.pools
     task = item["task_id"]
     todo = [(s, T) for T in config.temperatures for s in specs
             if record_key(s.label, T, task) not in results["records"]]
@@ -227,9 +243,9 @@ def _run_prompt(item, pair, specs, config, results, output, progress, pools, dra
     for model in (pair.target, pair.draft):
         model.reuse_prefills(False)  # every method computes (and is timed with) its own prefill
     for spec, T in todo:
-        if progress:
-            progress(f"{task} {spec.label} T={float(T):g}")
-        method_pair = drafts.pair_for(spec, pair)  # dq=8: the int8 draft (built in `warm_up`)
+        if run.progress:
+            run.progress(f"{task} {spec.label} T={float(T):g}")
+        method_pair = run.drafts.pair_for(spec, pair)  # dq=8: the int8 draft (built in `warm_up`)
         models = (method_pair.target, method_pair.draft)
         with PeakMemory(config.device) as memory, PhaseClock(models, config.device) as clock:
             result = run_method(spec, method_pair, ids, config, float(T), config.seed, pools)
@@ -238,7 +254,7 @@ def _run_prompt(item, pair, specs, config, results, output, progress, pools, dra
         results["records"][record_key(spec.label, T, task)] = record
         if isinstance(pools.get((spec.label, float(T))), PhrasePool):  # saved: a resumed run starts as warm
             save_pool(results, spec.label, T, pools[spec.label, float(T)])
-        save_results(output, results)
+        save_results(run.output, results)
 
 
 def _add_prompt_facts(record, spec, pair, method_pair, ids, result, config) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ..empirical.speedups.draftvocab import DraftVocab
 from ..empirical.speedups.linear_layout import LAYOUTS
 from ..reference import registry
+from ..reference.deprecation import deprecated
 from ..reference.methods import load
 from .config import DEFAULT_METHODS
 
@@ -100,6 +101,9 @@ def _read(name: str, params: str, text: str) -> tuple[dict, dict]:
     values, options = {}, {}
     for item in filter(None, params.split(",")):
         key, _, value = (part.strip() for part in item.partition("="))
+        if key not in keys and registry.RENAMED_KEYS.get(key) in keys:  # e.g. a phrase pool's K, now C
+            deprecated(f"the key {key}= of {name}", f"{registry.RENAMED_KEYS[key]}=", stacklevel=4)
+            key = registry.RENAMED_KEYS[key]
         if key == "lin":
             if value not in LAYOUTS:
                 raise _bad(item, text, keys)
@@ -139,7 +143,7 @@ def _check_options(name: str, options: dict, values: dict, text: str) -> None:
 
 
 def parse_method(text: str, draft_length: int, num_paths: int) -> BenchMethod:
-    """``"name"`` or ``"name:L=4,K=3"`` (trees ``"opt_tree:n=50"``, phrase pools ``"ouroboros:K=1,W=0"``,
+    """``"name"`` or ``"name:L=4,K=3"`` (trees ``"opt_tree:n=50"``, phrase pools ``"ouroboros:C=1,W=0"``,
     options ``dq=8``, ``dv=k``, ``lin=wxpad``), or a user's ``"pkg.module:attr"`` -> BenchMethod.
     `draft_length` / `num_paths` are L and K where the method has them and the text does not set
     them; every other parameter takes the registry's default.

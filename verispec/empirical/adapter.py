@@ -187,7 +187,7 @@ TWIN_DRAFTERS: Mapping[str, Callable] = MappingProxyType({
     "paths_without_replacement": lambda L, params: lambda: PathsDrafter(L, params["num_paths"], False),
     # the draft's argmax chain: one-hot q
     "greedy": lambda L, params: lambda: PathsDrafter(L, 1, draft_temperature=0.0),
-    "opt_tree": lambda L, params: lambda: TreeDrafter("opt_tree", params["node_budget"], params["threshold"],
+    "opt_tree": lambda L, params: lambda: TreeDrafter("opt_tree", params["node_budget"], params["gain_threshold"],
                                                       params["max_depth"]),
     "prompt_lookup": lambda L, params: lambda: PromptLookupDrafter(L, params["max_ngram"]),
     "hub_pairs": lambda L, params: lambda: HubPairsDrafter(L),  # SpecHub's hub-pair paths

@@ -9,14 +9,15 @@ Each is a `TorchMethod` = a drafter (`verispec.empirical.drafters`) + a verifier
     get("opt_tree", node_budget=50)                  OPT-Tree + sample-and-follow (kary, eagle, chain_tree: static)
     get("khisti", draft_length=4, num_paths=2)       multi-draft selection top down (optimal_is,
                                                      global_resolution, hu_greedy; spechub: K = 2)
-    get("adaptive", draft_length=4, threshold=0.4)   confidence-stopped chain (hybrid: a lookup phrase first)
+    get("adaptive", confidence_threshold=0.4)        confidence-stopped chain (hybrid: a lookup phrase first)
     get("ouroboros_phrase", pool=PhrasePool(6))      phrase pools (ouroboros, lookahead)
     get("target_only")                               no draft: the baseline
     get("hybrid", draft_vocab=32768)                 the draft's head over a token subset (FR-Spec)
     get("adaptive", policy="auto", costs=model)      draft length chosen per iteration for tokens/s
 
-`paths_method`, `tree_method`, `selection_method` and `prompt_lookup` are the builders the registry
-names; a researcher's own reference `Method` runs through `verispec.empirical.adapter.torch_method`.
+`paths_method`, `tree_method` (`opt_tree_method`: a tree without branching), `selection_method` and
+`prompt_lookup` are the builders the registry names; a researcher's own reference `Method` runs
+through `verispec.empirical.adapter.torch_method`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import inspect
 
 from ..reference import registry
+from ..reference.deprecation import renamed_keywords
 from .validation import check_positive
 from .drafters.tree import check_tree_args
 from .torch_method import TorchMethod
@@ -31,7 +33,7 @@ from .speedups.draftvocab import with_draft_vocab
 from .speedups.policy import with_policy
 from .verifiers.nodes import PathRule
 
-__all__ = ["get", "names", "paths_method", "tree_method", "selection_method", "prompt_lookup"]
+__all__ = ["get", "names", "paths_method", "tree_method", "opt_tree_method", "selection_method", "prompt_lookup"]
 
 
 def _family_entry(name: str, builder: str, what: str) -> registry.MethodSpec:
@@ -81,7 +83,9 @@ def paths_method(name: str, draft_length: int = registry.L.default, num_paths: i
     return TorchMethod(name, drafter, PathRule(name), {"draft_length": L, "num_paths": K})
 
 
-def tree_method(name: str, node_budget: int = registry.N_BUDGET.default, threshold: float = registry.THRESHOLD.default,
+@renamed_keywords(threshold="gain_threshold")
+def tree_method(name: str, node_budget: int = registry.N_BUDGET.default,
+                gain_threshold: float = registry.THRESHOLD.default,
                 max_depth: int = registry.DEPTH.default, branching: int = registry.default("kary", "branching"), *,
                 draft_temperature: float | None = registry.T_DRAFT.default, prune: bool = registry.PRUNE.default,
                 kind: str | None = None) -> TorchMethod:
@@ -92,13 +96,23 @@ def tree_method(name: str, node_budget: int = registry.N_BUDGET.default, thresho
     entry = registry.spec(name) if name in registry.REGISTRY else None
     if kind is None:  # the registry's tree kind of the method (chain_tree drafts a "chain")
         kind = dict(entry.torch_fixed).get("kind", name) if entry is not None else name
-    check_tree_args(kind, node_budget, threshold, max_depth, branching)
+    check_tree_args(kind, node_budget, gain_threshold, max_depth, branching)
     if entry is None:  # a label of the caller's: the tree family's drafter and rule
         entry = registry.spec(registry.names(family=registry.TREE)[0])
-    drafter = _drafter(entry, tree=kind, node_budget=node_budget, threshold=threshold, max_depth=max_depth,
+    drafter = _drafter(entry, tree=kind, node_budget=node_budget, gain_threshold=gain_threshold, max_depth=max_depth,
                        branching=branching, draft_temperature=draft_temperature, prune=prune)
     return TorchMethod(name, drafter, registry.resolve_factory(entry.torch_rule)(),
-                       {"node_budget": node_budget, "threshold": threshold, "max_depth": max_depth})
+                       {"node_budget": node_budget, "gain_threshold": gain_threshold, "max_depth": max_depth})
+
+
+@renamed_keywords(threshold="gain_threshold")
+def opt_tree_method(name: str, node_budget: int = registry.N_BUDGET.default,
+                    gain_threshold: float = registry.THRESHOLD.default, max_depth: int = registry.DEPTH.default, *,
+                    draft_temperature: float | None = registry.T_DRAFT.default, prune: bool = registry.PRUNE.default,
+                    kind: str | None = None) -> TorchMethod:
+    """`tree_method` for a tree whose shape takes no branching (OPT-Tree's, arXiv 2406.17276)."""
+    return tree_method(name, node_budget, gain_threshold, max_depth, draft_temperature=draft_temperature,
+                       prune=prune, kind=kind)
 
 
 def prompt_lookup(draft_length: int = registry.L.default, max_ngram: int = registry.NGRAM.default) -> TorchMethod:

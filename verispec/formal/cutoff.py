@@ -24,10 +24,6 @@ from .watch import Watch
 
 __all__ = ["prove_all_vocab", "CutoffResult", "watched_run"]
 
-#: What the verdict line says for each verdict.
-VERDICTS = ("proved for every V", "no cutoff", "counterexample", "unknown")
-
-
 @dataclass
 class CutoffResult:
     """The verdict of `prove_all_vocab`.
@@ -150,15 +146,15 @@ def _all_sizes(result, method, sizes, deadline, options) -> None:
             return
         proof = prove(method, V, L, K, timeout=left, watch=watch, workers=1, **options)
         result.proofs.append(proof)
-        result.criterion = watch.cutoff_reasons(L, K) if watch.paths else result.criterion
+        result.criterion = watch.cutoff_reasons(L, K) if watch.iterations else result.criterion
         result.equivariant = result.equivariant and watch.equivariant
         if proof.verdict == "counterexample":
             result.verdict, result.reason = "counterexample", f"at V = {V}: {proof.reason}"
             return
-        if watch.paths and result.criterion:
+        if watch.iterations and result.criterion:
             result.verdict, result.reason = "no cutoff", f"{result.criterion[0]} (seen at V = {V})"
             return
-        if proof.verdict != "proved" or not watch.paths:  # a proof whose run was not watched certifies nothing
+        if proof.verdict != "proved" or not watch.iterations:  # a proof whose run was not watched certifies nothing
             result.reason = f"at V = {V}: {proof.reason or 'the iteration was not watched'}"
             return
     result.verdict = "proved for every V"

@@ -54,7 +54,7 @@ def _prefixes(V: int, max_length: int):
     return [u for n in range(max_length + 1) for u in itertools.product(range(V), repeat=n)]
 
 
-def search(method, V: int, depth: int, temperatures, trials: int, deadline: float, seed: int = 0,
+def search(method, V: int, depth: int, temperatures, trials: int, deadline: float, *, seed: int = 0,
            context=(), source=None):
     """Up to `trials` seeded structured pairs through the exact engine, stopping at `deadline`
     (one iteration from `context`, then the target, as `prove` compares them).

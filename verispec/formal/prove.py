@@ -35,7 +35,7 @@ import z3
 
 from ..reference import models
 from . import points
-from ._internal.counterexamples import (FLOAT_CONFIRM_TV, Counterexample, confirm_counterexample,
+from ._internal.counterexamples import (FLOAT_CONFIRM_TV, Counterexample, PairCheck, confirm_counterexample,
                                         zero_division)
 from ._internal.problem import (SymbolicModel, check_args, check_temperature, explore, method_program,
                                 symbolic_models, target_program, decide_output)
@@ -183,7 +183,7 @@ def _jsonable(value):
 POINT_TRIALS = 32
 
 
-def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: int | None = None,
+def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: int | None = None, *,
           timeout: float = 60.0,
           target_temperature=1, draft_temperature=1, point_trials: int = POINT_TRIALS,
           context=(), workers=None, solvers=None, backend=None, cluster=None, watch=None) -> ProofResult:
@@ -234,8 +234,8 @@ def prove(method, vocab_size: int, draft_length: int | None = None, num_paths: i
             `RuleContractError`) propagate: a broken rule has no law to prove anything about.
     """
     with building():  # the z3 expressions built for this proof, dropped with it
-        return _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperature,
-                      draft_temperature, point_trials, context, (workers, solvers, backend, cluster), watch)
+        return _prove(method, (vocab_size, draft_length, num_paths), timeout, (target_temperature, draft_temperature),
+                      point_trials, context, _Execution(workers, solvers, backend, cluster, watch))
 
 
 #: Default ceiling of `prove(workers=None)` (each worker but this process re-explores the rule).
@@ -256,17 +256,29 @@ def _check_workers(workers) -> int:
     return workers
 
 
-def _prove(method, vocab_size, draft_length, num_paths, timeout, target_temperature, draft_temperature,
-           point_trials, context, processes, watch=None) -> ProofResult:
-    spec = method
-    method, V, L, K, source = check_args(method, vocab_size, draft_length, num_paths, timeout)
+@dataclass(frozen=True)
+class _Execution:
+    """How `prove` runs, as given: its workers, solvers, joblib backend and cluster, and the watch."""
+    workers: object
+    solvers: object
+    backend: object
+    cluster: object
+    watch: object
+
+
+def _prove(method, sizes, timeout, given_temperatures, point_trials, context, execution: _Execution) -> ProofResult:
+    """`prove` with sizes = (vocab_size, draft_length, num_paths) and given_temperatures =
+    (target_temperature, draft_temperature), as given."""
+    spec, watch = method, execution.watch
+    method, V, L, K, source = check_args(method, *sizes, timeout)
+    target_temperature, draft_temperature = given_temperatures
     temperatures = (check_temperature(target_temperature, "target_temperature"),
                     check_temperature(draft_temperature, "draft_temperature"))
     if isinstance(point_trials, bool) or not isinstance(point_trials, int) or point_trials < 0:
         raise ValueError(f"point_trials: expected a non-negative int, got {point_trials!r}")
     context = models.check_prefix(context, V, "context")
-    workers, solvers = _check_workers(processes[0]), check_solvers(processes[1])
-    backend, cluster = check_backend(*processes[2:])
+    workers, solvers = _check_workers(execution.workers), check_solvers(execution.solvers)
+    backend, cluster = check_backend(execution.backend, execution.cluster)
     N = L + 1
     start = time.perf_counter()
     deadline = time.monotonic() + timeout
@@ -306,6 +318,7 @@ def _symbolic_run(result, named, temperatures, deadline, start, helper) -> None:
     `named`: (the Method, its `MethodSource`, the solvers, the `Watch` or None)."""
     (method, source, solvers, watch), V, N, context = named, result.vocab_size, result.num_tokens, result.context
     variables, bases, (target, draft) = symbolic_models(V, temperatures)
+    check = PairCheck(method, variables, bases, temperatures, N, context, source)
     try:
         rule = watch.method(method) if watch is not None else method
         tree = explore(method_program(rule, target, draft, N, context), variables, deadline)
@@ -318,18 +331,28 @@ def _symbolic_run(result, named, temperatures, deadline, start, helper) -> None:
         return
     except SymbolicZeroDivision as err:
         # Raises the exact engine's RuleContractError when the solver's pair confirms the crash.
-        result.reason = zero_division(err, variables, method, bases, temperatures, N, context, source)
+        result.reason = zero_division(err, check)
         return
     result.exploration_seconds = time.perf_counter() - start
     result.branch_points, result.decisions = tree.branch_points, tree.decisions
     result.leaves, result.dead_paths, result.solver_checks = tree.leaves, tree.dead, tree.solver_checks
     result.variables = sum(len(free) for free in variables.groups.values())
     symmetric = watch is not None and watch.equivariant and result.num_paths == 1 and not context
-    _run_queries(result, tree, reference, variables, (method, bases, temperatures, context, source),
-                 (deadline, solvers), helper, symmetric)
+    _run_queries(result, _Search(tree, reference, deadline, solvers, check), helper, symmetric)
 
 
-def _run_queries(result, tree, reference, variables, cx_args, limits, helper=None, symmetric=False):
+@dataclass(frozen=True)
+class _Search:
+    """What deciding the outputs needs: the explored method and target trees, each query's deadline
+    and solvers, and the `PairCheck` that confirms a satisfiable query (its variables: the trees')."""
+    tree: object
+    reference: object
+    deadline: float
+    solvers: tuple
+    check: PairCheck
+
+
+def _run_queries(result, search: _Search, helper=None, symmetric=False):
     """One query per output (per orbit of outputs when `symmetric`); with `helper` (the other
     `Workers`) this process decides its share of the outputs and collects the others'. Fills
     result.queries (in output order) and the verdict."""
@@ -342,10 +365,10 @@ def _run_queries(result, tree, reference, variables, cx_args, limits, helper=Non
     groups = helper.mine if helper is not None else range(-(-len(outputs) // result.vocab_size))
     for group in groups:
         indices = output_group(group, result.vocab_size, len(outputs))
-        if _decide_group(result, indices, outputs, answers, tree, reference, variables, cx_args, limits):
+        if _decide_group(result, indices, outputs, answers, search):
             break
     if helper is not None:
-        _merge_workers(result, helper, outputs, answers, variables, cx_args)
+        _merge_workers(result, helper, outputs, answers, search.check)
     result.queries = [answers[i] for i in sorted(answers)]
     if result.verdict == "counterexample":
         return
@@ -363,7 +386,7 @@ def _run_queries(result, tree, reference, variables, cx_args, limits, helper=Non
     result.reason = ""
 
 
-def _merge_workers(result, helper, outputs, answers, variables, cx_args) -> None:
+def _merge_workers(result, helper, outputs, answers, check: PairCheck) -> None:
     """Add the other workers' answers to `answers`. The counterexample reported is the confirmed one
     of the lowest output, as one process deciding the outputs in order finds it."""
     first = outputs.index(result.counterexample.output) if result.verdict == "counterexample" else len(outputs)
@@ -371,31 +394,29 @@ def _merge_workers(result, helper, outputs, answers, variables, cx_args) -> None
     for index, (status, values, calls, reason, seconds, solver) in sorted(collected.items()):
         answers[index] = Query(outputs[index], status, seconds, reason, calls, solver)
         model = ValuesModel(values) if values is not None else None
-        if index < first and _settles(result, answers[index], model, variables, cx_args):
+        if index < first and _settles(result, answers[index], model, check):
             break
 
 
-def _decide_group(result, indices, outputs, answers, tree, reference, variables, cx_args, limits) -> bool:
-    """Decide the outputs `indices` into `answers`; True when a counterexample settles the proof.
-    `limits`: (deadline, solvers)."""
+def _decide_group(result, indices, outputs, answers, search: _Search) -> bool:
+    """Decide the outputs `indices` into `answers`; True when a counterexample settles the proof."""
     for index in indices:
         start = time.perf_counter()
-        status, model, calls, reason, solver = decide_output(tree, reference, outputs[index], variables, *limits)
+        status, model, calls, reason, solver = decide_output(search.tree, search.reference, outputs[index],
+                                                             search.check.variables, search.deadline, search.solvers)
         answers[index] = Query(outputs[index], status, time.perf_counter() - start, reason, calls, solver)
-        if _settles(result, answers[index], model, variables, cx_args):
+        if _settles(result, answers[index], model, search.check):
             return True
     return False
 
 
-def _settles(result, query, model, variables, cx_args) -> bool:
+def _settles(result, query, model, check: PairCheck) -> bool:
     """For a satisfiable query: confirm the solver's pair with the exact engine. True when it is a
     confirmed counterexample (then the verdict is set); otherwise the query's reason says why not."""
     if query.result != "sat":
         return False
-    method, bases, temperatures, context, source = cx_args
     try:
-        cx = confirm_counterexample(model, variables, method, bases, temperatures, query.output, result.num_tokens,
-                                    context, source)
+        cx = confirm_counterexample(model, query.output, check)
     except Exception as err:  # e.g. the rule divides by zero on the solver's pair
         query.reason = f"the exact engine raised on the solver's pair ({type(err).__name__}: {err})"
         return False

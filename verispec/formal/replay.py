@@ -23,6 +23,7 @@ from fractions import Fraction
 
 import z3
 
+from ..reference.audit import Primitive, primitive
 from ..reference.uniform import LazyUniform
 from .symbolic import (Sym, SymbolicError, SymbolicZeroDivision, active_replay, build, negate, real, replaying,
                        simplify, to_z3)
@@ -253,6 +254,7 @@ class Replay:
             self._assume(build("gt", weight.expr, real(Fraction(0))))
         return choice
 
+    @primitive(Primitive.RANDOMNESS)
     def bernoulli(self, p) -> bool:
         """True with (symbolic) probability p."""
         if not isinstance(p, Sym):
@@ -262,6 +264,7 @@ class Replay:
                 return p == 1
         return self._chance([(True, p), (False, 1 - p)])
 
+    @primitive(Primitive.RANDOMNESS)
     def categorical(self, probs) -> int:
         """A token id drawn from `probs` ([V], symbolic or exact)."""
         options = [(i, w) for i, w in enumerate(probs) if isinstance(w, Sym) or w != 0]

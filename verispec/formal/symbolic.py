@@ -23,6 +23,7 @@ mutated at run time.
 
 from __future__ import annotations
 
+import enum
 import math
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -70,10 +71,21 @@ _OBSERVER: ContextVar = ContextVar("verispec_formal_observer", default=None)
 _NO_READS = frozenset()
 
 
+class Operation(enum.Enum):
+    """What an observer (`observing`) is shown: an arithmetic operation or a comparison on a Sym,
+    or a fixed point (a quantity defined as the root of an equation over its operands, given with
+    a label naming it)."""
+
+    ARITHMETIC = "arithmetic"
+    COMPARISON = "comparison"
+    FIXED_POINT = "fixed point"
+
+
 @contextmanager
 def observing(observer):
-    """Show `observer.operation(kind, operands)` every arithmetic ("arithmetic") and comparison
-    ("comparison") on a Sym inside the block; kind is the operation's name for the others."""
+    """Show `observer.operation(kind, operands)` (an `Operation`) every arithmetic operation and
+    comparison on a Sym inside the block, and `observer.operation(Operation.FIXED_POINT, operands,
+    label)` every fixed point computed from Syms."""
     token = _OBSERVER.set(observer)
     try:
         yield observer
@@ -81,10 +93,13 @@ def observing(observer):
         _OBSERVER.reset(token)
 
 
-def _observe(kind, *operands):
+def _observe(kind, *operands, label=None):
     observer = _OBSERVER.get()
     if observer is not None:
-        observer.operation(kind, operands)
+        if label is None:
+            observer.operation(kind, operands)
+        else:
+            observer.operation(kind, operands, label)
 
 
 def reads_of(value) -> frozenset:
@@ -188,7 +203,7 @@ class Sym:
         o = _operand(other)
         if o is None:
             return NotImplemented
-        _observe("arithmetic", self, other)
+        _observe(Operation.ARITHMETIC, self, other)
         if isinstance(o, Fraction):
             shortcut = _shortcut(self, o, name, reflected)
             if shortcut is not None:
@@ -205,7 +220,7 @@ class Sym:
     __truediv__, __rtruediv__ = _arithmetic("div")
 
     def __pow__(self, exponent):
-        _observe("arithmetic", self)
+        _observe(Operation.ARITHMETIC, self)
         if isinstance(exponent, (int, np.integer)) and not isinstance(exponent, bool):
             n = int(exponent)
             if n == 0:
@@ -224,7 +239,7 @@ class Sym:
         raise SymbolicError("a symbolic exponent has no exact symbolic meaning")
 
     def __neg__(self):
-        _observe("arithmetic", self)
+        _observe(Operation.ARITHMETIC, self)
         return Sym(-self.expr, self.reads)
 
     def __pos__(self):
@@ -240,7 +255,7 @@ class Sym:
         o = _operand(other)
         if o is None:
             return NotImplemented
-        _observe("comparison", self, other)
+        _observe(Operation.COMPARISON, self, other)
         if isinstance(o, Fraction):
             o = real(o)
         return current_replay().decide(build(op, self.expr, o))
@@ -253,7 +268,7 @@ class Sym:
     __ne__ = _comparison("ne", lambda pos: True)
 
     def __bool__(self):
-        _observe("comparison", self)
+        _observe(Operation.COMPARISON, self)
         return current_replay().decide(self.expr != 0)
 
     __hash__ = object.__hash__
@@ -284,7 +299,7 @@ class Sym:
 
     # -- operations the reference asks a symbolic value's type for ---------------------------
     @staticmethod
-    def spectr_rho(p, q, num_drafts: int):
+    def spectr_rho(p, q, num_paths: int):
         """SpecTr's rho for symbolic p, q ([V] numpy object arrays of `Sym`/numbers).
 
         The hook `verispec.reference.verifiers.multidraft.spectr_rho` calls instead of its float64
@@ -292,12 +307,12 @@ class Sym:
         the z3 real of `verispec.formal.rho.rho_symbol` (its defining constraints join the
         exploration). Raises SymbolicError outside a replay.
         """
-        K = int(num_drafts)
+        K = int(num_paths)
         if K == 1:
             return Fraction(1)
         explorer = current_replay().explorer
         reads = frozenset().union(*(reads_of(x) for x in (*p, *q)))
-        _observe("spectr_rho", *p, *q)
+        _observe(Operation.FIXED_POINT, *p, *q, label="SpecTr's rho")
         return Sym(rho_symbol(explorer, [to_z3(x) for x in p], [to_z3(x) for x in q], K), reads)
 
 

@@ -12,9 +12,9 @@ engine (Fractions) before it is reported as a counterexample.
 
 EXPR (`verispec.formal.bound_expr`, no eval) reads ``tv_pq`` = TV(p(. | context), q(. | context)) of
 the first position, the method's numeric parameters (``ensemble_weight`` alias ``w``, ``epsilon``
-alias ``eps``, ``delta``, ``threshold`` alias ``T``), ``V``, ``L`` and ``N``. Example: DIVERSE's
-static ensemble (arXiv 2604.07622) at L = 1 has TV = (1 - w) TV(p, q) exactly, so
-``(1 - w) * tv_pq`` is proved and ``(1 - w) * tv_pq / 2`` refuted.
+alias ``eps``, ``delta``, ``divergence_threshold`` alias ``T``; ``threshold``, its former name, still
+reads), ``V``, ``L`` and ``N``. Example: DIVERSE's static ensemble (arXiv 2604.07622) at L = 1 has
+TV = (1 - w) TV(p, q) exactly, so ``(1 - w) * tv_pq`` is proved and ``(1 - w) * tv_pq / 2`` refuted.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from .symbolic import SymbolicError, SymbolicZeroDivision, building, to_z3
 __all__ = ["TVBoundResult", "prove_tv_bound", "bound_names", "iteration_tv", "tv_bound_from_args", "ALIASES"]
 
 #: Short names EXPR may use for a method's parameters.
-ALIASES = {"w": "ensemble_weight", "eps": "epsilon", "T": "threshold"}
+ALIASES = {"w": "ensemble_weight", "eps": "epsilon", "T": "divergence_threshold",
+           "threshold": "divergence_threshold"}
 
 
 @dataclass

@@ -108,7 +108,7 @@ class RuleContractError(TypeError, ValueError):
     #: The `verispec` commands' exit status for it (`verispec.commandline.exit_status`): not a verdict.
     exit_status = CONTRACT_ERROR
 
-    def __init__(self, problem: str, method=None, prefix=None, probability=None, draws=(),
+    def __init__(self, problem: str, *, method=None, prefix=None, probability=None, draws=(),
                  prefix_probability=None, instance=None, detail: str = ""):
         self.problem, self.method, self.prefix = problem, method, prefix
         self.probability, self.draws = probability, tuple(draws)

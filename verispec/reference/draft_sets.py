@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from . import drafters, models
 from .models import check_positive_int
+from .deprecation import renamed_keywords
 from .probability import as_probs
 from .randomness import enumerate_law
 
 
-def draft_set_law(q, num_drafts: int, replacement: bool = True) -> dict:
+@renamed_keywords(num_drafts="num_paths")
+def draft_set_law(q, num_paths: int, replacement: bool = True) -> dict:
     """The law of the SET of distinct tokens among K drafts from q: {sorted token tuple: prob}.
 
     The drafts are those of the reference drafters — `drafters.iid_paths` (i.i.d., with
@@ -23,13 +25,13 @@ def draft_set_law(q, num_drafts: int, replacement: bool = True) -> dict:
     the bounds built on it speak of the drafts the methods really use. Exact for Fraction q.
 
     Args:
-        q: draft distribution [V] (float64 or Fraction). num_drafts: K >= 1.
+        q: draft distribution [V] (float64 or Fraction). num_paths: K >= 1.
         replacement: True for i.i.d. drafts, False for drafts without replacement.
 
     Raises:
         TypeError / ValueError: q not a distribution, K < 1.
     """
-    K = check_positive_int(num_drafts, "num_drafts")
+    K = check_positive_int(num_paths, "num_paths")
     drafter = (drafters.iid_paths if replacement else drafters.paths_without_replacement)(1, K)
     draft_model = models.iid(as_probs(q, "q"))
     return enumerate_law(lambda rand: drafter(draft_model, (), rand).child_set(())).law

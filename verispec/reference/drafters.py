@@ -9,29 +9,32 @@ tree enormously (a top-down verifier never pays for subtrees it rejected).
 
 Drafters (docs/algorithms.md): `chain(L)`, `iid_paths(L, K)`, `paths_without_replacement(L, K)`,
 `greedy_draft_paths(L, K)` (Hu et al.'s greedy draft sampling), `node_by_node` (per-node drafting),
-`opt_tree(node_budget, threshold, max_depth)`, static trees `ranked_tree(rank_paths)`,
+`opt_tree(node_budget, gain_threshold, max_depth)`, static trees `ranked_tree(rank_paths)`,
 point-mass drafters `point_mass(fn)`,
-`greedy(L)` and `prompt_lookup(L, max_ngram)`.
+`greedy(L)` and `prompt_lookup(L, max_ngram)`. The i.i.d. draws of one node (`draw_counts`) are
+in `verispec.reference.draws`, and importable from here.
 """
 
 from __future__ import annotations
 
-import functools
 import heapq
 import itertools
-import math
 from fractions import Fraction
 from typing import Callable, Sequence
 
 import numpy as np
 
+from .audit import plumbing
 from .contract import RuleContractError
+from .deprecation import renamed_keywords
+from .draws import draw_counts, token_id
 from .models import LanguageModel, check_positive_int, check_prefix
-from .probability import argmax, is_symbolic, one_hot
+from .probability import argmax, one_hot
 
 Node = tuple  # tuple[int, ...], relative to the context
 
 
+@plumbing
 class Draft:
     """A (lazily expanded) draft tree.
 
@@ -76,11 +79,11 @@ class Draft:
         k = self._num[node]
         drafted, proposal = self._expand(node, k)
         if isinstance(drafted, dict):
-            counts = {_token_id(t): int(c) for t, c in sorted(drafted.items()) if c > 0}
+            counts = {token_id(t): int(c) for t, c in sorted(drafted.items()) if c > 0}
             if sum(counts.values()) != k:
                 raise ValueError(f"expand returned counts for {sum(counts.values())} paths, not {k}, at {node}")
         else:
-            order = tuple(_token_id(t) for t in drafted)
+            order = tuple(token_id(t) for t in drafted)
             if len(order) > k:
                 raise ValueError(f"expand returned {len(order)} tokens for {k} paths at node {node}")
             counts = {}
@@ -200,56 +203,7 @@ class Draft:
         return cls(len(paths), expand)
 
 
-@functools.lru_cache(maxsize=65536)
-def _binomial_pmf(r, n: int, exact: bool) -> np.ndarray:
-    """Binomial(n, r) pmf -> [n + 1] (Fractions when exact); cached, as the enumerator replays
-    the same draws many times. Treat the result as read-only."""
-    pmf = np.array([math.comb(n, j) * r ** j * (1 - r) ** (n - j) for j in range(n + 1)],
-                   dtype=object if exact else np.float64)
-    return pmf if exact else pmf / pmf.sum()
-
-
-@functools.lru_cache(maxsize=65536)
-def _support(key) -> tuple[int, ...]:
-    """Tokens of positive probability of a distribution given by its bytes (float64) or tuple."""
-    values = np.frombuffer(key) if isinstance(key, bytes) else key
-    return tuple(t for t in range(len(values)) if values[t] > 0)
-
-
-def draw_counts(q: np.ndarray, k: int, rand) -> dict[int, int]:
-    """The multiset of k i.i.d. draws from q, as {token: count}, by sequential binomials.
-
-    count(t) ~ Binomial(k - drawn so far, q(t) / mass left): the multinomial law, drawn with one
-    categorical per token of positive probability (exact for Fractions).
-    """
-    counts: dict[int, int] = {}
-    left, mass = k, 1
-    # The caches answer comparisons once; symbolic entries (verispec.formal) must ask them on every
-    # run, so only float64 and Fraction vectors are cached.
-    cached = not is_symbolic(q)
-    key = q.tobytes() if q.dtype != object else tuple(q)
-    support = _support(key) if cached else _support.__wrapped__(key)
-    pmf = _binomial_pmf if cached else _binomial_pmf.__wrapped__
-    for i, t in enumerate(support):
-        if left == 0:
-            break
-        if i == len(support) - 1:
-            counts[t] = left
-            break
-        c = rand.categorical(pmf(min(q[t] / mass, 1), left, q.dtype == object))
-        if c:
-            counts[t] = c
-        left -= c
-        mass = mass - q[t]
-    return counts
-
-
-def _token_id(t) -> int:
-    """A drafted token id as an int: numpy integers converted, Python ints (and their subclasses,
-    e.g. the opaque ids `verispec.formal.watch` hands out to see how a rule uses them) kept."""
-    return t if isinstance(t, int) and not isinstance(t, bool) else int(t)
-
-
+@plumbing
 class Drafter:
     """A named drafting strategy: `drafter(draft_model, context, rand) -> Draft`."""
 
@@ -365,7 +319,8 @@ def paths_without_replacement(draft_length: int, num_paths: int) -> Drafter:
     return Drafter("paths_without_replacement", build, draft_length=L, num_paths=K)
 
 
-def greedy_draft(q: np.ndarray, num_drafts: int, rand) -> tuple[tuple[int, ...], np.ndarray]:
+@renamed_keywords(num_drafts="num_paths")
+def greedy_draft(q: np.ndarray, num_paths: int, rand) -> tuple[tuple[int, ...], np.ndarray]:
     """Greedy draft sampling at one node (Hu et al. 2025, arXiv 2502.18779): the k - 1 most likely
     tokens of q, chosen deterministically, then ONE token drawn from q renormalised over the rest.
 
@@ -374,7 +329,7 @@ def greedy_draft(q: np.ndarray, num_drafts: int, rand) -> tuple[tuple[int, ...],
     k drafts, as `paths_without_replacement` drafts fewer when q runs out).
 
     Args:
-        q: draft distribution [V] (float64, Fraction or symbolic). num_drafts: k >= 1.
+        q: draft distribution [V] (float64, Fraction or symbolic). num_paths: k >= 1.
         rand: `Randomness` (one categorical draw).
 
     Returns:
@@ -382,7 +337,7 @@ def greedy_draft(q: np.ndarray, num_drafts: int, rand) -> tuple[tuple[int, ...],
         law the sampled token was drawn from, zero on the greedy tokens).
     """
     order = sorted((t for t in range(len(q)) if q[t] > 0), key=lambda t: (-q[t], t))
-    greedy = order[:min(num_drafts - 1, len(order) - 1)]
+    greedy = order[:min(num_paths - 1, len(order) - 1)]
     rest = q.copy()  # [V]
     rest[greedy] = q[0] * 0
     # one positive token left: an exact point mass, so no division is needed (nor, under `prove`,
@@ -424,14 +379,15 @@ def fixed_tree(children: dict) -> Draft:
     return Draft(leaves(()), expand)
 
 
-def opt_tree_structure(q_of: Callable[[Node], np.ndarray], node_budget: int, threshold: float,
+@renamed_keywords(threshold="gain_threshold")
+def opt_tree_structure(q_of: Callable[[Node], np.ndarray], node_budget: int, gain_threshold: float,
                        max_depth: int) -> dict[Node, list[int]]:
     """OPT-Tree's layer-wise construction (Wang et al. 2024, arXiv 2406.17276, Algorithm 1).
 
     Node weight W(u) = product of draft probabilities on u's root path. Layer 1 = the top-n root
     children by q; each next layer = the global top-n of W(parent) * q(child | parent) over the
     top-n children of every node of the previous layer. After each layer E[A] = sum of the n
-    largest W seen so far; stop when its gain is <= threshold or at max_depth. The tree is the n
+    largest W seen so far; stop when its gain is <= gain_threshold or at max_depth. The tree is the n
     largest-W nodes (ties: shallower first, so it is a subtree). Zero-probability children are
     never drafted.
 
@@ -465,7 +421,7 @@ def opt_tree_structure(q_of: Callable[[Node], np.ndarray], node_budget: int, thr
         best = heapq.nlargest(n, weights.values())
         gain = sum(best) - expected
         expected = sum(best)
-        if gain <= threshold:
+        if gain <= gain_threshold:
             break
     chosen = sorted(weights, key=lambda u: (-weights[u], len(u), u))[:n]
     chosen_set = set(chosen)
@@ -525,27 +481,28 @@ def ranked_tree(rank_paths) -> Drafter:
     return Drafter("ranked_tree", build, rank_paths=tuple(sorted(listed, key=lambda u: (len(u), u))))
 
 
-def check_threshold(threshold) -> float:
+def check_threshold(gain_threshold) -> float:
     """Validate OPT-Tree's E[A]-gain threshold delta (a number >= 0); returns it as a float.
 
     Raises:
         ValueError: not a number, negative or NaN.
     """
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0:
-        raise ValueError(f"threshold: must be a number >= 0, got {threshold!r}")
-    return float(threshold)
+    if isinstance(gain_threshold, bool) or not isinstance(gain_threshold, (int, float)) or not gain_threshold >= 0:
+        raise ValueError(f"gain_threshold: must be a number >= 0, got {gain_threshold!r}")
+    return float(gain_threshold)
 
 
-def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = None) -> Drafter:
+@renamed_keywords(threshold="gain_threshold")
+def opt_tree(node_budget: int, gain_threshold: float = 0.0, max_depth: int | None = None) -> Drafter:
     """OPT-Tree adaptive draft tree (deterministic given the draft model); see `opt_tree_structure`.
 
     Args:
         node_budget: n >= 1, the number of draft tokens (tree nodes besides the root).
-        threshold: delta >= 0, stop growing when E[A] gains <= delta from a new layer.
+        gain_threshold: delta >= 0, stop growing when E[A] gains <= delta from a new layer.
         max_depth: >= 1 (default: node_budget).
     """
     n = check_positive_int(node_budget, "node_budget")
-    check_threshold(threshold)
+    check_threshold(gain_threshold)
     depth = n if max_depth is None else check_positive_int(max_depth, "max_depth")
 
     def build(draft_model, context, rand):
@@ -554,9 +511,9 @@ def opt_tree(node_budget: int, threshold: float = 0.0, max_depth: int | None = N
         def q_of(node):
             return draft_model.probs(context + node)
 
-        return fixed_tree(opt_tree_structure(q_of, n, float(threshold), depth))
+        return fixed_tree(opt_tree_structure(q_of, n, float(gain_threshold), depth))
 
-    return Drafter("opt_tree", build, node_budget=n, threshold=threshold, max_depth=depth)
+    return Drafter("opt_tree", build, node_budget=n, gain_threshold=gain_threshold, max_depth=depth)
 
 
 def phrase_draft(phrase: tuple[int, ...], vocab_size: int) -> Draft:

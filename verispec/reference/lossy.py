@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from . import registry
 from .probability import as_probs, is_exact
 from .verifiers.lossy import divergence, typical_threshold
 
@@ -90,9 +91,11 @@ def one_step(name: str, p, q, **params) -> OneStep:
     Raises: ValueError: `name` is not a lossy method with a closed form.
     """
     params.pop("draft_length", None)
+    if name in registry.REGISTRY:
+        params = registry.renamed_params(name, params, registry.spec(name).defaults("reference"))
     forms = {"typical": lambda: typical_acceptance_step(p, q, params["epsilon"], params["delta"]),
              "static_ensemble": lambda: static_ensemble_step(p, q, params["ensemble_weight"]),
-             "fsd": lambda: fuzzy_step(p, q, params["threshold"], params.get("divergence", "js"))}
+             "fsd": lambda: fuzzy_step(p, q, params["divergence_threshold"], params.get("divergence", "js"))}
     if name not in forms:
         raise ValueError(f"name: no one-step closed form for {name!r}; known: {', '.join(forms)}")
     return forms[name]()

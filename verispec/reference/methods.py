@@ -3,7 +3,7 @@
 A verifier's correctness depends on how its drafts were sampled, so the two travel together.
 Built-in methods (docs/algorithms.md): token, block, gbv, nss, rrs, rrsw, spectr, traversal, opt_tree,
 point_mass, prompt_lookup; khisti, optimal_is, global_resolution, spechub, hu_greedy
-(docs/verifiers_new.md); the rules declared lossy (``Method.lossy``): typical, static_ensemble, fsd.
+(docs/multi_draft_verifiers.md); the rules declared lossy (``Method.lossy``): typical, static_ensemble, fsd.
 `get(name, **params)` builds one by name; `names()` lists the lossless ones, `lossy_names()` the lossy ones;
 `Method(name, draft=..., verify=...)` wraps a researcher's own rule. Methods that need more than
 the models and L (a pool snapshot, a confidence threshold) live in their own modules:
@@ -23,6 +23,8 @@ from numbers import Real
 from typing import Callable
 
 from . import drafters, registry
+from .deprecation import renamed_keywords
+from .audit import PLUMBING
 from .contract import RuleContractError, check_signature
 from .drafters import Draft
 from .models import LanguageModel, check_positive_int, check_pair, check_prefix
@@ -36,6 +38,11 @@ from .verifiers.hu_greedy import hu_greedy_verify
 from .verifiers.spechub import hub_pairs, spechub_verify
 from .verifiers import (block_verify, gbv_verify, nss_verify, rrs_verify, rrsw_verify,
                         sample_and_follow, spectr_verify, token_verify, traversal_verify)
+
+
+#: Plumbing (`verispec.reference.audit`): Method.step's validation of what a rule returns, not rule code, so
+#: `verispec prove --all-vocab` lets this module read V and handle token ids as numbers.
+__audit__ = PLUMBING
 
 
 @dataclass(frozen=True)
@@ -234,10 +241,11 @@ def hu_greedy(draft_length: int, num_paths: int) -> Method:
                   {"draft_length": draft_length, "num_paths": num_paths}, model_state_only=True)
 
 
-def opt_tree(node_budget: int, threshold: float = registry.default("opt_tree", "threshold"),
+@renamed_keywords(threshold="gain_threshold")
+def opt_tree(node_budget: int, gain_threshold: float = registry.default("opt_tree", "gain_threshold"),
              max_depth: int | None = registry.default("opt_tree", "max_depth")) -> Method:
     """OPT-Tree adaptive draft tree with sample-and-follow verification (arXiv 2406.17276)."""
-    drafter = drafters.opt_tree(node_budget, threshold, max_depth)
+    drafter = drafters.opt_tree(node_budget, gain_threshold, max_depth)
     return Method("opt_tree", drafter, sample_and_follow, dict(drafter.params), model_state_only=True)
 
 
@@ -307,15 +315,17 @@ def static_ensemble(draft_length: int, ensemble_weight: float = registry.default
                   model_state_only=True, lossy=True)
 
 
-def fsd(draft_length: int, threshold: float = registry.default("fsd", "threshold"),
+@renamed_keywords(threshold="divergence_threshold")
+def fsd(draft_length: int, divergence_threshold: float = registry.default("fsd", "divergence_threshold"),
         divergence: str = registry.default("fsd", "divergence")) -> Method:
     """Fuzzy Speculative Decoding on a chain (Holsman et al., arXiv 2502.20704; lossy): accept X_i
-    iff D(p_i, q_i) <= threshold, D = `divergence` ("js", "kl" or "tv"), then one token ~ p."""
+    iff D(p_i, q_i) <= divergence_threshold (T), D = `divergence` ("js", "kl" or "tv"), then one token ~ p."""
     L = check_positive_int(draft_length, "draft_length")
     if divergence not in DIVERGENCES:
         raise ValueError(f"divergence: expected one of {', '.join(DIVERGENCES)}, got {divergence!r}")
-    rule = FuzzyAcceptance(_unit_interval(threshold, "threshold", open_left=False), divergence)
-    return Method("fsd", drafters.chain(L), rule, {"draft_length": L, "threshold": threshold, "divergence": divergence},
+    rule = FuzzyAcceptance(_unit_interval(divergence_threshold, "divergence_threshold", open_left=False), divergence)
+    return Method("fsd", drafters.chain(L), rule, {"draft_length": L, "divergence_threshold": divergence_threshold,
+                                                   "divergence": divergence},
                   model_state_only=True, lossy=True)
 
 

@@ -16,7 +16,13 @@ from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 
+from .audit import PLUMBING
 from .probability import argmax, as_probs, is_exact, is_symbolic, one_hot, to_rational
+
+
+#: Plumbing (`verispec.reference.audit`): the models' caches and argument checks, not rule code, so
+#: `verispec prove --all-vocab` lets this module read V and handle token ids as numbers.
+__audit__ = PLUMBING
 
 
 def check_prefix(prefix, vocab_size: int, name: str = "prefix") -> tuple[int, ...]:

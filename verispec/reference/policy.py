@@ -46,6 +46,7 @@ from typing import Callable, Sequence
 
 from .adaptive import check_verifier, VERIFIERS, chain_draft
 from .costs import CostModel, ForwardCost
+from .deprecation import renamed_keywords
 from .drafters import Drafter, fixed_tree, opt_tree_structure, require_draft_model
 from .methods import Method
 from .models import check_positive_int
@@ -228,8 +229,9 @@ def planned_method(factory: Callable[[int], Method], max_length: int, costs: Cos
                   model_state_only=True)
 
 
+@renamed_keywords(threshold="gain_threshold")
 def budget_tree_method(node_budget: int, costs: CostModel, scale=1, max_depth: int = DEPTH.default,
-                       threshold: float = THRESHOLD.default) -> Method:
+                       gain_threshold: float = THRESHOLD.default) -> Method:
     """OPT-Tree (`drafters.opt_tree_structure` at budget n) cut to the `best_budget` top-W nodes,
     with sample-and-follow: the reference twin of ``opt_tree:pol=auto`` (layers = the tree's depth
     before the cut, the draft forwards the torch drafter spends; `scale` its calibration rho).
@@ -246,7 +248,7 @@ def budget_tree_method(node_budget: int, costs: CostModel, scale=1, max_depth: i
         def q_of(node):
             return model.probs(context + node)
 
-        children = opt_tree_structure(q_of, n, threshold, depth)
+        children = opt_tree_structure(q_of, n, gain_threshold, depth)
         weights = _tree_weights(children, q_of)
         order = sorted(weights, key=lambda u: (-weights[u], len(u), u))  # a subtree at every cut
         layers = max(len(u) for u in order)

@@ -13,6 +13,8 @@ from numbers import Rational
 
 import numpy as np
 
+from .audit import Primitive, primitive
+
 #: Tolerance on sum(probs) == 1 for float64 input (docs/architecture.md, "Bad input").
 SUM_TOLERANCE = 1e-9
 
@@ -93,6 +95,7 @@ def normalize(weights: np.ndarray) -> np.ndarray:
     return weights / weights.sum()
 
 
+@primitive(Primitive.RESIDUAL)
 def residual(p: np.ndarray, q: np.ndarray, weight=1) -> np.ndarray:
     """The residual distribution norm(max(weight * p - q, 0)) -> [V].
 
@@ -108,6 +111,7 @@ def residual(p: np.ndarray, q: np.ndarray, weight=1) -> np.ndarray:
     return excess / total
 
 
+@primitive(Primitive.RESIDUAL)
 def positive_mass(p: np.ndarray, q: np.ndarray, weight=1):
     """sum_x max(weight * p(x) - q(x), 0): the un-normalised residual mass."""
     return np.maximum(weight * p - q, 0).sum()
@@ -120,6 +124,7 @@ def ratio(p_x, q_x):
     return p_x / q_x
 
 
+@primitive(Primitive.ACCEPTANCE)
 def accept_probability(p_x, q_x, weight=1):
     """min(1, weight * p(x) / q(x)), the acceptance probability of a drafted token."""
     if q_x == 0:

@@ -19,8 +19,14 @@ from typing import Callable, Hashable, Protocol, runtime_checkable
 
 import numpy as np
 
+from .audit import PLUMBING
 from .probability import SUM_TOLERANCE
 from .uniform import LazyUniform
+
+
+#: Plumbing (`verispec.reference.audit`): the samplers and the exact enumerator, not rule code, so
+#: `verispec prove --all-vocab` lets this module read V and handle token ids as numbers.
+__audit__ = PLUMBING
 
 
 @runtime_checkable

@@ -26,6 +26,8 @@ import importlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from .deprecation import deprecated
+
 __all__ = ["Param", "MethodSpec", "REGISTRY", "FAMILIES", "BASELINE", "CHAIN", "MULTI_PATH", "SELECTION", "TREE",
            "PHRASE_POOL", "BASELINE_METHOD", "POLICY_OPTIONS", "spec", "names", "quick_check_names", "build",
            "default", "resolve_factory", "markdown_table", "one_per_node", "top_down", "three_per_node",
@@ -168,11 +170,12 @@ K = Param("num_paths", 2, "K", "draft paths (num_paths K)")
 T_DRAFT = Param("draft_temperature", None, None, "temperature the drafts are drawn at (default: the target's)")
 S = Param("truncation", None, "s", "tokens of the truncated selection LP (None: the full vocabulary)")
 N_BUDGET = Param("node_budget", 50, "n", "draft tokens per tree (node budget)")
-THRESHOLD = Param("threshold", 0.0, None, "OPT-Tree stops adding layers when E[A] gains <= threshold")
+THRESHOLD = Param("gain_threshold", 0.0, None, "OPT-Tree stops adding layers when E[A] gains <= gain_threshold")
 DEPTH = Param("max_depth", 10, None, "the deepest layer of a tree")
 PRUNE = Param("prune", True, None, "skip draft rows no chosen node can descend from")
 NGRAM = Param("max_ngram", 3, None, "the longest context suffix n-gram looked up")
-CONFIDENCE = Param("threshold", 0.4, "c", "stop the chain after a token of draft probability below it (c: percent)",
+CONFIDENCE = Param("confidence_threshold", 0.4, "c", "stop the chain after a token of draft probability below it "
+                   "(c: percent)",
                    minimum=0, maximum=100, per=100)
 VERIFIER = Param("verifier", "token", "v", "the chain's verifier: token or block", choices=("token", "block"))
 CAP = Param("max_draft_length", None, "M", "the length cap's ceiling (None: 4 L)")
@@ -197,7 +200,7 @@ POLICY_OPTIONS = tuple(p.name for p in _POLICY)
 
 POOL = Param("pool", None, None, "a PhrasePool read and filled by every decode (None: a fresh pool per call)")
 WINDOW = Param("window", 4, "W", "Jacobi window columns in every forward (0: none)", minimum=0)
-CANDIDATES = Param("num_candidates", 3, "K", "newest pool phrases tried per lookup")
+CANDIDATES = Param("num_candidates", 3, "C", "newest pool phrases tried per lookup")
 _POOL_STATE = ("no reference twin: its phrase pool learns across decode calls, state a stateless reference "
                "Method cannot hold; verispec.reference.ouroboros checks the same rule on a pool snapshot")
 
@@ -233,16 +236,19 @@ def _selection(name: str, doc: str, params: tuple, drafter: str = _PATHS, fixed:
 
 def _tree(name: str, doc: str, shape: str, branching_doc: str, torch_only: tuple, note: str = "",
           policy: tuple = _POLICY) -> MethodSpec:
-    """A draft-tree method: `TreeDrafter` of tree `shape` + sample-and-follow; `policy`: the cost
+    """A draft-tree method: `TreeDrafter` of tree `shape` + sample-and-follow; `branching_doc`: the
+    `branching` parameter's doc ("" for a shape without one: opt_tree); `policy`: the cost
     policy's parameters (`_POLICY_AUTO`: the bench runs it "auto")."""
-    params = (N_BUDGET, THRESHOLD, DEPTH, Param("branching", 2, None, branching_doc), T_DRAFT, PRUNE) + policy
-    return MethodSpec(name, doc, params, TREE, reference=f"{_REF}:{name}", torch=f"{_TORCH}:tree_method",
+    branching = (Param("branching", 2, None, branching_doc),) if branching_doc else ()  # opt_tree's shape has none
+    params = (N_BUDGET, THRESHOLD, DEPTH) + branching + (T_DRAFT, PRUNE) + policy
+    torch = f"{_TORCH}:{'tree_method' if branching_doc else 'opt_tree_method'}"
+    return MethodSpec(name, doc, params, TREE, reference=f"{_REF}:{name}", torch=torch,
                       torch_rule=_SAMPLE_AND_FOLLOW, torch_drafter=f"{_DRAFTERS}:TreeDrafter",
                       torch_fixed=(("name", name), ("kind", shape)), torch_only=torch_only + POLICY_OPTIONS,
                       note=note)
 
 
-_STATIC = ("threshold", "draft_temperature", "prune")
+_STATIC = ("gain_threshold", "draft_temperature", "prune")
 _KARY = "children per node of the k-ary tree"
 
 _ENTRIES = (
@@ -266,7 +272,7 @@ _ENTRIES = (
     _path("traversal", "K i.i.d. paths + traversal verification, leaves up (Weng et al., arXiv 2505.12398)",
           "traversal:traversal_rule", True, uniforms=traversal_uniforms),
     _tree("opt_tree", "OPT-Tree's adaptive draft tree + sample-and-follow (Wang et al., arXiv 2406.17276)",
-          "opt_tree", "unused by opt_tree", ("branching", "draft_temperature", "prune"), policy=_POLICY_AUTO),
+          "opt_tree", "", ("draft_temperature", "prune"), policy=_POLICY_AUTO),
     _tree("kary", "a static k-ary draft tree + sample-and-follow (a baseline for OPT-Tree)", "kary", _KARY, _STATIC),
     _tree("eagle", "an EAGLE-style static rank-prior tree + sample-and-follow (after Li et al., arXiv 2401.15077)",
           "eagle", _KARY, _STATIC, note="EAGLE-style, fixed priors"),
@@ -308,7 +314,7 @@ _ENTRIES = (
                "arXiv 2604.07622)", (L, Param("ensemble_weight", 0.5, None, "w: the target's weight in the ensemble")),
                reference=f"{_REF}:static_ensemble", lossy=True),
     MethodSpec("fsd", "a chain accepted while a divergence D(p, q) <= T; lossy (Fuzzy SD, Holsman et al., "
-               "arXiv 2502.20704)", (L, Param("threshold", 0.1, None, "T: the divergence threshold"),
+               "arXiv 2502.20704)", (L, Param("divergence_threshold", 0.1, None, "T: the divergence threshold"),
                                      Param("divergence", "js", None, "D: js, kl or tv")),
                reference=f"{_REF}:fsd", lossy=True),
     MethodSpec("ouroboros", "draft-model phrases + pool suffixes, point-mass tree verification (Zhao et al., "
@@ -328,6 +334,13 @@ _ENTRIES = (
                needs_draft=False, uniforms=None, torch="verispec.empirical.drafters.phrases:lookahead_method",
                torch_rule=_POINT_MASS_TREE, torch_drafter=f"{_PHRASES}:LookaheadDrafter", no_twin=_POOL_STATE, note="simplified: 1 window level"),
 )
+
+#: Renamed parameters (issue 45: one term per idea) that `build` still takes, with a
+#: DeprecationWarning: old name -> the new names (the one the method declares is used).
+RENAMED_PARAMS = {"threshold": ("gain_threshold", "confidence_threshold", "divergence_threshold")}
+#: Renamed bench keys, still read (with a DeprecationWarning) by a method that declares the new
+#: key and not the old: the phrase pools' K (num_candidates) is now C; K is num_paths.
+RENAMED_KEYS = {"K": "C"}
 
 #: name -> MethodSpec, in the order of docs/algorithms.md.
 REGISTRY: dict[str, MethodSpec] = {entry.name: entry for entry in _ENTRIES}
@@ -405,12 +418,24 @@ def build(name: str, backend: str, params: dict):
         raise ValueError(f"name: method {name!r} has no {backend} implementation; "
                          f"{backend} methods: {', '.join(names(backend))}")
     accepted = {k: v for k, v in entry.defaults(backend).items() if k not in POLICY_OPTIONS}
+    params = renamed_params(name, params, entry.defaults(backend), stacklevel=5)
     unknown = set(params) - set(accepted)
     if unknown:
         raise TypeError(f"{', '.join(sorted(unknown))}: not a parameter of method {name!r} "
                         f"(takes {', '.join(accepted)})")
     fixed = dict(entry.torch_fixed) if backend == "torch" else {}
     return resolve_factory(path)(**fixed, **{**accepted, **params})
+
+
+def renamed_params(name: str, params: dict, takes: dict, stacklevel: int = 4) -> dict:
+    """`params` with each deprecated name of `RENAMED_PARAMS` that method `name` does not take
+    replaced by the new one it takes (a DeprecationWarning each, `stacklevel` frames up)."""
+    for old, news in RENAMED_PARAMS.items():
+        new = next((n for n in news if n in takes), None)
+        if old in params and old not in takes and new is not None and new not in params:
+            deprecated(f"the parameter {old!r} of method {name!r}", repr(new), stacklevel)
+            params = {(new if k == old else k): v for k, v in params.items()}
+    return params
 
 
 def markdown_table() -> str:

@@ -3,7 +3,8 @@
     from verispec.testing import assert_lossless, strategies, planted
 
 - `assert_lossless(method, ...)`: exact check (by enumeration) that a method's output law equals the
-  target's, on one instance or a deterministic sweep; reports the smallest counterexample.
+  target's, on one instance or a deterministic sweep; reports the smallest counterexample. The sweep
+  is a `Sweep` (`verispec.testing.sweeps`), the one planner `verispec check` uses too.
 - `assert_not_worse(method, baseline, ...)`: exact E[tau] comparison (catches lossless-but-slower).
 - `assert_proved(method, vocab_size=V, draft_length=L, num_paths=K)`: a proof that the method is
   lossless for every target/draft pair at that size (symbolic execution + the z3 SMT solver).
@@ -35,11 +36,11 @@ from .engine import (EngineCheckSettings, EngineContractError, EngineCounters, E
 from .proofs import ProofError, assert_proved
 from .sampler import (SamplerContractError, SamplerLosslessnessError, SamplerReport, assert_sampler_lossless,
                       reference_sampler)
-from .strategies import Instance
+from .sweeps import Instance, Sweep
 from .tree_reference import TreeRejectionSampler, parents_tree_sampler, reference_tree_sampler
 from .tree_sampler import TreeSamplerReport, assert_tree_sampler_lossless
 
-__all__ = ["assert_lossless", "assert_not_worse", "sweep", "default_num_tokens", "strategies", "planted",
+__all__ = ["assert_lossless", "assert_not_worse", "sweep", "Sweep", "default_num_tokens", "strategies", "planted",
            "Instance", "LosslessnessError", "LosslessReport", "NotWorseError", "RuleContractError",
            # black-box samplers (batched torch/numpy code with its own RNG): a G-test of the emitted law
            "assert_sampler_lossless", "reference_sampler", "SamplerReport", "SamplerLosslessnessError",

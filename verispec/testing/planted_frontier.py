@@ -24,7 +24,7 @@ Each is one real mistake, small and honest:
 - `block_point_mass_scalar_q`: block verification of point-mass (q = 1) drafts whose residual mass
   is computed against a scalar q = 1 for every token: only the whole phrase or nothing is
   accepted. It is lossy and accepts far less than token verification (the vLLM PR #40819
-  report; see docs/verifiers_new.md). Needs L >= 2.
+  report; see docs/multi_draft_verifiers.md). Needs L >= 2.
 """
 
 from __future__ import annotations

@@ -25,127 +25,20 @@ The contract: `assert_sampler_lossless`. Sources: speculative sampling, Leviatha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from ..reference.contract import RuleContractError
 from ..reference.models import check_positive_int
 from . import gtest
-from ._internal.harness import (Backend, TimedLoop, check_number, failure_message, harness_instances, sample_instance,
-                                timed_results)
-from .assertions import DEFAULT_FAMILIES, LosslessnessError
-from .strategies import Instance
+from ._internal.harness import (Backend, HarnessSettings, TimedLoop, call_contract, check_callable, harness_instances,
+                                run_harness, sample_instance)
+from ._internal.verdicts import (PLACEHOLDER, InstanceResult, SamplerContractError, SamplerLosslessnessError,
+                                 SamplerReport, check_output, contract_error, sampler_name)
+from .sweeps import DEFAULT_FAMILIES
 
 __all__ = ["assert_sampler_lossless", "reference_sampler", "SamplerReport", "InstanceResult",
            "SamplerLosslessnessError", "SamplerContractError", "PLACEHOLDER"]
 
-#: Padding after the last emitted token of a row (vLLM's PLACEHOLDER_TOKEN_ID).
-PLACEHOLDER = -1
-
 _MAX_CODE = 2 ** 62  # prefixes are encoded as base-(V+1) integers in int64
-
-
-class SamplerContractError(RuleContractError):
-    """The function under test broke the calling contract (wrong shape or dtype, a token outside
-    the vocabulary, an emitted prefix that is not the draft, no token emitted, or it raised).
-    This is not a verdict on its law: a `RuleContractError` (TypeError and ValueError), never an
-    AssertionError.
-
-    Attributes (besides `RuleContractError`'s): row, the offending batch row (or None).
-    """
-
-    def __init__(self, problem, method=None, instance=None, row=None, detail=""):
-        self.row = row
-        super().__init__(problem, method=method, instance=instance, detail=detail)
-
-
-class SamplerLosslessnessError(LosslessnessError):
-    """The G-test rejected the target law on an instance (or an impossible sequence was emitted).
-
-    Attributes (besides `LosslessnessError`'s): result, the failing `InstanceResult`;
-    report, the `SamplerReport` of the instances run so far; declared_lossy, True when the
-    sampler declares itself lossy (its ``lossy`` attribute: the message then says LOSSY, not NOT
-    lossless); exact_tv, the TV of the sampler's rule on the failing instance by exact enumeration
-    when the sampler can give it (its ``exact_tv`` method), else None.
-    """
-
-    def __init__(self, message, result, report, law, target_law, declared_lossy=False, exact_tv=None):
-        super().__init__(message, instance=result.instance, tv=result.empirical_tv, law=law,
-                         target_law=target_law, exact=False)
-        self.result, self.report = result, report
-        self.declared_lossy, self.exact_tv = declared_lossy, exact_tv
-
-
-@dataclass
-class InstanceResult:
-    """One instance of `assert_sampler_lossless`.
-
-    Attributes:
-        instance: the target/draft `Instance` (its ``num_tokens`` is N).
-        n: independent runs of the loop (samples of the N-token law).
-        cells: outcomes of positive target probability (V^N at most).
-        df: degrees of freedom of the G-test after pooling.
-        pooled_mass: target probability of the pooled cells (0 if none were merged).
-        statistic, p_value: the G-test's.
-        alpha: this instance's false-alarm level (the run's alpha / number of instances).
-        detectable_tv: power >= the run's power against every law at TV >= detectable_tv +
-            pooled_mass (derived: `gtest.detectable_tv(n, df, alpha, power)`).
-        impossible: emitted N-token outcomes of target probability 0 -> count.
-        empirical_tv: TV(empirical law, target law), a noisy plug-in estimate.
-        seconds: wall time of the instance; seconds_in_fn: the part spent in the function.
-        calls: how many times the function was called.
-    """
-
-    instance: Instance
-    n: int
-    cells: int
-    df: int
-    pooled_mass: float
-    statistic: float
-    p_value: float
-    alpha: float
-    detectable_tv: float
-    impossible: dict
-    empirical_tv: float
-    seconds: float
-    seconds_in_fn: float
-    calls: int
-
-    @property
-    def passed(self) -> bool:
-        return not self.impossible and self.p_value > self.alpha
-
-
-@dataclass
-class SamplerReport:
-    """What `assert_sampler_lossless` ran: alpha (whole run), power and tv as requested, the
-    per-instance `InstanceResult`s, and the total wall time in seconds."""
-
-    alpha: float
-    power: float
-    tv: float
-    results: list = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def min_p_value(self) -> float:
-        return min((r.p_value for r in self.results), default=1.0)
-
-    def __str__(self) -> str:
-        k = len(self.results)
-        lines = [f"assert_sampler_lossless: {k} instance(s); false-alarm rate alpha = {self.alpha:g} for the "
-                 f"run ({self.alpha / max(k, 1):.3g} per instance, Bonferroni); power {self.power:g} at TV "
-                 f"{self.tv:g} (+ pooled mass); {self.seconds:.1f} s",
-                 f"  {'instance':<34} {'V':>2} {'N':>2} {'n':>9} {'df':>4} {'pooled':>7} {'G':>9} "
-                 f"{'p-value':>9} {'TV@power':>8} {'time s':>7}"]
-        for r in self.results:
-            inst = r.instance
-            lines.append(f"  {inst.label[:34]:<34} {inst.vocab_size:>2} {inst.num_tokens:>2} {r.n:>9,} {r.df:>4} "
-                         f"{r.pooled_mass:>7.4f} {r.statistic:>9.2f} {r.p_value:>9.3g} "
-                         f"{r.detectable_tv + r.pooled_mass:>8.4f} {r.seconds:>7.2f}"
-                         + ("" if r.passed else "  FAIL"))
-        return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -213,41 +106,17 @@ class _PrefixTable:
         return table[inverse.reshape(-1)]
 
 
-def _contract(problem, where, row=None, draft_ids=None, out=None):
-    """A SamplerContractError; `where` = (function name, instance)."""
-    name, inst = where
-    detail = "" if row is None else f"row {row}: draft_ids = {draft_ids[row].tolist()}, output = {out[row].tolist()}"
-    return SamplerContractError(problem, method=name, instance=inst, row=row, detail=detail)
-
-
 def _validate(out, draft_ids, where):
-    """Check the output contract; returns int64 [batch, L + 1] and the emitted counts [batch]."""
+    """Check the output contract (`check_output`, then: the accepted tokens are the draft's first
+    ones); returns int64 [batch, L + 1] and the emitted counts [batch]."""
     A, L = draft_ids.shape
-    V = where[1].vocab_size
-    if out.shape != (A, L + 1):
-        raise _contract(f"output: expected shape [batch, L + 1] = [{A}, {L + 1}], got {list(out.shape)}", where)
-    if out.dtype.kind not in "iu":
-        raise _contract(f"output: expected integer token ids, got dtype {out.dtype}", where)
-    out = out.astype(np.int64)
-    bad = np.flatnonzero(((out < PLACEHOLDER) | (out >= V)).any(axis=1))
-    if bad.size:
-        raise _contract(f"output: token id outside [0, {V}) that is not the placeholder {PLACEHOLDER}", where,
-                        int(bad[0]), draft_ids, out)
-    valid = out >= 0  # [batch, L + 1]
-    k = valid.sum(axis=1)  # tokens emitted per row  # [batch]
-    bad = np.flatnonzero(k == 0)
-    if bad.size:
-        raise _contract("output: a row emitted no token (the correction/bonus token is missing)", where,
-                        int(bad[0]), draft_ids, out)
-    bad = np.flatnonzero((valid != (np.arange(L + 1)[None, :] < k[:, None])).any(axis=1))
-    if bad.size:
-        raise _contract(f"output: the placeholder {PLACEHOLDER} comes before an emitted token", where,
-                        int(bad[0]), draft_ids, out)
+    arrays = {"draft_ids": draft_ids}
+    out, k = check_output(out, ((A, L + 1), "[batch, L + 1]"), where, arrays)
     accepted = np.arange(L)[None, :] < (k - 1)[:, None]  # [batch, L]
     bad = np.flatnonzero((accepted & (out[:, :L] != draft_ids)).any(axis=1))
     if bad.size:
-        raise _contract("output: the accepted tokens (all but the last emitted) must equal draft_ids[:tau]",
-                        where, int(bad[0]), draft_ids, out)
+        raise contract_error("output: the accepted tokens (all but the last emitted) must equal draft_ids[:tau]",
+                             where, int(bad[0]), {**arrays, "output": out})
     return out, k
 
 
@@ -257,7 +126,7 @@ class _Loop(TimedLoop):
     def __init__(self, fn, inst, backend, L, tables):
         super().__init__()
         self.fn, self.inst, self.backend, self.L = fn, inst, backend, L
-        self.where = (_name(fn), inst)
+        self.where = (sampler_name(fn), inst)
         self.target_table, self.draft_table = tables
 
     def _draft(self, emitted, length, draft_rng):
@@ -279,7 +148,7 @@ class _Loop(TimedLoop):
 
     def _call(self, draft_ids, q, p, generator):
         args = [self.backend.array(a) for a in (draft_ids, q, p)]
-        out = self.call_fn(self.fn, args, generator, lambda problem: _contract(problem, self.where))
+        out = self.call_fn(self.fn, args, generator, call_contract(self.where))
         return _validate(self.backend.output(out), draft_ids, self.where)
 
     def run(self, rows, draft_rng, generator):
@@ -302,9 +171,8 @@ class _Loop(TimedLoop):
 # --------------------------------------------------------------------------------------------------
 # the check
 
-def _run_instance(fn, inst, index, numbers, L, backend):
-    """Sample, test and return an `InstanceResult` (plus the two laws for a failure report);
-    ``numbers`` as `sample_instance` takes them."""
+def _run_instance(fn, inst, index, settings, alpha_i, L):
+    """Sample, test and return an `InstanceResult` (plus the two laws for a failure report)."""
     if inst.draft is None:
         raise ValueError(f"instances: {inst.label} has no draft model; the harness drafts from it")
     V, N = inst.vocab_size, inst.num_tokens
@@ -313,25 +181,10 @@ def _run_instance(fn, inst, index, numbers, L, backend):
 
     def make_loop():
         tables = tuple(_PrefixTable(m, inst.context, V, N - 1 + L) for m in (inst.target, inst.draft))
-        return _Loop(fn, inst, backend, L, tables)
+        return _Loop(fn, inst, settings.backend, L, tables)
 
-    fields, empirical, law = sample_instance(inst, index, numbers, make_loop, backend)
+    fields, empirical, law = sample_instance(inst, index, settings, alpha_i, make_loop)
     return InstanceResult(**fields), empirical, law
-
-
-def _name(fn) -> str:
-    return getattr(fn, "__qualname__", None) or repr(fn)
-
-
-def _checked_settings(draft_length, num_tokens, alpha, power, tv, num_samples, seed, batch_size, min_expected):
-    """`assert_sampler_lossless`'s numeric arguments, checked (ValueError / TypeError naming each):
-    (L, N, alpha, power, tv, num_samples, seed, batch_size, min_expected), N defaulting to L + 2."""
-    L = check_positive_int(draft_length, "draft_length")
-    N = L + 2 if num_tokens is None else check_positive_int(num_tokens, "num_tokens")
-    return (L, N, check_number(alpha, "alpha", 0, 1), check_number(power, "power", 0, 1),
-            check_number(tv, "tv", 0, 1), None if num_samples is None else check_positive_int(num_samples, "num_samples"),
-            check_positive_int(seed, "seed", 0), check_positive_int(batch_size, "batch_size"),
-            check_number(min_expected, "min_expected", 0, float("inf")))
 
 
 def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2, num_tokens: int | None = None,
@@ -377,20 +230,12 @@ def assert_sampler_lossless(fn, *, backend: str = "numpy", draft_length: int = 2
             the function raised or broke the output contract.
         TypeError / ValueError: invalid arguments, naming the argument.
     """
-    if not callable(fn):
-        raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+    check_callable(fn)
     converter = Backend(backend, dtype, device)
-    L, N, alpha, power, tv, num_samples, seed, batch_size, min_expected = _checked_settings(
-        draft_length, num_tokens, alpha, power, tv, num_samples, seed, batch_size, min_expected)
-    todo = harness_instances(target, draft, context, instances, (vocab_sizes, temperatures, families, seed), N)
-    report = SamplerReport(alpha=alpha, power=power, tv=tv)
-    numbers = (alpha / len(todo), power, tv, num_samples, seed, batch_size, min_expected)
-    for result, empirical, law in timed_results(
-            todo, lambda index, inst: _run_instance(fn, inst, index, numbers, L, converter), report):
-        if not result.passed:
-            declared = getattr(fn, "lossy", False) is True  # e.g. a DIVERSE ensemble: lossy by design
-            message = failure_message(_name(fn), result, empirical, law)
-            if declared:
-                message = message.replace(" is NOT lossless", " is LOSSY (declared lossy by the sampler)", 1)
-            raise SamplerLosslessnessError(message, result, report, empirical, law, declared)
-    return report
+    L = check_positive_int(draft_length, "draft_length")
+    N = L + 2 if num_tokens is None else check_positive_int(num_tokens, "num_tokens")
+    settings = HarnessSettings(alpha, power, tv, num_samples, seed, batch_size, min_expected, converter)
+    todo = harness_instances(target, draft, context, instances, (vocab_sizes, temperatures, families, settings.seed), N)
+    report = SamplerReport(alpha=settings.alpha, power=settings.power, tv=settings.tv)
+    return run_harness(fn, todo, lambda index, inst, alpha_i: _run_instance(fn, inst, index, settings, alpha_i, L),
+                       report)

@@ -30,11 +30,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from ..reference import models
-from ..reference.models import LanguageModel
-from ._internal.arguments import as_tuple
+from .sweeps import Instance, check_families, check_vocab_sizes
 
 __all__ = ["Instance", "distributions", "language_models", "model_pairs", "temperatures", "instances",
-           "FAMILIES", "NEAR_ZERO", "register_profiles"]
+           "FAMILIES", "NEAR_ZERO", "register_profiles", "check_vocab_sizes"]
 
 #: Model families `language_models` knows, from cheapest to most expensive to enumerate.
 FAMILIES = ("iid", "markov", "random_tree", "table")
@@ -71,15 +70,6 @@ def _vocab_strategy(vocab_size, name="vocab_size"):
     if vocab_size < 1:
         raise ValueError(f"{name}: must be >= 1, got {vocab_size}")
     return st.just(int(vocab_size))
-
-
-def _check_families(families):
-    families = as_tuple(families, "families", lambda f: isinstance(f, str), "a sequence of family names",
-                        "at least one family is needed")
-    for fam in families:
-        if fam not in FAMILIES:
-            raise ValueError(f"families: unknown family {fam!r}; known: {', '.join(FAMILIES)}")
-    return families
 
 
 def _check_bool(value, name):
@@ -204,7 +194,7 @@ def language_models(vocab_size=st.integers(2, 4), families=("iid", "markov", "ra
         families: a sequence of family names from ``FAMILIES``.
         exact: True gives rational models (``model.exact`` is True).
     """
-    return _model(_vocab_strategy(vocab_size), _check_families(families), _check_bool(exact, "exact"))
+    return _model(_vocab_strategy(vocab_size), check_families(families, FAMILIES), _check_bool(exact, "exact"))
 
 
 _OVERLAPS = (0, Fraction(1, 4), Fraction(1, 2), Fraction(3, 4), 1)
@@ -264,7 +254,7 @@ def model_pairs(vocab_size=st.integers(2, 4), families=("iid", "markov", "random
     if independent is not None:
         independent = _check_bool(independent, "independent")
     exact = _check_bool(exact, "exact")
-    return _pair(_vocab_strategy(vocab_size), _check_families(families), exact,
+    return _pair(_vocab_strategy(vocab_size), check_families(families, FAMILIES), exact,
                  _overlap_strategy(overlap, exact), independent)
 
 
@@ -293,62 +283,32 @@ def temperatures(include_zero: bool = True, min_value: float = 0.1, max_value: f
 # --------------------------------------------------------------------------------------------------
 # instances
 
-@dataclass(frozen=True)
-class Instance:
-    """One losslessness check: the loop's first ``num_tokens`` tokens from ``context``.
-
-    Attributes:
-        target, draft: LanguageModels over one vocabulary (draft may be None for draft-free methods).
-        context: tuple of token ids.
-        num_tokens: N >= 1.
-        complexity: a rank used to order instances from simplest to most general (within one
-            vocabulary size and N); smaller is simpler.
-        label: a short human-readable description (family, temperature, ...).
-    """
-
-    target: LanguageModel
-    draft: LanguageModel | None
-    context: tuple = ()
-    num_tokens: int = 1
-    complexity: int = 0
-    label: str = ""
-
-    @property
-    def vocab_size(self) -> int:
-        return self.target.vocab_size
-
-    @property
-    def exact(self) -> bool:
-        """True when both models are rational (a lossless rule must then give TV == 0 exactly)."""
-        return bool(self.target.exact and (self.draft is None or self.draft.exact))
-
-    def sort_key(self):
-        """(V, N, complexity, len(context)): smallest counterexamples first."""
-        return (self.vocab_size, self.num_tokens, self.complexity, len(self.context))
-
-    def describe(self) -> str:
-        """A multi-line, copy-pasteable description (used in counterexample reports)."""
-        lines = [f"target     = {self.target.describe()}",
-                 f"draft      = {self.draft.describe() if self.draft is not None else None}",
-                 f"context    = {self.context!r}",
-                 f"num_tokens = {self.num_tokens}"]
-        if self.label:
-            lines.insert(0, f"instance   : {self.label} (V={self.vocab_size})")
-        return "\n".join(lines)
-
-
 _FAMILY_RANK = {"iid": 0, "markov": 1, "table": 2, "random_tree": 3}
 
 
+@dataclass(frozen=True)
+class _InstanceSpace:
+    """What `instances` draws from (its checked arguments; `overlap` a strategy of weights)."""
+
+    vocab_sizes: tuple
+    families: tuple
+    exact: bool
+    max_num_tokens: int
+    max_context: int
+    temperatures: object
+    overlap: object
+
+
 @st.composite
-def _instance(draw, vocab_sizes, families, exact, max_num_tokens, max_context, temps, overlap):
-    V = draw(st.sampled_from(vocab_sizes))
-    fam_t = draw(st.sampled_from(families))
-    fam_d = draw(st.sampled_from(families))
+def _instance(draw, space: _InstanceSpace):
+    exact, max_num_tokens, temps = space.exact, space.max_num_tokens, space.temperatures
+    V = draw(st.sampled_from(space.vocab_sizes))
+    fam_t = draw(st.sampled_from(space.families))
+    fam_d = draw(st.sampled_from(space.families))
     target = _build_model(draw, V, fam_t, exact)
     draft = _build_model(draw, V, fam_d, exact)
     if draw(st.booleans()):
-        weight = draw(_overlap_strategy(overlap, exact))
+        weight = draw(_overlap_strategy(space.overlap, exact))
         if exact and not isinstance(weight, (int, Fraction)):
             weight = Fraction(weight)
         draft = models.mixture(draft, target, weight)
@@ -361,7 +321,7 @@ def _instance(draw, vocab_sizes, families, exact, max_num_tokens, max_context, t
     # random trees have a fresh conditional per prefix: keep N small for them (cost ~ V^N)
     n_cap = max_num_tokens if "random_tree" not in (fam_t, fam_d) or V <= 2 else min(max_num_tokens, 3)
     N = draw(st.integers(1, n_cap))
-    context = tuple(draw(st.lists(st.integers(0, V - 1), max_size=max_context)))
+    context = tuple(draw(st.lists(st.integers(0, V - 1), max_size=space.max_context)))
     rank = max(_FAMILY_RANK[fam_t], _FAMILY_RANK[fam_d])
     return Instance(target, draft, context, N, complexity=rank, label=label)
 
@@ -396,23 +356,5 @@ def instances(vocab_sizes=(2, 3), families=("iid", "markov", "random_tree"), exa
     if temperatures is not None and not isinstance(temperatures, st.SearchStrategy):
         raise TypeError("temperatures: expected None or a hypothesis strategy (e.g. strategies.temperatures())")
     exact = _check_bool(exact, "exact")
-    return _instance(vocab_sizes, _check_families(families), exact, int(max_num_tokens), int(max_context),
-                     temperatures, _overlap_strategy(overlap, exact))
-
-
-def check_vocab_sizes(vocab_sizes) -> tuple[int, ...]:
-    """`vocab_sizes` (an int or a sequence of ints >= 1) as a sorted tuple without duplicates;
-    shared by the strategies, the sweeps of `verispec.testing` and `verispec check` so that all
-    reject bad sizes with the same message.
-
-    Raises:
-        TypeError: not an int or a sequence of ints. ValueError: empty, or a size < 1.
-    """
-    sizes = as_tuple(vocab_sizes, "vocab_sizes", lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool),
-                     "a sequence of ints", "at least one vocabulary size is needed")
-    for v in sizes:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise TypeError(f"vocab_sizes: expected ints, got {v!r}")
-        if v < 1:
-            raise ValueError(f"vocab_sizes: every size must be >= 1, got {v}")
-    return tuple(sorted(set(int(v) for v in sizes)))
+    return _instance(_InstanceSpace(vocab_sizes, check_families(families, FAMILIES), exact, int(max_num_tokens),
+                                    int(max_context), temperatures, _overlap_strategy(overlap, exact)))

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._internal.verdicts import PLACEHOLDER  # padding after a row's last emitted token (vLLM's PLACEHOLDER_TOKEN_ID)
+
 __all__ = ["next_sibling_layout", "parents_layout", "retrive_index", "tree_depth", "emitted_from_accept_index",
            "PLACEHOLDER"]
-
-#: Padding after the last emitted token of a row (vLLM's PLACEHOLDER_TOKEN_ID).
-PLACEHOLDER = -1
 
 
 def _check_parents(parents) -> np.ndarray:

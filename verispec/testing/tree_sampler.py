@@ -30,13 +30,14 @@ import numpy as np
 
 from ..reference.models import check_positive_int
 from . import gtest
-from ._internal.harness import (Backend, TimedLoop, check_number, failure_message, harness_instances, sample_instance,
-                                timed_results)
-from .assertions import DEFAULT_FAMILIES
-from .sampler import InstanceResult, SamplerContractError, SamplerLosslessnessError, SamplerReport
+from ._internal.harness import (Backend, HarnessSettings, TimedLoop, call_contract, check_callable, harness_instances,
+                                run_harness, sample_instance)
+from ._internal.verdicts import (PLACEHOLDER, InstanceResult, SamplerReport, check_output, contract_error,
+                                 sampler_name)
+from .sweeps import DEFAULT_FAMILIES
 from .tree_draws import (DETERMINISTIC_DRAFTERS, check_drafter, drafter_depth, flat_tree_law, parent_distributions,
                          proposals, target_rows)
-from .tree_layout import PLACEHOLDER, next_sibling_layout
+from .tree_layout import next_sibling_layout
 
 __all__ = ["assert_tree_sampler_lossless", "TreeSamplerReport", "LAYOUTS"]
 
@@ -53,10 +54,20 @@ class TreeSamplerReport(SamplerReport):
     drafter: str = ""
     layout: str = "parents"
 
-    def __str__(self) -> str:
-        text = super().__str__().replace("assert_sampler_lossless:", "assert_tree_sampler_lossless:", 1)
-        head, _, rest = text.partition("\n")
-        return f"{head}\n  drafter {self.drafter}, layout {self.layout!r}\n{rest}"
+    harness = "assert_tree_sampler_lossless"
+
+    def setting_lines(self) -> list:
+        return [f"  drafter {self.drafter}, layout {self.layout!r}"]
+
+
+@dataclass(frozen=True)
+class _TreeSetting:
+    """What the tree harness adds to `HarnessSettings`: the reference drafter drawing the trees,
+    whether deterministic trees carry the soft q (`deterministic_draft_probs="soft"`), the layout."""
+
+    drafter: object
+    soft: bool
+    layout: str
 
 
 @dataclass
@@ -132,49 +143,20 @@ def _layout_args(layout, tokens, parents, q, p, root_tokens):
     return candidates, next_token, next_sibling, q, p
 
 
-def _contract(problem, where, row=None, tokens=None, parents=None, out=None):
-    name, inst = where
-    detail = "" if row is None else (f"row {row}: tokens = {tokens[row].tolist()}, parents = "
-                                     f"{parents[row].tolist()}, output = {out[row].tolist()}")
-    return SamplerContractError(problem, method=name, instance=inst, row=row, detail=detail)
-
-
-def _check_shape(out, shape, V, where):
-    if out.shape != shape:
-        raise _contract(f"output: expected shape [batch, max_depth + 1] = {list(shape)}, got {list(out.shape)}", where)
-    if out.dtype.kind not in "iu":
-        raise _contract(f"output: expected integer token ids, got dtype {out.dtype}", where)
-    out = out.astype(np.int64)
-    if ((out < PLACEHOLDER) | (out >= V)).any():
-        bad = int(np.flatnonzero(((out < PLACEHOLDER) | (out >= V)).any(axis=1))[0])
-        return out, bad
-    return out, None
-
-
 def _validate(out, batch, where, powers):
-    """Check the output contract; returns int64 [batch, D + 1] and the emitted counts [batch].
-    `batch` = (tokens, parents, node codes, row of each node's tree, row's tree index, depth)."""
+    """Check the output contract (`check_output`, then: the accepted tokens are a root path of the
+    row's tree); returns int64 [batch, D + 1] and the emitted counts [batch]. `batch` = (tokens,
+    parents, node codes, row of each node's tree, row's tree index, depth)."""
     tokens, parents, codes, code_tree, row_tree, D = batch
-    A, V = len(tokens), where[1].vocab_size
-    out, bad = _check_shape(out, (A, D + 1), V, where)
-    if bad is not None:
-        raise _contract(f"output: token id outside [0, {V}) that is not the placeholder {PLACEHOLDER}", where, bad,
-                        tokens, parents, out)
-    valid = out >= 0
-    k = valid.sum(axis=1)  # tokens emitted per row  # [batch]
-    problems = ((k == 0, "output: a row emitted no token (the correction/bonus token is missing)"),
-                ((valid != (np.arange(D + 1)[None, :] < k[:, None])).any(axis=1),
-                 f"output: the placeholder {PLACEHOLDER} comes before an emitted token"))
-    for mask, problem in problems:
-        if mask.any():
-            raise _contract(problem, where, int(np.flatnonzero(mask)[0]), tokens, parents, out)
+    arrays = {"tokens": tokens, "parents": parents}
+    out, k = check_output(out, ((len(tokens), D + 1), "[batch, max_depth + 1]"), where, arrays)
     accepted = np.arange(D)[None, :] < (k - 1)[:, None]  # [batch, D]
     row_code = (np.where(accepted, out[:, :D], PLACEHOLDER) + 1) @ powers[:D]  # [batch]
     span = int(powers[D])  # every code of a path of length <= D is below it
     in_tree = (k == 1) | np.isin(row_tree * span + row_code, code_tree * span + codes)
     if not in_tree.all():
-        raise _contract("output: the accepted tokens (all but the last emitted) are not a root path of the tree",
-                        where, int(np.flatnonzero(~in_tree)[0]), tokens, parents, out)
+        raise contract_error("output: the accepted tokens (all but the last emitted) are not a root path of the tree",
+                             where, int(np.flatnonzero(~in_tree)[0]), {**arrays, "output": out})
     return out, k
 
 
@@ -184,7 +166,7 @@ class _Loop(TimedLoop):
     def __init__(self, fn, inst, trees, convert, layout):
         super().__init__()
         self.fn, self.inst, self.trees, self.convert, self.layout = fn, inst, trees, convert, layout
-        self.where = (_name(fn), inst)
+        self.where = (sampler_name(fn), inst)
 
     def _batch(self, entry_ids):
         """Stack the drawn trees of one size: arrays for the call and for `_validate`."""
@@ -202,7 +184,7 @@ class _Loop(TimedLoop):
     def _call(self, entry_ids, root_tokens, generator):
         (tokens, parents, q, p), check = self._batch(entry_ids)
         args = [self.convert.array(a) for a in _layout_args(self.layout, tokens, parents, q, p, root_tokens)]
-        out = self.call_fn(self.fn, args, generator, lambda problem: _contract(problem, self.where))
+        out = self.call_fn(self.fn, args, generator, call_contract(self.where))
         return _validate(self.convert.output(out), check, self.where, self.trees.powers)
 
     def run(self, rows, draft_rng, generator):
@@ -227,46 +209,30 @@ class _Loop(TimedLoop):
                 length[rows_m] += k
 
 
-def _name(fn) -> str:
-    return getattr(fn, "__qualname__", None) or getattr(type(fn), "__qualname__", None) or repr(fn)
-
-
-def _run_instance(fn, inst, index, settings):
-    """Sample, test and return an `InstanceResult` (plus the two laws for a failure report)."""
-    numbers, (drafter, soft, layout, convert) = settings[:7], settings[7:]
-    V, N, D = inst.vocab_size, inst.num_tokens, drafter_depth(drafter)
+def _run_instance(fn, inst, index, settings, alpha_i, tree):
+    """Sample, test and return an `InstanceResult` (plus the two laws for a failure report);
+    `tree`: the `_TreeSetting`."""
+    V, N, D = inst.vocab_size, inst.num_tokens, drafter_depth(tree.drafter)
     if (V + 1) ** max(N - 1, D + 1) >= _MAX_CODE // 2 ** 20:
         raise ValueError(f"num_tokens: (V + 1)^max(N - 1, depth + 1) is too large for the harness (V = {V}, N = {N})")
-    fields, empirical, law = sample_instance(
-        inst, index, numbers, lambda: _Loop(fn, inst, _Trees(inst, drafter, soft, N - 1, D + 1), convert, layout),
-        convert)
+
+    def make_loop():
+        trees = _Trees(inst, tree.drafter, tree.soft, N - 1, D + 1)
+        return _Loop(fn, inst, trees, settings.backend, tree.layout)
+
+    fields, empirical, law = sample_instance(inst, index, settings, alpha_i, make_loop)
     return InstanceResult(**fields), empirical, law
 
 
-def _settings(args):
-    """Check `assert_tree_sampler_lossless`'s arguments (its locals) -> (instances, settings)."""
-    if not callable(args["fn"]):
-        raise TypeError(f"fn: expected a callable, got {type(args['fn']).__name__}")
-    drafter, layout = args["drafter"], args["layout"]
+def _tree_setting(fn, drafter, layout, deterministic_draft_probs) -> _TreeSetting:
+    """The tree harness's own arguments, checked (TypeError / ValueError naming each)."""
+    check_callable(fn)
     check_drafter(drafter)
     if layout not in LAYOUTS:
         raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
-    soft = args["deterministic_draft_probs"]
-    if soft not in ("none", "soft"):
-        raise ValueError(f"deterministic_draft_probs: expected 'none' or 'soft', got {soft!r}")
-    convert = Backend(args["backend"], args["dtype"], args["device"])
-    N = args["num_tokens"]
-    N = drafter_depth(drafter) + 2 if N is None else check_positive_int(N, "num_tokens")
-    for name in ("alpha", "power", "tv"):
-        args[name] = check_number(args[name], name, 0, 1)
-    num_samples = None if args["num_samples"] is None else check_positive_int(args["num_samples"], "num_samples")
-    seed, batch_size = check_positive_int(args["seed"], "seed", 0), check_positive_int(args["batch_size"], "batch_size")
-    min_expected = check_number(args["min_expected"], "min_expected", 0, float("inf"))
-    todo = harness_instances(args["target"], args["draft"], args["context"], args["instances"],
-                             (args["vocab_sizes"], args["temperatures"], args["families"], seed), N,
-                             no_draft="the drafter drafts from it")
-    return todo, (args["alpha"] / len(todo), args["power"], args["tv"], num_samples, seed, batch_size, min_expected,
-                  drafter, soft == "soft", layout, convert)
+    if deterministic_draft_probs not in ("none", "soft"):
+        raise ValueError(f"deterministic_draft_probs: expected 'none' or 'soft', got {deterministic_draft_probs!r}")
+    return _TreeSetting(drafter, deterministic_draft_probs == "soft", layout)
 
 
 def assert_tree_sampler_lossless(fn, *, drafter, layout: str = "parents", deterministic_draft_probs: str = "none",
@@ -298,7 +264,7 @@ def assert_tree_sampler_lossless(fn, *, drafter, layout: str = "parents", determ
     One call per tree size M (rows are never padded with fake nodes). Args:
         fn: the function above. drafter: a reference drafter drawing the trees (`iid_paths(L, K)`,
             `paths_without_replacement(L, K)`, `ranked_tree(static_shape(...))`, `opt_tree(...)`).
-        layout: "parents" or "next_sibling".
+            layout: "parents" or "next_sibling".
         deterministic_draft_probs: "none" (deterministic trees get draft_probs None) or "soft"
             (the draft model's distribution at each node's parent, what an EAGLE-style drafter
             ranked the children by; a correct sampler must not use it as a proposal).
@@ -319,38 +285,24 @@ def assert_tree_sampler_lossless(fn, *, drafter, layout: str = "parents", determ
             that is not a root path of the row's tree.
         TypeError / ValueError: invalid arguments, naming the argument.
     """
-    args = dict(locals())
-    todo, settings = _settings(args)
-    report = TreeSamplerReport(alpha=args["alpha"], power=args["power"], tv=args["tv"], drafter=repr(drafter),
-                               layout=layout)
-    for result, empirical, law in timed_results(
-            todo, lambda index, inst: _run_instance(fn, inst, index, settings), report):
-        if not result.passed:
-            raise _rejection(fn, (result, report, empirical, law), drafter, deterministic_draft_probs)
-    return report
+    tree = _tree_setting(fn, drafter, layout, deterministic_draft_probs)
+    converter = Backend(backend, dtype, device)
+    N = drafter_depth(drafter) + 2 if num_tokens is None else check_positive_int(num_tokens, "num_tokens")
+    settings = HarnessSettings(alpha, power, tv, num_samples, seed, batch_size, min_expected, converter)
+    todo = harness_instances(target, draft, context, instances, (vocab_sizes, temperatures, families, settings.seed),
+                             N, no_draft="the drafter drafts from it")
+    report = TreeSamplerReport(settings.alpha, settings.power, settings.tv, drafter=repr(drafter), layout=layout)
+    return run_harness(fn, todo, lambda index, inst, alpha_i: _run_instance(fn, inst, index, settings, alpha_i, tree),
+                       report, lambda result: {"setting": f" with {drafter!r}",
+                                               "exact_tv": _exact_tv(fn, result, drafter, tree.soft)})
 
 
-def _rejection(fn, found, drafter, soft: str) -> SamplerLosslessnessError:
-    """The error of a rejected instance; `found`: (result, report, empirical law, target law).
-    A sampler declared lossy is reported LOSSY; its exact TV (when it gives one) follows."""
-    result, report, empirical, law = found
-    declared, exact_tv = _lossy_verdict(fn, result, drafter, soft)
-    message = failure_message(_name(fn), result, empirical, law, f" with {drafter!r}")
-    if declared:
-        message = message.replace(" is NOT lossless", " is LOSSY (declared lossy by the sampler)", 1)
-    if exact_tv is not None:
-        message += (f"\n  exact TV of the sampler's rule on this instance = {exact_tv:.4f} (exact enumeration, "
-                    f"float64), beside the measured empirical TV = {result.empirical_tv:.4f}")
-    return SamplerLosslessnessError(message, result, report, empirical, law, declared, exact_tv)
-
-
-def _lossy_verdict(fn, result, drafter, soft: str) -> tuple:
-    """(declared lossy, exact TV or None) of a rejected sampler: its ``lossy`` attribute, and its
-    ``exact_tv(drafter, target, draft, context, num_tokens)`` on the failing instance (None when it
-    has none, returns None, or the trees carried soft draft_probs its exact rule does not model)."""
-    declared = getattr(fn, "lossy", False) is True
+def _exact_tv(fn, result, drafter, soft: bool):
+    """The exact TV of a rejected sampler's rule on the failing instance: its
+    ``exact_tv(drafter, target, draft, context, num_tokens)``, or None when it has none, returns
+    None, or the trees carried soft draft_probs its exact rule does not model."""
     exact_tv = getattr(fn, "exact_tv", None)
-    if not callable(exact_tv) or soft != "none":
-        return declared, None
+    if not callable(exact_tv) or soft:
+        return None
     inst = result.instance
-    return declared, exact_tv(drafter, inst.target, inst.draft, inst.context, inst.num_tokens)
+    return exact_tv(drafter, inst.target, inst.draft, inst.context, inst.num_tokens)

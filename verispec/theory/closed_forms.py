@@ -11,6 +11,7 @@ from numbers import Rational, Real
 import numpy as np
 
 from ..reference.draft_sets import draft_set_law
+from ..reference.deprecation import renamed_keywords
 from ..reference.models import LanguageModel, check_positive_int, check_pair, check_prefix
 from ..reference.probability import accept_probability, align, as_probs, residual
 from ..reference.verifiers import spectr_rho
@@ -88,10 +89,10 @@ def leviathan_block_efficiency(acceptance_rate, draft_length: int):
 # ---------------------------------------------------------------------------------------------
 
 
-def _one_step_inputs(p, q, num_drafts):
+def _one_step_inputs(p, q, num_paths):
     p = as_probs(p, "p")
     q = as_probs(q, "q", len(p))
-    K = check_positive_int(num_drafts, "num_drafts")
+    K = check_positive_int(num_paths, "num_paths")
     p, q = align(p, q)
     return p, q, K
 
@@ -102,7 +103,8 @@ def _sorted_by_ratio(p, q):
     return sorted(range(len(p)), key=lambda t: rank_key(p, q, t))
 
 
-def optimal_multidraft_acceptance(p, q, num_drafts: int):
+@renamed_keywords(num_drafts="num_paths")
+def optimal_multidraft_acceptance(p, q, num_paths: int):
     """alpha* = min over token sets H of p(H) + 1 - q(H)^K: the best one-step acceptance
     P(Y in drafts) of any valid verifier of K i.i.d. drafts from q (Hu et al. 2025,
     arXiv 2502.18779; Khisti et al. 2024, arXiv 2410.18234; the SpecTr transport LP,
@@ -112,12 +114,12 @@ def optimal_multidraft_acceptance(p, q, num_drafts: int):
     for every tangent slope the best H is a ratio threshold set), so this costs O(V log V).
 
     Args:
-        p, q: distributions [V] (float64 or Fraction; exact in, exact out). num_drafts: K >= 1.
+        p, q: distributions [V] (float64 or Fraction; exact in, exact out). num_paths: K >= 1.
 
     Raises:
         TypeError / ValueError: p or q not a distribution, mismatched lengths, K < 1.
     """
-    p, q, K = _one_step_inputs(p, q, num_drafts)
+    p, q, K = _one_step_inputs(p, q, num_paths)
     best = 1  # H = {} gives p({}) + 1 - 0 = 1
     p_h = q_h = 0
     for t in _sorted_by_ratio(p, q):
@@ -126,12 +128,13 @@ def optimal_multidraft_acceptance(p, q, num_drafts: int):
     return best
 
 
-def multidraft_cut_value(p, q, num_drafts: int, tokens, replacement: bool = True):
+@renamed_keywords(num_drafts="num_paths")
+def multidraft_cut_value(p, q, num_paths: int, tokens, replacement: bool = True):
     """p(H) + P(some draft outside H) for the token set H = `tokens`: an upper bound on the
     one-step acceptance of any valid verifier (weak duality of the transport LP, arXiv 2310.15141).
     With replacement P(some draft outside H) = 1 - q(H)^K; without replacement it is 1 - P(all
     distinct draws lie in H), from `draft_set_law`."""
-    p, q, K = _one_step_inputs(p, q, num_drafts)
+    p, q, K = _one_step_inputs(p, q, num_paths)
     H = set(int(t) for t in tokens)
     p_h = sum(p[t] for t in H)
     if replacement:
@@ -140,30 +143,33 @@ def multidraft_cut_value(p, q, num_drafts: int, tokens, replacement: bool = True
     return p_h + 1 - inside
 
 
-def sorted_prefix_dual(p, q, num_drafts: int, replacement: bool = True):
+@renamed_keywords(num_drafts="num_paths")
+def sorted_prefix_dual(p, q, num_paths: int, replacement: bool = True):
     """min over prefixes H of the tokens sorted by p/q ascending of `multidraft_cut_value`.
 
     With replacement this IS alpha* (`optimal_multidraft_acceptance`). Without replacement it is
     an upper bound on alpha*; docs/theory.md reports it equal to the LP in random trials (unproven) —
     `verispec.theory.lp.multidraft(..., replacement=False)` decides.
     """
-    order = _sorted_by_ratio(*_one_step_inputs(p, q, num_drafts)[:2])
-    return min(multidraft_cut_value(p, q, num_drafts, order[:i], replacement)
+    order = _sorted_by_ratio(*_one_step_inputs(p, q, num_paths)[:2])
+    return min(multidraft_cut_value(p, q, num_paths, order[:i], replacement)
                for i in range(len(order) + 1))
 
 
-def nss_acceptance(p, q, num_drafts: int):
+@renamed_keywords(num_drafts="num_paths")
+def nss_acceptance(p, q, num_paths: int):
     """One-step acceptance of naive multi-draft sampling (Y ~ p, accepted when drafted; SpecInfer,
     Miao et al. 2024, arXiv 2305.09781): sum_x p(x) (1 - (1 - q(x))^K)."""
-    p, q, K = _one_step_inputs(p, q, num_drafts)
+    p, q, K = _one_step_inputs(p, q, num_paths)
     return sum(p[x] * (1 - (1 - q[x]) ** K) for x in range(len(p)))
 
 
-def rrs_acceptance(p, q, num_drafts: int):
+@renamed_keywords(num_drafts="num_paths")
+def rrs_acceptance(p, q, num_paths: int):
     """One-step acceptance of recursive rejection sampling with K i.i.d. drafts (SpecInfer,
     arXiv 2305.09781): 1 - prod_k (1 - sum_x min(p_k(x), q(x))), p_1 = p,
     p_{k+1} = norm(max(p_k - q, 0))."""
-    p, q, K = _one_step_inputs(p, q, num_drafts)
+    p, q, K = _one_step_inputs(p, q, num_paths)
     reject, current = 1, p
     for _ in range(K):
         reject = reject * (1 - sum(min(current[x], q[x]) for x in range(len(p))))
@@ -171,24 +177,26 @@ def rrs_acceptance(p, q, num_drafts: int):
     return 1 - reject
 
 
-def spectr_acceptance(p, q, num_drafts: int):
+@renamed_keywords(num_drafts="num_paths")
+def spectr_acceptance(p, q, num_paths: int):
     """One-step acceptance of SpecTr's K-SEQ (Sun et al. 2023, arXiv 2310.15141):
     1 - (1 - beta(rho))^K, beta(rho) = sum_x min(q(x), p(x)/rho), rho in [1, K] from
     `verispec.reference.verifiers.spectr_rho` (bisection). float64."""
-    p, q, K = _one_step_inputs(p, q, num_drafts)
+    p, q, K = _one_step_inputs(p, q, num_paths)
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     rho = spectr_rho(p, q, K)
     beta = q.clip(max=p / rho).sum()
     return 1 - (1 - beta) ** K
 
 
-def rrsw_acceptance(p, q, num_drafts: int):
+@renamed_keywords(num_drafts="num_paths")
+def rrsw_acceptance(p, q, num_paths: int):
     """One-step acceptance of RRS without replacement (Jeon et al. 2024, arXiv 2402.14160):
     drafts are K successive draws from q renormalised over unused tokens; x_k is accepted with
     probability min(1, p_k(x_k)/q_k(x_k)); on rejection p_{k+1} = norm(max(p_k - q_k, 0)) and
     q_{k+1} = q_k with x_k zeroed and renormalised. Computed by recursion over the draws,
     O(V^K) (exact for Fractions)."""
-    p, q, K = _one_step_inputs(p, q, num_drafts)
+    p, q, K = _one_step_inputs(p, q, num_paths)
 
     def accept(current, proposal, left):
         if left == 0 or not any(x > 0 for x in proposal):
@@ -211,7 +219,8 @@ def rrsw_acceptance(p, q, num_drafts: int):
     return accept(p, q, K)
 
 
-def greedy_draft_acceptance(p, q, num_drafts: int):
+@renamed_keywords(num_drafts="num_paths")
+def greedy_draft_acceptance(p, q, num_paths: int):
     """The optimal one-step acceptance of Hu et al.'s greedy draft sampling (arXiv 2502.18779):
     drafts G = the K - 1 most likely tokens of q (ties to the lower id; only q > 0, and at most
     m - 1 of them when q has m positive tokens) and one token from q_last = norm(q off G).
@@ -222,12 +231,12 @@ def greedy_draft_acceptance(p, q, num_drafts: int):
     compare two independent computations.
 
     Args:
-        p, q: distributions [V] (float64 or Fraction; exact in, exact out). num_drafts: K >= 1.
+        p, q: distributions [V] (float64 or Fraction; exact in, exact out). num_paths: K >= 1.
 
     Raises:
         TypeError / ValueError: p or q not a distribution, mismatched lengths, K < 1.
     """
-    p, q, K = _one_step_inputs(p, q, num_drafts)
+    p, q, K = _one_step_inputs(p, q, num_paths)
     support = [t for t in range(len(q)) if q[t] > 0]
     ranked = sorted(support, key=lambda t: (-q[t], t))
     greedy = set(ranked[:min(K - 1, len(support) - 1)])

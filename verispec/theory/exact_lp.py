@@ -179,7 +179,7 @@ def _rational_dual(c, x_exact, rows, upper, eq_rows, duals, tol):
     return {key: solution[k] for key, k in unknowns.items()}, ""
 
 
-def certify_lp(c, rows, b, upper, x=None, tol: float = 1e-7, eq_rows=(), eq_b=()) -> ExactCertificate:
+def certify_lp(c, rows, b, upper, x=None, *, tol: float = 1e-7, eq_rows=(), eq_b=()) -> ExactCertificate:
     """Certify max c.x s.t. rows x <= b, eq_rows x = eq_b, 0 <= x <= upper exactly (all data
     Fractions; the duals of equality rows are free in sign).
 

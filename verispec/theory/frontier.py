@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..reference import drafters, exact, methods, models
+from ..reference.deprecation import renamed_keywords
 from ..reference.models import check_positive_int
 from ..reference.probability import as_probs
 from ..reference.randomness import enumerate_law
@@ -28,16 +29,17 @@ from ..reference.verifiers.spechub import hub_pair
 from . import lp
 
 
-def one_step_acceptance(name: str, p, q, num_drafts: int = 2):
+@renamed_keywords(num_drafts="num_paths")
+def one_step_acceptance(name: str, p, q, num_paths: int = 2):
     """P(Y is drafted) of built-in method `name` at ONE position (draft length 1), target p and
-    draft q [V] (context-free), K = num_drafts paths (ignored by methods without K). Exact for
+    draft q [V] (context-free), K = num_paths paths (ignored by methods without K). Exact for
     Fraction inputs (except spectr, float).
 
     Raises:
         ValueError / TypeError: unknown method, p or q not distributions, K < 1.
     """
     p, q = as_probs(p, "p"), as_probs(q, "q", None)
-    K = check_positive_int(num_drafts, "num_drafts")
+    K = check_positive_int(num_paths, "num_paths")
     method = methods.get_compatible(name, draft_length=1, num_paths=K)
     law = exact.iteration_distribution(models.iid(p), models.iid(q), method)
     return sum(prob for tokens, prob in law.items() if len(tokens) == 2)

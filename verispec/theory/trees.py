@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..reference.deprecation import renamed_keywords
 from ..reference.drafters import check_threshold, opt_tree_structure
 from ..reference.models import LanguageModel, check_positive_int, check_pair, check_prefix
 
@@ -135,20 +136,21 @@ def optimal_tree(model: LanguageModel, context=(), node_budget: int = 1,
     return children
 
 
-def opt_tree_layerwise(draft: LanguageModel, context=(), node_budget: int = 1, threshold: float = 0.0,
+@renamed_keywords(threshold="gain_threshold")
+def opt_tree_layerwise(draft: LanguageModel, context=(), node_budget: int = 1, gain_threshold: float = 0.0,
                        max_depth: int | None = None) -> dict:
     """OPT-Tree's layer-wise construction (arXiv 2406.17276, Algorithm 1), via
     `verispec.reference.drafters.opt_tree_structure`. Returns {node: [child tokens]}.
 
     Raises:
-        TypeError / ValueError: non-model, bad context, node_budget / max_depth < 1, threshold < 0.
+        TypeError / ValueError: non-model, bad context, node_budget / max_depth < 1, gain_threshold < 0.
     """
     if not isinstance(draft, LanguageModel):
         raise TypeError(f"draft: expected a LanguageModel, got {type(draft).__name__}")
     context = check_prefix(context, draft.vocab_size, "context")
     n = check_positive_int(node_budget, "node_budget")
     depth = n if max_depth is None else check_positive_int(max_depth, "max_depth")
-    return opt_tree_structure(lambda u: draft.probs(context + u), n, check_threshold(threshold), depth)
+    return opt_tree_structure(lambda u: draft.probs(context + u), n, check_threshold(gain_threshold), depth)
 
 
 @dataclass
@@ -178,8 +180,9 @@ class TreeReport:
         return self.optimal_proxy - self.layerwise_proxy
 
 
+@renamed_keywords(threshold="gain_threshold")
 def tree_report(target: LanguageModel, draft: LanguageModel, context=(), node_budget: int = 1,
-                threshold: float = 0.0, max_depth: int | None = None) -> TreeReport:
+                gain_threshold: float = 0.0, max_depth: int | None = None) -> TreeReport:
     """OPT-Tree's gap to the optimum and proxy vs truth on one instance (docs/theory.md, "Trees").
 
     Raises:
@@ -188,7 +191,7 @@ def tree_report(target: LanguageModel, draft: LanguageModel, context=(), node_bu
     check_pair(target, draft)
     n = check_positive_int(node_budget, "node_budget")
     depth = n if max_depth is None else check_positive_int(max_depth, "max_depth")
-    layer = opt_tree_layerwise(draft, context, n, threshold, depth)
+    layer = opt_tree_layerwise(draft, context, n, gain_threshold, depth)
     best = optimal_tree(draft, context, n, depth)
     true_best = optimal_tree(target, context, n, depth)
     return TreeReport(

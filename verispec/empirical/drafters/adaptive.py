@@ -6,8 +6,8 @@ temperature (token: for any stopping time; block: proved for fixed-length chains
 on these ones by the reference twins `verispec.reference.adaptive.adaptive_chain` / `hybrid`).
 
 - `AdaptiveChainDrafter`: a draft-model chain that stops after a token whose draft confidence
-  falls below `threshold` (transformers' ``assistant_confidence_threshold``), with a per-row cap
-  that follows the acceptance history (`SCHEDULES`).
+  falls below `confidence_threshold` (transformers' ``assistant_confidence_threshold``), with a
+  per-row cap that follows the acceptance history (`SCHEDULES`).
 - Guesses (``guess_length`` k > 0; bench ``g=k``): prompt-lookup tokens ride in each draft forward
   (Ouroboros' draft-side phrase check, Zhao et al. 2024, arXiv 2402.13720, exact under sampling).
 - `HybridDrafter`: per row and iteration, the prompt-lookup phrase when the context has an n-gram
@@ -18,8 +18,11 @@ on these ones by the reference twins `verispec.reference.adaptive.adaptive_chain
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from ...reference.deprecation import renamed_keywords
 from ..torch_method import TorchMethod
 from ..validation import check_int, check_positive
 from ..verifiers.nodes import PathRule
@@ -41,6 +44,19 @@ def _matches(token: torch.Tensor, guess: torch.Tensor, j: int) -> torch.Tensor:
     """bool [B]: the drawn tokens [B] equal guess j of guess [B, k] (False past the last guess),
     i.e. the guess column's logits saw exactly the drafted prefix."""
     return token == guess[:, j] if j < guess.shape[1] else torch.zeros_like(token, dtype=torch.bool)
+
+
+@dataclass(frozen=True)
+class _Forward:
+    """ONE draft forward of the chains (`AdaptiveChainDrafter._forward`): its logits [B, P + k, V],
+    m (the forest id of its column 0), P (its prefix columns), anchor [B] (the prefix column whose q
+    draws first) and the guesses it carried (guess [B, k], the first glen [B] real)."""
+    logits: torch.Tensor
+    m: int
+    P: int
+    anchor: torch.Tensor
+    guess: torch.Tensor
+    glen: torch.Tensor
 
 
 class _Chain:
@@ -97,11 +113,11 @@ class AdaptiveChainDrafter(PathsDrafter):
     still needs. The stop is decided AFTER the token is drawn and keeps it, so whether to draft
     one more token is a function of the drafted prefix, which token verification allows (a
     chain's length may be any stopping time of its own tokens). Dropping the low-confidence token
-    instead would condition its law on q(x) >= threshold while the verifier divides by the
-    unconditioned q: biased (`verispec.reference.adaptive` plants exactly that). The cap is fixed
-    before an iteration's draws, so every iteration is the reference `adaptive_chain(cap,
-    threshold)` for some cap. Confidence: q of the drawn token at the draft temperature; at draft
-    temperature 0 the softmax of the draft logits at temperature 1, as transformers does.
+    instead would condition its law on q(x) >= confidence_threshold while the verifier divides by
+    the unconditioned q: biased (`verispec.reference.adaptive` plants exactly that). The cap is
+    fixed before an iteration's draws, so every iteration is the reference `adaptive_chain(cap,
+    confidence_threshold)` for some cap. Confidence: q of the drawn token at the draft
+    temperature; at draft temperature 0 the softmax of the draft logits at temperature 1, as transformers does.
 
     Guesses: a guess column's logits are the draft's next-token logits after that guess; when the
     token drawn from the previous column (with the uniform of its depth) equals the guess, the next
@@ -114,7 +130,7 @@ class AdaptiveChainDrafter(PathsDrafter):
 
     Args:
         draft_length: the initial cap L0 >= 1. max_draft_length: the cap's ceiling (>= L0).
-        threshold: stop after a drafted token of confidence < threshold (0: never stop).
+        confidence_threshold: stop after a drafted token of confidence below it (0: never stop).
         schedule: one of `SCHEDULES`. draft_temperature: as `PathsDrafter` (default: T).
         guess_length: prompt-lookup tokens per draft forward (0: none; see above).
         max_ngram: the longest suffix n-gram the guesses look up.
@@ -124,13 +140,15 @@ class AdaptiveChainDrafter(PathsDrafter):
 
     capturable = False  # each draft forward decides on the host whether a row drafts on
 
-    def __init__(self, draft_length: int, max_draft_length: int, threshold: float = 0.4,
+    @renamed_keywords(threshold="confidence_threshold")
+    def __init__(self, draft_length: int, max_draft_length: int, confidence_threshold: float = 0.4,
                  schedule: str = "heuristic", draft_temperature: float | None = None, guess_length: int = 0,
                  max_ngram: int = 3):
         super().__init__(draft_length, 1, True, draft_temperature)
         self.full_paths = False  # some paths are cut short
         self.chain = False  # unmatched guess nodes are run and not kept: the kept nodes are no prefix
-        self.max_length, self.threshold, self.schedule = max_draft_length, threshold, schedule
+        self.max_length, self.schedule = max_draft_length, schedule
+        self.confidence_threshold = confidence_threshold
         self.guess_length, self.max_ngram = guess_length, max_ngram
         self._lengths, self._caps = [], []
 
@@ -152,7 +170,7 @@ class AdaptiveChainDrafter(PathsDrafter):
     def _forward(self, prefix, parents, real, anchor, guess, glen):
         """ONE draft forward of prefix columns (tokens / parents in forest numbering / real: [B, P])
         then each row's guesses (guess [B, k], the first glen [B] real) hung as a chain below the
-        prefix column `anchor` [B] -> (logits [B, P + k, V], m: the forest id of column 0)."""
+        prefix column `anchor` [B] -> the `_Forward`."""
         B, P = prefix.shape
         k, device = guess.shape[1], prefix.device
         m = self.kv.uncommitted
@@ -162,7 +180,7 @@ class AdaptiveChainDrafter(PathsDrafter):
         real = torch.cat([real, j < glen.unsqueeze(1)], dim=1)  # [B, P + k]
         logits = self.kv.append(tokens, torch.cat([parents, guess_parents], dim=1), real)  # [B, P + k, V]
         self.draft_rows += int(real.sum())
-        return logits, m
+        return _Forward(logits, m, P, anchor, guess, glen)
 
     def _guesses(self, rows, chain: "_Chain"):
         """Prompt-lookup guesses of each row's next tokens from its context plus its chain so far
@@ -182,13 +200,14 @@ class AdaptiveChainDrafter(PathsDrafter):
         glen = torch.minimum(found, useful)
         return guess[:, :int(glen.max())], glen  # no column that no row fills: it would cost a row
 
-    def _draws(self, logits, m, P, anchor, guess, glen, chain: "_Chain", going) -> None:
-        """Draw each going row's next tokens from this forward: from column `anchor`'s q, then,
+    def _draws(self, forward: _Forward, chain: "_Chain", going) -> None:
+        """Draw each going row's next tokens from `forward`: from column `anchor`'s q, then,
         while the drawn token equals the row's next guess, from that guess column's q (its
         logits saw exactly the chain drawn so far). Rows stop at the first mismatch; their next
         forward feeds the last drawn token below the column it was drawn from."""
+        logits, m, P, guess, glen = forward.logits, forward.m, forward.P, forward.guess, forward.glen
         Td, B, V = self._temperature(), logits.shape[0], logits.shape[-1]
-        col = anchor.clone()  # [B]
+        col = forward.anchor.clone()  # [B]
         for j in range(guess.shape[1] + 1):
             if not bool(going.any()):
                 break
@@ -197,7 +216,7 @@ class AdaptiveChainDrafter(PathsDrafter):
             token = draw(q, chain.uniforms(self.source, going), greedy)  # [B]
             chain.record(going, token, q)
             confidence = self._confidence(step, token, q)  # [B]
-            stop = confidence < self.threshold if self.policy is None else self.policy.stops(
+            stop = confidence < self.confidence_threshold if self.policy is None else self.policy.stops(
                 confidence, chain.depth, going, chain.lengths)
             low = going & stop & (chain.lengths > chain.depth + 1)
             chain.lengths = torch.where(low, chain.depth + 1, chain.lengths)
@@ -223,8 +242,7 @@ class AdaptiveChainDrafter(PathsDrafter):
         parents = (torch.arange(P, device=device) - 1).expand(B, P)
         real = torch.arange(P, device=device) < self.pending_count.unsqueeze(1)  # [B, P]
         root = self.pending_count - 1
-        logits, m = self._forward(self.pending, parents, real, root, guess, glen)
-        self._draws(logits, m, P, root, guess, glen, chain, torch.ones_like(real[:, 0]))
+        self._draws(self._forward(self.pending, parents, real, root, guess, glen), chain, torch.ones_like(real[:, 0]))
         while True:
             active = chain.lengths > chain.depth  # rows that draft another token: feed their last one
             if not bool(active.any()):
@@ -232,9 +250,9 @@ class AdaptiveChainDrafter(PathsDrafter):
             guess, glen = self._guesses(rows, chain)
             last = chain.paths[:, 0].gather(1, (chain.depth - 1).clamp(min=0).unsqueeze(1))  # [B, 1]
             chain.set_fed(active, self.kv.uncommitted)
-            logits, m = self._forward(last, chain.parent.unsqueeze(1), active.unsqueeze(1),
-                                      torch.zeros_like(root), guess, glen)
-            self._draws(logits, m, 1, torch.zeros_like(root), guess, glen, chain, active)
+            forward = self._forward(last, chain.parent.unsqueeze(1), active.unsqueeze(1),
+                                    torch.zeros_like(root), guess, glen)
+            self._draws(forward, chain, active)
         self.fed = chain.fed
         return chain.paths, chain.lengths, chain.q_table()
 
@@ -269,7 +287,7 @@ class AdaptiveChainDrafter(PathsDrafter):
 
     def accept(self, tree: DraftTree, verdict) -> None:
         self._commit_and_queue(tree, verdict, ran=True)
-        self._update_caps(verdict.num_accepted, torch.ones_like(self.cap, dtype=torch.bool))
+        self._update_caps(verdict.tau, torch.ones_like(self.cap, dtype=torch.bool))
 
     def _update_caps(self, tau: torch.Tensor, drafted_by_model: torch.Tensor) -> None:
         """transformers' heuristic: +2 when the row accepted every drafted token, else -1 (rows
@@ -286,7 +304,7 @@ class AdaptiveChainDrafter(PathsDrafter):
     def _commit_and_queue(self, tree: DraftTree, verdict, ran: bool) -> None:
         """Keep in the draft cache the pending tokens (fed this iteration when `ran`) and the
         accepted nodes it ran; queue the accepted tokens it did not run, then the new token."""
-        nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token  # [B, D], [B], [B]
+        nodes, tau, y = verdict.nodes, verdict.tau, verdict.token  # [B, D], [B], [B]
         on = nodes >= 0
         fed = self._commit_fed(nodes) if ran else torch.full_like(nodes, -1)
         P = self.pending.shape[1]
@@ -319,11 +337,12 @@ class HybridDrafter(AdaptiveChainDrafter):
     max_ngram: the longest suffix n-gram looked up. Logs also "lookup" (bool per row and iteration).
     """
 
-    def __init__(self, draft_length: int, max_draft_length: int, threshold: float = 0.4,
+    @renamed_keywords(threshold="confidence_threshold")
+    def __init__(self, draft_length: int, max_draft_length: int, confidence_threshold: float = 0.4,
                  schedule: str = "heuristic", lookup_length: int = 10, max_ngram: int = 3,
-                 draft_temperature: float | None = None, guess_length: int = 0):
-        super().__init__(draft_length, max_draft_length, threshold, schedule, draft_temperature, guess_length,
-                         max_ngram)
+                 *, draft_temperature: float | None = None, guess_length: int = 0):
+        super().__init__(draft_length, max_draft_length, confidence_threshold, schedule, draft_temperature,
+                         guess_length, max_ngram)
         self.lookup_length = lookup_length
         self._lookups = []
 
@@ -379,7 +398,7 @@ class HybridDrafter(AdaptiveChainDrafter):
                 tree.tokens.shape[1] - self.fed.shape[1], 0)), -1)], dim=1)
             self.fed[self._lookup] = -1  # phrase nodes were never fed to the draft model
         self._commit_and_queue(tree, verdict, ran=self._ran)
-        self._update_caps(verdict.num_accepted, ~self._lookup)
+        self._update_caps(verdict.tau, ~self._lookup)
 
     def logs(self) -> dict:
         out = super().logs()
@@ -392,13 +411,14 @@ class HybridDrafter(AdaptiveChainDrafter):
 VERIFIERS = ("token", "block")
 
 
-def _check(draft_length, max_draft_length, threshold, schedule, verifier="token"):
+def _check(draft_length, max_draft_length, confidence_threshold, schedule, verifier="token"):
     L = check_positive(draft_length, "draft_length")
     top = 4 * L if max_draft_length is None else check_positive(max_draft_length, "max_draft_length")
     if top < L:
         raise ValueError(f"max_draft_length: must be >= draft_length ({L}), got {top}")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
-        raise ValueError(f"threshold: expected a number in [0, 1], got {threshold!r}")
+    c = confidence_threshold
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= 1:
+        raise ValueError(f"confidence_threshold: expected a number in [0, 1], got {c!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}")
     if verifier not in VERIFIERS:
@@ -406,28 +426,31 @@ def _check(draft_length, max_draft_length, threshold, schedule, verifier="token"
     return L, top
 
 
-def adaptive_method(draft_length: int = 4, max_draft_length: int | None = None, threshold: float = 0.4,
+@renamed_keywords(threshold="confidence_threshold")
+def adaptive_method(draft_length: int = 4, max_draft_length: int | None = None, confidence_threshold: float = 0.4,
                     schedule: str = "heuristic", draft_temperature: float | None = None, verifier: str = "token",
                     guess_length: int = 0):
     """`AdaptiveChainDrafter` + token or block verification as a `TorchMethod` ("adaptive").
 
     Args: draft_length: the initial cap L0 >= 1; max_draft_length: the cap's ceiling (default
-    4 L0); threshold in [0, 1] (default 0.4, transformers' default); schedule: `SCHEDULES`;
+    4 L0); confidence_threshold in [0, 1] (default 0.4, transformers' default); schedule: `SCHEDULES`;
     verifier: `VERIFIERS` (default "token"); guess_length: prompt-lookup tokens the draft model
     checks in each of its forwards (0, the default: none; `AdaptiveChainDrafter`).
 
     Raises:
         ValueError: a parameter out of range. TypeError: a guess_length that is not an int.
     """
-    L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
+    L, top = _check(draft_length, max_draft_length, confidence_threshold, schedule, verifier)
     g = check_int(guess_length, "guess_length", 0)
-    return TorchMethod("adaptive", lambda: AdaptiveChainDrafter(L, top, threshold, schedule, draft_temperature, g),
-                       PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
+    c = confidence_threshold
+    return TorchMethod("adaptive", lambda: AdaptiveChainDrafter(L, top, c, schedule, draft_temperature, g),
+                       PathRule(verifier), {"draft_length": L, "max_draft_length": top, "confidence_threshold": c,
                                             "schedule": schedule, "verifier": verifier, "guess_length": g})
 
 
-def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, threshold: float = 0.4,
-                  schedule: str = "heuristic", lookup_length: int = 10, max_ngram: int = 3,
+@renamed_keywords(threshold="confidence_threshold")
+def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, confidence_threshold: float = 0.4,
+                  schedule: str = "heuristic", lookup_length: int = 10, max_ngram: int = 3, *,
                   draft_temperature: float | None = None, verifier: str = "token", guess_length: int = 0):
     """`HybridDrafter` + token or block verification as a `TorchMethod` ("hybrid"); arguments as
     `adaptive_method`, plus lookup_length (tokens of a lookup phrase, default 10 as transformers'
@@ -436,10 +459,12 @@ def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, th
     Raises:
         ValueError: a parameter out of range. TypeError: a guess_length that is not an int.
     """
-    L, top = _check(draft_length, max_draft_length, threshold, schedule, verifier)
+    L, top = _check(draft_length, max_draft_length, confidence_threshold, schedule, verifier)
     n, k = check_positive(lookup_length, "lookup_length"), check_positive(max_ngram, "max_ngram")
     g = check_int(guess_length, "guess_length", 0)
-    return TorchMethod("hybrid", lambda: HybridDrafter(L, top, threshold, schedule, n, k, draft_temperature, g),
-                       PathRule(verifier), {"draft_length": L, "max_draft_length": top, "threshold": threshold,
+    c = confidence_threshold
+    return TorchMethod("hybrid", lambda: HybridDrafter(L, top, c, schedule, n, k,
+                                                       draft_temperature=draft_temperature, guess_length=g),
+                       PathRule(verifier), {"draft_length": L, "max_draft_length": top, "confidence_threshold": c,
                                             "schedule": schedule, "lookup_length": n, "max_ngram": k,
                                             "verifier": verifier, "guess_length": g})

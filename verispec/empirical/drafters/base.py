@@ -212,7 +212,7 @@ class ModelDrafter(Drafter):
         return fed
 
     def accept(self, tree: DraftTree, verdict) -> None:
-        nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token  # [B, D], [B], [B]
+        nodes, tau, y = verdict.nodes, verdict.tau, verdict.token  # [B, D], [B], [B]
         fed = self._commit_fed(nodes)
         missing = tau - (fed >= 0).sum(1)  # accepted tokens the draft never ran: 0 or 1 (tested)
         rows = torch.arange(nodes.shape[0], device=nodes.device)

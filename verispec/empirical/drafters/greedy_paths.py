@@ -7,22 +7,24 @@ from __future__ import annotations
 import torch
 
 from .base import DraftTree, PathsDrafter
+from ...reference.deprecation import renamed_keywords
 from ..uniforms import categorical
 
 __all__ = ["GreedyDraftDrafter", "greedy_draft"]
 
 
-def greedy_draft(q: torch.Tensor, num_drafts: int, u: torch.Tensor):
+@renamed_keywords(num_drafts="num_paths")
+def greedy_draft(q: torch.Tensor, num_paths: int, u: torch.Tensor):
     """Greedy drafts per row (`verispec.reference.drafters.greedy_draft`).
 
     Args:
-        q: draft distributions [B, V] (float64). num_drafts: K >= 1. u: uniforms [B] (the draw).
+        q: draft distributions [B, V] (float64). num_paths: K >= 1. u: uniforms [B] (the draw).
 
     Returns:
         (tokens [B, K] int64: greedy tokens by rank, then the drawn one, 0 past it; drawn [B, K]
         bool: which of the K are drafts; q_last [B, V] float64: the drawn token's law).
     """
-    (B, V), K = q.shape, num_drafts
+    (B, V), K = q.shape, num_paths
     order = torch.sort(-q, dim=-1, stable=True).indices  # [B, V]: q descending, lower id first on ties
     greedy_count = ((q > 0).sum(-1) - 1).clamp(min=0, max=K - 1)  # [B]
     ranks = torch.arange(K, device=q.device)

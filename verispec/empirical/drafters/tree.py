@@ -12,8 +12,8 @@ Trees (`TREES`), every one capped at `max_depth`:
 - ``"opt_tree"``: OPT-Tree (Wang et al. 2024, arXiv 2406.17276, Algorithm 1), as the reference
   `verispec.reference.drafters.opt_tree_structure`: W = the product of draft probabilities on a
   node's root path; each layer = the global top-n by W over the top-n children of the previous
-  layer's nodes; stop when the gain of E[A] (the n largest W so far) is <= threshold; the tree =
-  the n largest-W nodes (ties go to the shallower node).
+  layer's nodes; stop when the gain of E[A] (the n largest W so far) is <= gain_threshold; the
+  tree = the n largest-W nodes (ties go to the shallower node).
 - static baselines at node budget n (`static_shape`): ``"chain"`` (the draft's top-1 path),
   ``"kary"`` (top-k children of every node, breadth first) and ``"eagle"`` (the n rank paths with
   the largest product of the fixed rank priors `EAGLE_RANK_PRIOR`).
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...reference.deprecation import renamed_keywords
 from ...reference.drafters import check_threshold
 from ...reference.static_trees import EAGLE_RANK_PRIOR, static_shape
 from ..validation import check_positive, check_prompt, check_temperature
@@ -148,16 +149,17 @@ class TreeDrafter(ModelDrafter):
     without pruning (tested); drafting stops as soon as a layer has nothing worth running.
 
     Args:
-        tree: one of `TREES`. node_budget: n >= 1. threshold: OPT-Tree's E[A]-gain threshold >= 0.
+        tree: one of `TREES`. node_budget: n >= 1. gain_threshold: OPT-Tree's E[A]-gain threshold >= 0.
         max_depth: >= 1. branching: k >= 1 ("kary"). draft_temperature: T_d of q (None: T, or 1
         at T = 0). prune: opt_tree's exact pruning. keep_q: keep every node's q in the tree (for
         verifiers that read q, e.g. a reference rule through the adapter; costs n V floats).
     """
 
-    def __init__(self, tree="opt_tree", node_budget=50, threshold=0.0, max_depth=10, branching=2,
+    @renamed_keywords(threshold="gain_threshold")
+    def __init__(self, tree="opt_tree", node_budget=50, gain_threshold=0.0, max_depth=10, branching=2, *,
                  draft_temperature=None, prune=True, keep_q=False):
         self.tree, self.n, self.delta, self.depth, self.shape = check_tree_args(
-            tree, node_budget, threshold, max_depth, branching)
+            tree, node_budget, gain_threshold, max_depth, branching)
         self.draft_temperature = None if draft_temperature is None else check_temperature(
             draft_temperature, "draft_temperature")
         self.prune, self.keep_q = prune, keep_q
@@ -205,7 +207,7 @@ class TreeDrafter(ModelDrafter):
 
     def grow(self) -> TreeRecords:
         """Draft one tree per row: the pending tokens (root's q), then ONE forward per layer but
-        the deepest. OPT-Tree stops growing a row when E[A] gains <= threshold."""
+        the deepest. OPT-Tree stops growing a row when E[A] gains <= gain_threshold."""
         q, root = self._feed_pending(self.Td)  # [B, V], [B]
         B, device = q.shape[0], q.device
         g = {"q": q.unsqueeze(1), "weight": torch.ones(B, 1, dtype=torch.float64, device=device),
@@ -252,7 +254,7 @@ class TreeDrafter(ModelDrafter):
             recs[key].append(value)
         g["layers"] = g["layers"] + ok.any(1).long()
         run = ok  # [B, m]: this layer's nodes to forward
-        if self.tree == "opt_tree":  # E[A] = sum of the n largest W so far; stop when it gains <= threshold
+        if self.tree == "opt_tree":  # E[A] = sum of the n largest W so far; stop when it gains <= delta
             all_w = torch.where(torch.cat(recs["valid"], 1), torch.cat(recs["weight"], 1), 0.0)  # [B, total]
             top = all_w.topk(min(self.n, g["total"]), dim=1).values  # [B, <= n], descending
             best = top.sum(1)  # [B]
@@ -289,30 +291,31 @@ class TreeDrafter(ModelDrafter):
 
 # --- Public API ---
 
-def check_tree_args(tree, node_budget, threshold, max_depth, branching):
-    """Validated (tree, n, threshold, max_depth, shape or None)."""
+def check_tree_args(tree, node_budget, gain_threshold, max_depth, branching):
+    """Validated (tree, n, gain_threshold, max_depth, shape or None)."""
     if not isinstance(tree, str):
         raise TypeError(f"tree: expected a tree name string, got {type(tree).__name__}")
     if tree not in TREES:
         raise ValueError(f"tree: unknown tree {tree!r}; known: {', '.join(TREES)}")
     n = check_positive(node_budget, "node_budget")
-    delta = check_threshold(threshold)  # the reference's check: a number >= 0
+    delta = check_threshold(gain_threshold)  # the reference's check: a number >= 0
     depth = check_positive(max_depth, "max_depth")
     k = check_positive(branching, "branching")
     shape = None if tree == "opt_tree" else static_shape(tree, n, depth, k)
     return tree, n, delta, depth, shape
 
 
+@renamed_keywords(threshold="gain_threshold")
 def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget: int = 50,
-               threshold: float = 0.0, max_depth: int = 10, draft_temperature: float = 1.0,
-               branching: int = 2, *, prune: bool = True) -> TreeRecords:
+               gain_threshold: float = 0.0, max_depth: int = 10, *, draft_temperature: float = 1.0,
+               branching: int = 2, prune: bool = True) -> TreeRecords:
     """Draft one tree after `prefix_ids` (the drafting step of the tree methods,
     `verispec.empirical.methods.tree_method`, exposed for tests and analysis). Costs a prefill of
     all but the last prefix token plus one forward per layer.
 
     Args:
         draft: `CausalLM`. prefix_ids: int [B, n] or [n]. tree: one of `TREES`.
-        node_budget: n >= 1. threshold: OPT-Tree's E[A]-gain threshold >= 0 (opt_tree only).
+        node_budget: n >= 1. gain_threshold: OPT-Tree's E[A]-gain threshold >= 0 (opt_tree only).
         max_depth: >= 1. draft_temperature: >= 0 (q = softmax(logits / T_d); 0: one-hot argmax).
         branching: k >= 1 children per node ("kary" only).
         prune: opt_tree only; False runs every top-n node of every layer, as the paper's code
@@ -323,15 +326,15 @@ def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget:
 
     Raises:
         TypeError / ValueError (naming the argument): a non-`CausalLM` draft, unknown tree,
-        node_budget / max_depth / branching < 1, threshold < 0, negative draft_temperature, bad
+        node_budget / max_depth / branching < 1, gain_threshold < 0, negative draft_temperature, bad
         prefix.
 
     Source: Wang et al. 2024, "OPT-Tree", arXiv 2406.17276, Algorithm 1 (opt_tree).
     """
     if not isinstance(draft, CausalLM):
         raise TypeError(f"draft: expected a CausalLM, got {type(draft).__name__}")
-    drafter = TreeDrafter(tree, node_budget, threshold, max_depth, branching,
-                          check_temperature(draft_temperature, "draft_temperature"), prune)
+    drafter = TreeDrafter(tree, node_budget, gain_threshold, max_depth, branching,
+                          draft_temperature=check_temperature(draft_temperature, "draft_temperature"), prune=prune)
     prefix = check_prompt(prefix_ids, draft)
     lengths = torch.full((prefix.shape[0],), prefix.shape[1], dtype=torch.long, device=prefix.device)
     drafter.start(draft, prefix, lengths, drafter.draft_temperature, None)

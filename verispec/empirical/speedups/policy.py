@@ -249,7 +249,7 @@ class PlanPolicy:
         return self.length
 
     def observe(self, tree, verdict) -> None:
-        tau = verdict.num_accepted  # [B]
+        tau = verdict.tau  # [B]
         seen, accepted = (tau + 1).clamp(max=self.length).double(), tau.double()
         self.seen, self.accepted = self.seen + seen, self.accepted + accepted
         self.config.remember({"plan_seen": seen, "plan_accepted": accepted})
@@ -296,7 +296,7 @@ class TreePolicy:
         return keep & chosen
 
     def observe(self, tree, verdict) -> None:
-        measured = verdict.num_accepted.double()
+        measured = verdict.tau.double()
         self.measured, self.predicted = self.measured + measured, self.predicted + self.kept
         self.config.remember({"tree_measured": measured, "tree_predicted": self.kept})
 

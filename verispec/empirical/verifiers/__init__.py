@@ -15,7 +15,7 @@ L, V]``, ``draft [B, L]`` int64. Tree rules: K draft paths ``paths [B, K, L]`` i
 L+1, V]`` with ``p[b, k, d] = p(. | path k's first d tokens)``, ``q [B, K, L, V]`` likewise; rows
 of paths sharing a prefix must match (one tree node; the lowest path index is read); optional
 ``lengths [B, K]`` in [0, L]. ``uniforms [B, n]`` in [0, 1), n = `uniforms_needed`. Every rule
-returns a `RuleOutput` (tokens [B, L+1], num_accepted [B], path_index [B], consumed [B]).
+returns a `RuleOutput` (tokens [B, L+1], tau [B], path_index [B], consumed [B]).
 Uniforms as `verispec.reference.randomness.Sampler`: bernoulli(p) = u < p, categorical = inverse CDF.
 Sources (paper, arXiv id, algorithm): each rule's docstring.
 """

@@ -7,21 +7,30 @@ from typing import NamedTuple
 
 import torch
 
+from ...reference.deprecation import deprecated_read
+
 
 class RuleOutput(NamedTuple):
     """What one verification emits, per row.
 
     Attributes:
         tokens: int64 [B, L+1]: X_1..X_tau then the correction/bonus token; -1 after it.
-        num_accepted: int64 [B]: tau, the number of accepted draft tokens.
+        tau: int64 [B]: the accepted length, the number of accepted draft tokens (`num_accepted`:
+            its deprecated name).
         path_index: int64 [B]: a draft path whose first tau tokens were accepted (0 for chains).
         consumed: int64 [B]: how many uniforms of the row were read.
     """
 
     tokens: torch.Tensor
-    num_accepted: torch.Tensor
+    tau: torch.Tensor
     path_index: torch.Tensor
     consumed: torch.Tensor
+
+    @property
+    def num_accepted(self) -> torch.Tensor:
+        """Deprecated alias of `tau`."""
+        deprecated_read("RuleOutput.num_accepted", "RuleOutput.tau")
+        return self.tau
 
 
 # --- Shared math (elementwise / along the last axis); mirrors verispec.reference.probability ---

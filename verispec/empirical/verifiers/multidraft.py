@@ -5,11 +5,13 @@ of `verispec.reference.verifiers.multidraft` / `tree`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
 import torch
 
+from ...reference.deprecation import renamed_keywords
 from ..uniforms import bernoulli, categorical
 from .common import RuleOutput, check_tree, Cursor, emit, first_true, accept_probability, residual
 
@@ -49,15 +51,16 @@ _rrs_step = partial(_rrs_like_step, without_replacement=False)
 _rrsw_step = partial(_rrs_like_step, without_replacement=True)
 
 
-def spectr_rho(p: torch.Tensor, q: torch.Tensor, num_drafts) -> torch.Tensor:
+@renamed_keywords(num_drafts="num_paths")
+def spectr_rho(p: torch.Tensor, q: torch.Tensor, num_paths) -> torch.Tensor:
     """rho [B] (dtype of p) in [1, K] with 1 - (1 - beta(rho))^K = rho beta(rho), beta(rho) = sum
-    min(q, p/rho), for p, q [B, V] and num_drafts: K of each row (int or [B] tensor, >= 1).
+    min(q, p/rho), for p, q [B, V] and num_paths: K of each row (int or [B] tensor, >= 1).
 
     Vectorised bisection with the reference's iterates (200 steps at most, each row stopping when
     hi - lo <= 1e-15) returning the upper end, where f <= 0 (SpecTr K-SEQ, arXiv 2310.15141).
     """
     B = p.shape[0]
-    K = torch.as_tensor(num_drafts, dtype=p.dtype, device=p.device).expand(B).clamp(min=1)  # [B]
+    K = torch.as_tensor(num_paths, dtype=p.dtype, device=p.device).expand(B).clamp(min=1)  # [B]
 
     def f(rho, p, q, K):  # rho [b] -> [b]
         beta = torch.minimum(q, p / rho.unsqueeze(-1)).sum(-1)
@@ -110,9 +113,17 @@ def _spectr_step(p, q, tokens, drafting, cursor, rows_mask):
     return torch.where(rest, categorical(dist, cursor.take(rest)), y)
 
 
-def _top_down(step: Callable, p, q, paths, uniforms, lengths, validate, needed_fn) -> RuleOutput:
+@dataclass(frozen=True)
+class _OneStep:
+    """A top-down rule: its `step` at one node, (p_d, q_d, tokens, drafting, cursor, rows_mask) -> y
+    [B], and `needed(L, K)`: the uniforms one row can read."""
+    step: Callable
+    needed: Callable
+
+
+def _top_down(rule: _OneStep, p, q, paths, uniforms, lengths, validate) -> RuleOutput:
     """Apply a one-step rule at each node from the root down (reference `top_down`)."""
-    lengths = check_tree(p, q, paths, uniforms, lengths, needed_fn, validate)
+    lengths = check_tree(p, q, paths, uniforms, lengths, rule.needed, validate)
     B, K, L = paths.shape
     rows = torch.arange(B, device=p.device)
     paths = paths.long()
@@ -131,7 +142,7 @@ def _top_down(step: Callable, p, q, paths, uniforms, lengths, validate, needed_f
         inner = active & has_children
         if d < L and bool(inner.any()):  # rows read their own uniforms: leaves and inner nodes commute
             tokens = paths[:, :, d]  # [B, K]
-            y_inner = step(p_d, q[rows, first_true(drafting), d], tokens, drafting, cursor, inner)  # [B]
+            y_inner = rule.step(p_d, q[rows, first_true(drafting), d], tokens, drafting, cursor, inner)  # [B]
             matched = drafting & (tokens == y_inner.unsqueeze(1))  # [B, K]
             enter = inner & matched.any(-1)
             stop = stop | (inner & ~enter)  # y is the correction token
@@ -155,6 +166,12 @@ def _one_per_node(L, K):
     return L + 1
 
 
+_NSS = _OneStep(_nss_step, _one_per_node)
+_RRS = _OneStep(_rrs_step, top_down_needed)
+_RRSW = _OneStep(_rrsw_step, top_down_needed)
+_SPECTR = _OneStep(_spectr_step, top_down_needed)
+
+
 def nss_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> RuleOutput:
     """Naive multi-draft sampling (SpecInfer, Miao et al. 2024, arXiv 2305.09781): at each node
     Y ~ p; enter the drafted child equal to Y, else Y is the correction token; bonus at a leaf.
@@ -163,14 +180,14 @@ def nss_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> Rule
     Args: as `rrs_rule`, with uniforms [B, >= L+1] (q unused, validated). Returns / Raises: as
     `gbv_rule`.
     """
-    return _top_down(_nss_step, p, q, paths, uniforms, lengths, validate, _one_per_node)
+    return _top_down(_NSS, p, q, paths, uniforms, lengths, validate)
 
 
 def sample_and_follow_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> RuleOutput:
     """Sample-and-follow tree verification (OPT-Tree, Wang et al. 2024, arXiv 2406.17276): draw
     Y ~ p at each node and follow the drafted child equal to Y. On a tree given as paths this
     draws exactly as `nss_rule` (the reference's `sample_and_follow`)."""
-    return _top_down(_nss_step, p, q, paths, uniforms, lengths, validate, _one_per_node)
+    return _top_down(_NSS, p, q, paths, uniforms, lengths, validate)
 
 
 def rrs_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> RuleOutput:
@@ -187,14 +204,14 @@ def rrs_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> Rule
 
     Returns `RuleOutput`; raises TypeError / ValueError as `gbv_rule`.
     """
-    return _top_down(_rrs_step, p, q, paths, uniforms, lengths, validate, top_down_needed)
+    return _top_down(_RRS, p, q, paths, uniforms, lengths, validate)
 
 
 def rrsw_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> RuleOutput:
     """RRS without replacement (Jeon et al. 2024, arXiv 2402.14160; Sequoia): as `rrs_rule`, but
     after rejecting x_j also set q(x_j) = 0 and renormalise q. Drafts: K paths whose first tokens
     are distinct draws without replacement. Args / Returns / Raises: as `rrs_rule`."""
-    return _top_down(_rrsw_step, p, q, paths, uniforms, lengths, validate, top_down_needed)
+    return _top_down(_RRSW, p, q, paths, uniforms, lengths, validate)
 
 
 def spectr_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> RuleOutput:
@@ -203,6 +220,6 @@ def spectr_rule(p, q, paths, uniforms, lengths=None, validate: bool = True) -> R
     x_j is accepted w.p. min(1, p(x_j) / (rho q(x_j))) in order, else
     Y ~ norm(max(p - min(p/rho, q) (1 - (1 - beta)^k) / beta, 0)).
     Args / Returns / Raises: as `rrs_rule`."""
-    return _top_down(_spectr_step, p, q, paths, uniforms, lengths, validate, top_down_needed)
+    return _top_down(_SPECTR, p, q, paths, uniforms, lengths, validate)
 
 

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import torch
 
+from ...reference.deprecation import deprecated_read
 from ..model import tree_ancestors
 from ..uniforms import categorical
 from .pointmass import child_table, point_mass_tree_uniforms, point_mass_walk
@@ -31,11 +32,18 @@ __all__ = ["Verdict", "PathRule", "SampleAndFollow", "PointMassTree"]
 
 class Verdict(NamedTuple):
     """What a verifier returns per row: nodes int64 [B, D], the accepted node ids in root-to-leaf
-    order, -1 after tau; num_accepted int64 [B], tau; token int64 [B], the correction/bonus token."""
+    order, -1 after tau; tau int64 [B], the accepted length; token int64 [B], the correction/bonus
+    token. `num_accepted`: the deprecated name of `tau`."""
 
     nodes: torch.Tensor
-    num_accepted: torch.Tensor
+    tau: torch.Tensor
     token: torch.Tensor
+
+    @property
+    def num_accepted(self) -> torch.Tensor:
+        """Deprecated alias of `tau`."""
+        deprecated_read("Verdict.num_accepted", "Verdict.tau")
+        return self.tau
 
 
 def _verdict(path: torch.Tensor, tau: torch.Tensor, y: torch.Tensor) -> Verdict:
@@ -81,7 +89,7 @@ class PathRule:
             full = tree.full or self.full_paths_only or bool((lengths == L).all())  # no sync when known
             u = source.peek(B, uniforms_needed(self.name, L, K), p.device)
             out = verify(self.name, p_tab, q_tab, drafted, u, None if full else lengths, validate=False)
-            tau, emitted, consumed, k_star = out.num_accepted, out.tokens, out.consumed, out.path_index
+            tau, emitted, consumed, k_star = out.tau, out.tokens, out.consumed, out.path_index
         source.advance(consumed)
         rows_ = torch.arange(B, device=p.device)
         return _verdict(paths[rows_, k_star], tau, emitted[rows_, tau])
@@ -133,7 +141,7 @@ def _chain_by_length(name, p, q, draft, lengths, u):
             emitted[rows, 0] = categorical(p[rows, 0], u[rows, 0])
             continue
         out = CHAIN_RULES[name](p[rows, :n + 1], q[rows, :n], draft[rows, :n], u[rows, :n + 1], validate=False)
-        tau[rows], emitted[rows, :n + 1], consumed[rows] = out.num_accepted, out.tokens, out.consumed
+        tau[rows], emitted[rows, :n + 1], consumed[rows] = out.tau, out.tokens, out.consumed
     return tau, emitted, consumed
 
 

@@ -103,7 +103,7 @@ def point_mass_tree_verify(p: torch.Tensor, tokens: torch.Tensor, parents: torch
             window riding in the same forward); default all.
 
     Returns:
-        (path [B, N-1] int64: accepted node ids in order, -1 padded; num_accepted [B] int64;
+        (path [B, N-1] int64: accepted node ids in order, -1 padded; tau [B] int64;
         y [B] int64: the correction/bonus token; consumed [B] int64: uniforms read).
 
     Raises:

@@ -13,8 +13,8 @@ from .problem import method_program, wrap
 from .source import method_source
 from .values import rational
 
-__all__ = ["Counterexample", "FLOAT_CONFIRM_TV", "rational", "solver_point", "solver_tables", "table_model",
-           "format_table", "format_fraction", "zero_division", "repro_code", "confirm_counterexample"]
+__all__ = ["Counterexample", "PairCheck", "FLOAT_CONFIRM_TV", "rational", "solver_point", "solver_tables",
+           "table_model", "format_table", "format_fraction", "zero_division", "repro_code", "confirm_counterexample"]
 
 #: TV a float64 law (a rule computing in float64 for numbers) must exceed to confirm a counterexample.
 FLOAT_CONFIRM_TV = 1e-9
@@ -49,6 +49,21 @@ class Counterexample:
     code: str
     found_by: str = "smt"
     arithmetic: str = "exact"  # "float64" when the rule computes in float64 for numbers (spectr's rho)
+
+
+@dataclass(frozen=True)
+class PairCheck:
+    """What running a solver's pair through the exact engine needs: the method, the symbolic
+    `variables` and `bases` of the explored models, the (target, draft) temperatures, the N tokens
+    compared, the context the iteration starts from, and the method's `MethodSource` for the
+    reproducing code (None: named from `method`)."""
+    method: Method
+    variables: object
+    bases: tuple
+    temperatures: tuple
+    num_tokens: int
+    context: tuple = ()
+    source: object = None
 
 
 def solver_point(model, free) -> list:
@@ -88,25 +103,26 @@ def format_fraction(x: Fraction) -> str:
     return f"Fraction({x.numerator})" if x.denominator == 1 else f"Fraction({x.numerator}, {x.denominator})"
 
 
-def zero_division(err, variables, method, bases, temperatures, N, context, source=None) -> str:
+def zero_division(err, check: PairCheck) -> str:
     """A division by a symbolic value that can be 0 on a branch of positive probability.
 
     The solver's pair (rationalised) is run through the exact engine: when the rule raises there,
-    that is a rule contract error (as `verispec check` reports it), raised with the pair as code.
+    that is a rule contract error (as `verispec check` reports it), raised with the pair as code
+    (the method named by ``check.source``, default: from ``check.method``).
     Otherwise (no pair, or an irrational one) returns the reason of an "unknown" verdict.
-    `source`: the method's `MethodSource` for that code (default: named from `method`).
     """
     where = f"on the branch with choices {list(err.trace)}"
     if err.witness is None:
         return f"possible {err} {where} (z3 could not decide whether the divisor is 0 there)"
-    p_table, q_table = solver_tables(err.witness, variables)
-    V = bases[0].vocab_size
+    method, temperatures, N, context = check.method, check.temperatures, check.num_tokens, check.context
+    p_table, q_table = solver_tables(err.witness, check.variables)
+    V = check.bases[0].vocab_size
     target = wrap(table_model(p_table, V), temperatures[0])
     draft = wrap(table_model(q_table, V), temperatures[1])
     try:
         exact.output_distribution(target, draft, method, context, N)
     except RuleContractError as crash:
-        code = repro_code(p_table, q_table, V, temperatures, N, source or method, context)
+        code = repro_code(p_table, q_table, V, temperatures, N, check.source or method, context)
         raise RuleContractError(f"{crash.problem} (prove: {err} {where}; confirmed by the exact engine on "
                                 "the pair below)", method=crash.method, prefix=crash.prefix,
                                 probability=crash.probability, draws=crash.draws,
@@ -137,12 +153,13 @@ def repro_code(p_table, q_table, V, temperatures, N, source, context=()) -> str:
     ])
 
 
-def confirm_counterexample(model, variables, method, bases, temperatures, output, N,
-                           context=(), source=None) -> Counterexample:
+def confirm_counterexample(model, output, check: PairCheck) -> Counterexample:
     """The solver's pair, rationalised and run through the exact engine (`confirmed` says whether
-    the laws differ there); `source` names the method in its code (default: from `method`)."""
-    V = bases[0].vocab_size
-    p_table, q_table = solver_tables(model, variables)
+    the laws differ there on `output`); ``check.source`` names the method in its code (default:
+    from ``check.method``)."""
+    method, temperatures, N, context = check.method, check.temperatures, check.num_tokens, check.context
+    V = check.bases[0].vocab_size
+    p_table, q_table = solver_tables(model, check.variables)
     target = wrap(table_model(p_table, V), temperatures[0])
     draft = wrap(table_model(q_table, V), temperatures[1])
     law = enumerate_law(method_program(method, target, draft, N, context)).law
@@ -153,7 +170,7 @@ def confirm_counterexample(model, variables, method, bases, temperatures, output
     exact_law = all(isinstance(x, (Fraction, int)) for x in law.values())
     loop = exact.output_distribution(target, draft, method, context, N)
     tv_loop = exact.total_variation(loop, ref)
-    code = repro_code(p_table, q_table, V, temperatures, N, source or method, context)
+    code = repro_code(p_table, q_table, V, temperatures, N, check.source or method, context)
     return Counterexample(output=output, target=p_table, draft=q_table,
                           method_probability=Fraction(law.get(output, 0)),
                           target_probability=Fraction(ref.get(output, 0)),

@@ -1,14 +1,12 @@
 """Global Resolution: the alpha*-optimal selection for K i.i.d. drafts at any vocabulary size.
 
-After Thomas & Pal 2025, "Global Resolution: Optimal Multi-Draft Speculative Sampling via Convex
-Minimization" (arXiv 2511.15898): the optimal transport LP for K i.i.d. drafts is a max-flow whose
-feasible selected-token laws y form the base polytope of the polymatroid f(A) = 1 - (1 - q(A))^K
-(P(some draft in A)), so the best selection solves a problem in V variables, not one per drafted
-set. The paper's body was not available here, only its abstract, its authors' summary and its
-public reviews (OpenReview gpsczXOsHn): they place the max-flow and complementary slackness in its
-Section 5 and the convex programs, with their error bounds, in Section 6 (Theorems 6.4-6.5, Lemma
-6.6); the paper solves a truncated problem to a tolerance. No algorithm of the paper is reproduced.
-The construction below is derived here in that frame, and is exact:
+Source: Thomas & Pal 2025, "Global Resolution: Optimal Multi-Draft Speculative Sampling via Convex
+Minimization" (arXiv 2511.15898; max-flow and complementary slackness in its Section 5, the convex
+programs in Section 6): the optimal transport LP for K i.i.d. drafts is a max-flow whose feasible
+selected-token laws y form the base polytope of the polymatroid f(A) = 1 - (1 - q(A))^K (P(some
+draft in A)), so the best selection solves a problem in V variables, not one per drafted set. The
+paper solves a truncated convex problem to a tolerance; the construction below is derived in that
+frame, is not the paper's algorithm, and is exact:
 
 1. Target law (`resolution_targets`). alpha* = min_H p(H) + 1 - q(H)^K is reached at a prefix H
    of the tokens sorted by p/q (`verispec.theory.closed_forms.optimal_multidraft_acceptance`).
@@ -23,30 +21,34 @@ The construction below is derived here in that frame, and is exact:
    Tokens of one target ratio y/q (a tie run: clipping and bf16 logits tie most of a real
    vocabulary) need the same average weight, so a run is realised as one token and its tokens
    share its position law per unit of q. A token's pieces are nested segments, so the float64
-   winner law is a prefix sum over them per elementary interval. In float64 a segment's targets
-   stay an affine map A t0 - B q of the runs' first targets, so a blend reads prefix sums taken
-   once. Cost: one O(V log V) sort, then O(runs) per blend.
+   winner law is a prefix sum over them per elementary interval. Cost: one O(V log V) sort, then
+   O(runs) per blend.
 3. Verification (`global_resolution_step`): select a drafted token with the exact winner law of
    the copies' positions (`Resolution.winner_probabilities`), then single-draft speculative
    sampling against y (Khisti et al., arXiv 2410.18234: lossless for any selection whose law y is
    exact). Rational in, rational out: only + - * / and comparisons, so `verispec prove` runs it on
    symbolic probabilities.
+
+Exact and float64 values go through the same routines where the same operations serve both
+(`_clip_targets`, `_law`, `pieces`, `_winner_integral`). Three steps differ by number type on
+purpose: float64 ratios within a few ulps form one tie run (`tie_runs`), while exact ones must be
+equal; the float64 recursion (`Resolution._resolve_float`) keeps each segment's targets as an
+affine map A t0 - B q of the runs' first targets and reads prefix sums taken once (blends go
+thousands deep on a real vocabulary), where the exact one (`Resolution._resolve`) sums each
+segment's own targets; and the float64 winner law is vectorised over the elementary intervals.
 """
 
 from __future__ import annotations
 
-import functools
 from fractions import Fraction
 
 import numpy as np
 
+from ..memo import MEMO_VOCAB, by_value
+from ..deprecation import deprecated, renamed_keywords
 from ..probability import accept_probability, is_exact, is_symbolic, residual
 from .gbv import rank_key
 from .multidraft import top_down
-
-#: Vocabularies up to this size have their resolutions memoised (the enumerator revisits nodes).
-_MEMO_VOCAB = 256
-
 
 def ratio_order(p, q) -> np.ndarray:
     """Drafted tokens (q > 0) sorted by p/q ascending, ties by id -> int64 [n]."""
@@ -57,17 +59,18 @@ def ratio_order(p, q) -> np.ndarray:
     return drafted[np.argsort(p[drafted] / q[drafted], kind="stable")]
 
 
-def resolution_targets(p, q, num_drafts: int):
+@renamed_keywords(num_drafts="num_paths")
+def resolution_targets(p, q, num_paths: int):
     """The optimal selected-token law of step 1 (module docstring).
 
     Args:
-        p, q: target and draft distributions [V] (float64 or exact); num_drafts: K >= 1.
+        p, q: target and draft distributions [V] (float64 or exact); num_paths: K >= 1.
 
     Returns:
         (order, h, targets): the drafted tokens by p/q ascending [n], the size h of the minimising
         prefix H = order[:h], and targets [n] (y of order[i]).
     """
-    K = int(num_drafts)
+    K = int(num_paths)
     order = ratio_order(p, q)
     ps, qs = p[order], q[order]  # [n]
     zero = ps[:0].sum() * 0
@@ -92,53 +95,48 @@ def _first_argmin(values) -> int:
 
 
 def _clip_targets(ps, qs, total, below: bool):
-    """max(p, c q) (below) or min(p, c q) with c such that the sum is `total`; p/q ascending [m]."""
+    """max(p, c q) (below) or min(p, c q) with c such that the sum is `total`; p/q ascending [m].
+
+    Candidate j puts c in [ratio_{j-1}, ratio_j] with the tokens before j clipped; the first j
+    whose sum reaches `total` fixes c. Exact values (Fractions, the prover's symbolic reals) are
+    tested one candidate at a time up to the first hit, since each comparison of symbolic values is
+    a branch of the prover's replay; float64 ones all at once (`_first_hit`).
+
+    Args:
+        ps, qs: p and q of the tokens [m], by p/q ascending (float64, or dtype=object); total: the sum.
+    """
     m = len(ps)
     if m == 0:
         return ps
-    if not is_exact(ps):
-        return _clip_targets_float(ps, qs, total, below)
-    ratios = [ps[i] / qs[i] for i in range(m)]
-    p_cum, q_cum = np.cumsum(ps), np.cumsum(qs)  # [m]
-    p_all, q_all = p_cum[-1], q_cum[-1]
-    for j in range(m):  # c in [ratio_{j-1}, ratio_j]: tokens before j are clipped
-        p_before = p_cum[j - 1] if j else 0
-        q_before = q_cum[j - 1] if j else 0
-        if below and ratios[j] * q_before + p_all - p_before >= total:
-            c = (total - (p_all - p_before)) / q_before if j else ratios[0]
-            return np.array([c * qs[i] if i < j else ps[i] for i in range(m)], dtype=ps.dtype)
-        if not below and p_before + ratios[j] * (q_all - q_before) >= total:
-            c = (total - p_before) / (q_all - q_before)
-            return np.array([ps[i] if i < j else c * qs[i] for i in range(m)], dtype=ps.dtype)
-    if not below:  # float64 round-off left p(top) a hair under its total: keep p
-        return ps.copy()
-    c = total / q_all  # every token is lifted to c q
-    return np.array([c * qs[i] for i in range(m)], dtype=ps.dtype)
-
-
-def _clip_targets_float(ps, qs, total, below: bool):
-    """`_clip_targets` in float64, vectorised: the same candidates j, formulas and operation order."""
-    m = len(ps)
     ratios = ps / qs  # [m]
     p_cum, q_cum = np.cumsum(ps), np.cumsum(qs)  # [m]
     p_all, q_all = p_cum[-1], q_cum[-1]
-    p_before, q_before = np.concatenate([[0.0], p_cum[:-1]]), np.concatenate([[0.0], q_cum[:-1]])  # [m]
+    p_before, q_before = np.concatenate([[0], p_cum[:-1]]), np.concatenate([[0], q_cum[:-1]])  # [m]
     if below:
-        hit = np.flatnonzero(ratios * q_before + p_all - p_before >= total)
+        j = _first_hit(lambda j: ratios[j] * q_before[j] + p_all - p_before[j] >= total, m, is_exact(ps))
     else:
-        hit = np.flatnonzero(p_before + ratios * (q_all - q_before) >= total)
-    clipped = np.arange(m) < (hit[0] if len(hit) else m)  # [m]: the tokens before j
-    if len(hit) and below:
-        j = hit[0]
+        j = _first_hit(lambda j: p_before[j] + ratios[j] * (q_all - q_before[j]) >= total, m, is_exact(ps))
+    clipped = np.arange(m) < j  # [m]: the tokens before j
+    out = ps.copy()
+    if j < m and below:
         c = (total - (p_all - p_before[j])) / q_before[j] if j else ratios[0]
-        return np.where(clipped, c * qs, ps)
-    if len(hit):
-        j = hit[0]
+        out[clipped] = c * qs[clipped]
+    elif j < m:
         c = (total - p_before[j]) / (q_all - q_before[j])
-        return np.where(clipped, ps, c * qs)
-    if not below:  # float64 round-off left p(top) a hair under its total: keep p
-        return ps.copy()
-    return (total / q_all) * qs  # every token is lifted to c q
+        out[~clipped] = c * qs[~clipped]
+    elif below:  # every token is lifted to c q
+        out = (total / q_all) * qs
+    # not below and no candidate: float64 round-off left p(top) a hair under its total: keep p
+    return out
+
+
+def _first_hit(holds, m: int, exact: bool) -> int:
+    """The least j < m with holds(j), or m: exact values tested one at a time (no test after the
+    first hit), float64 ones by one vectorised test of every j."""
+    if exact:
+        return next((j for j in range(m) if holds(j)), m)
+    hits = np.flatnonzero(holds(np.arange(m)))
+    return int(hits[0]) if len(hits) else m
 
 
 #: float64 ratios y/q closer than this (relative) are one tie run: clipping sets y = c q, and c q / q
@@ -187,11 +185,11 @@ class _Frame:
     positions [G + 1]: where each run boundary lies on [0, 1] (H's runs from 0, the rest from q(H));
     powers = positions ** K; t_cum [G + 1]: prefix sums of the runs' targets."""
 
-    def __init__(self, run_q, run_targets, split_run: int, mass: float, num_drafts: int):
+    def __init__(self, run_q, run_targets, split_run: int, mass: float, num_paths: int):
         below = np.concatenate([[0.0], np.cumsum(run_q[:split_run])])  # [split_run + 1]
         above = mass + np.cumsum(run_q[split_run:])  # [G - split_run]
         self.positions = np.concatenate([below[:-1], [mass], above])  # [G + 1]
-        self.powers = self.positions ** num_drafts
+        self.powers = self.positions ** num_paths
         self.t_cum = np.concatenate([[0.0], np.cumsum(run_targets)])
 
 
@@ -202,7 +200,7 @@ class Resolution:
     the run's position law, scaled by its own q.
 
     Attributes:
-        num_drafts: K. order, split, targets: as `resolution_targets`.
+        num_paths: K. order, split, targets: as `resolution_targets`.
         runs: [G + 1] boundaries in `order` of the tie runs; run_q: q of each run [G].
         run_of: int64 [V]: each drafted token's run (-1 off the drafted tokens).
         nodes: [(a, b, weight, parent)]: a blend of segment [a, b]; each token under it has density
@@ -214,8 +212,15 @@ class Resolution:
             from the targets; zero off the drafted tokens).
     """
 
-    def __init__(self, p, q, num_drafts: int):
-        self.num_drafts = K = int(num_drafts)
+    @property
+    def num_drafts(self) -> int:
+        """Deprecated alias of `num_paths` (K)."""
+        deprecated("Resolution.num_drafts", "Resolution.num_paths")
+        return self.num_paths
+
+    @renamed_keywords(num_drafts="num_paths")
+    def __init__(self, p, q, num_paths: int):
+        self.num_paths = K = int(num_paths)
         self.order, self.split, self.targets = resolution_targets(p, q, K)
         one = Fraction(1) if is_exact(q) else 1.0  # segment ends stay exact for exact q
         qs = q[self.order]  # [n]
@@ -264,7 +269,7 @@ class Resolution:
         A segment's targets stay an affine map of the runs' first targets, A t0 - B q (each blend
         maps t to (t - lambda mean q) / (1 - lambda)), so its prefix sums come from `frame`'s, taken
         once; the same lambda, splits and segment ends as `_resolve`, to round-off."""
-        K = self.num_drafts
+        K = self.num_paths
         stack = [(lo, hi, a, b, 1.0, 1.0, 0.0, -1)]  # ..., scale, A, B, parent
         while stack:
             lo, hi, a, b, scale, A, B, parent = stack.pop()
@@ -301,7 +306,7 @@ class Resolution:
 
     def _blend(self, qs, targets, a, b):
         """(lambda, tight interior breakpoints, the rest's targets) of one segment [a, b] (exact)."""
-        K = self.num_drafts
+        K = self.num_paths
         mean = (b ** K - a ** K) / (b - a)  # the segment's average weight K v^(K-1)
         q_cum, t_cum = np.cumsum(qs)[:-1], np.cumsum(targets)[:-1]  # interior breakpoints [m - 1]
         floor = (a + q_cum) ** K - a ** K  # the least value of each prefix (stacked at the bottom)
@@ -313,7 +318,7 @@ class Resolution:
 
     def _law(self, q):
         """y [V]: y_j = sum over j's blends of weight q_j (b^K - a^K) + its share of its run's leaf."""
-        K = self.num_drafts
+        K = self.num_paths
         value = []  # [nodes]: sum over the blend and its ancestors of weight (b^K - a^K)
         for a, b, weight, parent in self.nodes:
             value.append(weight * (b ** K - a ** K) + (value[parent] if parent >= 0 else 0))
@@ -380,8 +385,7 @@ def rest_map(A, B, lam, mean):
             (b^K - a^K) / (b - a) on the segment [a, b].
 
     Returns:
-        (A', B'), float scalars. Derived here for the float64 recursion (no equation of arXiv
-        2511.15898 is cited: its body was not available here).
+        (A', B'), float scalars (derived here for the float64 recursion).
     """
     return A / (1 - lam), (B + lam * mean) / (1 - lam)
 
@@ -462,19 +466,18 @@ def _winner_integral(i, tokens, counts, mass, density, q, width):
     return sum(c * width ** (k + 1) / (k + 1) for k, c in enumerate(poly))
 
 
-@functools.lru_cache(maxsize=4096)
-def _memo_resolution(p_key, q_key, num_drafts: int, exact: bool):
-    dtype = object if exact else np.float64
-    return Resolution(np.array(p_key, dtype=dtype), np.array(q_key, dtype=dtype), num_drafts)
+_memo_resolution = by_value(lambda p, q, num_paths: Resolution(p, q, num_paths))
 
 
-def resolution(p, q, num_drafts: int) -> Resolution:
-    """`Resolution(p, q, K)`, memoised for small vocabularies (not for symbolic p, q); read-only."""
-    if len(p) > _MEMO_VOCAB or is_symbolic(p) or is_symbolic(q):
-        return Resolution(p, q, num_drafts)
-    exact = is_exact(p) and is_exact(q)
-    key = (lambda v: tuple(v.tolist())) if exact else (lambda v: tuple(float(x) for x in v))
-    return _memo_resolution(key(p), key(q), int(num_drafts), exact)
+@renamed_keywords(num_drafts="num_paths")
+def resolution(p, q, num_paths: int) -> Resolution:
+    """`Resolution(p, q, K)`, memoised by value for vocabularies up to `MEMO_VOCAB` (not for
+    symbolic p, q); treat it as read-only. One float64 operand makes the resolution float64."""
+    if len(p) > MEMO_VOCAB or is_symbolic(p) or is_symbolic(q):
+        return Resolution(p, q, num_paths)
+    if not (is_exact(p) and is_exact(q)):
+        p, q = (v if v.dtype == np.float64 else np.array([float(x) for x in v], dtype=np.float64) for v in (p, q))
+    return _memo_resolution(p, q, int(num_paths))
 
 
 def global_resolution_step(p, q, counts: dict, rand) -> int:

@@ -27,7 +27,7 @@ achieves its theoretical bound") and its public ICLR 2025 reviews. The reviews p
 acceptance as the dual of the transport LP (the paper's Eq. 7) recast as subset selection (Eq. 8),
 its efficient computation for drafts with and without replacement in Theorems 3 and 4, and the
 greedy sampler and its verification in Section 5 (5.1 and 5.2 by one reviewer's reading). This rule
-is derived from the dual above and checked exactly (docs/verifiers_new.md, "hu_greedy").
+is derived from the dual above and checked exactly (docs/multi_draft_verifiers.md, "hu_greedy").
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import functools
 
 import numpy as np
 
+from ..deprecation import renamed_keywords
 from ..probability import accept_probability, align, as_float, is_symbolic, residual
 
 
@@ -51,7 +52,8 @@ def rrsw_step(p, q, drafts, rand) -> int:
     return rand.categorical(current)
 
 
-def spectr_rho(p, q, num_drafts: int) -> float:
+@renamed_keywords(num_drafts="num_paths")
+def spectr_rho(p, q, num_paths: int) -> float:
     """rho in [1, K] solving 1 - (1 - beta(rho))^K = rho beta(rho), beta(rho) = sum min(q, p/rho).
 
     Bisection on f(rho) = 1 - (1 - beta)^K - rho beta (f(1) >= 0 >= f(K)); returns the upper end,
@@ -66,16 +68,16 @@ def spectr_rho(p, q, num_drafts: int) -> float:
         for value in (*np.asarray(p).flat, *np.asarray(q).flat):
             hook = getattr(type(value), "spectr_rho", None)
             if hook is not None:
-                return hook(p, q, num_drafts)
+                return hook(p, q, num_paths)
         raise TypeError("spectr_rho: p and q hold non-rational entries of no type with a spectr_rho hook")
     p, q = as_float(p), as_float(q)
-    return _spectr_rho(p.tobytes(), q.tobytes(), int(num_drafts))
+    return _spectr_rho(p.tobytes(), q.tobytes(), int(num_paths))
 
 
 @functools.lru_cache(maxsize=65536)
-def _spectr_rho(p_bytes: bytes, q_bytes: bytes, num_drafts: int, iterations: int = 200) -> float:
+def _spectr_rho(p_bytes: bytes, q_bytes: bytes, num_paths: int, iterations: int = 200) -> float:
     p, q = np.frombuffer(p_bytes), np.frombuffer(q_bytes)
-    K = num_drafts
+    K = num_paths
 
     def f(rho):
         beta = q.clip(max=p / rho).sum()

@@ -1,7 +1,8 @@
 """What the chain and tree sampler harnesses share (`verispec.testing.sampler`,
-`verispec.testing.tree_sampler`): the backend the function under test receives, the exact target
-law as an array, the argument and instance checks, the timed call of the function, the sampling
-and G-test of one instance, and the failure message.
+`verispec.testing.tree_sampler`): the backend the function under test receives, the checked
+settings of a run (`HarnessSettings`), the exact target law as an array, the instances, the timed
+call of the function, the sampling and G-test of one instance, and the run over the instances
+(what they report and raise: `verispec.testing._internal.verdicts`).
 
 Sources: speculative sampling, Leviathan et al. 2023 (arXiv:2211.17192, Algorithm 1); the G-test
 and its power, see `verispec.testing.gtest`.
@@ -10,15 +11,16 @@ and its power, see `verispec.testing.gtest`.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from ...reference.exact import target_distribution
-from ...reference.models import check_pair, check_prefix
+from ...reference.models import check_pair, check_positive_int, check_prefix
 from .. import gtest
-from ..assertions import sweep
-from ..strategies import Instance
+from ..sweeps import Instance, sweep
 from .instances import instance_items
+from .verdicts import contract_error, rejection
 
 
 class Backend:
@@ -106,6 +108,64 @@ def check_number(value, name, low, high):
     return float(value)
 
 
+def check_callable(fn) -> None:
+    """TypeError naming ``fn`` unless it is callable."""
+    if not callable(fn):
+        raise TypeError(f"fn: expected a callable, got {type(fn).__name__}")
+
+
+@dataclass(frozen=True)
+class HarnessSettings:
+    """The statistics of one harness run, checked on construction (TypeError / ValueError naming
+    the argument), and the backend the function under test receives.
+
+    Attributes:
+        alpha: false-alarm rate of the whole run, in (0, 1) (split over its instances).
+        power, tv: power in (0, 1) against every law at total variation >= tv, in (0, 1).
+        num_samples: runs per instance, int >= 1, or None: the least n with `power` at `tv`.
+        seed: int >= 0. batch_size: rows per call of the function, int >= 1.
+        min_expected: the G-test's pooling threshold, > 0. backend: a `Backend`.
+    """
+
+    alpha: float
+    power: float
+    tv: float
+    num_samples: int | None
+    seed: int
+    batch_size: int
+    min_expected: float
+    backend: Backend
+
+    def __post_init__(self):
+        checked = dict(alpha=check_number(self.alpha, "alpha", 0, 1), power=check_number(self.power, "power", 0, 1),
+                       tv=check_number(self.tv, "tv", 0, 1),
+                       num_samples=None if self.num_samples is None else check_positive_int(self.num_samples,
+                                                                                            "num_samples"),
+                       seed=check_positive_int(self.seed, "seed", 0),
+                       batch_size=check_positive_int(self.batch_size, "batch_size"),
+                       min_expected=check_number(self.min_expected, "min_expected", 0, float("inf")))
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+
+def run_harness(fn, todo, run_one, report, verdict=lambda result: {}):
+    """Run `run_one(index, instance, alpha_i)` -> (result, empirical law, target law) on each
+    instance of `todo` at level alpha_i = report.alpha / len(todo) (Bonferroni), appending to
+    `report`; the first rejected one raises its `SamplerLosslessnessError` (`verdicts.rejection`,
+    with the keyword arguments `verdict(result)` gives: the setting, an exact TV). Returns `report`."""
+    alpha_i = report.alpha / len(todo)
+    for result, empirical, law in timed_results(todo, lambda index, inst: run_one(index, inst, alpha_i), report):
+        if not result.passed:
+            raise rejection(fn, (result, report, empirical, law), **verdict(result))
+    return report
+
+
+def call_contract(where):
+    """The contract-error factory `TimedLoop.call_fn` takes: a crash of the function under test
+    (`where` = (its name, the instance))."""
+    return lambda problem: contract_error(problem, where)
+
+
 def harness_instances(target, draft, context, instances, sweep_args, N, no_draft=None):
     """A harness's instances with N tokens: the given target/draft pair, the user's `instances`,
     or the sweep of ``sweep_args`` = (vocab_sizes, temperatures, families, seed). With `no_draft`
@@ -133,16 +193,17 @@ def harness_instances(target, draft, context, instances, sweep_args, N, no_draft
     return [Instance(inst.target, inst.draft, inst.context, N, inst.complexity, inst.label) for inst in todo]
 
 
-def sample_instance(inst, index, numbers, make_loop, backend):
+def sample_instance(inst, index, settings: HarnessSettings, alpha_i: float, make_loop):
     """Run ``make_loop()`` (a `TimedLoop` with ``run(rows, draft_rng, generator)`` -> int64
-    [rows, N]) n times on `inst` and G-test the first N tokens' law against the target's.
-    ``numbers`` = (alpha_i, power, tv, num_samples, seed, batch_size, min_expected).
+    [rows, N]) n times on `inst` and G-test the first N tokens' law against the target's at level
+    `alpha_i` (the run's alpha over its instances).
 
     Returns:
         (the `InstanceResult` fields as a dict, the empirical law, the target law) (dicts of
         N-token tuples).
     """
-    alpha_i, power, tv, num_samples, seed, batch_size, min_expected = numbers
+    power, tv, num_samples, seed = settings.power, settings.tv, settings.num_samples, settings.seed
+    batch_size, min_expected, backend = settings.batch_size, settings.min_expected, settings.backend
     V, N = inst.vocab_size, inst.num_tokens
     probs, law = target_law_array(inst)
     support = probs > 0
@@ -178,20 +239,3 @@ def timed_results(todo, run_one, report):
         report.results.append(result)
         report.seconds = time.perf_counter() - start
         yield result, empirical, law
-
-
-def failure_message(name, result, empirical, law, setting=""):
-    """The report of a failed instance: why (an impossible sequence, or the G-test), the outcomes
-    where the laws differ most, the instance. `setting` follows "NOT lossless" (e.g. the drafter)."""
-    inst = result.instance
-    if result.impossible:
-        why = f"emitted sequences of target probability 0: {result.impossible}"
-    else:
-        why = (f"G-test rejects the target law: G = {result.statistic:.2f}, df = {result.df}, "
-               f"p = {result.p_value:.3g} <= alpha = {result.alpha:.3g}")
-    keys = sorted(set(empirical) | set(law), key=lambda k: -abs(empirical.get(k, 0) - float(law.get(k, 0))))[:6]
-    rows = "\n".join(f"    {k}: empirical {empirical.get(k, 0):.5f}  target {float(law.get(k, 0)):.5f}" for k in keys)
-    return (f"{name} is NOT lossless{setting} on {inst.label} (V = {inst.vocab_size}, N = {inst.num_tokens}): {why}\n"
-            f"  n = {result.n:,} runs of the loop; empirical TV = {result.empirical_tv:.4f}\n"
-            f"  outcomes where the laws differ most:\n{rows}\n"
-            + "\n".join("  " + line for line in inst.describe().splitlines()))

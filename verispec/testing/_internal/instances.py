@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..strategies import Instance
+from ..sweeps import Instance
 
 
 def instance_items(todo):

@@ -174,7 +174,7 @@ class _PhraseDrafter(Drafter):
     def _emit(self, verdict) -> list[int]:
         """Append the accepted tokens and y to the sequence and the output's n-grams to the pool
         (b); returns the accepted node ids."""
-        nodes = [int(j) for j in verdict.nodes[0, :int(verdict.num_accepted[0])]]
+        nodes = [int(j) for j in verdict.nodes[0, :int(verdict.tau[0])]]
         before = len(self.seq)
         self.seq += [self.tree.tokens[j] for j in nodes] + [int(verdict.token[0])]
         if self.output_ngrams:
@@ -346,7 +346,7 @@ class LookaheadDrafter(_PhraseDrafter):
     def accept(self, tree, verdict) -> None:
         if self.window is not None:
             self.window.update([self.argmax[j] for j in self.slots], self.pool)
-        self.verified += int(verdict.num_accepted[0])
+        self.verified += int(verdict.tau[0])
         self._emit(verdict)
 
 
@@ -384,7 +384,7 @@ def ouroboros_method(pool: PhrasePool | None = None, draft_length: int = 4, num_
 
 
 def ouroboros_phrase_method(pool: PhrasePool | None = None, draft_length: int = 4, num_candidates: int = 3,
-                            guess_set: int = 20, window: int = 4, output_ngrams: bool = True,
+                            guess_set: int = 20, window: int = 4, *, output_ngrams: bool = True,
                             flat_window: bool = False, phrase_length: int = 6) -> TorchMethod:
     """Ouroboros (Zhao et al. 2024, arXiv 2402.13720, Algorithm 1 and Section 3) phrase by
     phrase, as a method of the engine (one iteration: `PhraseOuroborosDrafter`); one prompt per

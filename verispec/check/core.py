@@ -11,108 +11,54 @@ is reported "lossy" with its TV in float64 and, on the rational twin of each ins
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from fractions import Fraction
 
-import numpy as np
+from ..formal.parallel import map_tasks
+from ..reference import exact, methods, models
+from ..reference.contract import RuleContractError
+from ..reference.methods import Method
+from ..reference.randomness import law_is_exact
+from ..testing.assertions import default_num_tokens
+from ..testing.sweeps import CHECK_VOCAB_SIZES, DEFAULT_BUDGET, TEMPERATURES, Instance, SeededPairs, Sweep
 
-from .formal.parallel import map_tasks
-from .reference import exact, methods, models
-from .reference.contract import RuleContractError
-from .reference.methods import Method
-from .reference.randomness import law_is_exact
-from .testing.assertions import DEFAULT_BUDGET, default_num_tokens, sweep_plan
-from .testing.strategies import check_vocab_sizes
+__all__ = ["run_check", "check_method", "merge_results", "MethodResult", "make_instances", "plan_instances",
+           "resolve_method", "method_num_tokens", "Instance", "DEFAULT_VOCAB_SIZES", "FLOAT_TOLERANCE", "TEMPERATURES"]
 
 #: TV above this fails a float64 instance (docs/testing.md: exact enumeration, TV <= 1e-12).
 FLOAT_TOLERANCE = 1e-12
 
-#: (target temperature, draft temperature) cycled over instances: sampling, greedy target, mixed.
-TEMPERATURES = ((1.0, 1.0), (0.0, 1.0), (0.5, 2.0), (1.0, 0.0))
-
-
-@dataclass
-class Instance:
-    """One seeded toy target/draft pair: a random-tree model (a fresh conditional per prefix) or,
-    at the larger vocabulary sizes, an i.i.d. one (one conditional: cheap to enumerate at V = 6).
-    ``max_num_tokens`` caps N at that size (None: no cap)."""
-
-    index: int
-    vocab_size: int
-    target_seed: int
-    draft_seed: int
-    target_temperature: float
-    draft_temperature: float
-    rational: bool
-    context: tuple = ()
-    family: str = "random_tree"
-    max_num_tokens: int | None = None
-
-    def models(self):
-        def build(seed, temperature):
-            if self.family == "iid":
-                p = np.random.default_rng(seed).dirichlet(np.ones(self.vocab_size))  # [V]
-                base = models.iid(p, rational=self.rational, denominator=32)
-            else:
-                base = models.random_tree(self.vocab_size, seed, concentration=1.0, rational=self.rational)
-            return base if temperature == 1 else models.temperature(base, temperature)
-
-        return build(self.target_seed, self.target_temperature), build(self.draft_seed, self.draft_temperature)
-
-    def describe(self) -> str:
-        """The instance as copy-pasteable model reprs (used in contract-error reports)."""
-        target, draft = self.models()
-        return "\n".join([f"instance   : check instance {self.index} (V={self.vocab_size})",
-                          f"target     = {target.describe()}", f"draft      = {draft.describe()}",
-                          f"context    = {self.context!r}"])
+#: The default vocabulary sizes of `verispec check`: the first gets ``--instances`` random-tree
+#: instances, the larger ones fewer i.i.d. instances (`plan_instances`). A bug that needs size s
+#: (top-k with k = s, K paths, a tree of width s) is found only by instances with V > s.
+DEFAULT_VOCAB_SIZES = CHECK_VOCAB_SIZES
 
 
 def make_instances(vocab_size: int, count: int, seed: int, rational: bool = False,
                    context_length: int = 3, family: str = "random_tree",
                    max_num_tokens: int | None = None) -> list[Instance]:
-    """`count` seeded instances; temperatures cycle through TEMPERATURES (rational: T in {0, 1}).
-
-    Each instance has a seeded random context of `context_length` tokens, so context handling and
-    prompt lookup are exercised.
+    """`count` seeded instances of one size (`verispec.testing.sweeps.SeededPairs`): instance i has
+    model seeds 2 (1000 seed + i) and that + 1, temperatures ``TEMPERATURES[i % 4]`` (rational: T in
+    {0, 1}) and a seeded random context of `context_length` tokens, so context handling and prompt
+    lookup are exercised. ``max_num_tokens`` caps the N a method is checked at (None: its own N).
     """
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(count):
-        context = tuple(int(t) for t in rng.integers(0, vocab_size, size=context_length))
-        t_target, t_draft = TEMPERATURES[i % len(TEMPERATURES)]
-        if rational:
-            t_target, t_draft = (0.0 if t_target == 0 else 1.0), (0.0 if t_draft == 0 else 1.0)
-        out.append(Instance(i, vocab_size, 2 * (seed * 1000 + i), 2 * (seed * 1000 + i) + 1,
-                            t_target, t_draft, rational, context, family, max_num_tokens))
-    return out
-
-
-#: The default vocabulary sizes of `verispec check`: the first gets ``--instances`` random-tree
-#: instances, the larger ones fewer i.i.d. instances (`plan_instances`). A bug that needs size s
-#: (top-k with k = s, K paths, a tree of width s) is found only by instances with V > s.
-DEFAULT_VOCAB_SIZES = (3, 4, 5, 6)
+    design = SeededPairs(count, rational, seed, context_length)
+    return design.instances(vocab_size, count, max_num_tokens, smallest=True, family=family)
 
 
 def plan_instances(vocab_sizes, num_instances: int, seed: int, rational: bool, num_tokens: int,
                    budget: int = DEFAULT_BUDGET) -> list[Instance]:
-    """The instances of a check over several vocabulary sizes, smallest first.
-
-    The smallest size gets ``num_instances`` random-tree instances. Each larger V gets i.i.d.
-    instances (one conditional, so the loop's cost is one iteration's): as many as the budget
-    allows, ``max(1, min(num_instances, budget // V**N))``, with N capped at the largest n >= 1
-    such that V**n <= budget (`verispec.testing.sweep_plan`).
+    """The instances of a check over several vocabulary sizes, smallest first: the instances of
+    `Sweep.check` (the smallest size gets ``num_instances`` random-tree instances; each larger V
+    i.i.d. instances, ``max(1, min(num_instances, budget // V**N))`` of them, with N capped at the
+    largest n >= 1 such that V**n <= budget: `verispec.testing.sweeps.sweep_plan`).
 
     Args:
-        vocab_sizes: an int or a sequence of ints >= 1. num_tokens: the largest N of the methods.
+        vocab_sizes: an int or a sequence of ints >= 1. num_tokens: the largest N of the methods
+            (each instance's ``num_tokens`` is that N, lowered at the sizes where V**N > budget).
         budget: N-token outcome sequences (V**N) per larger vocabulary size.
     """
-    sizes = check_vocab_sizes(vocab_sizes)
-    plan = sweep_plan(sizes[1:], num_tokens, num_instances, budget) if len(sizes) > 1 else {}
-    out = make_instances(sizes[0], num_instances, seed, rational)
-    for V, (count, n_V) in plan.items():
-        out += make_instances(V, count, seed, rational, family="iid",
-                              max_num_tokens=n_V if n_V < num_tokens else None)
-    return out
+    return Sweep.check(vocab_sizes, num_instances, seed, rational, budget, num_tokens).instances()
 
 
 @dataclass
@@ -190,7 +136,7 @@ def check_method(spec, instances: list[Instance], draft_length: int, num_paths: 
     start = time.perf_counter()
     for inst in instances:
         target, draft = inst.models()
-        n = min(N, inst.max_num_tokens or N)
+        n = N if inst.num_tokens is None else min(N, inst.num_tokens)
         try:
             enum = exact.output_enumeration(target, draft, method, inst.context, n)
             efficiencies.append(float(exact.block_efficiency(target, draft, method, inst.context)))
@@ -207,11 +153,11 @@ def check_method(spec, instances: list[Instance], draft_length: int, num_paths: 
             continue
         # Rational models and a rule in + - * / min max give an exact law: lossless means TV == 0.
         # A rule computing in float (SpecTr's rho bisection) is held to the float tolerance.
-        exact_instance = inst.rational and law_is_exact(enum.law)
-        result.exact_zero &= (tv == 0) if exact_instance else not inst.rational
+        exact_instance = inst.exact and law_is_exact(enum.law)
+        result.exact_zero &= (tv == 0) if exact_instance else not inst.exact
         if (exact_instance and tv != 0) or float(tv) > FLOAT_TOLERANCE:
             result.passed, result.status = False, "NOT lossless"
-            result.failures.append({"instance": asdict(inst), "tv": float(tv)})
+            result.failures.append({"instance": inst.summary(), "tv": float(tv)})
     result.instances = len(efficiencies)
     result.mean_block_efficiency = sum(efficiencies) / len(efficiencies) if efficiencies else float("nan")
     result.seconds = time.perf_counter() - start
@@ -222,7 +168,7 @@ def _rational_tv(method: Method, inst: Instance, n: int, law: dict):
     """The TV of `method` on the exact twin of `inst` (the instance itself when rational) as a
     Fraction, or None when the rule's law is float64 even on exact models."""
     target, draft = (models.exact_twin(m) if m is not None else None for m in inst.models())
-    if not inst.rational:
+    if not inst.exact:
         law = exact.output_distribution(target, draft, method, inst.context, n)
     if not law_is_exact(law):
         return None
@@ -244,7 +190,7 @@ def _max_exact_tv(lossy_instances: list) -> str | None:
     return str(max(exact_tvs)) if exact_tvs and len(exact_tvs) == len(lossy_instances) else None
 
 
-def run_check(method_names, vocab_size, draft_length, num_paths, num_instances, seed, num_tokens,
+def run_check(method_names, vocab_size, draft_length, num_paths, num_instances, seed, *, num_tokens,
               rational, progress=None, budget: int = DEFAULT_BUDGET, workers: int = 1, backend=None,
               cluster=None) -> list[MethodResult]:
     """Check each method (names, ``"pkg.module:attr"`` specs or Methods) on the same instances;

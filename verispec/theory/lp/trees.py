@@ -1,84 +1,25 @@
-"""Linear programs that certify optimality of speculative-decoding verifiers (docs/theory.md).
-
-Three LPs, all solved with cvxpy (HiGHS by default, Clarabel as fallback):
-
-- `single_path`: the information-agnostic node-budget LP of Thomas & Pal 2026 (arXiv 2602.16961).
-  Variables a(u) >= 0 for every node u of depth 1..L of the full V-ary tree below the context
-  (a(u) = probability that the accepted prefix extends u); maximise sum_u a(u) = E[tau] subject to
-  prefix matching a(u) <= q(u) and target matching a(u t) <= a(u) p(t | u), a(root) = 1.
-  Its value equals block verification's E[tau] (Sun et al. 2024, arXiv 2403.10444).
-- `multi_path`: the same LP for K i.i.d. draft paths, where prefix matching becomes the coverage
-  constraint sum_{u in S} a(u) <= 1 - (1 - q(S))^K for every set S of same-depth nodes. Its value
-  upper-bounds E[tau] of every valid K-path verifier.
-- `multidraft`: the one-position transport LP of SpecTr (Sun et al. 2023, arXiv 2310.15141):
-  a coupling of the law of the K drafts with p maximising P(Y in drafts) (the optimal acceptance
-  alpha*; Hu et al. 2025, arXiv 2502.18779; Khisti et al. 2024, arXiv 2410.18234).
-
-cvxpy is imported lazily (inside the solve), so importing this module is cheap; the rest of
-`verispec.theory` never imports cvxpy.
-"""
+"""The tree LPs of `verispec.theory.lp` (Thomas & Pal 2026, arXiv 2602.16961): `single_path` (its value
+is block verification's E[tau]) and `multi_path` (the coverage bound on K i.i.d. draft paths), over
+the full V-ary tree below a context (`full_tree`), with exact separation of the coverage
+constraints by sorting (`most_violated_set`) for constraint generation."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import cvxpy as cp
-import highspy
 import numpy as np
 import scipy.sparse as sp
 
-from ..reference.models import LanguageModel, check_positive_int, check_pair, check_prefix
-from ..reference.probability import as_probs
-from ..reference.draft_sets import draft_set_law
+from ...reference.models import LanguageModel, check_positive_int, check_pair, check_prefix
+from .solve import IncrementalHighs, LPResult, solve_lp
 
-#: Solvers tried in order when `solver=None`.
-DEFAULT_SOLVERS = ("HIGHS", "CLARABEL")
-
-#: Solver options: tighter than the defaults (1e-7) so LP values match closed forms to ~1e-12.
-SOLVER_OPTIONS = {
-    "HIGHS": {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10},
-    "CLARABEL": {"tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10},
-}
+__all__ = ["FullTree", "full_tree", "target_matching", "single_path", "coverage", "most_violated_set",
+           "violated_prefixes", "multi_path", "EXACT_SUBSET_LIMIT"]
 
 #: Largest number of positive-probability nodes at one depth for which `multi_path(method="exact")`
 #: enumerates every subset (2^m - 1 constraint rows).
 EXACT_SUBSET_LIMIT = 16
-
-
-@dataclass
-class LPResult:
-    """The solution of one LP, with its cost.
-
-    Attributes:
-        value: the optimal objective (expected accepted draft tokens for the tree LPs; the optimal
-            acceptance probability for `multidraft`).
-        node_budgets: {node tuple: a(u)} for the tree LPs (nodes relative to the context); for
-            `multidraft`, {(drafted token set as a sorted tuple, y): pi} for the positive entries.
-        solver: the cvxpy solver name that produced the solution.
-        status: cvxpy status string ("optimal", ...).
-        solve_time: seconds spent in the solver (summed over rounds of constraint generation).
-        num_variables: number of scalar LP variables.
-        num_constraints: number of scalar inequality/equality rows, excluding the variables'
-            non-negativity (for constraint generation: the rows of the final round).
-        method: how the constraints were built ("full", "exact", "constraint_generation",
-            "transport").
-        rounds: LP solves performed (> 1 only for constraint generation).
-        setup_time: seconds spent building the LP (model calls, matrices, cvxpy compilation).
-        info: extra diagnostics (e.g. constraint-generation cut counts).
-    """
-
-    value: float
-    node_budgets: dict
-    solver: str
-    status: str
-    solve_time: float
-    num_variables: int
-    num_constraints: int
-    method: str = "full"
-    rounds: int = 1
-    setup_time: float = 0.0
-    info: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -152,45 +93,6 @@ def target_matching(tree: FullTree):
     matrix = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                            shape=(n, n))
     return matrix, rhs
-
-
-def solve_lp(objective_vec, a_ub, b_ub, upper, solver, a_eq=None, b_eq=None):
-    """maximise c^T x s.t. A_ub x <= b_ub, A_eq x = b_eq, 0 <= x <= upper, with cvxpy, trying
-    `DEFAULT_SOLVERS` in turn (or only `solver`); an inexact status is refused (not a certificate).
-
-    Returns (x [n], value, solver name, status, solver seconds, compile seconds)."""
-    n = len(objective_vec)
-    x = cp.Variable(n)
-    constraints = [x >= 0]
-    if upper is not None:
-        constraints.append(x <= upper)
-    if a_ub is not None and a_ub.shape[0]:
-        constraints.append(a_ub @ x <= b_ub)
-    if a_eq is not None and a_eq.shape[0]:
-        constraints.append(a_eq @ x == b_eq)
-    problem = cp.Problem(cp.Maximize(objective_vec @ x), constraints)
-    names = DEFAULT_SOLVERS if solver is None else (solver,)
-    installed = set(cp.installed_solvers())
-    last_error = None
-    for name in names:
-        if name not in installed:
-            last_error = RuntimeError(f"solver {name} is not installed")
-            continue
-        start = time.perf_counter()
-        try:
-            problem.solve(solver=name, **SOLVER_OPTIONS.get(name, {}))
-        except cp.error.SolverError as err:  # pragma: no cover - depends on the solver build
-            last_error = err
-            continue
-        wall = time.perf_counter() - start
-        if problem.status != "optimal":  # "optimal_inaccurate" is refused: not a certificate
-            last_error = RuntimeError(f"solver {name} returned status {problem.status}")
-            continue
-        stats = problem.solver_stats
-        solve_time = stats.solve_time if stats is not None and stats.solve_time is not None else wall
-        return (np.asarray(x.value, dtype=np.float64), float(problem.value), name, problem.status,
-                float(solve_time), max(wall - float(solve_time), 0.0))
-    raise RuntimeError(f"no LP solver succeeded ({last_error})")
 
 
 def single_path(target: LanguageModel, draft: LanguageModel, context=(), draft_length: int = 1,
@@ -276,7 +178,7 @@ def violated_prefixes(budgets, q_joint, num_paths: int, tolerance: float = 0.0):
 
 
 def multi_path(target: LanguageModel, draft: LanguageModel, context=(), draft_length: int = 1,
-               num_paths: int = 1, method: str = "auto", solver: str | None = None,
+               num_paths: int = 1, *, method: str = "auto", solver: str | None = None,
                tolerance: float = 1e-9, max_rounds: int = 500) -> LPResult:
     """Upper bound on E[tau] of any valid verifier of K i.i.d. draft paths (docs/theory.md; Thomas & Pal
     2026, arXiv 2602.16961).
@@ -323,18 +225,33 @@ def multi_path(target: LanguageModel, draft: LanguageModel, context=(), draft_le
     # Nodes with q(u) = 0 are pinned to 0 by their singleton; the per-node upper bound is the
     # singleton coverage constraint.
     upper = coverage(np.concatenate(tree.q_joint), K)  # [n]
-
+    problem = _CoverageLP(tree, support, target_rows, target_rhs, upper, K, solver, start)
     if method == "exact":
-        return _multi_path_exact(tree, support, target_rows, target_rhs, upper, K, solver, start)
-    return _multi_path_generated(tree, support, target_rows, target_rhs, upper, K, solver, start,
-                                 tolerance, max_rounds)
+        return _multi_path_exact(problem)
+    return _multi_path_generated(problem, tolerance, max_rounds)
 
 
-def _multi_path_exact(tree, support, target_rows, target_rhs, upper, K, solver, start) -> LPResult:
+@dataclass(frozen=True)
+class _CoverageLP:
+    """The pieces of one `multi_path` LP: the tree, the positive-probability nodes per depth
+    (`support`), the target-matching rows and right-hand side, the per-node upper bounds, K, the
+    solver name (None: the default order) and the start time (perf_counter) of its setup."""
+
+    tree: FullTree
+    support: list
+    target_rows: object
+    target_rhs: np.ndarray
+    upper: np.ndarray
+    K: int
+    solver: str | None
+    start: float
+
+
+def _multi_path_exact(problem: _CoverageLP) -> LPResult:
     """`multi_path` with every coverage set of >= 2 positive-probability nodes per depth."""
-    n = tree.size
-    blocks, rhss = [target_rows], [target_rhs]
-    for level, s in enumerate(support):
+    tree, K, n = problem.tree, problem.K, problem.tree.size
+    blocks, rhss = [problem.target_rows], [problem.target_rhs]
+    for level, s in enumerate(problem.support):
         m = len(s)
         if m < 2:
             continue  # singletons are the variable bounds
@@ -347,8 +264,8 @@ def _multi_path_exact(tree, support, target_rows, target_rhs, upper, K, solver, 
         blocks.append(mat)
         rhss.append(coverage(member.astype(np.float64) @ tree.q_joint[level][s], K))
     a_ub, b_ub = sp.vstack(blocks, format="csr"), np.concatenate(rhss)
-    build = time.perf_counter() - start
-    x, value, name, status, solve_time, compile_time = solve_lp(np.ones(n), a_ub, b_ub, upper, solver)
+    build = time.perf_counter() - problem.start
+    x, value, name, status, solve_time, compile_time = solve_lp(np.ones(n), a_ub, b_ub, problem.upper, problem.solver)
     return LPResult(value=value, node_budgets=dict(zip(tree.all_nodes(), x.tolist())), solver=name,
                     status=status, solve_time=solve_time, num_variables=n,
                     num_constraints=a_ub.shape[0] + n, method="exact",
@@ -372,39 +289,38 @@ def _violated_cuts(tree, x, K, tolerance, seen, cuts):
     return pending, worst
 
 
-def _solve_cuts(tree, cuts, pending, n, K, target_rows, target_rhs, upper, solver, incremental):
+def _solve_cuts(problem: _CoverageLP, cuts, pending, incremental):
     """One round's LP: the new cuts added to the warm HiGHS model, or every cut rebuilt via cvxpy."""
+    tree, K, n = problem.tree, problem.K, problem.tree.size
     if incremental is not None:
         rows, rhs = _cut_rows(tree, pending, n, K)
         x, value, status, solve_time = incremental.add_and_solve(rows, rhs)
         return x, value, "HIGHS", status, solve_time, 0.0
-    blocks, rhss = [target_rows], [target_rhs]
+    blocks, rhss = [problem.target_rows], [problem.target_rhs]
     for level, sets in cuts.items():
         mat, rhs = _cut_rows(tree, [(level, s) for s in sets], n, K)
         blocks.append(mat)
         rhss.append(rhs)
     a_ub, b_ub = sp.vstack(blocks, format="csr"), np.concatenate(rhss)
-    return solve_lp(np.ones(n), a_ub, b_ub, upper, solver)
+    return solve_lp(np.ones(n), a_ub, b_ub, problem.upper, problem.solver)
 
 
-def _multi_path_generated(tree, support, target_rows, target_rhs, upper, K, solver, start,
-                          tolerance, max_rounds) -> LPResult:
+def _multi_path_generated(problem: _CoverageLP, tolerance, max_rounds) -> LPResult:
     """`multi_path` by constraint generation: start from whole levels, add every violated sorted
     prefix per depth until none is violated by more than `tolerance`."""
-    n = tree.size
-    cuts = {level: [s] for level, s in enumerate(support) if len(s) >= 2}
+    tree, K, n = problem.tree, problem.K, problem.tree.size
+    cuts = {level: [s] for level, s in enumerate(problem.support) if len(s) >= 2}
     seen = {(level, tuple(sorted(s.tolist()))) for level, sets in cuts.items() for s in sets}
-    build = time.perf_counter() - start
-    incremental = _IncrementalHighs.create(n, upper, target_rows, target_rhs) \
-        if solver in (None, "HIGHS") else None
+    build = time.perf_counter() - problem.start
+    incremental = IncrementalHighs.create(n, problem.upper, problem.target_rows, problem.target_rhs) \
+        if problem.solver in (None, "HIGHS") else None
     total_solve, total_compile, rounds = 0.0, 0.0, 0
     pending = [(level, s) for level, sets in cuts.items() for s in sets]
     while True:
         rounds += 1
         if rounds > max_rounds:
             raise RuntimeError(f"constraint generation did not converge in {max_rounds} rounds")
-        x, value, name, status, solve_time, compile_time = _solve_cuts(
-            tree, cuts, pending, n, K, target_rows, target_rhs, upper, solver, incremental)
+        x, value, name, status, solve_time, compile_time = _solve_cuts(problem, cuts, pending, incremental)
         total_solve += solve_time
         total_compile += compile_time
         pending, worst = _violated_cuts(tree, x, K, tolerance, seen, cuts)
@@ -430,96 +346,3 @@ def _cut_rows(tree: FullTree, cuts, n: int, K: int):
     return mat, rhs
 
 
-class _IncrementalHighs:
-    """A HiGHS model kept alive across constraint-generation rounds: new cut rows are appended and
-    the LP is re-solved warm (dual simplex from the previous basis). cvxpy would rebuild and cold
-    solve every round, which made degenerate instances take hundreds of slow rounds."""
-
-    def __init__(self, highs, hs):
-        self.highs, self.hs = highs, hs
-
-    @classmethod
-    def create(cls, n, upper, rows, rhs):
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        for key, val in SOLVER_OPTIONS["HIGHS"].items():
-            h.setOptionValue(key, val)
-        h.addVars(n, np.zeros(n), np.asarray(upper, dtype=np.float64))
-        h.changeColsCost(n, np.arange(n, dtype=np.int32), np.ones(n))
-        h.changeObjectiveSense(highspy.ObjSense.kMaximize)
-        out = cls(h, highspy)
-        out._add(rows, rhs)
-        return out
-
-    def _add(self, rows, rhs):
-        rows = sp.csr_matrix(rows)
-        if rows.shape[0] == 0:
-            return
-        self.highs.addRows(rows.shape[0], np.full(rows.shape[0], -np.inf), np.asarray(rhs, dtype=np.float64),
-                           rows.nnz, rows.indptr[:-1].astype(np.int32), rows.indices.astype(np.int32),
-                           rows.data.astype(np.float64))
-
-    def add_and_solve(self, rows, rhs):
-        self._add(rows, rhs)
-        start = time.perf_counter()
-        self.highs.run()
-        elapsed = time.perf_counter() - start
-        status = self.highs.modelStatusToString(self.highs.getModelStatus())
-        if self.highs.getModelStatus() != self.hs.HighsModelStatus.kOptimal:
-            raise RuntimeError(f"HiGHS returned status {status}")
-        x = np.asarray(self.highs.getSolution().col_value, dtype=np.float64)
-        value = float(self.highs.getInfo().objective_function_value)
-        return x, value, "optimal", elapsed
-
-
-def multidraft(p, q, num_drafts: int, replacement: bool = True, solver: str | None = None) -> LPResult:
-    """The one-position transport LP (SpecTr, Sun et al. 2023, arXiv 2310.15141).
-
-    Variables pi(S, y) >= 0 over drafted token sets S (law Q(S) from `draft_set_law`) and outputs y:
-    sum_y pi(S, y) = Q(S), sum_S pi(S, y) = p(y) (posed as <= rows, same optimum); maximise sum_{y in S} pi(S, y) = P(Y in drafts).
-    (Only the set of drafted tokens matters for the objective, so couplings of ordered tuples
-    reduce to couplings of sets without loss.) With replacement the value equals
-    `closed_forms.optimal_multidraft_acceptance` (Hu et al. 2025, arXiv 2502.18779; Khisti et al.
-    2024, arXiv 2410.18234).
-
-    Args:
-        p, q: target and draft distributions [V] (float or Fraction; validated).
-        num_drafts: K >= 1. replacement: i.i.d. drafts (True) or distinct draws (False).
-
-    Returns:
-        LPResult; value = alpha*; node_budgets = {(S, y): pi(S, y)} for pi > 1e-12 (a full
-        coupling: the LP's sub-coupling plus the product of the leftover marginals).
-
-    Raises:
-        TypeError / ValueError: p or q not a distribution, mismatched lengths, K < 1.
-    """
-    p = np.asarray(as_probs(p, "p"), dtype=np.float64)
-    q = np.asarray(as_probs(q, "q", len(p)), dtype=np.float64)
-    K = check_positive_int(num_drafts, "num_drafts")
-    start = time.perf_counter()
-    law = draft_set_law(q, K, replacement)
-    sets = list(law)
-    V, m = len(p), len(sets)
-    n = m * V  # variable (i, y) at index i * V + y
-    objective = np.zeros(n)
-    for i, s in enumerate(sets):
-        objective[i * V + np.array(s, dtype=int)] = 1.0
-    row_sets = sp.kron(sp.identity(m), np.ones((1, V)), format="csr")  # [m, n]
-    row_y = sp.kron(np.ones((1, m)), sp.identity(V), format="csr")  # [V, n]
-    # Marginals as <= rows: a sub-coupling's success mass extends to a full coupling (couple the
-    # leftover masses by their product), so the optimum is unchanged, and round-off in
-    # sum Q != sum p cannot make the LP infeasible.
-    a_ub = sp.vstack([row_sets, row_y], format="csr")
-    b_ub = np.concatenate([np.array([law[s] for s in sets]), p])
-    build = time.perf_counter() - start
-    x, value, name, status, solve_time, compile_time = solve_lp(objective, a_ub, b_ub, None, solver)
-    # Complete the sub-coupling to a coupling: leftover set mass x leftover target mass / total.
-    pi = np.maximum(x, 0.0).reshape(m, V)  # [m, V]
-    left_sets = np.maximum(b_ub[:m] - pi.sum(axis=1), 0.0)  # [m]
-    left_y = np.maximum(p - pi.sum(axis=0), 0.0)  # [V]
-    if left_y.sum() > 0:
-        pi = pi + np.outer(left_sets, left_y) / left_y.sum()
-    plan = {(sets[i], y): float(pi[i, y]) for i in range(m) for y in range(V) if pi[i, y] > 1e-12}
-    return LPResult(value=value, node_budgets=plan, solver=name, status=status, solve_time=solve_time,
-                    num_variables=n, num_constraints=m + V, method="transport",
-                    setup_time=build + compile_time)

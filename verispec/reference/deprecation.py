@@ -1,0 +1,54 @@
+"""Deprecated names (issue 45: one term per idea): the one helper every public rename goes through.
+
+    @renamed_keywords(num_drafts="num_paths")    # the old keyword still works, with a DeprecationWarning
+    def spectr_rho(p, q, num_paths): ...
+
+    deprecated("'ems'", "'packed'")               # any other old spelling a user passes (a string, a key)
+
+The renames kept as aliases (old -> new): keyword num_drafts -> num_paths (the closed forms, the
+multi-draft rules, the LPs), k -> num_paths (the selection laws), threshold -> gain_threshold
+(OPT-Tree), confidence_threshold (the adaptive chain) or divergence_threshold (FSD); the torch
+`Verdict` / `RuleOutput` field num_accepted -> tau; the bench's KV implementation "ems" -> "packed";
+the phrase pools' bench key K (num_candidates) -> C.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import warnings
+
+__all__ = ["deprecated", "deprecated_read", "renamed_keywords"]
+
+
+def deprecated(old: str, new: str, stacklevel: int = 3) -> None:
+    """Warn (DeprecationWarning, pointing at the caller's caller by default) that `old` is now `new`."""
+    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=stacklevel)
+
+
+def deprecated_read(old: str, new: str) -> None:
+    """`deprecated` for a read of an old attribute name, from the reader's own frame: silent when
+    the reader is verispec's own code (modules that still read the old name until they are
+    migrated, e.g. the engine's `verdict.num_accepted`), so only users' reads warn."""
+    if not sys._getframe(2).f_globals.get("__name__", "").startswith("verispec."):
+        deprecated(old, new, stacklevel=4)
+
+
+def renamed_keywords(**renames: str):
+    """Decorator: the function also takes each old keyword of `renames` (old="new"), passes it on
+    as the new one and warns; both at once is a TypeError. Positional calls are untouched."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            if kwargs and not renames.keys().isdisjoint(kwargs):
+                for old, new in renames.items():
+                    if old in kwargs:
+                        if new in kwargs:
+                            raise TypeError(f"{fn.__qualname__}() got both {old}= (deprecated) and {new}=")
+                        deprecated(f"{fn.__qualname__}({old}=...)", f"{new}=")
+                        kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        inner.renamed_keywords = dict(renames)
+        return inner
+    return wrap
