@@ -176,3 +176,4 @@ def test_num_drafts_is_no_parameter_name_in_verispec():
 
 def test_no_registered_parameter_is_called_threshold():
     assert all(p.name != "threshold" for entry in registry.REGISTRY.values() for p in entry.params)
+

@@ -131,7 +131,7 @@ def decode(target, prompt, seed, trees=None):
         ob.LookaheadDrafter.draft = recording
     try:
         method = ob.lookahead_method(ob.PhrasePool(phrase_length=PHRASE), num_candidates=K, window=W)
-        result = engine.decode(target, None, torch.tensor(prompt), method, TOKENS, TEMPERATURE, seed, "sequence")
+        result = engine.decode(target, None, torch.tensor(prompt), method, TOKENS, TEMPERATURE, seed, storage="sequence")
     finally:
         ob.LookaheadDrafter.draft = draft
     return result.tokens[0].tolist(), result.stats.accepted_lengths.tolist()

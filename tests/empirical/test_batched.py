@@ -84,7 +84,7 @@ def check_rows_match(target, draft, prompts, greedy, impl, method, drafter):
     """Every row of every batch size equals its prompt's batch-1 run and target-only greedy."""
     draft = draft if drafter == "model" else None
     chain = chain_method(method, drafter)
-    run = lambda batch: engine.decode(target, draft, batch, chain, N_TOKENS, 0.0, 0, STORAGE[impl])  # noqa: E731
+    run = lambda batch: engine.decode(target, draft, batch, chain, N_TOKENS, 0.0, 0, storage=STORAGE[impl])  # noqa: E731
     full = run(prompts)  # largest B first: fails fast
     assert torch.equal(full.tokens, greedy), f"{impl}/{method}/{drafter}, B = {len(prompts)}: differs from greedy"
     single = torch.cat([run([p]).tokens for p in prompts])
@@ -120,7 +120,7 @@ def test_batched_target_only_greedy_and_coupled_sampling(pair, prompts, greedy):
     assert result.stats.padded_kv_slots == sum(max(map(len, prompts)) - len(p) for p in prompts)  # left padding
     # T > 0: on equal-length prompts it reads uniforms as the padded [B, n] run does -> same tokens.
     same = torch.randint(0, 64, (6, 5), generator=torch.Generator().manual_seed(1))
-    a = engine.decode(target, None, list(same), engine.target_only_method(), 8, 1.0, 4, "vanilla")
+    a = engine.decode(target, None, list(same), engine.target_only_method(), 8, 1.0, 4, storage="vanilla")
     b = engine.decode(target, None, same, engine.target_only_method(), 8, 1.0, 4)
     assert torch.equal(a.tokens, b.tokens)
 
@@ -230,7 +230,7 @@ def _g_test_first_two_tokens(law_pair, impl, method, drafter, chunk):
     for start in range(0, n, chunk):
         rows = min(chunk, n - start)
         result = engine.decode(target, draft if drafter == "model" else None, [LAW_PROMPT] * rows,
-                               chain_method(method, drafter, 2), 2, 1.0, source, STORAGE[impl])
+                               chain_method(method, drafter, 2), 2, 1.0, source, storage=STORAGE[impl])
         counts += np.bincount((result.tokens[:, 0] * 8 + result.tokens[:, 1]).numpy(), minlength=64)
     assert (law > 0).all()
     stat, p_value, df = g_test(counts, law.reshape(-1))
@@ -262,7 +262,7 @@ def test_ems_and_vanilla_draw_the_same_tokens_at_t1(coupled_pair, method, drafte
     g = torch.Generator().manual_seed(9)
     prompts = [torch.randint(0, 4, (int(n),), generator=g) for n in torch.randint(1, 10, (48,), generator=g)]
     draft = draft if drafter == "model" else None
-    out = {impl: engine.decode(target, draft, prompts, chain_method(method, drafter, 3), 10, 1.0, 7, STORAGE[impl])
+    out = {impl: engine.decode(target, draft, prompts, chain_method(method, drafter, 3), 10, 1.0, 7, storage=STORAGE[impl])
            for impl in ("vanilla", "ems")}
     assert torch.equal(out["vanilla"].tokens, out["ems"].tokens)
     assert out["vanilla"].stats.padded_kv_slots > 0 and out["ems"].stats.padded_kv_slots == 0
@@ -312,5 +312,14 @@ def test_bad_input(pair, coupled_pair):
         engine.decode(draft.model, None, good, target_only, 3, storage="vanilla")
     # No draft model needed for prompt lookup; a stream source serves one row.
     out = engine.decode(target, None, [good[0]], chain_method("token", "prompt_lookup", L), 4, 1.0,
-                        NumpyUniforms(0), "packed")
+                        NumpyUniforms(0), storage="packed")
     assert out.tokens.shape == (1, 4)
+
+
+def test_the_packed_storage_s_old_name_still_decodes_and_warns(pair):
+    target, draft = pair
+    prompts = [torch.tensor([1, 2, 3]), torch.tensor([4, 5])]
+    with pytest.warns(DeprecationWarning, match="'ems'"):
+        old = engine.decode(target, draft, prompts, methods.get("block"), 4, storage="ems")
+    new = engine.decode(target, draft, prompts, methods.get("block"), 4, storage="packed")
+    assert torch.equal(old.tokens, new.tokens) and old.stats.storage == "packed"

@@ -53,7 +53,7 @@ def greedy(pair, few):
 def _decode(pair, name, prompts, storage, T=0.0, seed=0, n=N_TOKENS, **params):
     target, draft = pair
     draft = draft if registry.spec(name).needs_draft else None
-    return engine.decode(target, draft, prompts, methods.get(name, **params), n, T, seed, storage)
+    return engine.decode(target, draft, prompts, methods.get(name, **params), n, T, seed, storage=storage)
 
 
 def check_rows(pair, prompts, greedy, name):
@@ -106,7 +106,7 @@ def _g_test_first_two_tokens(law_pair, name, params, tv):
     for start in range(0, n, 60_000):
         rows = min(60_000, n - start)
         result = engine.decode(target, draft, [LAW_PROMPT] * rows, methods.get(name, **params), 2, 1.0, source,
-                               "padded")
+                               storage="padded")
         counts += np.bincount((result.tokens[:, 0] * 8 + result.tokens[:, 1]).numpy(), minlength=64)
     stat, p_value, df = g_test(counts, law.reshape(-1))
     assert p_value > ALPHA, f"{name}: G = {stat:.1f}, df = {df}, p = {p_value:.3g}, n = {n}"

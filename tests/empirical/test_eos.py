@@ -50,7 +50,7 @@ def _run(pair, name, prompts, eos, T=0.0, storage=None, seed=0):
     target, draft = pair
     storage = storage or ("sequence" if name in SINGLE_ROW else "padded")
     return engine.decode(target, draft if registry.spec(name).needs_draft else None, prompts, methods.get(name), N,
-                         T, seed, storage, eos_token_id=eos)
+                         T, seed, storage=storage, eos_token_id=eos)
 
 
 def check_stopped(result, reference, eos):

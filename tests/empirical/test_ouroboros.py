@@ -259,7 +259,7 @@ def test_whole_loop_law_smoke(law_pair):
     source, counts, verified = TorchUniforms(17), np.zeros(64), 0
     for _ in range(150):
         method = ouroboros_method(pool, draft_length=1, num_candidates=3, window=2)
-        result = engine.decode(target, draft, torch.tensor([PROMPT]), method, 2, 1.0, source, "sequence")
+        result = engine.decode(target, draft, torch.tensor([PROMPT]), method, 2, 1.0, source, storage="sequence")
         counts[int(result.tokens[0, 0]) * 8 + int(result.tokens[0, 1])] += 1
         verified += result.stats.logs["verified_pool_tokens"]
     stat, p_value, df = g_test(counts, law)
@@ -333,7 +333,7 @@ def _whole_loop_runs(law_pair, kind):
         else:
             method = lookahead_method(pool, num_candidates=3, window=2)
         result = engine.decode(target, None if kind == "lookahead" else draft, torch.tensor([prompt]), method, 40,
-                               1.0, i, "sequence")
+                               1.0, i, storage="sequence")
         yield prompt, result
 
 

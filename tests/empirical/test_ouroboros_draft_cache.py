@@ -80,11 +80,11 @@ class CacheFreeDraft:
 RUNNERS = {
     "ouroboros": (ob.OuroborosDrafter, lambda t, d, p, seed: engine.decode(
         t, d, torch.tensor(p), ob.ouroboros_method(ob.PhrasePool(phrase_length=2), draft_length=3, num_candidates=3,
-                                                   window=2), TOKENS, 1.0, seed, "sequence")),
+                                                   window=2), TOKENS, 1.0, seed, storage="sequence")),
     "ouroboros_phrase": (ob.PhraseOuroborosDrafter, lambda t, d, p, seed: engine.decode(
         t, d, torch.tensor(p), ob.ouroboros_phrase_method(ob.PhrasePool(phrase_length=2), draft_length=3,
                                                           num_candidates=3, guess_set=3, window=2, phrase_length=2),
-        TOKENS, 1.0, seed, "sequence")),
+        TOKENS, 1.0, seed, storage="sequence")),
 }
 
 

@@ -91,7 +91,7 @@ def test_engine_drafts_are_the_reference_twins(pair, monkeypatch):
     for i, prompt in enumerate(PROMPTS):
         method = ouroboros_phrase_method(pool, draft_length=3, num_candidates=2, guess_set=4, window=0,
                                          phrase_length=3)
-        engine.decode(target, draft, torch.tensor([prompt]), method, 24, 1.0, i, "sequence")
+        engine.decode(target, draft, torch.tensor([prompt]), method, 24, 1.0, i, storage="sequence")
     oracle = TorchLanguageModel(draft, temperature=1.0)
     longer = 0
     for seq, snapshot, paths in seen:

@@ -37,7 +37,7 @@ import torch
 from .validation import (check_eos, check_pair, check_positive, check_prompt, check_prompts, check_source,
                          check_temperature)
 from .drafters import DraftTree, probabilities
-from .kv import STORAGES, new_kv
+from .kv import STORAGES, new_kv, storage_name
 from .torch_method import TorchMethod, target_only_method
 from .adapter import torch_method
 from ..reference.methods import Method
@@ -152,7 +152,7 @@ class Rows:
 
     def emit(self, tree: DraftTree, verdict) -> None:
         """Append each row's accepted tokens and its correction/bonus token to its context."""
-        nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token  # [B, D], [B], [B]
+        nodes, tau, y = verdict.nodes, verdict.tau, verdict.token  # [B, D], [B], [B]
         accepted = tree.tokens.gather(1, nodes.clamp(min=0))  # [B, D]
         emitted = torch.cat([accepted, y.unsqueeze(1)], dim=1)  # [B, D + 1]
         rows = torch.arange(emitted.shape[0], device=emitted.device)
@@ -285,7 +285,7 @@ def _tree_forward(kv, tree: DraftTree, unread=None):
 def check_verdict(verdict, tree: DraftTree, name: str) -> None:
     """ValueError unless the verdict is a root path of real, verifiable nodes of the tree (the
     engine checks the verdicts of verifiers that are not `trusted`)."""
-    nodes, tau, y = verdict.nodes, verdict.num_accepted, verdict.token
+    nodes, tau, y = verdict.nodes, verdict.tau, verdict.token
     B, N = tree.tokens.shape
     if nodes.dim() != 2 or nodes.shape[0] != B or tuple(tau.shape) != (B,) or tuple(y.shape) != (B,):
         raise ValueError(f"verifier {name!r}: expected nodes [B, D], tau [B], token [B]")
@@ -395,7 +395,7 @@ class DecodeRun:
         keep = keep if unread is None else torch.cat([unread[1], keep], 1)
         self.kv.commit(keep, prefix=tree.chain) if getattr(self.kv, "static", False) else self.kv.commit(keep)
         self.drafter.accept(tree, verdict)
-        before, tau = rows.ctx_len, verdict.num_accepted
+        before, tau = rows.ctx_len, verdict.tau
         rows.emit(tree, verdict)
         stopped = torch.zeros_like(tau, dtype=torch.bool)  # [B], rows stopped at EOS
         if self.progress.eos is not None:
@@ -433,8 +433,8 @@ class DecodeRun:
 
 
 def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_tokens: int,
-           temperature: float = 0.0, uniforms=None, storage: str = "padded",
-           verify_in_prefill: bool = True, eos_token_id=None, *, graphs=None, on_step=None) -> DecodeResult:
+           temperature: float = 0.0, uniforms=None, *, storage: str = "padded",
+           verify_in_prefill: bool = True, eos_token_id=None, graphs=None, on_step=None) -> DecodeResult:
     """Speculative decoding of B prompts with one method: drafter -> one target tree forward ->
     verifier -> KV keep, until every row has `max_new_tokens` tokens or has emitted EOS.
 
@@ -475,6 +475,7 @@ def decode(target: CausalLM, draft: CausalLM | None, prompts, method, max_new_to
         malformed tree, a verifier returning a non-path (both checked unless marked `trusted`).
     """
     method = _as_method(method)
+    storage = storage_name(storage)
     tokens, lengths = _checked_inputs(target, draft, method, prompts, storage)
     N = check_positive(max_new_tokens, "max_new_tokens")
     T = check_temperature(temperature, "temperature")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from ..reference.deprecation import deprecated
 from . import model as model_module
 from .forest import KVState
 from .model import CausalLM, additive_mask, cache_length, crop_cache, gather_cache, select_cache_rows
@@ -251,15 +252,27 @@ class PackedKV(KVState):
 
 #: Storage name -> factory(model, batch).
 STORAGES = {"sequence": SequenceKV, "padded": PaddedKV, "vanilla": lambda m, b: PaddedKV(m, b, compact=False),
-            "packed": PackedKV, "ems": PackedKV, "static": StaticKV}
+            "packed": PackedKV, "static": StaticKV}
+#: Deprecated storage names -> their name now.
+OLD_STORAGES = {"ems": "packed"}
+
+
+def storage_name(storage: str) -> str:
+    """`storage`, or its name now if it is a deprecated one (with a DeprecationWarning)."""
+    if storage in OLD_STORAGES:
+        deprecated(f"storage={storage!r}", f"storage={OLD_STORAGES[storage]!r}", stacklevel=4)  # the user's call
+        return OLD_STORAGES[storage]
+    return storage
 
 
 def new_kv(storage: str, model: CausalLM, batch: int) -> KVState:
-    """A fresh KV state of kind `storage` ("sequence", "padded", "vanilla", "packed" = "ems", "static").
+    """A fresh KV state of kind `storage` ("sequence", "padded", "vanilla", "packed", "static";
+    "ems", the packed storage's former name, is accepted with a DeprecationWarning).
 
     Raises:
         ValueError: unknown storage.
     """
+    storage = storage_name(storage)
     if storage not in STORAGES:
         raise ValueError(f"storage: expected one of {', '.join(STORAGES)}, got {storage!r}")
     return STORAGES[storage](model, batch)

@@ -15,23 +15,14 @@ the phrase pools' bench key K (num_candidates) -> C.
 from __future__ import annotations
 
 import functools
-import sys
 import warnings
 
-__all__ = ["deprecated", "deprecated_read", "renamed_keywords"]
+__all__ = ["deprecated", "renamed_keywords"]
 
 
 def deprecated(old: str, new: str, stacklevel: int = 3) -> None:
     """Warn (DeprecationWarning, pointing at the caller's caller by default) that `old` is now `new`."""
     warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=stacklevel)
-
-
-def deprecated_read(old: str, new: str) -> None:
-    """`deprecated` for a read of an old attribute name, from the reader's own frame: silent when
-    the reader is verispec's own code (modules that still read the old name until they are
-    migrated, e.g. the engine's `verdict.num_accepted`), so only users' reads warn."""
-    if not sys._getframe(2).f_globals.get("__name__", "").startswith("verispec."):
-        deprecated(old, new, stacklevel=4)
 
 
 def renamed_keywords(**renames: str):

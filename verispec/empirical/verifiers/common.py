@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import torch
 
-from ...reference.deprecation import deprecated_read
+from ...reference.deprecation import deprecated
 
 
 class RuleOutput(NamedTuple):
@@ -29,7 +29,7 @@ class RuleOutput(NamedTuple):
     @property
     def num_accepted(self) -> torch.Tensor:
         """Deprecated alias of `tau`."""
-        deprecated_read("RuleOutput.num_accepted", "RuleOutput.tau")
+        deprecated("RuleOutput.num_accepted", "RuleOutput.tau")
         return self.tau
 
 

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from ...reference.deprecation import deprecated_read
+from ...reference.deprecation import deprecated
 from ..model import tree_ancestors
 from ..uniforms import categorical
 from .pointmass import child_table, point_mass_tree_uniforms, point_mass_walk
@@ -42,7 +42,7 @@ class Verdict(NamedTuple):
     @property
     def num_accepted(self) -> torch.Tensor:
         """Deprecated alias of `tau`."""
-        deprecated_read("Verdict.num_accepted", "Verdict.tau")
+        deprecated("Verdict.num_accepted", "Verdict.tau")
         return self.tau
 
 
@@ -76,7 +76,7 @@ class PathRule:
             out = CHAIN_RULES[self.name](p[:, :L + 1], tree.q[:, :L], tree.tokens[:, 1:L + 1],
                                          source.peek(B, L + 1, p.device), validate=False)
             source.advance(out.consumed)
-            return _verdict(paths[:, 0], out.num_accepted, out.tokens.gather(1, out.num_accepted.unsqueeze(1))[:, 0])
+            return _verdict(paths[:, 0], out.tau, out.tokens.gather(1, out.tau.unsqueeze(1))[:, 0])
         lengths = (paths >= 0).sum(-1)  # [B, K]
         if self.chain:  # chain rules read path 0, never past its length
             deepest = int(lengths[:, 0].max()) if B else 0  # the uniforms peeked still follow L

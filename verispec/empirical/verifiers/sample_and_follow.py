@@ -16,7 +16,7 @@ __all__ = ["sample_and_follow_nodes"]
 
 
 def sample_and_follow_nodes(p: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, real: torch.Tensor,
-                            uniforms: torch.Tensor | None, greedy: bool, max_steps: int, early_exit: bool = True):
+                            uniforms: torch.Tensor | None, greedy: bool, max_steps: int, *, early_exit: bool = True):
     """Sample-and-follow on one tree per row (module docstring).
 
     Args:
