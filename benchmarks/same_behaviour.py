@@ -164,7 +164,7 @@ def _record_one(args, root: str, prompt: int, out: str, methods) -> None:
         done = subprocess.run([sys.executable, os.path.abspath(__file__), "record", "--pair", "real",
                                "--first-prompt", str(prompt), "--prompts", "1", "--threads", str(args.threads),
                                "--max-new-tokens", str(args.max_new_tokens), "--output", out,
-                               "--methods", *methods], env={**os.environ, "PYTHONPATH": root},
+                               "--temperatures", *map(str, args.temperatures), "--methods", *methods], env={**os.environ, "PYTHONPATH": root},
                               stdout=log, stderr=subprocess.STDOUT)
     if done.returncode:
         raise SystemExit(f"record failed for {root} prompt {prompt}: see {out}.log")
@@ -224,7 +224,7 @@ def alternate(args) -> int:
     lines = differences(runs["before"], runs["after"])
     summary = {"before_commit": runs["before"]["commit"], "after_commit": runs["after"]["commit"],
                "environment": runs["after"]["environment"], "threads": args.threads,
-               "max_new_tokens": args.max_new_tokens, "methods": list(args.methods), "after_aliases": aliases,
+               "max_new_tokens": args.max_new_tokens, "temperatures": list(args.temperatures), "methods": list(args.methods), "after_aliases": aliases,
                "decode_tokens_per_s_ratio_after_over_before": ratios,
                "per_prompt_ratio_after_over_before": per_prompt,
                "within_10_percent": sorted(k for k, r in ratios.items() if abs(r - 1) <= 0.10),
@@ -260,6 +260,7 @@ def main(argv=None) -> int:
     alt.add_argument("--prompts", type=int, default=3)
     alt.add_argument("--first-prompt", type=int, default=0)
     alt.add_argument("--max-new-tokens", type=int, default=64)
+    alt.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     alt.add_argument("--threads", type=int, default=2)
     alt.add_argument("--methods", nargs="+", default=list(REAL_METHODS))
     alt.add_argument("--after-alias", action="append", metavar="NAME=SPEC",
