@@ -172,10 +172,12 @@ def _record_one(args, root: str, prompt: int, out: str, methods) -> None:
 
 def _aliases(pairs) -> dict:
     """--after-alias NAME=SPEC pairs -> {NAME: SPEC}: the AFTER side runs SPEC where the BEFORE
-    side runs NAME (a default that changed on purpose, spelled out so the code path compares)."""
+    side runs NAME (a default that changed on purpose, spelled out so the code path compares).
+    A NAME with keys of its own is written NAME=>SPEC (`opt_tree:n=12=>opt_tree:n=12,pol=fixed`):
+    NAME=SPEC splits at the first "=", which falls inside such a NAME."""
     aliases = {}
     for pair in pairs or ():
-        name, sep, spec = pair.partition("=")
+        name, sep, spec = pair.partition("=>") if "=>" in pair else pair.partition("=")
         if not sep or not name or not spec:
             raise SystemExit(f"--after-alias: expected NAME=SPEC, got {pair!r}")
         aliases[name] = spec
@@ -263,7 +265,7 @@ def main(argv=None) -> int:
     alt.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     alt.add_argument("--threads", type=int, default=2)
     alt.add_argument("--methods", nargs="+", default=list(REAL_METHODS))
-    alt.add_argument("--after-alias", action="append", metavar="NAME=SPEC",
+    alt.add_argument("--after-alias", action="append", metavar="NAME=SPEC|NAME=>SPEC",
                      help="the AFTER side runs SPEC for NAME (a default changed on purpose), e.g. "
                           "ouroboros_phrase=ouroboros_phrase:G=8,n=4")
     alt.add_argument("--scratch", default=tempfile.gettempdir())

@@ -78,3 +78,10 @@ def test_the_comparison_reports_a_changed_token():
     after["records"][key]["draft_forwards"] += 1
     lines = script.differences(before, after)
     assert len(lines) == 2 and all(line.startswith(key) for line in lines)
+
+
+def test_an_alias_whose_name_has_keys_is_written_with_an_arrow():
+    aliases = _script()._aliases(["adaptive=adaptive:pol=fixed", "opt_tree:n=12=>opt_tree:n=12,pol=fixed"])
+    assert aliases == {"adaptive": "adaptive:pol=fixed", "opt_tree:n=12": "opt_tree:n=12,pol=fixed"}
+    # the plain form splits at the first "=", inside such a name: the mistake the arrow avoids
+    assert _script()._aliases(["opt_tree:n=12=opt_tree:n=12,pol=fixed"]) == {"opt_tree:n": "12=opt_tree:n=12,pol=fixed"}
