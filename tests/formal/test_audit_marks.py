@@ -95,3 +95,11 @@ def test_a_watch_counts_iterations():
 def test_the_renamed_primitive_gets_the_certificate_for_every_v():
     result = prove_all_vocab(_token_method(_renamed_residual(marked=True)), 1, 1, timeout=180)
     assert result.proved and result.cutoff_size == 4, result.summary()
+
+
+def test_a_refusal_names_the_rules_code_not_a_deprecation_wrapper(capsys):
+    from verispec import cli
+    cli.main(["prove", "hu_greedy", "--all-vocab", "--num-paths", "2"])
+    out = capsys.readouterr().out
+    assert "(at drafters.py:node_by_node.<locals>.build.<locals>.expand)" in out, out
+    assert "deprecation.py" not in out, out

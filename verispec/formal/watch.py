@@ -78,10 +78,15 @@ def _is_prover(frame) -> bool:
     return name == _PROVER or name.startswith(_PROVER + ".")
 
 
+def _is_forwarding(frame) -> bool:
+    """A deprecated keyword's wrapper (`verispec.reference.deprecation`): it only passes the call on."""
+    return _module_name(frame) == "verispec.reference.deprecation"
+
+
 def _where(frame) -> str:
-    """"file.py:function" of `frame` or, when it is the prover's or numpy's, of the first frame above
-    it that is neither ("?" when there is none)."""
-    while frame is not None and (_is_prover(frame) or _is_numpy(frame)):
+    """"file.py:function" of `frame` or, when it is the prover's, numpy's or a deprecation wrapper's,
+    of the first frame above it that is none of these ("?" when there is none)."""
+    while frame is not None and (_is_prover(frame) or _is_numpy(frame) or _is_forwarding(frame)):
         frame = frame.f_back
     if frame is None:
         return "?"
