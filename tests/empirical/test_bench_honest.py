@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import time
 
 import pytest
@@ -20,7 +21,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from verispec import bench  # noqa: E402
+from verispec.empirical import engine  # noqa: E402
 from verispec.empirical.speedups import hardware  # noqa: E402
+from verispec.bench.dispatch import bench_storage  # noqa: E402
 from verispec.bench.peer import call_tokens, hf_assisted  # noqa: E402
 
 from .test_bench import PROMPTS, config, tiny_pair  # noqa: E402,F401
@@ -150,6 +153,18 @@ def test_peer_tau_is_counted_per_call(tiny_pair):
         hf_assisted(tiny_pair.target, tiny_pair.target, prompt, 4)
 
 
+def test_peer_without_eos_ignores_the_models_own_eos(tiny_pair):
+    # generate fills an unset eos_token_id from the model's generation config: a model shipped with
+    # an EOS id must not stop the peer where engine.decode (no eos_token_id) goes on
+    prompt = tiny_pair.tokenizer("hello world").input_ids
+    reference = engine.decode(tiny_pair.target, None, prompt, engine.target_only_method(), 20)
+    target, draft = copy.deepcopy(tiny_pair.target), copy.deepcopy(tiny_pair.draft)
+    for model in (target, draft):
+        model.model.generation_config.eos_token_id = int(reference.tokens[0, 3])  # emitted at token 4
+    peer = hf_assisted(target, draft, prompt, 20)
+    assert peer.tokens.tolist() == reference.tokens.tolist() and peer.lengths.tolist() == [20]
+
+
 def test_block_efficiency_has_one_denominator(tiny_pair, tmp_path):
     """Tokens emitted after the prompt-reading target call, per later call, for every runner."""
     cfg = config(methods=("hf", "hf_prompt_lookup", "block", "prompt_lookup"), temperatures=(0.0,),
@@ -219,6 +234,9 @@ def test_bench_records_dtype_and_cpu_capability(tiny_pair, tmp_path):
     assert env["dtype"] == "float32" == stored["config"]["dtype"]  # auto with given models: theirs
     assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert isinstance(env["cpu_flags"], list) and "dtype_reason" in env and "native_bf16" in env
+    # growing caches on a CPU, where no step is captured; the static KV where CUDA graphs are
+    assert {r["storage"] for r in stored["records"].values()} == {"sequence"}
+    assert bench_storage("cuda:0") == "static" and bench_storage(torch.device("cpu")) == "sequence"
     from transformers.generation import candidate_generator  # the branch the hf peer's drafting takes
 
     assert (env["scikit_learn"] is not None) == candidate_generator.is_sklearn_available()
@@ -230,3 +248,16 @@ def test_cli_dtype_defaults_to_auto():
     from verispec.cli import build_parser
 
     assert build_parser().parse_args(["bench"]).dtype == "auto"
+
+
+def test_storage_script_alternates_both_storages_on_the_same_tokens(tiny_pair, tmp_path):
+    from ..scripts import load_script
+
+    script = load_script(os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "storage_cpu.py"))
+    out = str(tmp_path / "s.json")
+    results = script.main(["--methods", "target_only,block:L=3", "--tokens", "8", "--prompts", "2",
+                           "--output", out], pair=tiny_pair, prompts=PROMPTS)
+    runs = results["runs"]
+    assert [r["storage"] for r in runs[:2]] == ["static", "sequence"]  # prompt 0: static first
+    assert [r["storage"] for r in runs[-2:]] == ["sequence", "static"]  # prompt 1: the other order
+    assert all(r["same_tokens"] for r in runs) and json.load(open(out))["summary"][1]["method"] == "block:L=3"

@@ -7,6 +7,8 @@ built by name from the registry (`verispec.empirical.methods.get`); only the tra
 
 from __future__ import annotations
 
+import torch
+
 from ..empirical import methods
 from ..empirical.engine import decode
 from ..empirical.drafters.phrases import PhrasePool
@@ -17,10 +19,10 @@ from ..reference.methods import load
 from .peer import assistant_head_subset, assistant_settings, hf_assisted
 from .spec import PEER_PARAMS, USER_METHOD, BenchMethod, draft_vocabulary
 
-__all__ = ["run_method", "build_method", "eos_token_id"]
+__all__ = ["run_method", "build_method", "bench_storage", "eos_token_id"]
 
 
-def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, pools: dict):
+def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, pools: dict, storage: str | None = None):
     """Decode `config.max_new_tokens` tokens from prompt int64 [1, n] with method `spec`, its
     target's linear layers in the method's layout (``lin=``: `verispec.empirical.speedups.linear_layout`).
 
@@ -30,7 +32,8 @@ def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, poo
             max_new_tokens, stop_at_eos, and draft_length / num_paths for a user's Method). T: temperature.
             seed: the uniforms' seed. pools: {(label, T): state kept across prompts}: a phrase
             method's PhrasePool; ``hf:sched=heuristic``'s carried num_assistant_tokens (an int); a
-            policy-"auto" method's `PolicyMemory`.
+            policy-"auto" method's `PolicyMemory`. storage: the engine's KV storage (default
+            `bench_storage` of the target's device; the peers ignore it).
 
     Returns:
         the decoder's `DecodeResult` (tokens int64 [1, N], padded after EOS with stop_at_eos;
@@ -44,10 +47,18 @@ def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, poo
             return hf_assisted(pair.target, None, prompt, N, T, seed=seed, prompt_lookup_num_tokens=10,
                                eos_token_id=eos)
         method, needs_draft = build_method(spec, pair, config, T, pools)
-        # every method, target-only included, on the static KV (no host sync in a step; CUDA graphs
-        # of the draft and verify steps on CUDA unless config.graphs is off)
         return decode(pair.target, pair.draft if needs_draft else None, prompt, method, N, T, uniforms=seed,
-                      storage="static", eos_token_id=eos, graphs=getattr(config, "graphs", True))
+                      storage=storage or bench_storage(pair.target.device), eos_token_id=eos,
+                      graphs=getattr(config, "graphs", True))
+
+
+def bench_storage(device) -> str:
+    """The KV storage every engine method (target-only included) decodes on in the bench: "static"
+    on CUDA, where its fixed shapes let the draft and verify steps be captured as CUDA graphs and
+    a step reads nothing back; "sequence" (one growing cache per layer, the bench's B = 1) on a
+    CPU, where nothing is captured and the static KV's slot-wide attention costs decode speed
+    (docs/engine.md gives the measured A/B)."""
+    return "static" if torch.device(device).type == "cuda" else "sequence"
 
 
 def _run_peer(spec: BenchMethod, pair, prompt, config, T: float, seed: int, pools: dict):

@@ -44,14 +44,16 @@ ASSISTANT_FIELDS = types.MappingProxyType({"num_assistant_tokens": "num_assistan
 
 def hf_generation_config(max_new_tokens: int, temperature: float, eos_token_id=None):
     """A `GenerationConfig` for plain sampling at `temperature` (greedy at 0), no stopping but
-    at `eos_token_id` (an id or a list of ids; None: none)."""
+    at `eos_token_id` (an id or a list of ids; None: none). None is passed as an empty list:
+    generate fills a None field from the model's own generation config, so a model shipped with
+    an EOS id would stop there while `engine.decode` goes on."""
     from transformers import GenerationConfig
 
     sampling = temperature > 0
     return GenerationConfig(max_new_tokens=max_new_tokens,
                             do_sample=sampling, temperature=temperature if sampling else None,
                             top_k=0 if sampling else None, top_p=1.0 if sampling else None,
-                            repetition_penalty=1.0, eos_token_id=eos_token_id,
+                            repetition_penalty=1.0, eos_token_id=[] if eos_token_id is None else eos_token_id,
                             pad_token_id=0 if eos_token_id is None else ([eos_token_id] if isinstance(
                                 eos_token_id, int) else eos_token_id)[0])
 

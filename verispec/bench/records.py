@@ -76,6 +76,8 @@ def measured_record(spec: BenchMethod, result, memory: PeakMemory, clock: PhaseC
               "verify_calls": stats.target_forwards - 1, "verify_tokens": len(tokens) - first,
               "iterations": stats.iterations, "accepted_sum": float(taus.double().sum()),
               "accepted_count": int(taus.numel()), "peak_memory_mb": memory.peak_mb}
+    if stats.storage:  # the engine's KV storage (`verispec.bench.dispatch.bench_storage`); not the peer's
+        record["storage"] = stats.storage
     if stats.replayed_steps or stats.captured_steps:  # CUDA graphs (engine.decode(graphs=...))
         record.update(captured_steps=stats.captured_steps, replayed_steps=stats.replayed_steps)
     if spec.linear_layout != "xw":
