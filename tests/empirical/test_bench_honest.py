@@ -237,6 +237,7 @@ def test_bench_records_dtype_and_cpu_capability(tiny_pair, tmp_path):
     # growing caches on a CPU, where no step is captured; the static KV where CUDA graphs are
     assert {r["storage"] for r in stored["records"].values()} == {"sequence"}
     assert bench_storage("cuda:0") == "static" and bench_storage(torch.device("cpu")) == "sequence"
+    assert bench_storage("cpu", graphs="simulate") == "static"  # the CPU simulation of captured steps
     from transformers.generation import candidate_generator  # the branch the hf peer's drafting takes
 
     assert (env["scikit_learn"] is not None) == candidate_generator.is_sklearn_available()

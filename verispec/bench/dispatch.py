@@ -48,17 +48,18 @@ def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, poo
                                eos_token_id=eos)
         method, needs_draft = build_method(spec, pair, config, T, pools)
         return decode(pair.target, pair.draft if needs_draft else None, prompt, method, N, T, uniforms=seed,
-                      storage=storage or bench_storage(pair.target.device), eos_token_id=eos,
-                      graphs=getattr(config, "graphs", True))
+                      storage=storage or bench_storage(pair.target.device, getattr(config, "graphs", True)),
+                      eos_token_id=eos, graphs=getattr(config, "graphs", True))
 
 
-def bench_storage(device) -> str:
+def bench_storage(device, graphs=True) -> str:
     """The KV storage every engine method (target-only included) decodes on in the bench: "static"
-    on CUDA, where its fixed shapes let the draft and verify steps be captured as CUDA graphs and
-    a step reads nothing back; "sequence" (one growing cache per layer, the bench's B = 1) on a
-    CPU, where nothing is captured and the static KV's slot-wide attention costs decode speed
-    (docs/engine.md gives the measured A/B)."""
-    return "static" if torch.device(device).type == "cuda" else "sequence"
+    where steps are captured (CUDA; or `graphs` "simulate", the CPU simulation of capture and
+    replay, `verispec.empirical.speedups.graphs`): its fixed shapes let the draft and verify steps
+    be captured and a step reads nothing back. "sequence" (one growing cache per layer, the bench's
+    B = 1) on a CPU otherwise: nothing is captured there, and the static KV's slot-wide attention
+    bought no decode speed (docs/engine.md gives the measured A/Bs)."""
+    return "static" if torch.device(device).type == "cuda" or graphs == "simulate" else "sequence"
 
 
 def _run_peer(spec: BenchMethod, pair, prompt, config, T: float, seed: int, pools: dict):
