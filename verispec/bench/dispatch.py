@@ -22,7 +22,8 @@ from .spec import PEER_PARAMS, USER_METHOD, BenchMethod, draft_vocabulary
 __all__ = ["run_method", "build_method", "bench_storage", "eos_token_id"]
 
 
-def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, pools: dict, storage: str | None = None):
+def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, pools: dict, *,
+               storage: str | None = None):
     """Decode `config.max_new_tokens` tokens from prompt int64 [1, n] with method `spec`, its
     target's linear layers in the method's layout (``lin=``: `verispec.empirical.speedups.linear_layout`).
 
@@ -32,7 +33,7 @@ def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, poo
             max_new_tokens, stop_at_eos, and draft_length / num_paths for a user's Method). T: temperature.
             seed: the uniforms' seed. pools: {(label, T): state kept across prompts}: a phrase
             method's PhrasePool; ``hf:sched=heuristic``'s carried num_assistant_tokens (an int); a
-            policy-"auto" method's `PolicyMemory`. storage: the engine's KV storage (default
+            policy-"auto" method's `PolicyMemory`. storage (keyword only): the engine's KV storage (default
             `bench_storage` of the target's device; the peers ignore it).
 
     Returns:
