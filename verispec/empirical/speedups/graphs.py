@@ -238,15 +238,16 @@ class StepGraphs:
         docstring. `name`: what, besides the roles' tensor shapes, tells apart steps that run
         other code (hashable). `models`: the `CausalLM`s it runs (their forward counts are
         replayed); `sources`: (object, attribute) pairs holding the `UniformSource` it draws from."""
-        key = (name, tuple(sorted((path, tuple(t.shape), t.dtype) for path, t in _state(roles).items())))
+        state = _state(roles)
+        key = (name, tuple(sorted((path, tuple(t.shape), t.dtype) for path, t in state.items())))
         if key in self.eager:
             return fn()
         entry = self.captured.get(key)
         if entry is not None:
-            return self._replay(entry, roles, models, sources)
+            return self._replay(entry, state, roles, models, sources)
         if key not in self.warm:
             return self._warm_up(key, fn, roles, sources)
-        return self._capture(key, fn, roles, models, sources)
+        return self._capture(key, fn, state, roles, models, sources)
 
     def _warm_up(self, key, fn, roles, sources):
         before = _others(roles)
@@ -278,9 +279,9 @@ class StepGraphs:
         for obj, name in sources:
             setattr(obj, name, buffered.source)
 
-    def _capture(self, key, fn, roles, models, sources):
+    def _capture(self, key, fn, state, roles, models, sources):
+        """Capture step `fn` keyed `key`; `state`: the roles' tensors (`_state`) before it runs."""
         recorded = self.warm.pop(key)
-        state = _state(roles)
         inputs = {path: tensor.clone() for path, tensor in state.items()}
         before, memos = _scalars(roles, models), _memos(roles)
         _bind(roles, inputs)
@@ -314,8 +315,8 @@ class StepGraphs:
         self.captures += 1
         return result
 
-    def _replay(self, entry: _Entry, roles, models, sources):
-        for path, tensor in _state(roles).items():  # the key fixes the paths and shapes
+    def _replay(self, entry: _Entry, state, roles, models, sources):
+        for path, tensor in state.items():  # the key fixes the paths and shapes
             static = entry.inputs[path]
             if static is not tensor:
                 static.copy_(tensor)
@@ -326,12 +327,11 @@ class StepGraphs:
         entry.graph.replay()
         self.replays += 1
         _bind(roles, entry.outputs)
-        scalars = _scalars(roles, models)
         for (role, name), delta in entry.deltas.items():
             if role == "model":
                 models[name].forward_count += delta
             elif delta:
-                setattr(roles[role], name, scalars[role, name] + delta)
+                setattr(roles[role], name, getattr(roles[role], name) + delta)
         if entry.template is None:
             return None
         return dataclasses.replace(entry.template, **entry.fields)
