@@ -266,8 +266,7 @@ def _tree_forward(kv, tree: DraftTree, unread=None):
         parents = torch.where(parents >= 0, where.gather(1, parents.clamp(min=0)), -1)
         tokens, fed = tree.tokens.gather(1, order), real.gather(1, order)  # [B, W]
     if unread is None:
-        chain = {"chain": True} if tree.chain and getattr(kv, "static", False) else {}
-        logits = kv.append(tokens, parents, fed, **chain)  # [B, W, V]
+        logits = kv.append(tokens, parents, fed, chain=tree.chain)  # [B, W, V]
     else:
         prompt, on = unread  # [B, n]
         n = prompt.shape[1]
@@ -334,7 +333,7 @@ class DecodeRun:
         self.drafter = method.drafter()
         self.drafter.start(draft, tokens, lengths, options.T, self.source, options.storage)
         for kv in (self.kv, getattr(self.drafter, "kv", None)):
-            if hasattr(kv, "reserve"):  # a static storage: room for the longest committed prefix
+            if kv is not None:  # a static storage: room for the longest committed prefix
                 kv.reserve(longest + options.N + ROOM)
         self.prefill_s = time.perf_counter() - start
         self.rows = Rows(tokens, lengths, options.N, room=ROOM, vocab_size=target.vocab_size)
@@ -393,7 +392,7 @@ class DecodeRun:
         keep[:, 0] = True
         keep = keep.gather(1, order) & tree.real.gather(1, order)
         keep = keep if unread is None else torch.cat([unread[1], keep], 1)
-        self.kv.commit(keep, prefix=tree.chain) if getattr(self.kv, "static", False) else self.kv.commit(keep)
+        self.kv.commit(keep, prefix=tree.chain)
         self.drafter.accept(tree, verdict)
         before, tau = rows.ctx_len, verdict.tau
         rows.emit(tree, verdict)
@@ -428,7 +427,7 @@ class DecodeRun:
         """Copy the last rows out and give static buffers back."""
         self._finish(self.progress.done)
         for kv in (self.kv, getattr(self.drafter, "kv", None)):
-            if hasattr(kv, "close"):
+            if kv is not None:
                 kv.close()
 
 

@@ -37,6 +37,12 @@ class KVState:
         self.real = torch.zeros(batch, 0, dtype=torch.bool, device=device)  # [B, m]
         self.padded_slots = self.peak_slots = 0
 
+    def reserve(self, committed: int) -> None:
+        """Room for `committed` tokens per row: a growing storage needs none (`StaticKV.reserve`)."""
+
+    def close(self) -> None:
+        """Give preallocated buffers back: a growing storage holds none (`StaticKV.close`)."""
+
     @property
     def uncommitted(self) -> int:
         """m, the number of nodes appended since the last commit."""

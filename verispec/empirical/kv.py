@@ -52,11 +52,12 @@ class PaddedKV(KVState):
         return True
 
     def append(self, tokens: torch.Tensor, parents: torch.Tensor, real: torch.Tensor,
-               logits_to_keep: int = 0) -> torch.Tensor:
+               logits_to_keep: int = 0, chain: bool = False) -> torch.Tensor:
         """ONE forward of n new nodes per row: tokens / parents (forest numbering, -1: attached to
         the committed prefix) / real: [B, n]. Returns logits float32 [B, n, V] (rows of padding
         nodes are meaningless), or [B, k, V] of the last k columns with logits_to_keep = k >= 1
-        (the output layer runs on those only)."""
+        (the output layer runs on those only). `chain`: the static KV's hint (`StaticKV.append`);
+        a growing cache builds its mask from the parents either way."""
         ancestry, depth = self._grow(parents, real)  # [B, n, m + n], [B, n]
         # what a new node may see: `model.visible_slots`, looked up per call (a planted-bug test replaces it)
         mask = additive_mask(model_module.visible_slots(self.valid, ancestry), self.model.dtype).unsqueeze(1)
@@ -67,8 +68,9 @@ class PaddedKV(KVState):
         self.peak_slots = max(self.peak_slots, cache_length(self.cache) * tokens.shape[0])
         return logits
 
-    def commit(self, keep: torch.Tensor) -> None:
-        """Keep, per row, the uncommitted nodes marked in keep [B, m] (a root path)."""
+    def commit(self, keep: torch.Tensor, prefix: bool = False) -> None:
+        """Keep, per row, the uncommitted nodes marked in keep [B, m] (a root path). `prefix`: the
+        static KV's hint (`StaticKV.commit`); a growing cache gathers the kept nodes either way."""
         keep = self._check_keep(keep)
         if self.compact:
             every = torch.cat([self.valid, keep], dim=1)  # [B, S]
@@ -160,8 +162,8 @@ class PackedKV(KVState):
         return additive_mask(allowed, self.model.dtype)[None, None]
 
     def append(self, tokens: torch.Tensor, parents: torch.Tensor, real: torch.Tensor,
-               logits_to_keep: int = 0) -> torch.Tensor:
-        """As `PaddedKV.append`; only the real nodes are fed, packed into one sequence (the output
+               logits_to_keep: int = 0, chain: bool = False) -> torch.Tensor:
+        """As `PaddedKV.append` (`chain` ignored); only the real nodes are fed, packed into one sequence (the output
         layer runs on all of them, as a row's last k columns are not the packed sequence's last)."""
         B, n = tokens.shape
         ancestry, depth = self._grow(parents, real)  # [B, n, m + n], [B, n]
@@ -220,8 +222,9 @@ class PackedKV(KVState):
         forest[self.slot[b, i]] = torch.where(p >= 0, self.slot[b, p.clamp(min=0)], -2)
         return forest
 
-    def commit(self, keep: torch.Tensor) -> None:
-        """Keep exactly the kept slots (a gather): no rejected or padded slot stays in the cache."""
+    def commit(self, keep: torch.Tensor, prefix: bool = False) -> None:
+        """Keep exactly the kept slots (a gather): no rejected or padded slot stays in the cache
+        (`prefix` ignored, as `PaddedKV.commit`)."""
         keep = self._check_keep(keep)
         kept = torch.sort(self.slot[keep]).values  # cache positions of the kept nodes
         positions = torch.cat([torch.arange(self.base, device=keep.device), kept])

@@ -205,10 +205,7 @@ class ModelDrafter(Drafter):
         keep = torch.zeros(B, m + 1, dtype=torch.bool, device=nodes.device)  # column m absorbs -1
         keep[:, :P] = torch.arange(P, device=nodes.device) < self.pending_count.unsqueeze(1)
         keep.scatter_(1, torch.where(fed >= 0, fed, m), True)
-        if getattr(self.kv, "static", False):
-            self.kv.commit(keep[:, :m], prefix=self.chain)
-        else:
-            self.kv.commit(keep[:, :m])
+        self.kv.commit(keep[:, :m], prefix=self.chain)
         return fed
 
     def accept(self, tree: DraftTree, verdict) -> None:
@@ -280,11 +277,8 @@ class PathsDrafter(ModelDrafter):
         self.fed = torch.full((B, N), -1, dtype=torch.long, device=device)
         parent_fed = root.unsqueeze(1).expand(B, K)  # forest id of each path's last node
         for d in range(1, L):
-            if K == 1:  # one path owns every node it has
-                rep, is_node = torch.zeros_like(paths[:, :, 0]), lengths >= d  # [B, 1]
-            else:
-                rep = representatives(paths[:, :, :d], lengths.clamp(max=d))[:, :, d]  # [B, K]
-                is_node = (rep == ks) & (lengths >= d)  # path k owns node (k, d)
+            rep = representatives(paths[:, :, :d], lengths.clamp(max=d))[:, :, d]  # [B, K]
+            is_node = (rep == ks) & (lengths >= d)  # path k owns node (k, d)
             m = self.kv.uncommitted
             logits = self.kv.append(paths[:, :, d - 1], parent_fed, is_node)  # [B, K, V]
             self.draft_rows += K
