@@ -228,6 +228,8 @@ def representatives(paths: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     tokens (the node id of position (k, d)); only meaningful where d <= lengths[k]. Shared by the
     rules and the drafters, which must read one row per tree node."""
     B, K, L = paths.shape
+    if K == 1:  # one path owns every node it has
+        return paths.new_zeros(B, 1, L + 1, dtype=torch.long)
     same_token = paths.unsqueeze(2) == paths.unsqueeze(1)  # [B, K, K', L]
     same_prefix = torch.cat([torch.ones_like(same_token[..., :1]), same_token.long().cumprod(-1).bool()], -1)
     depth = torch.arange(L + 1, device=paths.device)
