@@ -63,6 +63,7 @@ from verispec import bench
 from verispec.atomic import write_json_atomic
 from verispec.bench import batched as batched_bench
 from verispec.bench import run as run_module
+from verispec.bench.records import record_key
 from verispec.bench.weights import DEFAULT_DRAFT, DEFAULT_TARGET, ModelPair, convert_gguf
 from verispec.empirical.model import CausalLM
 
@@ -236,7 +237,7 @@ def record_offsets(recorded: dict) -> dict:
     for task in run["prompts"]:
         for T in run["temperatures"]:
             for label in run["methods"]:
-                key = f"{label}|T={float(T):g}|{task}"
+                key = record_key(label, T, task)
                 record = records[key]
                 counts = {"target": record["target_forwards"], "draft": record["draft_forwards"]}
                 alone = {"target": 1, "draft": 1 if record["draft_forwards"] else 0} if record["prompt_call_tokens"] \
@@ -425,7 +426,7 @@ def replay_sequence(config, prompts) -> list:
     """The record keys `verispec bench` runs for `config` on `prompts`, in order."""
     labels = list(dict.fromkeys(["target_only"] + [bench.parse_method(m, config.draft_length, config.num_paths).label
                                                    for m in config.methods]))
-    return [f"{label}|T={float(T):g}|{p['task_id']}" for p in prompts for T in config.temperatures for label in labels]
+    return [record_key(label, T, p["task_id"]) for p in prompts for T in config.temperatures for label in labels]
 
 
 def replay_run(name: str, config, pair, prompts, trace: dict, recorded: dict, output: str,
