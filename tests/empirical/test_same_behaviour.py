@@ -55,8 +55,7 @@ def test_every_bench_method_emits_what_it_emitted_before_the_redesign(tmp_path):
     with open(out) as f:
         after = json.load(f)
     assert len(before["records"]) == 120
-    lines = script.differences(before, after)
-    assert lines == []
+    assert script.differences(before, after) == []
 
 
 def test_the_comparison_reports_a_changed_token():

@@ -48,9 +48,10 @@ def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, poo
             return hf_assisted(pair.target, None, prompt, N, T, seed=seed, prompt_lookup_num_tokens=10,
                                eos_token_id=eos)
         method, needs_draft = build_method(spec, pair, config, T, pools)
+        graphs = getattr(config, "graphs", True)
         return decode(pair.target, pair.draft if needs_draft else None, prompt, method, N, T, uniforms=seed,
-                      storage=storage or bench_storage(pair.target.device, getattr(config, "graphs", True)),
-                      eos_token_id=eos, graphs=getattr(config, "graphs", True))
+                      storage=storage or bench_storage(pair.target.device, graphs), eos_token_id=eos,
+                      graphs=graphs)
 
 
 def bench_storage(device, graphs=True) -> str:
