@@ -305,9 +305,9 @@ class BatchTap:
         return False
 
     def _wrap(self, original):
-        def append(storage, tokens, parents, real, logits_to_keep=0):
+        def append(storage, tokens, parents, real, logits_to_keep=0, chain=False):
             m, pos = storage.uncommitted, storage.pos.clone()  # before this forward
-            logits = original(storage, tokens, parents, real, logits_to_keep)
+            logits = original(storage, tokens, parents, real, logits_to_keep, chain)
             if storage.model is self.model:
                 self._see(storage, m, pos, tokens, logits)
             return logits

@@ -226,12 +226,12 @@ def _not_cropped(self, tree, verdict):
     accepted node: the draft conditions on a stale prefix (..., rejected draft, correction)."""
     commit = self.kv.commit
 
-    def planted(keep):  # keep [B, m]: the forest nodes the draft cache keeps
+    def planted(keep, prefix=False):  # keep [B, m]: the forest nodes the draft cache keeps
         node, has = _first_child(tree, verdict, among=self.fed >= 0)
         rows = has.nonzero().squeeze(1)
         keep = keep.clone()
         keep[rows, self.fed[rows, node[rows]]] = True
-        commit(keep)
+        commit(keep)  # no prefix hint: the stale child breaks the prefix
 
     self.kv.commit = planted
     try:
