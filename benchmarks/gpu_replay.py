@@ -645,7 +645,9 @@ def load_kit(kit: str) -> tuple[dict, list, dict]:
     return recorded, prompts, torch.load(os.path.join(kit, "trace.pt"))
 
 
-def _slug(device: str) -> str:
+def device_slug(device: str) -> str:
+    """The device's name as it goes into result file names: "cpu" for any non-CUDA device, else the
+    CUDA device's name lower-cased with spaces as dashes (e.g. "nvidia-h200")."""
     if str(device).startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device)).lower().replace(" ", "-")
     return "cpu"
@@ -667,11 +669,11 @@ def replay_on(pair, note: str, presets, kit_root: str, out_dir: str, graphs=(Tru
     writes ``out_dir/bench_<preset><tag>_<device name>[_eager]_projected.json`` (+ PNG when `plot`)
     with the forward costs of both models on that device. Returns {(preset, graphs): results}."""
     device = str(pair.target.device)
-    done, outputs = {}, {}
+    done, outputs, slug = {}, {}, device_slug(device)
     for name in presets:
         kit = load_kit(os.path.join(kit_root, name))
         for on in graphs:
-            output = os.path.join(out_dir, f"bench_{name}{tag}_{_slug(device)}{'' if on else '_eager'}_projected.json")
+            output = os.path.join(out_dir, f"bench_{name}{tag}_{slug}{'' if on else '_eager'}_projected.json")
             done[name, on], outputs[name, on] = replay_one(pair, note, name, kit, on, output, plot, strict), output
     costs = forward_costs(pair, device)  # after the runs: the replays' hooks are off
     for key, results in done.items():

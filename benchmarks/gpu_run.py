@@ -195,7 +195,7 @@ class Run:
 
     def write(self) -> dict:
         """Every target's file and the summary (derived from what ran so far)."""
-        slug = _device_slug(self.args.device)
+        slug = gpu_replay.device_slug(self.args.device)
         for label, record in self.records.items():
             write_json_atomic(os.path.join(self.args.out, f"gpu_run_{label}_{slug}.json"), record)
         summary = {"what": "projected: random weights replaying the real pair's recorded T = 0 decisions "
@@ -281,10 +281,6 @@ def main(argv=None) -> dict:
 
 def _device_name(device: str) -> str:
     return torch.cuda.get_device_name(torch.device(device)) if str(device).startswith("cuda") else "cpu"
-
-
-def _device_slug(device: str) -> str:
-    return _device_name(device).lower().replace(" ", "-")
 
 
 if __name__ == "__main__":
