@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import sys
 import tempfile
@@ -55,7 +54,6 @@ from verispec.reference import registry  # noqa: E402
 
 #: The kits replayed (KIT_ROOT/<preset>): the chains and the peers; OPT-Tree (a top-k trace).
 PRESETS = ("graphs", "trees")
-PRESET = PRESETS[0]
 #: The methods whose share of decode time outside the forwards is measured (fixed-shape iterations).
 PROFILED = ("target_only", "block")
 #: The issue's GPU acceptance: (name, numerator, denominator, target, at least).
@@ -109,11 +107,10 @@ def shrink(config, role: str):
     return config
 
 
-def _prompts(pair, kit: str, count: int) -> list:
-    """The kit's first `count` prompts, tokenized: int64 [1, n] each on the pair's device."""
-    with open(os.path.join(kit, "prompts.json")) as handle:
-        texts = json.load(handle)[:count]
-    return [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids.to(pair.target.device) for p in texts]
+def _prompts(pair, prompts: list, count: int) -> list:
+    """The first `count` of a kit's prompts (as `gpu_replay.load_kit` returns them), tokenized:
+    int64 [1, n] each on the pair's device."""
+    return [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids.to(pair.target.device) for p in prompts[:count]]
 
 
 def plan(targets, presets) -> list:
@@ -133,9 +130,10 @@ def rates(results: dict) -> dict:
     return {row["runner"]: row["tokens_per_s"] for row in results["summary"] if row["temperature"] == 0.0}
 
 
-def profile_target(pair, kit: str, args) -> dict:
-    """`profile_iteration.outside_share` of each `PROFILED` method on the pair (random weights)."""
-    prompts = _prompts(pair, kit, args.profile_prompts)
+def profile_target(pair, prompts: list, args) -> dict:
+    """`profile_iteration.outside_share` of each `PROFILED` method on the pair (random weights), on
+    the first `args.profile_prompts` of a kit's `prompts`."""
+    prompts = _prompts(pair, prompts, args.profile_prompts)
     out = {}
     for name in PROFILED:
         needs_draft = registry.spec(name).needs_draft
@@ -181,8 +179,8 @@ class Run:
         pair, note = self.pair(label)
         start, record = time.perf_counter(), self.records[label]
         if part == "profile":
-            record["outside_forwards"] = profile_target(pair, os.path.join(self.args.kit_root, self.args.presets[0]),
-                                                        self.args)
+            # the first preset's kit is loaded (and cached) by its replays, which the plan puts first
+            record["outside_forwards"] = profile_target(pair, self.kit(self.args.presets[0])[1], self.args)
         elif part == "costs":
             record["forward_costs_s"] = gpu_replay.forward_costs(pair, str(pair.target.device))
         else:
@@ -202,7 +200,7 @@ class Run:
                            "(benchmarks/gpu_replay.py); ratios derived from measured decode tokens/s",
                    "device_name": _device_name(self.args.device), "tiny": self.args.tiny,
                    "targets": {label: digest(record) for label, record in self.records.items()},
-                   "acceptance": acceptance(self.records), "skipped_for_time": self.skipped,
+                   "acceptance": acceptance(self.records, self.args.presets[0]), "skipped_for_time": self.skipped,
                    "seconds": time.perf_counter() - self.start, "argv": sys.argv[1:],
                    "environment": {"torch": torch.__version__, **host_info(self.args.device)}}
         write_json_atomic(os.path.join(self.args.out, f"gpu_run_summary_{slug}.json"), summary)
@@ -222,12 +220,13 @@ def digest(record: dict) -> dict:
             "outside_forwards": record.get("outside_forwards", {}), "forward_costs_s": record.get("forward_costs_s")}
 
 
-def acceptance(records: dict) -> list:
-    """The issue's GPU ratios (derived: decode tokens/s of two methods in one file, graphs on) and
-    the outside shares (measured), each against its bound; a ratio whose file did not run is absent."""
+def acceptance(records: dict, preset: str) -> list:
+    """The issue's GPU ratios (derived: decode tokens/s of two methods in one file, `preset`'s replay
+    with graphs on: the first preset requested) and the outside shares (measured), each against its
+    bound; a ratio whose file did not run is absent."""
     rows = []
     for name, top, bottom, which, bound in ACCEPTANCE:
-        results = records.get(which, {}).get("replays", {}).get(f"{PRESET}_graphs")
+        results = records.get(which, {}).get("replays", {}).get(f"{preset}_graphs")
         if results is None:
             continue
         speeds, off = rates(results), results["projection"]["out_of_step"]
