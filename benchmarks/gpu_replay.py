@@ -159,7 +159,7 @@ class Recorder(_Hooks):
 
 
 def trace_entry(entry):
-    """A trace entry as recorded: (ids [B, q, k], probabilities [B, q, k]) or (ids, logits
+    """A trace entry as recorded: (ids [B, q, 1], probabilities [B, q, 1]) or (ids, logits
     [B, q, k], logsumexp [B, q]); kits recorded before top-k traces hold ([B, q], [B, q]): k = 1."""
     if len(entry) == 2 and entry[0].dim() == 2:
         return entry[0].unsqueeze(-1), entry[1].unsqueeze(-1)
@@ -168,10 +168,14 @@ def trace_entry(entry):
 
 def entry_logits(entry, vocab_size: int):
     """(x float32 [B, q, k], rest float32 [B, q]) of a trace entry: the recorded top-k logits and a
-    logit for every other token that keeps the row's normaliser (logits entries), or
-    `replacement_logits` of the recorded probabilities."""
+    logit for every other token that keeps the row's normaliser (logits entries), or, for an argmax
+    and its probability (k = 1), `replacement_logit` against a rest of 0."""
     if len(entry) == 2:
-        return replacement_logits(entry[1], vocab_size)
+        p = entry[1]  # [B, q, k]
+        if p.shape[-1] != 1:  # top-k probabilities: a trace format no recorder writes any more
+            raise ValueError(f"a probability trace entry holds one token per position, not {p.shape[-1]}: "
+                             "re-record the kit (the draft's top-k is kept as logits and logsumexp)")
+        return replacement_logit(p[..., 0], vocab_size).unsqueeze(-1), torch.zeros(p.shape[:-1])
     _, x, lse = entry
     k = x.shape[-1]
     left = (torch.exp(lse.double()) - torch.exp(x.double()).sum(-1)).clamp_min(1e-30) / max(vocab_size - k, 1)
@@ -357,20 +361,6 @@ def replacement_logit(p: torch.Tensor, vocab_size: int) -> torch.Tensor:
     Args: p: float [B, q] (recorded probabilities); vocab_size: V. Returns: float32 [B, q]."""
     p = p.double().clamp(1e-12, 1 - 2 ** -30)
     return (torch.log(p) - torch.log1p(-p) + math.log(vocab_size - 1)).clamp_min(1e-3).float()
-
-
-def replacement_logits(p: torch.Tensor, vocab_size: int):
-    """Logits that give the k recorded tokens their probabilities p [..., k] (descending) and
-    share the rest of the mass evenly among the other V - k tokens -> (x float32 [..., k], rest
-    float32 [...]): softmax(x_j, rest x (V - k)) = p_j. With k = 1 this is `replacement_logit`
-    against a rest of 0. Each x_j stays above the rest (the top tokens keep their ranks)."""
-    k = p.shape[-1]
-    if k == 1:
-        return replacement_logit(p[..., 0], vocab_size).unsqueeze(-1), torch.zeros(p.shape[:-1])
-    p = p.double().clamp(1e-30, 1.0)
-    left = (1 - p.sum(-1)).clamp_min(1e-30) / max(vocab_size - k, 1)  # [...] each other token's share
-    rest = torch.log(left)
-    return torch.maximum(torch.log(p), rest.unsqueeze(-1) + 1e-3).float(), rest.float()
 
 
 @contextlib.contextmanager

@@ -150,6 +150,16 @@ def test_replayed_logits_give_the_recorded_token_its_probability(script):
     assert bool((logits.argmax(-1) == 5).all())
 
 
+def test_a_probability_entry_replays_its_argmax_and_refuses_top_k(script):
+    """The target's entries (argmax, probability; k = 1) replay through `replacement_logit` against a
+    rest of 0; top-k probabilities, a format no longer recorded, are refused rather than misread."""
+    p = torch.tensor([[[0.4], [0.9]]])  # [B, q, 1]
+    x, rest = script.entry_logits((torch.tensor([[[5], [7]]], dtype=torch.int32), p), 64)
+    assert torch.equal(x, script.replacement_logit(p[..., 0], 64).unsqueeze(-1)) and torch.equal(rest, torch.zeros(1, 2))
+    with pytest.raises(ValueError, match="one token per position"):
+        script.entry_logits((torch.zeros(1, 2, 3, dtype=torch.int32), torch.full((1, 2, 3), 0.2)), 64)
+
+
 def _byte_tokenizer(folder):
     """A transformers tokenizer over 256 byte-level ids (no merges), saved into `folder`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
