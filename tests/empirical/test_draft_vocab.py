@@ -113,6 +113,22 @@ def test_engine_and_reference_twin_emit_the_same_tokens(pair, name, params, T):
     assert rejected > 0
 
 
+@pytest.mark.parametrize("name", ["opt_tree", "kary"])
+def test_tree_nodes_lie_in_the_subset_and_the_output_is_the_targets_at_T1(pair, name):
+    """A tree over a head subset drafts from S only, and sample-and-follow still emits the target's
+    own draws (the same tokens as target-only under shared uniforms)."""
+    target, draft = pair
+    method = methods.get(name, draft_vocab=S, node_budget=6)
+    drafted = []
+    observed = engine.TorchMethod(method.name, method.drafter, method.verifier, method.params,
+                                  observe=lambda logits, tree, rows: drafted.append(tree.tokens[tree.real][1:]))
+    result = engine.decode(target, draft, PROMPT, observed, 12, 1.0, uniforms=NumpyUniforms(0), storage="sequence")
+    alone = engine.decode(target, None, PROMPT, engine.target_only_method(), 12, 1.0, uniforms=NumpyUniforms(0))
+    nodes = torch.cat(drafted)
+    assert nodes.numel() > 12 and set(nodes.tolist()) <= set(S)
+    assert torch.equal(result.tokens, alone.tokens)
+
+
 CASES = [("block", dict(draft_length=3)), ("gbv", dict(draft_length=2, num_paths=3)),
          ("rrsw", dict(draft_length=2, num_paths=2)), ("adaptive", dict(draft_length=2)),
          ("hybrid", dict(draft_length=2)), ("opt_tree", dict(node_budget=6)),
@@ -159,7 +175,8 @@ def test_draft_vocab_subset_unites_the_lowest_ids_the_prompts_and_extra_ids():
 def test_bench_parses_dv_and_records_the_subset(pair, tmp_path):
     spec = bench.parse_method("hybrid:dv=6", 3, 2)
     assert spec.draft_vocab == 6 and spec.label == "hybrid:dv=6"
-    for bad in ("opt_tree:dv=6", "hf_prompt_lookup:dv=6", "prompt_lookup:dv=6", "block:dv=0"):
+    assert bench.parse_method("opt_tree:dv=6", 3, 2).draft_vocab == 6  # trees run the draft's head too
+    for bad in ("ouroboros:dv=6", "hf_prompt_lookup:dv=6", "prompt_lookup:dv=6", "block:dv=0"):
         with pytest.raises(ValueError, match="dv"):
             bench.parse_method(bad, 3, 2)
     assert bench.parse_method("hf:dv=6", 3, 2).draft_vocab == 6  # the peer's assistant takes the same subset

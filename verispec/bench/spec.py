@@ -78,9 +78,9 @@ def method_entry(name: str) -> registry.MethodSpec | None:
 
 
 def _takes_draft_vocab(name: str) -> bool:
-    """Chains and path methods run the draft's head, so they take a subset; trees and phrase pools do not."""
+    """Chains, path methods and trees run the draft's head, so they take a subset; phrase pools do not."""
     entry = registry.spec(name)
-    return entry.needs_draft and entry.family not in (registry.TREE, registry.PHRASE_POOL)
+    return entry.needs_draft and entry.family != registry.PHRASE_POOL
 
 
 def _bad(item: str, text: str, known: dict) -> ValueError:
@@ -136,7 +136,7 @@ def _check_options(name: str, options: dict, values: dict, text: str) -> None:
         raise ValueError(f"methods: dq=8 (int8 draft weights) is the only width, for methods with a draft model "
                          f"(and the peer hf); got {text!r}")
     if "dv" in options and (name != "hf" and (name in PEERS or not _takes_draft_vocab(name))):
-        raise ValueError(f"methods: dv (a draft vocabulary subset) is for chains, path methods and hf; got {text!r}")
+        raise ValueError(f"methods: dv (a draft vocabulary subset) is for chains, path methods, trees and hf; got {text!r}")
     top = values.get("max_draft_length")
     if top is not None and top < values.get("draft_length", 0):
         raise ValueError(f"methods: M (the length cap's ceiling) must be >= L; got {text!r}")

@@ -99,12 +99,28 @@ def _shape_layers(paths: list[tuple[int, ...]], device) -> list[tuple[torch.Tens
     return layers
 
 
-def _opt_children(q, weight, valid, n):
+def _children_law(logits: torch.Tensor, temperature: float, k: int):
+    """The k most likely children of each node and their draft probabilities q = softmax(logits /
+    T), without the vocabulary-wide float64 law a node's children never need: logits float32
+    [..., V] -> (q float64 [..., k'] descending, token ids [..., k']), k' = min(k, V). T = 0: the
+    one-hot law (`probabilities`), its hot id first. A head over a token subset (-inf elsewhere)
+    gives its out-of-subset ranks q = 0, which are never drafted."""
+    k = min(k, logits.shape[-1])
+    if temperature == 0:
+        return probabilities(logits, 0.0).topk(k, dim=-1)
+    top, ids = logits.topk(k, dim=-1)  # [..., k]: softmax is monotone, so the top logits are the top q
+    # float32 is enough to rank and weigh a tree's nodes: sample-and-follow never reads q.
+    norm = torch.logsumexp(logits / temperature, dim=-1, keepdim=True)  # [..., 1]
+    return (top / temperature - norm).double().exp(), ids
+
+
+def _opt_children(top_q, top_t, weight, valid, n):
     """OPT-Tree's next layer: global top-n by W of the top-n children of every node.
-    q [B, m, V], weight / valid [B, m] -> (tokens, parent position, W, valid), each [B, n']."""
-    B, m, V = q.shape
-    k = min(n, V)
-    top_q, top_t = q.topk(k, dim=-1)  # [B, m, k], sorted descending
+    top_q / top_t [B, m, k] (`_children_law`, k >= min(n, V)), weight / valid [B, m] ->
+    (tokens, parent position, W, valid), each [B, n']."""
+    B, m, _ = top_q.shape
+    k = min(n, top_q.shape[-1])
+    top_q, top_t = top_q[..., :k], top_t[..., :k]  # [B, m, k], sorted descending
     w = weight.unsqueeze(-1) * top_q  # [B, m, k]
     ok = valid.unsqueeze(-1) & (top_q > 0)  # zero-probability children are never drafted
     w = torch.where(ok, w, -1.0).reshape(B, m * k)
@@ -113,13 +129,13 @@ def _opt_children(q, weight, valid, n):
     return top_t.reshape(B, m * k).gather(1, order), order // k, new_w.clamp(min=0.0), new_w > 0
 
 
-def _static_children(q, weight, valid, parent_pos, rank):
+def _static_children(top_q, top_t, weight, valid, parent_pos, rank):
     """A static layer: child j = the rank[j]-th most likely child of node parent_pos[j].
-    q [B, m, V], weight / valid [B, m], parent_pos / rank [m'] -> (tokens, parent, W, valid) [B, m']."""
-    B, m, V = q.shape
-    top_q, top_t = q.topk(min(int(rank.max()) + 1, V), dim=-1)  # [B, m, k]
-    in_vocab = rank < V  # a rank beyond the vocabulary is no node
-    r = rank.clamp(max=V - 1)
+    top_q / top_t [B, m, k] (`_children_law`, k = min(max rank + 1, V)), weight / valid [B, m],
+    parent_pos / rank [m'] -> (tokens, parent, W, valid) [B, m']."""
+    B = top_q.shape[0]
+    in_vocab = rank < top_q.shape[-1]  # a rank beyond the vocabulary is no node
+    r = rank.clamp(max=top_q.shape[-1] - 1)
     child_q = top_q[:, parent_pos, r]  # [B, m']
     ok = valid[:, parent_pos] & (child_q > 0) & in_vocab
     parent = parent_pos.unsqueeze(0).expand(B, -1)
@@ -170,6 +186,8 @@ class TreeDrafter(ModelDrafter):
         self.Td = self.draft_temperature if self.draft_temperature is not None else (
             temperature if temperature > 0 else 1.0)  # a one-hot q (T = 0) would make every tree a chain
         self.layers = None if self.shape is None else _shape_layers(self.shape, tokens.device)
+        # children ranked per node: OPT-Tree's top n, a static shape's deepest rank
+        self.k = self.n if self.layers is None else 1 + max(int(rank.max()) for _, rank in self.layers)
 
     def draft(self, rows) -> DraftTree:
         if self.policy is not None:
@@ -188,7 +206,9 @@ class TreeDrafter(ModelDrafter):
     def _run_layer(self, tokens, parent_fed, run):
         """ONE draft forward over the nodes of a layer that are `run` (tokens / parent_fed / run
         [B, m]; parent_fed: forest ids of their parents), packed to the left: a pruned or invalid
-        node costs no row. Returns (logits [B, m, V]: zero where not run, fed [B, m]: forest ids)."""
+        node costs no row. Returns (law: the top children of each node, (q float64, ids) [B, m, k]
+        from `_children_law`, q = 0 where not run; q float64 [B, m, V] when the drafter keeps q,
+        else None; fed [B, m]: forest ids)."""
         B, m = tokens.shape
         device = tokens.device
         c = int(run.sum(1).max())
@@ -200,17 +220,25 @@ class TreeDrafter(ModelDrafter):
         self.draft_rows += c
         fed = torch.full((B, m), -1, dtype=torch.long, device=device)
         fed.scatter_(1, pick, torch.where(real, base + torch.arange(c, device=device), -1))
+        top_q, top_t = _children_law(logits_c, self.Td, self.k)  # [B, c, k] each
+        k = top_q.shape[-1]
+        where = pick.unsqueeze(-1).expand(-1, -1, k)  # [B, c, k]
+        law = (top_q.new_zeros(B, m, k).scatter_(1, where, torch.where(real.unsqueeze(-1), top_q, 0.0)),
+               top_t.new_zeros(B, m, k).scatter_(1, where, top_t))  # [B, m, k] each
+        if not self.keep_q:
+            return law, None, fed
         V = logits_c.shape[-1]
         logits = torch.zeros(B, m, V, dtype=logits_c.dtype, device=device)
         logits.scatter_(1, pick.unsqueeze(-1).expand(-1, -1, V), torch.where(real.unsqueeze(-1), logits_c, 0))
-        return logits, fed
+        return law, probabilities(logits, self.Td), fed
 
     def grow(self) -> TreeRecords:
         """Draft one tree per row: the pending tokens (root's q), then ONE forward per layer but
         the deepest. OPT-Tree stops growing a row when E[A] gains <= gain_threshold."""
         q, root = self._feed_pending(self.Td)  # [B, V], [B]
         B, device = q.shape[0], q.device
-        g = {"q": q.unsqueeze(1), "weight": torch.ones(B, 1, dtype=torch.float64, device=device),
+        g = {"q": q.unsqueeze(1), "law": tuple(t.unsqueeze(1) for t in q.topk(min(self.k, q.shape[-1]), dim=-1)),
+             "weight": torch.ones(B, 1, dtype=torch.float64, device=device),
              "valid": torch.ones(B, 1, dtype=torch.bool, device=device), "fed": root.unsqueeze(1),
              "active": torch.ones(B, dtype=torch.bool, device=device),
              "layers": torch.zeros(B, dtype=torch.long, device=device),
@@ -222,12 +250,12 @@ class TreeDrafter(ModelDrafter):
             tokens, parent, w, run = self._layer(g, recs, depth)
             if depth == self.depth or not bool(run.any()):
                 break  # the deepest layer is never run: its q is not needed
-            logits, fed = self._run_layer(tokens, g["fed"].gather(1, parent), run)
+            law, q, fed = self._run_layer(tokens, g["fed"].gather(1, parent), run)
             g["forwards"], g["rows"] = g["forwards"] + 1, g["rows"] + int(run.sum(1).max())
             recs["slot"][-1] = fed
-            g.update(q=probabilities(logits, self.Td), weight=w, valid=run, fed=fed)  # [B, m, V], [B, m] x3
+            g.update(law=law, weight=w, valid=run, fed=fed)  # ([B, m, k] x2), [B, m] x3
             if self.keep_q:
-                recs["q"][-1] = g["q"]
+                g["q"] = recs["q"][-1] = q  # [B, m, V]
         cat = {key: torch.cat(value, dim=1 if key != "depth" else 0) for key, value in recs.items() if value}
         chosen = _choose(cat, self.tree, self.n)  # [B, R]
         if self.policy is not None:  # the cost policy's budget: the top-W nodes that pay
@@ -240,9 +268,9 @@ class TreeDrafter(ModelDrafter):
         """Record the next layer's children and decide which of them to run (OPT-Tree's E[A]
         stopping rule and exact pruning; static trees stop at their shape's depth)."""
         if self.tree == "opt_tree":
-            tokens, parent, w, ok = _opt_children(g["q"], g["weight"], g["valid"], self.n)  # each [B, m]
+            tokens, parent, w, ok = _opt_children(*g["law"], g["weight"], g["valid"], self.n)  # each [B, m]
         else:
-            tokens, parent, w, ok = _static_children(g["q"], g["weight"], g["valid"], *self.layers[depth - 1])
+            tokens, parent, w, ok = _static_children(*g["law"], g["weight"], g["valid"], *self.layers[depth - 1])
         ok = ok & g["active"].unsqueeze(1)
         m = tokens.shape[1]
         parent_rec = parent + g["prev"] if depth > 1 else torch.full_like(parent, -1)
