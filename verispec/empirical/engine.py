@@ -254,7 +254,7 @@ def _tree_forward(kv, tree: DraftTree, unread=None):
     are not needed): the target reads the prompt and verifies the first draft at once."""
     real = tree.real
     B, N = real.shape
-    if getattr(kv, "static", False):
+    if kv.static:
         W, order = N, torch.arange(N, device=real.device).expand(B, N)
         tokens, parents, fed = tree.tokens, tree.parents, real
     else:
@@ -274,7 +274,7 @@ def _tree_forward(kv, tree: DraftTree, unread=None):
         parents = _below_prompt(parents, n, on.sum(1))
         logits = kv.append(torch.cat([prompt, tokens], 1), torch.cat([chain, parents], 1),
                            torch.cat([on, fed], 1), logits_to_keep=W)  # [B, W, V]
-    if W == N and (getattr(kv, "static", False) or bool(real.all())):  # node layout already
+    if W == N and (kv.static or bool(real.all())):  # node layout already
         return logits, order
     full = torch.zeros(B, N, logits.shape[-1], dtype=logits.dtype, device=logits.device)
     full.scatter_(1, order.unsqueeze(-1).expand(-1, -1, logits.shape[-1]), logits)
