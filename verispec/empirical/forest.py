@@ -25,8 +25,7 @@ class KVState:
         padded_slots, peak_slots: counters (`verispec.empirical.kv`).
         checks: validate appends and commits (each check reads a value back: a host sync); a
             storage whose appends come from the engine's checked trees may turn them off.
-        static: the storage keeps fixed shapes (`speedups.static_kv.StaticKV`): the engine feeds
-            it whole trees, padding included, and commits by index.
+        static: fixed shapes (`speedups.static_kv.StaticKV`): fed whole trees, padding included.
     """
 
     checks = True

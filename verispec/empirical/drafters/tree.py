@@ -100,11 +100,9 @@ def _shape_layers(paths: list[tuple[int, ...]], device) -> list[tuple[torch.Tens
 
 
 def _children_law(logits: torch.Tensor, temperature: float, k: int):
-    """The k most likely children of each node and their draft probabilities q = softmax(logits /
-    T), without the vocabulary-wide float64 law a node's children never need: logits float32
-    [..., V] -> (q float64 [..., k'] descending, token ids [..., k']), k' = min(k, V). T = 0: the
-    one-hot law (`probabilities`), its hot id first. A head over a token subset (-inf elsewhere)
-    gives its out-of-subset ranks q = 0, which are never drafted."""
+    """The k most likely children of each node, q = softmax(logits / T) of those only (no float64
+    law over V): logits float32 [..., V] -> (q float64 [..., min(k, V)] descending, ids); T = 0:
+    `probabilities`' one-hot law. Ids outside a head subset (-inf logits) get q = 0: never drafted."""
     k = min(k, logits.shape[-1])
     if temperature == 0:
         return probabilities(logits, 0.0).topk(k, dim=-1)
@@ -115,12 +113,9 @@ def _children_law(logits: torch.Tensor, temperature: float, k: int):
 
 
 def _opt_children(top_q, top_t, weight, valid, n):
-    """OPT-Tree's next layer: global top-n by W of the top-n children of every node.
-    top_q / top_t [B, m, k] (`_children_law`, k >= min(n, V)), weight / valid [B, m] ->
-    (tokens, parent position, W, valid), each [B, n']."""
-    B, m, _ = top_q.shape
-    k = min(n, top_q.shape[-1])
-    top_q, top_t = top_q[..., :k], top_t[..., :k]  # [B, m, k], sorted descending
+    """OPT-Tree's next layer: global top-n by W of the top-n children of every node. top_q / top_t
+    [B, m, k] (`_children_law`, k = min(n, V)), weight / valid [B, m] -> (tokens, parent position, W, valid) [B, n']."""
+    B, m, k = top_q.shape  # children sorted descending
     w = weight.unsqueeze(-1) * top_q  # [B, m, k]
     ok = valid.unsqueeze(-1) & (top_q > 0)  # zero-probability children are never drafted
     w = torch.where(ok, w, -1.0).reshape(B, m * k)
@@ -130,9 +125,8 @@ def _opt_children(top_q, top_t, weight, valid, n):
 
 
 def _static_children(top_q, top_t, weight, valid, parent_pos, rank):
-    """A static layer: child j = the rank[j]-th most likely child of node parent_pos[j].
-    top_q / top_t [B, m, k] (`_children_law`, k = min(max rank + 1, V)), weight / valid [B, m],
-    parent_pos / rank [m'] -> (tokens, parent, W, valid) [B, m']."""
+    """A static layer: child j = the rank[j]-th most likely child of node parent_pos[j]. top_q / top_t
+    [B, m, k] (k = min(max rank + 1, V)), weight / valid [B, m], parent_pos / rank [m'] -> [B, m'] x4."""
     B = top_q.shape[0]
     in_vocab = rank < top_q.shape[-1]  # a rank beyond the vocabulary is no node
     r = rank.clamp(max=top_q.shape[-1] - 1)
