@@ -84,14 +84,20 @@ def test_view_counts_forwards_and_fires_the_models_hooks(pair):
     assert draft.forward(PROMPT)[0].isfinite().all()
 
 
+def _observing(method):
+    """(`method` with an observer, the list it fills with each iteration's drafted tokens, root excluded)."""
+    drafted = []
+    observed = engine.TorchMethod(method.name, method.drafter, method.verifier, method.params,
+                                  observe=lambda logits, tree, rows: drafted.append(tree.tokens[tree.real][1:]))
+    return observed, drafted
+
+
 def _twins(pair, name, params, T, seed, tokens=12):
     """(engine with the built-in rule, engine with the reference twin through the adapter), the
     same restricted torch drafter, shared uniforms; and the drafted tokens of the first."""
     target, draft = pair
     method = methods.get(name, draft_vocab=S, **params)
-    drafted = []
-    observed = engine.TorchMethod(method.name, method.drafter, method.verifier, method.params,
-                                  observe=lambda logits, tree, rows: drafted.append(tree.tokens[tree.real][1:]))
+    observed, drafted = _observing(method)
     twin = engine.decode(target, draft, PROMPT, observed, tokens, T, uniforms=NumpyUniforms(seed), storage="sequence")
     reference = draft_vocab(reference_methods.get(name, **params), S)
     ref = engine.decode(target, draft, PROMPT, adapter.torch_method(reference, drafter=method.drafter), tokens, T,
@@ -118,10 +124,7 @@ def test_tree_nodes_lie_in_the_subset_and_the_output_is_the_targets_at_T1(pair, 
     """A tree over a head subset drafts from S only, and sample-and-follow still emits the target's
     own draws (the same tokens as target-only under shared uniforms)."""
     target, draft = pair
-    method = methods.get(name, draft_vocab=S, node_budget=6)
-    drafted = []
-    observed = engine.TorchMethod(method.name, method.drafter, method.verifier, method.params,
-                                  observe=lambda logits, tree, rows: drafted.append(tree.tokens[tree.real][1:]))
+    observed, drafted = _observing(methods.get(name, draft_vocab=S, node_budget=6))
     result = engine.decode(target, draft, PROMPT, observed, 12, 1.0, uniforms=NumpyUniforms(0), storage="sequence")
     alone = engine.decode(target, None, PROMPT, engine.target_only_method(), 12, 1.0, uniforms=NumpyUniforms(0))
     nodes = torch.cat(drafted)

@@ -107,8 +107,9 @@ def _children_law(logits: torch.Tensor, temperature: float, k: int):
     if temperature == 0:
         return probabilities(logits, 0.0).topk(k, dim=-1)
     top, ids = logits.topk(k, dim=-1)  # [..., k]: softmax is monotone, so the top logits are the top q
+    scaled = logits if temperature == 1 else logits / temperature  # x / 1 == x: no pass over V for it
     # float32 is enough to rank and weigh a tree's nodes: sample-and-follow never reads q.
-    norm = torch.logsumexp(logits / temperature, dim=-1, keepdim=True)  # [..., 1]
+    norm = torch.logsumexp(scaled, dim=-1, keepdim=True)  # [..., 1]
     return (top / temperature - norm).double().exp(), ids
 
 
@@ -125,8 +126,8 @@ def _opt_children(top_q, top_t, weight, valid, n):
 
 
 def _static_children(top_q, top_t, weight, valid, parent_pos, rank):
-    """A static layer: child j = the rank[j]-th most likely child of node parent_pos[j]. top_q / top_t
-    [B, m, k] (k = min(max rank + 1, V)), weight / valid [B, m], parent_pos / rank [m'] -> [B, m'] x4."""
+    """A static layer: child j = the rank[j]-th most likely child of node parent_pos[j]. top_q / top_t [B, m, k]
+    (k = min(max rank + 1, V)), weight / valid [B, m], parent_pos / rank [m'] -> (tokens, parent, W, valid) [B, m']."""
     B = top_q.shape[0]
     in_vocab = rank < top_q.shape[-1]  # a rank beyond the vocabulary is no node
     r = rank.clamp(max=top_q.shape[-1] - 1)
