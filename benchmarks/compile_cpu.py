@@ -6,9 +6,11 @@ Every prompt is decoded once untimed with the compiled forwards first (each of i
 the prefill's included), then eager and compiled decodes alternate, `--repeats` times each; the
 JSON keeps every run and the ratio of the median decode tokens/s (compiled / eager) per method,
 with the host's CPU and load average. Run it on a quiet machine only (the load average is recorded).
+The file is written after each method; a second run of the same settings resumes it (its methods
+kept), `--fresh` replaces it.
 
     python3 benchmarks/compile_cpu.py [--methods target_only,block] [--prompts 3] [--tokens 64]
-        [--repeats 3] [--threads 2] [--tiny] [--output benchmarks/results/compile_cpu.json]
+        [--repeats 3] [--threads 2] [--tiny] [--output benchmarks/results/compile_cpu.json] [--fresh]
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from verispec.atomic import write_json_atomic  # noqa: E402
+from verispec.atomic import resume_json, write_json_atomic  # noqa: E402
 from verispec.empirical import engine, methods  # noqa: E402
 from verispec.empirical.speedups.hardware import host_info  # noqa: E402
 from verispec.reference import registry  # noqa: E402
@@ -83,32 +85,43 @@ def main(argv=None) -> dict:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tiny", action="store_true", help="tiny random models (a smoke run, no timing claim)")
     parser.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "results", "compile_cpu.json"))
+    parser.add_argument("--fresh", action="store_true", help="replace --output instead of resuming it")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     target, draft, prompts = _pair(args)
-    load_before, compiled, runs = os.getloadavg(), {}, {}
+    settings = {"prompts": len(prompts), "tokens": args.tokens, "repeats": args.repeats,
+                "threads": torch.get_num_threads(), "tiny": args.tiny}
+    old = resume_json(args.output, settings, args.fresh)
+    out = old or {**settings, "methods": {}, "torch": torch.__version__, "load_average_before": list(os.getloadavg()),
+                  "ratio_is": "derived: median compiled decode tokens/s / median eager decode tokens/s, alternated runs",
+                  **host_info("cpu")}
+    compiled = {}
     for name in args.methods.split(","):
-        runs[name] = {"eager": [], "compiled": [], "compile_s": 0.0}
-        for prompt in prompts:
-            start = time.perf_counter()
-            with Compiled([target, draft], compiled):  # compiles every shape of this prompt's decode
-                decode_rate(target, draft, prompt, name, args.tokens)
-            runs[name]["compile_s"] += time.perf_counter() - start
-            for _ in range(args.repeats):
-                runs[name]["eager"].append(decode_rate(target, draft, prompt, name, args.tokens))
-                with Compiled([target, draft], compiled):
-                    runs[name]["compiled"].append(decode_rate(target, draft, prompt, name, args.tokens))
-        runs[name]["ratio_compiled_over_eager"] = (statistics.median(runs[name]["compiled"])
-                                                   / statistics.median(runs[name]["eager"]))
-        print(f"{name}: compiled / eager decode tokens/s {runs[name]['ratio_compiled_over_eager']:.3f} "
-              f"(medians of {len(runs[name]['eager'])} runs; compiling took {runs[name]['compile_s']:.0f} s)")
-    out = {"methods": runs, "prompts": len(prompts), "tokens": args.tokens, "repeats": args.repeats,
-           "threads": torch.get_num_threads(), "tiny": args.tiny, "torch": torch.__version__,
-           "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()),
-           "ratio_is": "derived: median compiled decode tokens/s / median eager decode tokens/s, alternated runs",
-           **host_info("cpu")}
-    write_json_atomic(args.output, out)
+        if name in out["methods"]:
+            print(f"{name}: kept from {args.output}")
+            continue
+        out["methods"][name] = measure_method(target, draft, prompts, name, args, compiled)
+        out["load_average_after"] = list(os.getloadavg())
+        write_json_atomic(args.output, out)
     return out
+
+
+def measure_method(target, draft, prompts, name: str, args, compiled: dict) -> dict:
+    """One method's eager and compiled decode rates, alternated, and their median ratio."""
+    runs = {"eager": [], "compiled": [], "compile_s": 0.0}
+    for prompt in prompts:
+        start = time.perf_counter()
+        with Compiled([target, draft], compiled):  # compiles every shape of this prompt's decode
+            decode_rate(target, draft, prompt, name, args.tokens)
+        runs["compile_s"] += time.perf_counter() - start
+        for _ in range(args.repeats):
+            runs["eager"].append(decode_rate(target, draft, prompt, name, args.tokens))
+            with Compiled([target, draft], compiled):
+                runs["compiled"].append(decode_rate(target, draft, prompt, name, args.tokens))
+    runs["ratio_compiled_over_eager"] = statistics.median(runs["compiled"]) / statistics.median(runs["eager"])
+    print(f"{name}: compiled / eager decode tokens/s {runs['ratio_compiled_over_eager']:.3f} "
+          f"(medians of {len(runs['eager'])} runs; compiling took {runs['compile_s']:.0f} s)")
+    return runs
 
 
 if __name__ == "__main__":

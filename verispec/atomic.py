@@ -24,3 +24,26 @@ def write_json_atomic(path: str, payload) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def resume_json(path: str, settings: dict, fresh: bool = False) -> dict | None:
+    """The JSON at `path` to resume, when it was written with `settings`: None when there is no
+    file or with `fresh` (the run starts over and replaces it).
+
+    A resumable result file keeps, at its top level, the settings its records depend on; a run
+    continues it only when each key of `settings` holds the same value there, so records of two
+    configurations never mix and a file of another configuration is never overwritten silently.
+
+    Raises:
+        ValueError naming `output`: the file holds other values for some of `settings` (it is
+            left as it is).
+    """
+    if fresh or not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        old = json.load(handle)
+    differ = [key for key, value in settings.items() if old.get(key) != value]
+    if differ:
+        raise ValueError(f"output: {path} was written with other {', '.join(differ)}; pass --fresh to "
+                         f"replace it or choose another output")
+    return old

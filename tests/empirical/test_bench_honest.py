@@ -263,3 +263,38 @@ def test_storage_script_alternates_both_storages_on_the_same_tokens(tiny_pair, t
     assert [r["storage"] for r in runs[:2]] == ["static", "sequence"]  # prompt 0: static first
     assert [r["storage"] for r in runs[-2:]] == ["sequence", "static"]  # prompt 1: the other order
     assert all(r["same_tokens"] for r in runs) and json.load(open(out))["summary"][1]["method"] == "block:L=3"
+
+
+def test_storage_script_resumes_its_file_and_refuses_another_configuration(tiny_pair, tmp_path):
+    from ..scripts import load_script
+
+    script = load_script(os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "storage_cpu.py"))
+    out = str(tmp_path / "s.json")
+    args = ["--methods", "target_only", "--tokens", "6", "--prompts", "2", "--output", out]
+    first = script.main(args, pair=tiny_pair, prompts=PROMPTS)
+    interrupted = json.load(open(out))
+    interrupted["runs"] = interrupted["runs"][:2]  # as if stopped after the first prompt
+    json.dump(interrupted, open(out, "w"))
+    again = script.main(args, pair=tiny_pair, prompts=PROMPTS)  # only the second prompt is measured again
+    assert again["runs"][:2] == first["runs"][:2] and again["runs"][2:] != first["runs"][2:]
+    assert [r["task_id"] for r in again["runs"]] == ["t/0", "t/0", "t/1", "t/1"]
+    with pytest.raises(ValueError, match="output: .* other config"):
+        script.main(["--methods", "target_only", "--tokens", "7", "--prompts", "2", "--output", out],
+                    pair=tiny_pair, prompts=PROMPTS)
+    assert json.load(open(out))["runs"] == again["runs"]  # refused, and left as it was
+
+
+def test_compile_script_resumes_without_compiling_again(tmp_path):
+    from ..scripts import load_script
+
+    script = load_script(os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_cpu.py"))
+    out = str(tmp_path / "c.json")
+    settings = {"prompts": 1, "tokens": 8, "repeats": 1, "threads": 1, "tiny": True}
+    held = {"eager": [1.0], "compiled": [1.1], "compile_s": 2.0, "ratio_compiled_over_eager": 1.1}
+    with open(out, "w") as f:
+        json.dump({**settings, "methods": {"target_only": held}}, f)
+    args = ["--methods", "target_only", "--tokens", "8", "--repeats", "1", "--threads", "1", "--tiny", "--output", out]
+    assert script.main(args)["methods"] == {"target_only": held}  # kept: nothing compiled or timed
+    with pytest.raises(ValueError, match="output: .* other repeats"):
+        script.main(["--methods", "target_only", "--tokens", "8", "--repeats", "2", "--threads", "1", "--tiny",
+                     "--output", out])
