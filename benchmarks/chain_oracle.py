@@ -11,7 +11,8 @@ d_1.. equal y_{i+1}... From the table this script
   tokens, cut to the tokens still needed: transformers' assisted generation with
   `assistant_confidence_threshold=c`, `num_assistant_tokens=L` under the constant schedule, and
   verispec's `adaptive:L=..,sched=constant,c=..,pol=fixed`), counting its target forwards (one per
-  iteration) and drafted tokens (one draft forward each);
+  iteration) and drafted tokens (one draft forward each). transformers' threshold stays fixed only
+  without scikit-learn; with it, the threshold adapts online and the peer is not replayed;
 - replays a grid of verispec's fixed stops (`GRID_LENGTHS` x `GRID_THRESHOLDS`) and names the
   best one on these prompts (in hindsight: the grid is chosen knowing them);
 - solves for the ORACLE schedule: the draft lengths k_i <= a(i) (an oracle knows where each chain
@@ -89,12 +90,13 @@ def verispec_stop(length: int, threshold: float) -> Stop:
     return Stop(f"adaptive:L={length},sched=constant,c={round(100 * threshold)},pol=fixed", length, threshold, 1, 1)
 
 
-def stop_of(label: str) -> Stop | None:
+def stop_of(label: str, adaptive_threshold: bool = False) -> Stop | None:
     """The `Stop` a bench runner label runs at T = 0, or None for one this replay cannot model (a
-    cost policy, the heuristic schedule, trees, multi-path rules, phrase drafts)."""
+    cost policy, the heuristic schedule, trees, multi-path rules, phrase drafts, and transformers'
+    assistant when its threshold adapts online: `adaptive_threshold`, scikit-learn installed)."""
     spec = parse_method(label, 4, 1)
     params = dict(spec.params)
-    if spec.name == "hf" and params.get("schedule", "constant") == "constant":
+    if spec.name == "hf" and params.get("schedule", "constant") == "constant" and not adaptive_threshold:
         c = params.get("confidence")  # the peer's own key (`PEER_PARAMS`)
         return Stop(label, params.get("num_assistant_tokens", 20), 0.4 if c is None else c, 0, 0)
     if spec.name == "adaptive" and params.get("policy") == "fixed" and params.get("schedule") == "constant" \
@@ -248,9 +250,11 @@ def measured_counts(bench: dict, task: str) -> dict:
     return out
 
 
-def prompt_record(pair, draft_pair, peer_spec, config, ids, args, bench_counts: dict) -> dict:
+def prompt_record(pair, draft_pair, peer_spec, config, ids, args, bench_counts: dict,
+                  adaptive_threshold: bool = False) -> dict:
     """One prompt: target-only's greedy tokens, the chain table, the prices, the oracle, every
-    replayed stop, and each measured runner's counts priced (and replayed where `stop_of` models it)."""
+    replayed stop, and each measured runner's counts priced (and replayed where `stop_of` models
+    it; `adaptive_threshold`: the bench file ran transformers with scikit-learn)."""
     with torch.inference_mode():
         target_only = parse_method("target_only", config.draft_length, config.num_paths)
         greedy = run_method(target_only, pair, ids, config, 0.0, 0, {}).tokens[0, :args.max_new_tokens]
@@ -269,7 +273,7 @@ def prompt_record(pair, draft_pair, peer_spec, config, ids, args, bench_counts: 
     measured = {}
     for label, (t, d) in bench_counts.items():
         measured[label] = priced(t, d)
-        stop = stop_of(label)
+        stop = stop_of(label, adaptive_threshold)
         if stop is not None:
             measured[label]["replayed_forwards"] = list(replay(conf, matched, N, stop))
     return {"tokens": N, "target_s": t_s, "draft_s": d_s, "matched": matched,
@@ -317,7 +321,8 @@ def run(args) -> dict:
             print(item["task_id"], "kept from", args.output, flush=True)
             continue
         ids = pair.tokenizer(item["prompt"], return_tensors="pt").input_ids
-        record = prompt_record(pair, draft_pair, peer_spec, config, ids, args, measured_counts(bench, item["task_id"]))
+        record = prompt_record(pair, draft_pair, peer_spec, config, ids, args, measured_counts(bench, item["task_id"]),
+                               bench.get("environment", {}).get("scikit_learn") is not None)
         out["prompts"][item["task_id"]] = record
         write_json_atomic(args.output, {**out, "summary": summarise(out["prompts"])})
         print(item["task_id"], f"C_t {record['target_s']:.3f} s, C_d {record['draft_s']:.4f} s; oracle "
