@@ -20,8 +20,8 @@ d_1.. equal y_{i+1}... From the table this script
   f(i) = min_k [C_t + k C_d + f(i + k + 1)], f(N) = 0.
 
 Prices, measured in this run on this host (median of the timed forwards): C_t, a target forward
-with `--verify-rows` rows at the prompt's cache length; C_d, a 1-row draft forward while building
-the table. Priced seconds = target forwards x C_t + draft forwards x C_d (derived). Time outside
+with `--verify-rows` rows at the prompt's cache length (`verispec.bench.costs.time_appends`, as the
+cost policy's model is measured); C_d, a 1-row draft forward while building the table. Priced seconds = target forwards x C_t + draft forwards x C_d (derived). Time outside
 the forwards (verification, sampling, Python) is left out on both sides.
 
 What it bounds: no chain drafter that drafts the draft model's greedy tokens can beat the oracle's
@@ -57,10 +57,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from verispec.atomic import resume_json, write_json_atomic  # noqa: E402
 from verispec.bench.dispatch import run_method  # noqa: E402
 from verispec.bench.drafts import QuantizedDrafts  # noqa: E402
+from verispec.bench.costs import time_appends  # noqa: E402
 from verispec.bench.run import BenchConfig, prepare  # noqa: E402
 from verispec.bench.spec import draft_vocabulary, parse_method  # noqa: E402
+from verispec.empirical.drafters import probabilities  # noqa: E402
 from verispec.empirical.kv import new_kv  # noqa: E402
 from verispec.empirical.speedups.hardware import host_info  # noqa: E402
+
 
 class Stop(NamedTuple):
     """A confidence stop as one decoder runs it: at most `length` tokens, stop after a token of
@@ -219,25 +222,17 @@ def chain_table(draft, prompt: torch.Tensor, greedy: torch.Tensor, longest: int,
 
 
 def _greedy(logits: torch.Tensor):
-    """logits [1, 1, V] -> (the argmax token int64 [1, 1], its softmax probability at T = 1)."""
-    probs = torch.softmax(logits[0, -1].double(), -1)  # [V]; -inf outside a head subset
-    token = probs.argmax()
-    return token.view(1, 1), float(probs[token])
+    """logits [1, 1, V] -> (the argmax token int64 [1, 1], its probability at T = 1): the
+    confidence the engine's chains read (`probabilities(logits, 1)`; 0 outside a head subset)."""
+    conf, token = probabilities(logits[0, -1], 1.0).max(-1)  # first maximal id on ties, as the engine
+    return token.view(1, 1), float(conf)
 
 
 def target_seconds(target, prompt: torch.Tensor, rows: int, repeats: int = 7) -> float:
-    """Median seconds of a `rows`-row chain forward of the target after the prompt."""
-    kv = new_kv("sequence", target, 1)
-    kv.prefill(prompt, torch.tensor([prompt.shape[1]]))
-    tokens = prompt[:, -rows:] if prompt.shape[1] >= rows else prompt[:, :1].expand(1, rows)
-    parents, real = (torch.arange(rows) - 1).unsqueeze(0), torch.ones(1, rows, dtype=torch.bool)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        kv.append(tokens, parents, real)
-        times.append(time.perf_counter() - t0)
-        kv.commit(torch.zeros(1, rows, dtype=torch.bool))
-    return statistics.median(times)
+    """Median seconds of a `rows`-row chain forward of the target after as many cached positions
+    as the prompt has (`verispec.bench.costs.time_appends`)."""
+    cuda = str(target.device).startswith("cuda")
+    return statistics.median(s for _, _, s in time_appends(target, (rows,), (prompt.shape[1],), repeats, cuda))
 
 
 def measured_counts(bench: dict, task: str) -> dict:

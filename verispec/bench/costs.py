@@ -37,7 +37,7 @@ from ..reference.costs import CostModel
 from .spec import BenchMethod, draft_vocabulary, parse_method
 from .weights import cache_dir
 
-__all__ = ["COST_CACHE_ENV", "DRAFT_ROWS", "TARGET_ROWS", "CACHE_LENGTHS", "COST_SCHEMA", "CostGrid", "measure_costs",
+__all__ = ["COST_CACHE_ENV", "DRAFT_ROWS", "TARGET_ROWS", "CACHE_LENGTHS", "COST_SCHEMA", "CostGrid", "measure_costs", "time_appends",
            "cost_key", "CostModels", "recorded_spec"]
 
 #: Row counts of the timed draft forwards (1: a chain step; more: guesses and tree layers).
@@ -72,8 +72,11 @@ class CostGrid:
             raise ValueError(f"grid: expected cache lengths, row counts and repeats >= 1, got {self}")
 
 
-def _time_appends(model, rows, lengths, repeats: int, cuda: bool) -> list:
-    """[(rows, n, seconds)] of engine appends of `rows` chain tokens after n cached ones."""
+def time_appends(model, rows, lengths, repeats: int, cuda: bool) -> list:
+    """[(r, n, seconds)]: for each cache length n in `lengths` and row count r in `rows`, `repeats`
+    timed engine appends (`verispec.empirical.kv`, a chain of r deterministic token ids after a
+    prefill of n), each after one untimed warm-up and dropped after timing. `cuda`: synchronize
+    around each append. `model`: a `CausalLM` (any view: int8, head subset)."""
     samples = []
     V = model.vocab_size
     for n in lengths:
@@ -108,9 +111,9 @@ def measure_costs(target, draft, key=(), *, layout: str = "xw", grid: CostGrid =
     """
     cuda = str(target.device).startswith("cuda")
     with torch.inference_mode():
-        drafts = _time_appends(draft, grid.draft_rows, grid.lengths, grid.repeats, cuda)
+        drafts = time_appends(draft, grid.draft_rows, grid.lengths, grid.repeats, cuda)
         with linear_layout(target.model, layout):
-            targets = _time_appends(target, grid.target_rows, grid.lengths, grid.repeats, cuda)
+            targets = time_appends(target, grid.target_rows, grid.lengths, grid.repeats, cuda)
     samples = [("draft", *s) for s in drafts] + [("target", *s) for s in targets]
     return CostModel.fitted(samples, key)
 
