@@ -45,9 +45,12 @@ def main(argv=None) -> int:
         ident, model = costs.for_method(spec, drafts.pair_for(spec, pair), config)
         out["methods"][spec.label] = {"cost_model": ident, "seconds_to_measure_or_load": time.perf_counter() - start}
         out["cost_models"][ident] = model.to_dict()
-        print(f"{spec.label}: cost model {ident}; target 1 / 8 / 16 rows at n = 256: "
+        check = costs.checks[ident]
+        drift = "" if check["spot_check"] is None else f" (cached; spot check drift {check['spot_check']['drift']:.2f})"
+        print(f"{spec.label}: cost model {ident} {check['source']}{drift}; target 1 / 8 / 16 rows at n = 256: "
               + " / ".join(f"{model.target.seconds(r, 256):.4f}" for r in (1, 8, 16))
               + f" s; draft 1 row {model.draft.seconds(1, 256):.4f} s", flush=True)
+    out["cost_checks"] = costs.checks
     out["load_after"] = os.getloadavg()
     write_json_atomic(args.output, out)
     print(f"wrote {args.output}")

@@ -186,11 +186,48 @@ def test_the_bench_measures_caches_and_records_the_cost_model(tmp_path, monkeypa
         raise AssertionError("measured again")
 
     monkeypatch.setattr(bench_costs, "measure_costs", no_measuring)  # the second run reads the cache
+    monkeypatch.setattr(bench_costs, "DRIFT_TOLERANCE", 1e9)  # tiny forwards' timing noise is not drift
     again = bench.run_bench(cfg, str(tmp_path / "b.json"), pair=pair_, prompts=BENCH_PROMPTS, plot=False)
     assert again["environment"]["cost_models"] == models
     spec = bench_costs.recorded_spec("adaptive", results, 4, 3)  # a re-run takes the recorded decisions
     assert spec.cost_model == ident and spec.param("costs") == CostModel.from_dict(model)
     assert json.loads(json.dumps(results))["summary"][1]["greedy_match_rate"] == 1.0
+
+
+def test_a_cached_cost_model_that_has_drifted_is_measured_again(tmp_path, monkeypatch):
+    """A stale cache (every forward priced 1000x too high, as if measured on a slower machine) is
+    caught by the spot check, measured again and replaced; with the check switched off (an infinite
+    tolerance in effect) the stale model would have been used, so the check is what catches it."""
+    from verispec import bench
+    from verispec.bench import costs as bench_costs
+
+    from .test_bench import PROMPTS as BENCH_PROMPTS
+
+    folder = tmp_path / "costs"
+    monkeypatch.setenv("VERISPEC_COST_CACHE", str(folder))
+    pair_ = _bench_pair()
+    cfg = bench.BenchConfig(prompts=1, max_new_tokens=4, methods=("adaptive",), temperatures=(0.0,), dtype="float32")
+    first = bench.run_bench(cfg, str(tmp_path / "a.json"), pair=pair_, prompts=BENCH_PROMPTS, plot=False)
+    (ident, check), = first["environment"]["cost_checks"].items()
+    assert check == {"tolerance": bench_costs.DRIFT_TOLERANCE, "source": "measured", "spot_check": None}
+    fresh = CostModel.from_dict(first["environment"]["cost_models"][ident])
+    scale = lambda f: ForwardCost(f.rows, tuple(1000 * b for b in f.base), tuple(1000 * p for p in f.per_position))
+    stale = CostModel(scale(fresh.draft), scale(fresh.target), key=fresh.key)
+    (folder / f"{ident}.json").write_text(json.dumps(stale.to_dict()))
+
+    kept = bench_costs.CostModels(tolerance=1e9)  # no drift check in effect: the stale model is used
+    assert kept.for_method(bench.parse_method("adaptive", 4, 3), pair_, cfg.resolve()[0])[1] == stale
+    assert kept.checks[ident]["source"] == "cache" and kept.checks[ident]["spot_check"]["drift"] > 100
+
+    again = bench.run_bench(cfg, str(tmp_path / "b.json"), pair=pair_, prompts=BENCH_PROMPTS, plot=False)
+    check = again["environment"]["cost_checks"][ident]
+    assert check["source"] == "measured again" and check["spot_check"]["drift"] > 100
+    assert check["spot_check"]["draft_1_row"]["ratio"] < 0.01  # measured far below the stale prediction
+    remeasured = CostModel.from_dict(json.loads((folder / f"{ident}.json").read_text()))
+    assert remeasured == CostModel.from_dict(again["environment"]["cost_models"][ident])
+    assert remeasured.draft.seconds(1, 256) < stale.draft.seconds(1, 256) / 100
+    with pytest.raises(ValueError, match="tolerance"):
+        bench_costs.CostModels(tolerance=0)
 
 
 def test_the_peer_takes_its_assistant_settings_and_restores_them():

@@ -16,7 +16,15 @@ and the added tokens; ``lin=``: the target's GEMM layout), loading it from
 ``<cache>/costs/<key hash>.json`` (`verispec.bench.weights.cache_dir`: ``$VERISPEC_CACHE`` or the
 platformdirs user cache; ``$VERISPEC_COST_CACHE`` names another folder for the cost models alone)
 or measuring and caching it. Delete that folder (or pass ``refresh``) to measure again.
-Timings are only meaningful on a quiet machine (docs/real_models.md).
+
+A cached model is checked before it is used (`spot_check`): a few draft forwards of one row and
+target forwards of `SPOT_TARGET_ROWS` rows at `SPOT_LENGTH` cached positions are timed now and set
+against the model's prediction. A host whose speed has changed since the model was measured (a
+virtual machine moved to other hardware, another power profile, a library built otherwise) gives
+a ratio outside [1 / (1 + tolerance), 1 + tolerance], and the model is measured again: a policy
+fed last month's costs drafts for a machine it no longer runs on. Each check is kept
+(`CostModels.checks`) and the bench records it. Timings are only meaningful on a quiet machine
+(docs/real_models.md).
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ from .spec import BenchMethod, draft_vocabulary, parse_method
 from .weights import cache_dir
 
 __all__ = ["COST_CACHE_ENV", "DRAFT_ROWS", "TARGET_ROWS", "CACHE_LENGTHS", "COST_SCHEMA", "CostGrid", "measure_costs", "time_appends",
-           "cost_key", "CostModels", "recorded_spec"]
+           "cost_key", "CostModels", "recorded_spec", "spot_check", "SPOT_TARGET_ROWS", "SPOT_LENGTH",
+           "DRIFT_TOLERANCE"]
 
 #: Row counts of the timed draft forwards (1: a chain step; more: guesses and tree layers).
 DRAFT_ROWS = (1, 2, 3, 4, 6, 8, 12, 16)
@@ -51,6 +60,14 @@ CACHE_LENGTHS = (64, 256, 512)
 COST_SCHEMA = 1
 #: An environment variable naming the cost models' folder (default: <verispec cache>/costs).
 COST_CACHE_ENV = "VERISPEC_COST_CACHE"
+#: The spot check of a cached model: target rows (a chain of 7-8 drafted tokens plus its bonus
+#: row, what a decode verifies most often) and the cache length, both among the measured ones.
+SPOT_TARGET_ROWS, SPOT_LENGTH = 8, 256
+#: A cached model whose spot check is off by more than this fraction, either way, is measured
+#: again: above the run-to-run spread of a median of a few forwards on a quiet host, below the
+#: drift a moved virtual machine shows (a cached one-row int8 draft forward of 39 ms that ran at
+#: 52 ms a session later, 33% slower).
+DRIFT_TOLERANCE = 0.25
 
 
 @dataclass(frozen=True)
@@ -140,14 +157,50 @@ def cost_key(spec: BenchMethod, pair, config) -> tuple:
             ("transformers", transformers.__version__), ("cpu_capability", host_info(device)["cpu_capability"]))
 
 
+def spot_check(target, draft, model: CostModel, *, layout: str = "xw", repeats: int = 3) -> dict:
+    """Time `repeats` draft forwards of one row and target forwards of `SPOT_TARGET_ROWS` rows
+    (in the linear `layout`, as `measure_costs`) at `SPOT_LENGTH` cached positions, each after a
+    warm-up (`time_appends`), and set their medians against `model`'s prediction.
+
+    Returns:
+        {"draft_1_row" / "target_8_rows": {"predicted_s", "measured_s", "ratio"}, "drift"}: ratio =
+        measured / predicted; drift = the largest of max(ratio, 1 / ratio) - 1 (0: as predicted).
+    """
+    cuda = str(target.device).startswith("cuda")
+    out, drift = {}, 0.0
+    with torch.inference_mode(), linear_layout(target.model, layout):
+        spots = (("draft_1_row", draft, 1), (f"target_{SPOT_TARGET_ROWS}_rows", target, SPOT_TARGET_ROWS))
+        for name, who, rows in spots:
+            times = sorted(s for *_, s in time_appends(who, (rows,), (SPOT_LENGTH,), repeats, cuda))
+            measured = times[len(times) // 2]
+            predicted = float((model.draft if who is draft else model.target).seconds(rows, SPOT_LENGTH))
+            ratio = measured / predicted
+            out[name] = {"predicted_s": predicted, "measured_s": measured, "ratio": ratio}
+            drift = max(drift, ratio - 1, 1 / ratio - 1)
+    out["drift"] = drift
+    return out
+
+
 class CostModels:
     """One bench run's cost models, one per lever set, loaded from the disk cache or measured
     (module docstring). `models` maps each key's id (a hash) to its `CostModel`; `refresh`
-    measures again even where the cache holds a model (and replaces it)."""
+    measures again even where the cache holds a model (and replaces it); a cached model whose
+    `spot_check` drifts past `tolerance` is measured again too. `checks` maps each key's id to
+    its spot check, with "tolerance", "source" ("cache": kept; "measured again": drifted; "measured":
+    none was cached) and "spot_check" (None where none was cached).
 
-    def __init__(self, folder: str | None = None, repeats: int = CostGrid.repeats, refresh: bool = False):
-        self.folder, self.repeats, self.refresh = folder, repeats, refresh
+    Raises:
+        ValueError: tolerance not > 0 (None: `DRIFT_TOLERANCE`).
+    """
+
+    def __init__(self, folder: str | None = None, repeats: int = CostGrid.repeats, refresh: bool = False,
+                 tolerance: float | None = None):
+        tolerance = DRIFT_TOLERANCE if tolerance is None else tolerance
+        if not tolerance > 0:
+            raise ValueError(f"tolerance: expected a fraction > 0, got {tolerance!r}")
+        self.folder, self.repeats, self.refresh, self.tolerance = folder, repeats, refresh, tolerance
         self.models: dict[str, CostModel] = {}
+        self.checks: dict[str, dict] = {}
 
     def _path(self, ident: str) -> str:
         folder = self.folder or os.environ.get(COST_CACHE_ENV, "").strip() or os.path.join(str(cache_dir()), "costs")
@@ -157,21 +210,26 @@ class CostModels:
         """(key id, cost model) of `spec`'s levers; `pair` is the method's (its int8 draft for dq=8)."""
         key = cost_key(spec, pair, config)
         ident = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
-        if ident not in self.models:
-            path = self._path(ident)
-            if os.path.exists(path) and not self.refresh:
-                with open(path) as handle:
-                    self.models[ident] = CostModel.from_dict(json.load(handle))
-            else:
-                draft = pair.draft
-                vocab = draft_vocabulary(spec, pair)
-                if vocab is not None:
-                    draft = draft.with_head_subset(vocab.subset(draft.vocab_size))
-                model = measure_costs(pair.target, draft, key, layout=spec.linear_layout,
-                                      grid=CostGrid(repeats=self.repeats))
-                write_json_atomic(path, model.to_dict())
-                self.models[ident] = model
-        return ident, self.models[ident]
+        if ident in self.models:
+            return ident, self.models[ident]
+        path, draft = self._path(ident), pair.draft
+        vocab = draft_vocabulary(spec, pair)
+        if vocab is not None:
+            draft = draft.with_head_subset(vocab.subset(draft.vocab_size))
+        check = {"tolerance": self.tolerance, "source": "measured", "spot_check": None}
+        if os.path.exists(path) and not self.refresh:
+            with open(path) as handle:
+                cached = CostModel.from_dict(json.load(handle))
+            check["spot_check"] = spot_check(pair.target, draft, cached, layout=spec.linear_layout)
+            if check["spot_check"]["drift"] <= self.tolerance:
+                check["source"] = "cache"
+                self.models[ident], self.checks[ident] = cached, check
+                return ident, cached
+            check["source"] = "measured again"
+        model = measure_costs(pair.target, draft, key, layout=spec.linear_layout, grid=CostGrid(repeats=self.repeats))
+        write_json_atomic(path, model.to_dict())
+        self.models[ident], self.checks[ident] = model, check
+        return ident, model
 
     def attach(self, spec: BenchMethod, pair, config) -> BenchMethod:
         """`spec` with its cost model as the ``costs`` parameter when it runs policy "auto"."""

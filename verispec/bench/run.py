@@ -195,11 +195,14 @@ def run_bench(config: BenchConfig, output: str | None = None, *, fresh: bool = F
 def _with_costs(specs, pair, config, drafts: QuantizedDrafts, results: dict) -> list:
     """`specs` with the measured cost model of each policy-"auto" method attached (loaded from the
     disk cache or measured now, before any timed span: `verispec.bench.costs`); every model used
-    is recorded under the results' environment "cost_models" (fits and raw samples)."""
+    is recorded under the results' environment "cost_models" (fits and raw samples), and how each
+    was obtained under "cost_checks" (from the cache after a spot check, measured, or measured
+    again because the cached one had drifted)."""
     costs = CostModels()
     out = [costs.attach(spec, drafts.pair_for(spec, pair), config) for spec in specs]
     if costs.models:
         results["environment"]["cost_models"] = {ident: model.to_dict() for ident, model in costs.models.items()}
+        results["environment"]["cost_checks"] = dict(costs.checks)
     return out
 
 
