@@ -109,6 +109,31 @@ def test_bad_input_raises_naming_the_argument(pair):
         quantize.subset_head(torch.nn.Linear(4, 4), torch.tensor([0, 1]))
 
 
+def test_subsets_that_start_with_the_same_ids_share_one_packed_prefix_head(pair, monkeypatch):
+    """FR-Spec's subsets are the top-k ids plus each prompt's: the int8 head over 0..k-1 is packed
+    once and shared, only the prompt's extra rows are packed per subset, and every logit is the
+    single subset head's (the same int8 rows and activation scale: exact int32 sums)."""
+    from verispec.empirical.speedups import int8_head
+
+    _, _, int8 = pair
+    monkeypatch.setattr(int8_head, "PREFIX_MIN_ROWS", 4)
+    first, second = int8.with_head_subset([0, 1, 2, 3, 4, 9]), int8.with_head_subset([12, 0, 1, 2, 3, 4, 6, 15])
+    assert int8_head.leading_run(second.head_subset) == 5
+    one, two = first.head_subset_layer, second.head_subset_layer
+    assert isinstance(one, int8_head.PrefixAndRest) and one.prefix is two.prefix  # packed once
+    assert one.rest.out_features == 1 and two.rest.out_features == 3
+    whole = int8_head.subset_head(int8.model.get_output_embeddings(), second.head_subset)  # one head over S
+    hidden = torch.randn(3, whole.in_features)
+    assert torch.allclose(two(hidden), whole(hidden), atol=1e-6, rtol=0)
+    short = int8.with_head_subset([0, 1, 2, 5])  # k = 3 < 4: one head, as before
+    assert not isinstance(short.head_subset_layer, int8_head.PrefixAndRest)
+    assert int8.with_head_subset([0, 1, 2, 3, 4]).head_subset_layer is one.prefix  # S = the prefix
+    logits, _ = second.forward(PROMPT)  # [1, n, V]: the view runs the split head
+    full, _ = int8.forward(PROMPT)
+    ids = second.head_subset
+    assert torch.allclose(logits[..., ids], full[..., ids], atol=1e-5, rtol=0)
+
+
 def test_head_subset_of_the_int8_head_is_its_rows(pair):
     _, _, int8 = pair
     view = int8.with_head_subset(S)

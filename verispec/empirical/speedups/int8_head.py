@@ -10,7 +10,14 @@ import warnings
 
 import torch
 
-__all__ = ["is_quantized_linear", "subset_head", "quiet_quantization"]
+__all__ = ["is_quantized_linear", "subset_head", "quiet_quantization", "PrefixAndRest", "leading_run",
+           "gathered_int8_head", "PREFIX_MIN_ROWS"]
+
+#: A subset that holds the ids 0..k-1 with k >= this many keeps one int8 head over them for every
+#: subset with the same k (`CausalLM.with_head_subset`): packing an int8 head into the GEMM layout
+#: costs time in its rows (the 32,790 rows of a prompt's 32,768-token draft vocabulary took about
+#: 0.4 s per prompt on the real pair's 2-core host), while a few hundred rows pack at once.
+PREFIX_MIN_ROWS = 1024
 
 _DEPRECATIONS = (r"torch\.ao\.quantization is deprecated", r".*quantized tensor creation functions")
 
@@ -75,3 +82,43 @@ def subset_head(head, ids: torch.Tensor):
                                                    dtype=torch.qint8)
         out.set_weight_bias(weight, None if bias is None else bias.index_select(0, index))
     return out
+
+
+def leading_run(ids: torch.Tensor) -> int:
+    """k: how many of the sorted unique ids [|S|] are 0, 1, ..., k-1 (the ids before the first gap)."""
+    gaps = (ids != torch.arange(ids.numel(), device=ids.device)).nonzero()
+    return int(gaps[0, 0]) if gaps.numel() else ids.numel()
+
+
+class PrefixAndRest(torch.nn.Module):
+    """The output layer over S = {0..k-1} and the rest R (each id >= k): `prefix`'s logits over
+    0..k-1 and `rest`'s over R, concatenated [..., k + |R|] in S's sorted order. Both are rows of
+    one int8 head; each quantizes the same activations to the same scale, so every logit is the
+    one the single head over S gives. Lets many subsets share one packed prefix head."""
+
+    def __init__(self, prefix: torch.nn.Module, rest: torch.nn.Module):
+        super().__init__()
+        self.prefix, self.rest = prefix, rest
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.prefix(hidden), self.rest(hidden)], -1)  # [..., k + |R|]
+
+
+def gathered_int8_head(head, ids: torch.Tensor, prefix: tuple) -> tuple:
+    """(the int8 output layer over the sorted unique ids [|S|], the (k, head over 0..k-1) to keep).
+
+    Where S starts with 0..k-1 for a k of at least `PREFIX_MIN_ROWS` (FR-Spec's top-k ids plus a
+    prompt's), the head over 0..k-1 is `prefix`'s when its k matches, else packed now and
+    returned to be kept, and only the rest of S is packed (`PrefixAndRest`); otherwise one
+    `subset_head` over S, and `prefix` is returned unchanged.
+
+    Args:
+        head: a dynamic int8 linear [V, H]. ids: int64 [|S|], sorted unique. prefix: (k, module
+            or None), what the caller kept from an earlier call ((0, None) at first).
+    """
+    k = leading_run(ids)
+    if k < PREFIX_MIN_ROWS:
+        return subset_head(head, ids), prefix
+    if prefix[0] != k:
+        prefix = (k, subset_head(head, ids[:k]))
+    return (prefix[1] if k == ids.numel() else PrefixAndRest(prefix[1], subset_head(head, ids[k:]))), prefix
