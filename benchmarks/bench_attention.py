@@ -32,7 +32,6 @@ before and after are recorded: timings are only meaningful on an otherwise idle 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -43,7 +42,7 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from verispec.atomic import write_json_atomic  # noqa: E402
+from verispec.atomic import resume_json, write_json_atomic  # noqa: E402
 from verispec.empirical.speedups.attention import packed_rows, varlen_attention  # noqa: E402
 from verispec.empirical.model import additive_mask  # noqa: E402
 
@@ -205,14 +204,10 @@ def record_key(dtype: str, profile: str, batch: int, length: int) -> str:
 
 
 def _load(path: str, config: dict, fresh: bool) -> dict:
-    if fresh or not os.path.exists(path):
-        return {}
-    with open(path) as handle:
-        old = json.load(handle)
-    if old.get("schema") != SCHEMA or old.get("config") != config:
-        raise SystemExit(f"{path}: holds results of another configuration; pass --fresh to overwrite "
-                         "(or --out for another file)")
-    return {r["key"]: r for r in old.get("records", [])}
+    """The records of `path` to resume by key ({} when there is none, or with `fresh`).
+    Raises ValueError naming output for a file of another schema or configuration (kept)."""
+    old = resume_json(path, {"schema": SCHEMA, "config": config}, fresh)
+    return {r["key"]: r for r in (old or {}).get("records", [])}
 
 
 def run(batches, lengths, new_tokens=5, dtypes=("float32", "bfloat16"), heads=12, kv_heads=2, head_dim=128,

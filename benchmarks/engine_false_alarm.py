@@ -28,7 +28,7 @@ import numpy as np
 from scipy import stats
 
 from verispec import __version__
-from verispec.atomic import write_json_atomic
+from verispec.atomic import resume_json, write_json_atomic
 from verispec.testing import (EngineCheckSettings, EngineLosslessnessError, PairLaw, assert_engine_lossless,
                               exact_generate)
 from verispec.testing.tiny_pair import TinyPairConfig, build_tiny_pair
@@ -80,11 +80,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     settings = EngineCheckSettings(tv=args.tv, alpha=args.alpha, num_tokens=args.num_tokens)
     config = {"settings": asdict(settings), "pair": asdict(TinyPairConfig())}
-    records = []
-    if not args.fresh and os.path.exists(args.output):
-        previous = json.load(open(args.output))
-        if previous.get("config") == json.loads(json.dumps(config)):
-            records = previous["records"]
+    previous = resume_json(args.output, {"config": json.loads(json.dumps(config))}, args.fresh)
+    records = previous["records"] if previous else []  # a file of another configuration is refused, not replaced
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="verispec-pair-") as folder:
         law = PairLaw(build_tiny_pair(folder), settings)

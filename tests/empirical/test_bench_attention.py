@@ -53,8 +53,10 @@ def test_tiny_run_schema_agreement_and_resume(bench, tmp_path):
     calls = []
     again = bench.run([1, 3], [4, 9], 2, ["float32"], 4, 2, 8, 1, out=out, log=calls.append)
     assert calls == [] and len(again["records"]) == 6
-    with pytest.raises(SystemExit, match="fresh"):
+    kept = open(out).read()
+    with pytest.raises(ValueError, match="output: .*fresh"):
         bench.run([1, 2], [4], 2, ["float32"], 4, 2, 8, 1, out=out)
+    assert open(out).read() == kept  # a file of another configuration is left as it was
 
 
 def test_planted_layout_bug_shows_in_the_agreement_column(bench, monkeypatch):

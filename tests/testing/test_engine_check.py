@@ -340,6 +340,10 @@ def test_the_benchmark_scripts_run_end_to_end(tmp_path):
                                                           "--output", str(out)])
     record = json.loads(out.read_text())
     assert record["summary"]["runs"] == 2 and len(record["records"]) == 2 and "0.05" in record["summary"]["joint_rates"]
+    with pytest.raises(ValueError, match="output: .*fresh"):  # another configuration: refused, the file kept
+        load_script("benchmarks/engine_false_alarm.py").main(["--runs", "2", "--tv", "0.3", "--num-tokens", "2",
+                                                              "--output", str(out)])
+    assert json.loads(out.read_text()) == record
     load_script("benchmarks/bench_engines.py").main(["--engine", "transformers", "--tv", "0.4", "--modes", "control",
                                                      "--num-tokens", "2", "--out-dir", str(tmp_path)])
     record = json.loads((tmp_path / "check_engine_transformers.json").read_text())
