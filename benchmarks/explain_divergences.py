@@ -30,8 +30,9 @@ nodes in the deciding forward ("fed": every row's). A divergence at the first ge
 a batch whose prompts have one length is not found (that prefill does not go through `append`).
 
 Phrase-pool runners (ouroboros_phrase, lookahead) keep one pool per runner and temperature across
-the bench's prompts, so the drafts at prompt k depend on prompts 0..k-1. Their re-run first rebuilds
-that pool (`PoolReplay`): it runs the runner at T = 0 on every earlier prompt of the file, in the
+the bench's prompts, and cost-policy runners (``pol=auto``) a `PolicyMemory` (the calibration
+carried from prompt to prompt), so the drafts at prompt k depend on prompts 0..k-1. Their re-run
+first rebuilds that state (`PoolReplay`): it runs the runner at T = 0 on every earlier prompt of the file, in the
 bench's order, and checks that each emits its recorded tokens ("pool" in the report: the prompts
 re-run and whether they matched). A mismatch leaves the pool unknown, and the divergence is then
 "not reproduced".
@@ -40,6 +41,7 @@ re-run and whether they matched). A mismatch leaves the pool unknown, and the di
 from __future__ import annotations
 
 import argparse
+import copy as copy_module
 import dataclasses
 import json
 import os
@@ -133,10 +135,10 @@ class PoolReplay:
     T = 0 on the file's prompts in order (one pass per runner, however many prompts ask).
     order: [(task_id, prompt ids [1, n])] as the bench ran them; records: the file's records."""
 
-    def __init__(self, label: str, pair, config, order: list, records: dict):
+    def __init__(self, label: str, pair, config, order: list, records: dict, spec=None):
         self.label, self.pair, self.config, self.order, self.records = label, pair, config, order, records
-        self.spec = bench.parse_method(label, config.draft_length, config.num_paths)
-        self.pools: dict = {}  # {(label, T): PhrasePool}, as `bench.run_method` keeps them
+        self.spec = spec or bench.parse_method(label, config.draft_length, config.num_paths)  # spec: with its costs
+        self.pools: dict = {}  # {(label, T): PhrasePool or PolicyMemory}, as `bench.run_method` keeps them
         self.done, self.mismatch = 0, None
 
     def before(self, task: str) -> tuple[dict, dict]:
@@ -152,7 +154,8 @@ class PoolReplay:
             if self.mismatch is None and result.tokens[0].tolist() != recorded:
                 self.mismatch = earlier
             self.done += 1
-        copy = {key: PhrasePool.from_state(pool.state()) for key, pool in self.pools.items()}
+        copy = {key: PhrasePool.from_state(pool.state()) if isinstance(pool, PhrasePool) else copy_module.deepcopy(pool)
+                for key, pool in self.pools.items()}
         return copy, {"prompts_rerun": self.done, "tokens_match": self.mismatch is None,
                       "first_mismatch": self.mismatch}
 
@@ -253,10 +256,11 @@ def explain(results: dict, pair, prompts: dict, near_tie: float = bench.NEAR_TIE
     for row in results["summary"]:
         runner = row["runner"]
         for divergence in row.get("divergences", []):
-            if uses_pool(runner) and runner not in pool_replays:
-                pool_replays[runner] = PoolReplay(runner, pair, config, order, results["records"])
-            ids = encode_prompt(pair, prompts[divergence["task_id"]])
             spec = recorded_spec(runner, results, config.draft_length, config.num_paths)  # its cost model
+            carries = uses_pool(runner) or spec.param("policy") == "auto"  # a pool or a PolicyMemory
+            if carries and runner not in pool_replays:
+                pool_replays[runner] = PoolReplay(runner, pair, config, order, results["records"], spec)
+            ids = encode_prompt(pair, prompts[divergence["task_id"]])
             out.append(explain_one(divergence, spec, pair, ids, results["records"], config, near_tie, base_runs,
                                    pool_replays.get(runner)))
     return out

@@ -205,6 +205,28 @@ def test_pool_replay_rebuilds_the_pool_the_bench_had(explain_script, tiny_pair, 
     assert not explain_script.PoolReplay("lookahead", tiny_pair, cfg, order, results["records"]).before("t/0")[0]
 
 
+def test_a_policy_runner_is_replayed_with_the_calibration_it_carried(explain_script, tiny_pair, tmp_path,
+                                                                    monkeypatch):
+    """pol=auto carries a PolicyMemory across prompts: the replay rebuilds it from the earlier
+    prompts (their tokens checked against the records), and hands out a copy, not the memory."""
+    from verispec.bench.costs import recorded_spec
+    from verispec.empirical.speedups.policy import PolicyMemory
+
+    monkeypatch.setenv("VERISPEC_COST_CACHE", str(tmp_path / "costs"))
+    results = bench.run_bench(config(methods=("adaptive",), temperatures=(0.0,), max_new_tokens=10),
+                              str(tmp_path / "policy.json"), pair=tiny_pair, prompts=PROMPTS, plot=False)
+    cfg = explain_script.config_of(results, bench.BenchConfig)
+    spec = recorded_spec("adaptive", results, cfg.draft_length, cfg.num_paths)
+    assert spec.param("policy") == "auto" and not explain_script.uses_pool("adaptive")
+    order = [(p["task_id"], explain_script.encode_prompt(tiny_pair, p["prompt"])) for p in PROMPTS] + [("next", None)]
+    replay = explain_script.PoolReplay("adaptive", tiny_pair, cfg, order, results["records"], spec)
+    pools, report = replay.before("next")
+    assert report == {"prompts_rerun": 2, "tokens_match": True, "first_mismatch": None}
+    memory = pools["adaptive", 0.0]
+    assert isinstance(memory, PolicyMemory) and float(memory.counts["chain_seen"].sum()) > 0  # learned, carried
+    assert memory is not replay.pools["adaptive", 0.0]
+
+
 def test_a_phrase_pool_near_tie_is_reproduced_from_the_warm_pool(explain_script, tiny_pair, tmp_path):
     results, position = _lookahead_bench(tiny_pair, tmp_path, 0.01)
     (divergence,) = {r["runner"]: r for r in results["summary"]}["lookahead"]["divergences"]
