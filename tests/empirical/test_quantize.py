@@ -122,7 +122,10 @@ def test_subsets_that_start_with_the_same_ids_share_one_packed_prefix_head(pair,
     one, two = first.head_subset_layer, second.head_subset_layer
     assert isinstance(one, int8_head.PrefixAndRest) and one.prefix is two.prefix  # packed once
     assert one.rest.out_features == 1 and two.rest.out_features == 3
-    whole = int8_head.subset_head(int8.model.get_output_embeddings(), second.head_subset)  # one head over S
+    monkeypatch.setattr(int8_head, "PREFIX_MIN_ROWS", 10 ** 9)  # no sharing: one head over S
+    whole = int8_head.subset_head(int8.model.get_output_embeddings(), second.head_subset)
+    assert not isinstance(whole, int8_head.PrefixAndRest)
+    monkeypatch.setattr(int8_head, "PREFIX_MIN_ROWS", 4)
     hidden = torch.randn(3, whole.in_features)
     assert torch.allclose(two(hidden), whole(hidden), atol=1e-6, rtol=0)
     short = int8.with_head_subset([0, 1, 2, 5])  # k = 3 < 4: one head, as before

@@ -23,7 +23,7 @@ import inspect
 import torch
 
 from .speedups.draftvocab import check_subset
-from .speedups.int8_head import gathered_int8_head, is_quantized_linear
+from .speedups.int8_head import is_quantized_linear, subset_head
 
 __all__ = ["CausalLM", "tree_attention_mask", "tree_ancestors", "additive_mask", "cache_length", "crop_cache",
            "gather_cache", "select_cache_rows", "visible_slots"]
@@ -186,10 +186,11 @@ def _linear_rows(full: torch.nn.Linear, ids: torch.Tensor) -> torch.nn.Linear:
     """A frozen linear layer over the rows `ids` [|S|] of `full` (weight [|S|, H], contiguous)."""
     head = torch.nn.utils.skip_init(torch.nn.Linear, full.in_features, ids.numel(), bias=full.bias is not None,
                                     device=full.weight.device, dtype=full.weight.dtype)
+    index = ids.to(full.weight.device)
     with torch.no_grad():
-        head.weight.copy_(full.weight.index_select(0, ids.to(full.weight.device)))
+        head.weight.copy_(full.weight.index_select(0, index))
         if full.bias is not None:
-            head.bias.copy_(full.bias.index_select(0, ids.to(full.weight.device)))
+            head.bias.copy_(full.bias.index_select(0, index))
     return head.requires_grad_(False)
 
 
@@ -239,7 +240,6 @@ class CausalLM:
         self._prefill_memo: dict | None = None
         self._head_subset = None  # (ids [|S|], the head over S) on a `with_head_subset` view
         self._subset_heads: dict = {}  # the last gathered head per subset (rows copied once)
-        self._prefix_head: tuple = (0, None)  # (k, int8 head over ids 0..k-1): int8_head.gathered_int8_head
         # Models whose forward lacks `logits_to_keep` get their logits sliced instead.
         self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
 
@@ -348,8 +348,7 @@ class CausalLM:
             raise TypeError(f"model: a head subset needs a torch.nn.Linear output layer, got {type(full).__name__}")
         key = ids.numpy().tobytes()
         if key not in self._subset_heads:  # keep the last subset's head only
-            head, self._prefix_head = gathered_int8_head(full, ids, self._prefix_head) if is_quantized_linear(full) \
-                else (_linear_rows(full, ids), self._prefix_head)  # an int8 head keeps its top-k rows packed
+            head = subset_head(full, ids) if is_quantized_linear(full) else _linear_rows(full, ids)
             self._subset_heads = {key: (ids.to(self.device), head)}
         view = copy.copy(self)
         view._head_subset = self._subset_heads[key]

@@ -11,12 +11,12 @@ import warnings
 import torch
 
 __all__ = ["is_quantized_linear", "subset_head", "quiet_quantization", "PrefixAndRest", "leading_run",
-           "gathered_int8_head", "PREFIX_MIN_ROWS"]
+           "PREFIX_MIN_ROWS"]
 
-#: A subset that holds the ids 0..k-1 with k >= this many keeps one int8 head over them for every
-#: subset with the same k (`CausalLM.with_head_subset`): packing an int8 head into the GEMM layout
-#: costs time in its rows (the 32,790 rows of a prompt's 32,768-token draft vocabulary took about
-#: 0.4 s per prompt on the real pair's 2-core host), while a few hundred rows pack at once.
+#: Ids that start with 0..k-1 for k >= this many share one packed int8 head over 0..k-1 across
+#: subsets (`subset_head`): packing an int8 head into the GEMM layout costs time in its rows (the
+#: 32,790 rows of a prompt's 32,768-token draft vocabulary took about 0.4 s per prompt on the real
+#: pair's 2-core host), while a few hundred rows pack at once.
 PREFIX_MIN_ROWS = 1024
 
 _DEPRECATIONS = (r"torch\.ao\.quantization is deprecated", r".*quantized tensor creation functions")
@@ -53,22 +53,39 @@ def _unpacked(head):
 
 
 def subset_head(head, ids: torch.Tensor):
-    """The output layer over the rows `ids` of a quantized head: a dynamic int8 linear whose
-    weight is rows `ids` of `head`'s int8 weight with the same scales and zero points (per
-    tensor, or those rows' per-channel ones), so the logits at ids are the full quantized
-    head's, and whose bias is the same rows of its bias.
+    """The output layer over the rows `ids` of a quantized head: logits [..., |S|] equal to a
+    dynamic int8 linear whose weight is rows `ids` of `head`'s int8 weight with the same scales and
+    zero points (per tensor, or those rows' per-channel ones), so the logits at ids are the full
+    quantized head's, and whose bias is the same rows of its bias.
+
+    Where ids start with 0..k-1 for a k >= `PREFIX_MIN_ROWS` (FR-Spec's top-k ids plus a prompt's:
+    arXiv 2502.14856), the head over 0..k-1 is packed once and kept on `head` (attribute
+    ``_verispec_prefix``, the last k only, as `_unpacked` keeps its rows), and only the rest is
+    packed per call: a `PrefixAndRest` with the same logits.
 
     Args:
         head: a `torch.ao.nn.quantized.dynamic.Linear` [V, H]. ids: int64 [|S|] row indices.
 
     Returns:
-        a dynamic int8 linear [|S|, H].
+        a dynamic int8 linear [|S|, H], or a `PrefixAndRest` of two.
 
     Raises:
         TypeError: `head` is not a dynamic quantized linear.
     """
     if not is_quantized_linear(head):
         raise TypeError(f"head: expected a dynamic quantized linear, got {type(head).__name__}")
+    k = leading_run(ids)
+    if k < PREFIX_MIN_ROWS:
+        return _rows_head(head, ids)
+    k_kept, prefix = head.__dict__.get("_verispec_prefix", (0, None))
+    if k_kept != k:
+        prefix = _rows_head(head, ids[:k])
+        object.__setattr__(head, "_verispec_prefix", (k, prefix))  # plain attribute, gone with the head
+    return prefix if k == ids.numel() else PrefixAndRest(prefix, _rows_head(head, ids[k:]))
+
+
+def _rows_head(head, ids: torch.Tensor):
+    """A dynamic int8 linear [|S|, H] over the rows `ids` of the int8 `head` (`subset_head`)."""
     int_rows, scales, zero_points, bias = _unpacked(head)  # int8 [V, H], [V] / scalars, [V] or None
     index = ids.to(int_rows.device, torch.long)
     rows = int_rows.index_select(0, index)  # int8 [|S|, H]: the same int8 values, no re-rounding
@@ -85,16 +102,16 @@ def subset_head(head, ids: torch.Tensor):
 
 
 def leading_run(ids: torch.Tensor) -> int:
-    """k: how many of the sorted unique ids [|S|] are 0, 1, ..., k-1 (the ids before the first gap)."""
+    """k: how many of the ids [|S|] are 0, 1, ..., k-1, in that order, before the first that is not."""
     gaps = (ids != torch.arange(ids.numel(), device=ids.device)).nonzero()
     return int(gaps[0, 0]) if gaps.numel() else ids.numel()
 
 
 class PrefixAndRest(torch.nn.Module):
-    """The output layer over S = {0..k-1} and the rest R (each id >= k): `prefix`'s logits over
-    0..k-1 and `rest`'s over R, concatenated [..., k + |R|] in S's sorted order. Both are rows of
-    one int8 head; each quantizes the same activations to the same scale, so every logit is the
-    one the single head over S gives. Lets many subsets share one packed prefix head."""
+    """The output layer over ids 0..k-1 followed by the rest R: `prefix`'s logits over 0..k-1 and
+    `rest`'s over R, concatenated [..., k + |R|] in the ids' order. Both are rows of one int8 head;
+    each quantizes the same activations to the same scale, so every logit is the one the single
+    head over the ids gives. Lets many subsets share one packed prefix head."""
 
     def __init__(self, prefix: torch.nn.Module, rest: torch.nn.Module):
         super().__init__()
@@ -103,22 +120,3 @@ class PrefixAndRest(torch.nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return torch.cat([self.prefix(hidden), self.rest(hidden)], -1)  # [..., k + |R|]
 
-
-def gathered_int8_head(head, ids: torch.Tensor, prefix: tuple) -> tuple:
-    """(the int8 output layer over the sorted unique ids [|S|], the (k, head over 0..k-1) to keep).
-
-    Where S starts with 0..k-1 for a k of at least `PREFIX_MIN_ROWS` (FR-Spec's top-k ids plus a
-    prompt's), the head over 0..k-1 is `prefix`'s when its k matches, else packed now and
-    returned to be kept, and only the rest of S is packed (`PrefixAndRest`); otherwise one
-    `subset_head` over S, and `prefix` is returned unchanged.
-
-    Args:
-        head: a dynamic int8 linear [V, H]. ids: int64 [|S|], sorted unique. prefix: (k, module
-            or None), what the caller kept from an earlier call ((0, None) at first).
-    """
-    k = leading_run(ids)
-    if k < PREFIX_MIN_ROWS:
-        return subset_head(head, ids), prefix
-    if prefix[0] != k:
-        prefix = (k, subset_head(head, ids[:k]))
-    return (prefix[1] if k == ids.numel() else PrefixAndRest(prefix[1], subset_head(head, ids[k:]))), prefix
