@@ -21,8 +21,9 @@ d_1.. equal y_{i+1}... From the table this script
 
 Prices, measured in this run on this host (median of the timed forwards): C_t, a target forward
 with `--verify-rows` rows at the prompt's cache length (`verispec.bench.costs.time_appends`, as the
-cost policy's model is measured); C_d, a 1-row draft forward while building the table. Priced seconds = target forwards x C_t + draft forwards x C_d (derived). Time outside
-the forwards (verification, sampling, Python) is left out on both sides.
+cost policy's model is measured); C_d, a 1-row draft forward while building the table. Priced
+seconds = target forwards x C_t + draft forwards x C_d (derived). Time outside the forwards
+(verification, sampling, Python) is left out on both sides.
 
 What it bounds: no chain drafter that drafts the draft model's greedy tokens can beat the oracle's
 priced seconds (drafting past a(i) only adds draft forwards; stopping earlier is one of the

@@ -32,16 +32,16 @@ a batch whose prompts have one length is not found (that prefill does not go thr
 Phrase-pool runners (ouroboros_phrase, lookahead) keep one pool per runner and temperature across
 the bench's prompts, and cost-policy runners (``pol=auto``) a `PolicyMemory` (the calibration
 carried from prompt to prompt), so the drafts at prompt k depend on prompts 0..k-1. Their re-run
-first rebuilds that state (`PoolReplay`): it runs the runner at T = 0 on every earlier prompt of the file, in the
-bench's order, and checks that each emits its recorded tokens ("pool" in the report: the prompts
-re-run and whether they matched). A mismatch leaves the pool unknown, and the divergence is then
+first rebuilds that state (`PoolReplay`): it runs the runner at T = 0 on every earlier prompt of
+the file, in the bench's order, and checks that each emits its recorded tokens ("pool" in the
+report: the prompts re-run and whether they matched). A mismatch leaves the pool unknown, and the divergence is then
 "not reproduced".
 """
 
 from __future__ import annotations
 
 import argparse
-import copy as copy_module
+import copy
 import dataclasses
 import json
 import os
@@ -154,9 +154,9 @@ class PoolReplay:
             if self.mismatch is None and result.tokens[0].tolist() != recorded:
                 self.mismatch = earlier
             self.done += 1
-        copy = {key: PhrasePool.from_state(pool.state()) if isinstance(pool, PhrasePool) else copy_module.deepcopy(pool)
-                for key, pool in self.pools.items()}
-        return copy, {"prompts_rerun": self.done, "tokens_match": self.mismatch is None,
+        state = {key: PhrasePool.from_state(pool.state()) if isinstance(pool, PhrasePool) else copy.deepcopy(pool)
+                 for key, pool in self.pools.items()}
+        return state, {"prompts_rerun": self.done, "tokens_match": self.mismatch is None,
                       "first_mismatch": self.mismatch}
 
 

@@ -101,7 +101,8 @@ def test_the_replay_counts_what_the_engine_and_the_peer_count(oracle, peaked_pai
         ours_stop, their_stop = oracle.stop_of(runner.label), oracle.stop_of(peer.label)
         assert (ours.stats.target_forwards, ours.stats.draft_forwards) == oracle.replay(conf, matched, N, ours_stop)
         if not is_sklearn_available():  # with scikit-learn transformers adapts its threshold: no fixed stop
-            assert (theirs.stats.target_forwards, theirs.stats.draft_forwards) == oracle.replay(conf, matched, N, their_stop)
+            replayed = oracle.replay(conf, matched, N, their_stop)
+            assert (theirs.stats.target_forwards, theirs.stats.draft_forwards) == replayed
         lengths = oracle.replay_stop(conf, matched, N, length, threshold, floor=1)[2]
         stopped += sum(k < min(length, N - 1) for k in lengths)  # the confidence stop fired
     assert stopped > 0

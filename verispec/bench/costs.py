@@ -45,8 +45,8 @@ from ..reference.costs import CostModel
 from .spec import BenchMethod, draft_vocabulary, parse_method
 from .weights import cache_dir
 
-__all__ = ["COST_CACHE_ENV", "DRAFT_ROWS", "TARGET_ROWS", "CACHE_LENGTHS", "COST_SCHEMA", "CostGrid", "measure_costs", "time_appends",
-           "cost_key", "CostModels", "recorded_spec", "spot_check", "SPOT_TARGET_ROWS", "SPOT_LENGTH",
+__all__ = ["COST_CACHE_ENV", "DRAFT_ROWS", "TARGET_ROWS", "CACHE_LENGTHS", "COST_SCHEMA", "CostGrid", "measure_costs",
+           "time_appends", "cost_key", "CostModels", "recorded_spec", "spot_check", "SPOT_TARGET_ROWS", "SPOT_LENGTH",
            "DRIFT_TOLERANCE"]
 
 #: Row counts of the timed draft forwards (1: a chain step; more: guesses and tree layers).
