@@ -61,7 +61,9 @@ class PhaseClock:
 
     Forward hooks on the models note when the first forward of each model ends; the split is the
     latest of those (our methods: the target's then the draft's prefill; transformers' assisted
-    generation: its first target call, which reads the prompt with the first candidates).
+    generation: its first target call, which reads the prompt with the first candidates). A
+    `CausalLM`'s logits hook notes it too, for forwards that do not call the module (a draft's
+    lean forward, `verispec.empirical.speedups.lean_forward`).
     `prefill_s` + `decode_s` = `total_s`, all measured (perf_counter; CUDA synchronised at the
     start, at the first forwards and at the end).
     """
@@ -77,13 +79,16 @@ class PhaseClock:
         return time.perf_counter()
 
     def _hook(self, index):
-        def hook(module, args, output):
+        def hook(*_):
             if index not in self.first_end:
                 self.first_end[index] = self._now()
         return hook
 
     def __enter__(self):
-        self._handles = [m.model.register_forward_hook(self._hook(i)) for i, m in enumerate(self.models)]
+        self._hooks = [self._hook(i) for i in range(len(self.models))]
+        self._handles = [m.model.register_forward_hook(hook) for m, hook in zip(self.models, self._hooks)]
+        for m, hook in zip(self.models, self._hooks):
+            m.logits_hooks.append(hook)  # returns None: the logits stay as they are
         self.start = self._now()
         return self
 
@@ -91,6 +96,8 @@ class PhaseClock:
         self.end = self._now()
         for handle in self._handles:
             handle.remove()
+        for m, hook in zip(self.models, self._hooks):
+            m.logits_hooks.remove(hook)
         return False
 
     @property

@@ -154,7 +154,8 @@ def cost_key(spec: BenchMethod, pair, config) -> tuple:
             ("device_name", name), ("dtype", str(pair.target.dtype)), ("draft_quant", spec.draft_quant),
             ("draft_vocab", spec.draft_vocab), ("linear_layout", spec.linear_layout),
             ("threads", torch.get_num_threads()), ("torch", torch.__version__),
-            ("transformers", transformers.__version__), ("cpu_capability", host_info(device)["cpu_capability"]))
+            ("transformers", transformers.__version__), ("cpu_capability", host_info(device)["cpu_capability"])) + (
+            (("draft_forward", spec.draft_forward),) if spec.draft_forward != "hf" else ())  # hf: keys as before
 
 
 def spot_check(target, draft, model: CostModel, *, layout: str = "xw", repeats: int = 3) -> dict:

@@ -1,8 +1,10 @@
-"""The int8 drafts of one bench run (``dq=8``): built once per draft model, before any timed span,
-and held by the run that built them (no process-wide cache)."""
+"""The drafts of one bench run: the int8 copy (``dq=8``) and the lean-forward view (``df=lean``) of
+each draft model, built once, before any timed span, and held by the run that built them (no
+process-wide cache)."""
 
 from __future__ import annotations
 
+from ..empirical.speedups.lean_forward import lean_view
 from ..empirical.speedups.quantize import quantize_draft
 from .spec import BenchMethod
 from .weights import ModelPair
@@ -11,7 +13,8 @@ __all__ = ["QuantizedDrafts"]
 
 
 class QuantizedDrafts:
-    """The int8 copy of each draft model a run uses (`verispec.empirical.speedups.quantize.quantize_draft`).
+    """The int8 copy of each draft model a run uses (`verispec.empirical.speedups.quantize.quantize_draft`),
+    and the view of a draft that runs its forwards lean (`verispec.empirical.speedups.lean_forward`).
 
     One object per run (`run_bench` creates it and passes it down): the copies live as long as
     the run, and two runs never share one.
@@ -19,17 +22,23 @@ class QuantizedDrafts:
 
     def __init__(self):
         self._copies: dict = {}  # id(draft CausalLM) -> (draft, its int8 copy); the draft kept so its id stays its own
+        self._lean: dict = {}  # id(draft CausalLM, int8 or not) -> (draft, its lean view)
 
     def __len__(self) -> int:
         return len(self._copies)
 
     def pair_for(self, spec: BenchMethod, pair):
-        """The pair a method decodes with: `pair` itself, or with ``dq=8`` a `ModelPair` whose draft
-        is the int8 copy of `pair.draft` (built on first use, seconds on a 0.5B: the run's warm-up
-        builds it, so it is never built inside a timed span)."""
-        if not spec.draft_quant:
-            return pair
-        key = id(pair.draft)
-        if key not in self._copies:
-            self._copies[key] = (pair.draft, quantize_draft(pair.draft, bits=spec.draft_quant))
-        return ModelPair(pair.target, self._copies[key][1], getattr(pair, "tokenizer", None))
+        """The pair a method decodes with: `pair` itself, or a `ModelPair` whose draft is, with
+        ``dq=8``, the int8 copy of `pair.draft`, and with ``df=lean``, the view of it that runs the
+        lean forward (each built on first use, seconds on a 0.5B: the run's warm-up builds them,
+        so neither is built inside a timed span)."""
+        draft = pair.draft
+        if spec.draft_quant:
+            if id(draft) not in self._copies:
+                self._copies[id(draft)] = (draft, quantize_draft(draft, bits=spec.draft_quant))
+            draft = self._copies[id(draft)][1]
+        if spec.draft_forward == "lean":  # its stacked layers: a second of copying on a 0.5B
+            if id(draft) not in self._lean:
+                self._lean[id(draft)] = (draft, lean_view(draft))
+            draft = self._lean[id(draft)][1]
+        return pair if draft is pair.draft else ModelPair(pair.target, draft, getattr(pair, "tokenizer", None))

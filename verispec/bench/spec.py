@@ -6,11 +6,11 @@ Method names, parameters, defaults and short keys come from the method registry
 when its key is not given: the cost policy ``pol=auto`` on adaptive, hybrid and opt_tree); the
 bench adds only its baselines (the transformers peers ``hf`` and ``hf_prompt_lookup``; ``hf`` takes
 the assistant's own settings `PEER_PARAMS`: ``L=`` num_assistant_tokens, ``sched=`` its schedule,
-``c=`` its confidence threshold in percent), a user's Method as ``pkg.module:attr``, and three
-options of the run: ``dq=8`` (int8 draft weights), ``dv=k`` (a draft vocabulary subset) and
-``lin=`` (the target's GEMM layout). `verispec bench`'s --draft-length / --num-paths give L and K
-where the method has them. A method's label is also the key of its records in a results file, so
-labels are kept as given.
+``c=`` its confidence threshold in percent), a user's Method as ``pkg.module:attr``, and four
+options of the run: ``dq=8`` (int8 draft weights), ``dv=k`` (a draft vocabulary subset), ``lin=``
+(the target's GEMM layout) and ``df=lean`` (the engine's draft forward, `DRAFT_FORWARDS`).
+`verispec bench`'s --draft-length / --num-paths give L and K where the method has them. A method's
+label is also the key of its records in a results file, so labels are kept as given.
 """
 
 from __future__ import annotations
@@ -25,7 +25,12 @@ from ..reference.methods import load
 from .config import DEFAULT_METHODS
 
 __all__ = ["BenchMethod", "parse_method", "method_names", "method_entry", "draft_vocabulary", "DEFAULT_METHODS",
-           "PEERS", "PEER_PARAMS", "USER_METHOD", "BASELINE"]
+           "PEERS", "PEER_PARAMS", "USER_METHOD", "BASELINE", "DRAFT_FORWARDS"]
+
+#: ``df=``: how the engine runs its draft model's forwards. "hf": the transformers module's own
+#: forward; "lean": `verispec.empirical.speedups.lean_forward.LeanForward` (the same function in
+#: fewer ops, q/k/v and gate/up stacked). The peer runs its assistant through transformers always.
+DRAFT_FORWARDS = ("hf", "lean")
 
 #: The transformers assisted-generation baselines (`verispec.bench.peer`): not methods of ours.
 PEERS = ("hf", "hf_prompt_lookup")
@@ -50,7 +55,8 @@ class BenchMethod:
     """One bench method: its label (the text given), its registry `name`, the method parameters
     (``(name, value)`` pairs passed to `verispec.empirical.methods.get`) and the run's options:
     draft_vocab k (FR-Spec subset, 0: all), draft_quant (8: int8 draft weights, 0: as loaded),
-    linear_layout (the target's GEMM layout, `speedups.linear_layout.LAYOUTS`), and cost_model:
+    linear_layout (the target's GEMM layout, `speedups.linear_layout.LAYOUTS`), draft_forward
+    (`DRAFT_FORWARDS`), and cost_model:
     the id of the measured cost model a policy-"auto" method runs with (`verispec.bench.costs`;
     set by the run, "" before)."""
 
@@ -61,6 +67,7 @@ class BenchMethod:
     draft_quant: int = 0
     linear_layout: str = "xw"
     cost_model: str = ""
+    draft_forward: str = "hf"
 
     def param(self, name: str, default=None):
         """The value of method parameter `name` (`default` when the spec does not set it)."""
@@ -84,7 +91,7 @@ def _takes_draft_vocab(name: str) -> bool:
 
 
 def _bad(item: str, text: str, known: dict) -> ValueError:
-    keys = ", ".join(list(known) + ["dq=8", "dv=k", f"lin= one of {', '.join(LAYOUTS)}"])
+    keys = ", ".join(list(known) + ["dq=8", "dv=k", f"lin= one of {', '.join(LAYOUTS)}", "df=lean"])
     return ValueError(f"methods: bad parameter {item!r} in {text!r} (this method takes {keys})")
 
 
@@ -104,8 +111,8 @@ def _read(name: str, params: str, text: str) -> tuple[dict, dict]:
         if key not in keys and registry.RENAMED_KEYS.get(key) in keys:  # e.g. a phrase pool's K, now C
             deprecated(f"the key {key}= of {name}", f"{registry.RENAMED_KEYS[key]}=", stacklevel=4)
             key = registry.RENAMED_KEYS[key]
-        if key == "lin":
-            if value not in LAYOUTS:
+        if key in ("lin", "df"):
+            if value not in (LAYOUTS if key == "lin" else DRAFT_FORWARDS):
                 raise _bad(item, text, keys)
             options[key] = value
         elif key in ("dq", "dv"):
@@ -130,13 +137,17 @@ def _read(name: str, params: str, text: str) -> tuple[dict, dict]:
 
 def _check_options(name: str, options: dict, values: dict, text: str) -> None:
     """ValueError (naming ``methods``) for dq other than 8 or on a method without a draft model, dv
-    on a method whose draft head it cannot narrow, or a length cap M below L."""
+    on a method whose draft head it cannot narrow, df=lean on a peer or a method without a draft
+    model, or a length cap M below L."""
     drafts = name == "hf" or (name not in PEERS and registry.spec(name).needs_draft)
     if "dq" in options and (options["dq"] != 8 or not drafts):
         raise ValueError(f"methods: dq=8 (int8 draft weights) is the only width, for methods with a draft model "
                          f"(and the peer hf); got {text!r}")
     if "dv" in options and (name != "hf" and (name in PEERS or not _takes_draft_vocab(name))):
         raise ValueError(f"methods: dv (a draft vocabulary subset) is for chains, path methods, trees and hf; got {text!r}")
+    if options.get("df", "hf") != "hf" and (name in PEERS or not registry.spec(name).needs_draft):
+        raise ValueError(f"methods: df (the engine's draft forward) is for our methods with a draft model; "
+                         f"got {text!r}")
     top = values.get("max_draft_length")
     if top is not None and top < values.get("draft_length", 0):
         raise ValueError(f"methods: M (the length cap's ceiling) must be >= L; got {text!r}")
@@ -144,7 +155,7 @@ def _check_options(name: str, options: dict, values: dict, text: str) -> None:
 
 def parse_method(text: str, draft_length: int, num_paths: int) -> BenchMethod:
     """``"name"`` or ``"name:L=4,K=3"`` (trees ``"opt_tree:n=50"``, phrase pools ``"ouroboros:C=1,W=0"``,
-    options ``dq=8``, ``dv=k``, ``lin=wxpad``), or a user's ``"pkg.module:attr"`` -> BenchMethod.
+    options ``dq=8``, ``dv=k``, ``lin=wxpad``, ``df=lean``), or a user's ``"pkg.module:attr"`` -> BenchMethod.
     `draft_length` / `num_paths` are L and K where the method has them and the text does not set
     them; every other parameter takes the registry's default.
 
@@ -178,7 +189,8 @@ def parse_method(text: str, draft_length: int, num_paths: int) -> BenchMethod:
         label = f"{name}:{','.join(kept)}" if kept else name
     order = [p.name for p in PEER_PARAMS] if name in PEERS else list(registry.spec(name).defaults("torch"))
     return BenchMethod(label, name, tuple(sorted(values.items(), key=lambda kv: order.index(kv[0]))),
-                       options.get("dv", 0), options.get("dq", 0), options.get("lin", "xw"))
+                       options.get("dv", 0), options.get("dq", 0), options.get("lin", "xw"),
+                       draft_forward=options.get("df", "hf"))
 
 
 def _key_text(param, value) -> str:

@@ -214,6 +214,7 @@ class CausalLM:
             engine's forwards from other callers').
         cache_pool: {(batch, capacity): [caches]} kept for reuse by the static storage
             (`verispec.empirical.speedups.static_kv`).
+        runner: None, or a callable run with the module's keyword arguments in its place (`speedups.lean_forward`).
 
     Raises:
         TypeError: `model` is not a torch module with a `config`.
@@ -234,9 +235,7 @@ class CausalLM:
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         self.vocab_size = int(head.out_features if head is not None else model.config.vocab_size)
         self._forwards = [0]  # shared with `with_head_subset` views: their forwards count here
-        self.logits_hooks: list = []
-        self.in_forward = False
-        self.cache_pool: dict = {}
+        self.logits_hooks, self.in_forward, self.cache_pool, self.runner = [], False, {}, None
         self._prefill_memo: dict | None = None
         self._head_subset = None  # (ids [|S|], the head over S) on a `with_head_subset` view
         self._subset_heads: dict = {}  # the last gathered head per subset (rows copied once)
@@ -306,16 +305,16 @@ class CausalLM:
 
     def _run(self, kwargs: dict, keep: int):
         """The model's forward -> (logits float32 [B, q, V] (the last `keep` positions if keep), cache)."""
+        run = self.runner or self.model
         if self._head_subset is None:
-            out = self.model(**kwargs)
+            out = run(**kwargs)
             return (out.logits[:, -keep:] if keep else out.logits).float(), out.cache
         ids, head = self._head_subset
         full = self.model.get_output_embeddings()
-        # The model runs whole, with its output layer swapped for the rows S during this call, so
-        # forward hooks on the model (the bench's phase clock) see every draft forward.
+        # The model runs whole (its hooks see the call), its output layer swapped for the rows S
         self.model.set_output_embeddings(head)
         try:
-            out = self.model(**kwargs)
+            out = run(**kwargs)
         finally:
             self.model.set_output_embeddings(full)
         part = (out.logits[:, -keep:] if keep else out.logits).float()  # [B, q, |S|]

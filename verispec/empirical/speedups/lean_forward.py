@@ -1,0 +1,259 @@
+"""A lean forward for a Llama-family draft model (``df=lean``): the same function as the
+transformers module's forward, in fewer ops.
+
+Why: on a CPU an int8 draft's one-token forward is bound by per-op costs, not by its weights: each
+dynamically quantized linear quantizes its input again, and each of the module's small ops (norms,
+rotary embedding, mask building, cache bookkeeping) is a dispatch. This forward
+
+- multiplies q, k and v by one linear (their weights stacked) and the MLP's gate and up by another,
+  as gpt-fast's fused ``wqkv`` and vLLM's ``QKVParallelLinear`` / ``MergedColumnParallelLinear`` do.
+  For an int8 dynamic linear (`quantize.quantize_draft`) the stacked layer keeps each row's int8
+  weights and scale, and the input it quantizes is the same tensor, so its outputs are the separate
+  layers' outputs exactly; for a float layer they agree up to the GEMM's summation order;
+- builds the rotary embedding once per forward (the module's own ``rotary_emb``, so its scaling
+  type is kept), norms with ``torch.rms_norm``, and attends with one SDPA call per layer (grouped
+  keys and values, ``enable_gqa``), writing keys and values through the cache's ``update``, so it
+  runs on every KV storage of the engine (a transformers ``DynamicCache`` or the static
+  ``SlotCache``).
+
+It changes the draft's q by float rounding at most, so every lossless rule stays lossless (a
+verifier reads the q the tokens were drawn from; Leviathan et al. 2023, arXiv 2211.17192, Thm. 1).
+Meant for DRAFT models: a target's p would change by the same rounding.
+
+Supported: decoder-only models whose layers are ``self_attn`` (``q_proj``, ``k_proj``, ``v_proj``,
+``o_proj``), ``mlp`` (``gate_proj``, ``up_proj``, ``down_proj``, SiLU), ``input_layernorm`` and
+``post_attention_layernorm`` (RMSNorm), every layer full attention (Qwen2, Llama, Mistral without
+sliding windows).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+
+from .int8_head import is_quantized_linear, quiet_quantization
+
+__all__ = ["LeanForward", "LeanOutput", "lean_view", "stack_linears", "supports", "DESCRIPTION"]
+
+#: What ``df=lean`` means, for reports (the bench's JSON).
+DESCRIPTION = ("the engine runs the draft's forwards itself: q/k/v and gate/up each as one stacked linear (int8: "
+               "the same rows and scales, so the same outputs), RMSNorm, rotary embedding and one SDPA call per "
+               "layer, through the KV cache's update; the draft's function is unchanged up to float rounding; "
+               "transformers' assisted generation (hf) runs its assistant's own forward")
+
+_ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+_MLP = ("gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class LeanOutput:
+    """What `LeanForward` returns, as the transformers output it stands for: logits [B, k, V] in
+    the head's dtype (k = logits_to_keep, or every position) and the cache it appended to."""
+
+    logits: torch.Tensor
+    cache: object
+
+
+def lean_view(draft):
+    """A view of a DRAFT `CausalLM` whose forwards run `LeanForward` in place of its transformers
+    module (its ``runner``): it shares the model, its head subsets (`with_head_subset` on the view
+    keeps the lean forward) and its `forward_count`, and keeps no prefill memo.
+
+    Raises:
+        ValueError: a model `LeanForward` does not run (naming ``model``).
+    """
+    view = copy.copy(draft)
+    view.runner = LeanForward(draft.model)
+    view.reuse_prefills(False)
+    return view
+
+
+def supports(model) -> str:
+    """"" if `model` (a transformers causal LM) has the layout `LeanForward` runs, else why not."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None or not hasattr(inner, "embed_tokens") or not hasattr(inner, "rotary_emb"):
+        return "not a decoder-only model with model.layers, embed_tokens and rotary_emb"
+    config = model.config
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"MLP activation {config.hidden_act!r} (SiLU only)"
+    if any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or ()):
+        return "sliding-window attention layers"
+    for layer in layers:
+        attention, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+        if attention is None or mlp is None or not all(hasattr(attention, n) for n in _ATTENTION) \
+                or not all(hasattr(mlp, n) for n in _MLP):
+            return "a layer without q/k/v/o and gate/up/down projections"
+        if not (hasattr(layer, "input_layernorm") and hasattr(layer, "post_attention_layernorm")):
+            return "a layer without input_layernorm and post_attention_layernorm"
+    return ""
+
+
+def stack_linears(layers) -> torch.nn.Module:
+    """One linear layer whose output is the concatenation of `layers`' outputs (same input size).
+
+    Args:
+        layers: `torch.nn.Linear`s, or int8 dynamic linears (`torch.ao.nn.quantized.dynamic.Linear`
+            with per-row scales), all of one kind; with or without bias (a missing one is zeros).
+
+    Returns:
+        a module of that kind, out_features = the sum of theirs. The int8 one keeps every row's
+        int8 weights, scale and zero point, so its outputs equal the concatenated outputs exactly.
+
+    Raises:
+        TypeError: layers of mixed or other kinds. ValueError: different input sizes.
+    """
+    layers = list(layers)
+    if len({layer.in_features for layer in layers}) != 1:
+        raise ValueError("layers: every layer must take the same input size")
+    if all(is_quantized_linear(layer) for layer in layers):
+        return _stack_int8(layers)
+    if not all(type(layer) is torch.nn.Linear for layer in layers):
+        raise TypeError("layers: expected torch.nn.Linear or int8 dynamic linears, all of one kind")
+    first = layers[0]
+    weight = torch.cat([layer.weight.detach() for layer in layers])  # [sum N, K]
+    biased = any(layer.bias is not None for layer in layers)
+    out = torch.nn.utils.skip_init(torch.nn.Linear, first.in_features, weight.shape[0], bias=biased,
+                                   device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        out.weight.copy_(weight)
+        if biased:
+            out.bias.copy_(torch.cat([_bias(layer, layer.weight) for layer in layers]))
+    return out.requires_grad_(False)
+
+
+def _bias(layer, like):
+    bias = layer.bias() if callable(layer.bias) else layer.bias
+    return torch.zeros(layer.out_features, dtype=torch.float32 if callable(layer.bias) else like.dtype) \
+        if bias is None else bias.detach()
+
+
+def _stack_int8(layers) -> torch.nn.Module:
+    weights = [layer.weight() for layer in layers]
+    if any(w.qscheme() not in (torch.per_channel_affine, torch.per_channel_symmetric) for w in weights):
+        raise TypeError("layers: int8 linears with per-row weight scales only")
+    values = torch.cat([w.int_repr() for w in weights])  # int8 [sum N, K]
+    scales = torch.cat([w.q_per_channel_scales() for w in weights])
+    zeros = torch.cat([w.q_per_channel_zero_points() for w in weights])
+    biased = any(layer.bias() is not None for layer in layers)
+    bias = torch.cat([_bias(layer, None) for layer in layers]) if biased else None
+    with quiet_quantization():
+        weight = torch._make_per_channel_quantized_tensor(values, scales, zeros, 0)
+        out = torch.ao.nn.quantized.dynamic.Linear(values.shape[1], values.shape[0], dtype=torch.qint8)
+        out.set_weight_bias(weight, bias)
+    return out
+
+
+@dataclass
+class _Layer:
+    qkv: torch.nn.Module  # [.., H] -> [.., (n_heads + 2 n_kv_heads) * head_dim]
+    o: torch.nn.Module
+    gate_up: torch.nn.Module  # [.., H] -> [.., 2 I]
+    down: torch.nn.Module
+    norm_in: torch.Tensor  # RMSNorm weights [H]
+    norm_post: torch.Tensor
+
+
+class LeanForward:
+    """The lean forward of a model (module docstring); call it as the model:
+    ``out = lean(input_ids=ids, cache=cache, position_ids=..., attention_mask=..., use_cache=True,
+    logits_to_keep=k)``, ``out.logits``, ``out.cache``.
+
+    Args:
+        model: a transformers causal LM with the supported layout (`supports`). It is not changed;
+            the stacked layers are new modules (the model's own stay for its own forward).
+
+    Call arguments:
+        input_ids: int64 [B, n]. cache: a transformers `Cache` (written through ``update``; a new
+        ``DynamicCache`` when None). position_ids: int64 [B, n] or [1, n] (default: the cache's
+        length + 0..n-1). attention_mask: None (causal over the cache and the new tokens), an
+        additive float mask [B, 1, n, S] over the keys ``update`` returns, or {"full_attention":
+        that mask}. logits_to_keep: k >= 1 runs the head on the last k positions only.
+
+    Raises:
+        ValueError: a model without the supported layout (naming what is missing); at call time, a
+            2D (padding) attention mask, which this forward does not take.
+    """
+
+    def __init__(self, model):
+        reason = supports(model)
+        if reason:
+            raise ValueError(f"model: the lean forward does not run this model ({reason})")
+        self.model = model
+        config = model.config
+        attention = model.model.layers[0].self_attn
+        self.head_dim = attention.head_dim
+        self.n_heads = config.num_attention_heads
+        self.n_kv_heads = config.num_key_value_heads
+        self.scaling = attention.scaling
+        self.eps = model.model.layers[0].input_layernorm.variance_epsilon
+        self.layers = [self._layer(layer) for layer in model.model.layers]
+
+    @staticmethod
+    def _layer(layer) -> _Layer:
+        a, mlp = layer.self_attn, layer.mlp
+        return _Layer(qkv=stack_linears([a.q_proj, a.k_proj, a.v_proj]), o=a.o_proj,
+                      gate_up=stack_linears([mlp.gate_proj, mlp.up_proj]), down=mlp.down_proj,
+                      norm_in=layer.input_layernorm.weight, norm_post=layer.post_attention_layernorm.weight)
+
+    @torch.no_grad()
+    def __call__(self, input_ids, cache=None, position_ids=None, attention_mask=None, use_cache=True,
+                 logits_to_keep: int = 0) -> LeanOutput:
+        inner = self.model.model
+        if cache is None:
+            from transformers import DynamicCache
+
+            cache = DynamicCache(config=self.model.config)
+        B, n = input_ids.shape
+        past = int(cache.get_seq_length()) if position_ids is None or attention_mask is None else 0
+        if position_ids is None:
+            position_ids = torch.arange(past, past + n, device=input_ids.device).unsqueeze(0)
+        mask = self._mask(attention_mask, past, n, input_ids.device)
+        x = inner.embed_tokens(input_ids)  # [B, n, H]
+        cos, sin = inner.rotary_emb(x, position_ids)  # [B or 1, n, head_dim]
+        half = self.head_dim // 2
+        # rotate_half(x) * sin == flip of x's two halves * (-sin of the first half, sin of the second)
+        cos, sin = cos.unsqueeze(1), torch.cat([-sin[..., :half], sin[..., half:]], -1).unsqueeze(1)
+        for index, layer in enumerate(self.layers):
+            x = self._block(layer, index, x, cos, sin, cache, mask)
+        x = inner.norm(x[:, -logits_to_keep:] if logits_to_keep else x)
+        return LeanOutput(self.model.get_output_embeddings()(x), cache)
+
+    def _mask(self, attention_mask, past: int, n: int, device):
+        """The additive mask SDPA takes, or None where SDPA's own causal flag is right."""
+        if isinstance(attention_mask, dict):
+            attention_mask = attention_mask["full_attention"]
+        if attention_mask is not None:
+            if attention_mask.dim() != 4:
+                raise ValueError("attention_mask: the lean forward takes a 4D additive mask [B, 1, n, S] or None")
+            return attention_mask
+        if n == 1 or past == 0:
+            return None  # one query sees every key; or plain causal (SDPA's is_causal, below)
+        allowed = torch.ones(n, past + n, dtype=torch.bool, device=device).tril(past)  # [n, past + n]
+        return torch.zeros(n, past + n, device=device).masked_fill_(~allowed, float("-inf"))
+
+    def _block(self, layer: _Layer, index: int, x, cos, sin, cache, mask):
+        """One decoder layer: x [B, n, H] -> [B, n, H]; keys and values appended to `cache`."""
+        B, n, _ = x.shape
+        D, Hq, Hkv = self.head_dim, self.n_heads, self.n_kv_heads
+        qk, v = layer.qkv(_norm(x, layer.norm_in, self.eps)).split([(Hq + Hkv) * D, Hkv * D], -1)
+        qk = qk.view(B, n, Hq + Hkv, D).transpose(1, 2)  # [B, Hq + Hkv, n, D]: q's heads, then k's
+        qk = qk * cos + qk.unflatten(-1, (2, D // 2)).flip(-2).flatten(-2) * sin  # RoPE, sin sign-folded
+        q, k = qk.split([Hq, Hkv], 1)  # [B, Hq, n, D], [B, Hkv, n, D]
+        keys, values = cache.update(k, v.view(B, n, Hkv, D).transpose(1, 2), index)  # [B, Hkv, S, D]
+        attended = torch.nn.functional.scaled_dot_product_attention(
+            q, keys, values, attn_mask=None if mask is None else mask.to(q.dtype),
+            is_causal=mask is None and n > 1, scale=self.scaling, enable_gqa=Hq != Hkv)  # [B, Hq, n, D]
+        x = x + layer.o(attended.transpose(1, 2).reshape(B, n, Hq * D))
+        gate, up = layer.gate_up(_norm(x, layer.norm_post, self.eps)).chunk(2, -1)  # [B, n, I] each
+        return x + layer.down(torch.nn.functional.silu(gate) * up)
+
+
+def _norm(x, weight, eps):
+    """RMSNorm as transformers' Llama-family layers compute it: normalised in float32, cast back to
+    x's dtype, then scaled (in one op where x is float32 already)."""
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return torch.rms_norm(x, (x.shape[-1],), weight, eps)
+    return torch.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype) * weight
