@@ -120,14 +120,18 @@ def stack_linears(layers) -> torch.nn.Module:
     with torch.no_grad():
         out.weight.copy_(weight)
         if biased:
-            out.bias.copy_(torch.cat([_bias(layer, layer.weight) for layer in layers]))
+            out.bias.copy_(torch.cat([_bias(layer) for layer in layers]))
     return out.requires_grad_(False)
 
 
-def _bias(layer, like):
-    bias = layer.bias() if callable(layer.bias) else layer.bias
-    return torch.zeros(layer.out_features, dtype=torch.float32 if callable(layer.bias) else like.dtype) \
-        if bias is None else bias.detach()
+def _bias(layer) -> torch.Tensor:
+    """A layer's bias [out_features], detached; zeros (its weight's dtype and device) where it has none."""
+    if is_quantized_linear(layer):  # an int8 dynamic linear's bias is float32 on the CPU
+        bias = layer.bias()
+        return torch.zeros(layer.out_features) if bias is None else bias.detach()
+    weight = layer.weight
+    return torch.zeros(layer.out_features, dtype=weight.dtype, device=weight.device) if layer.bias is None \
+        else layer.bias.detach()
 
 
 def _stack_int8(layers) -> torch.nn.Module:
@@ -138,7 +142,7 @@ def _stack_int8(layers) -> torch.nn.Module:
     scales = torch.cat([w.q_per_channel_scales() for w in weights])
     zeros = torch.cat([w.q_per_channel_zero_points() for w in weights])
     biased = any(layer.bias() is not None for layer in layers)
-    bias = torch.cat([_bias(layer, None) for layer in layers]) if biased else None
+    bias = torch.cat([_bias(layer) for layer in layers]) if biased else None
     with quiet_quantization():
         weight = torch._make_per_channel_quantized_tensor(values, scales, zeros, 0)
         out = torch.ao.nn.quantized.dynamic.Linear(values.shape[1], values.shape[0], dtype=torch.qint8)
