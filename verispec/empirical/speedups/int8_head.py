@@ -11,7 +11,7 @@ import warnings
 import torch
 
 __all__ = ["is_quantized_linear", "subset_head", "quiet_quantization", "PrefixAndRest", "leading_run",
-           "PREFIX_MIN_ROWS"]
+           "int8_linear", "PREFIX_MIN_ROWS"]
 
 #: Ids that start with 0..k-1 for k >= this many share one packed int8 head over 0..k-1 across
 #: subsets (`subset_head`): packing an int8 head into the GEMM layout costs time in its rows (the
@@ -90,14 +90,23 @@ def _rows_head(head, ids: torch.Tensor):
     index = ids.to(int_rows.device, torch.long)
     rows = int_rows.index_select(0, index)  # int8 [|S|, H]: the same int8 values, no re-rounding
     if scales.dim():  # per-channel: each row keeps its own scale and zero point
-        weight = torch._make_per_channel_quantized_tensor(
-            rows, scales.index_select(0, index), zero_points.index_select(0, index), 0)  # qint8 [|S|, H]
+        scales, zero_points = scales.index_select(0, index), zero_points.index_select(0, index)
+    return int8_linear(rows, scales, zero_points, None if bias is None else bias.index_select(0, index))
+
+
+def int8_linear(values: torch.Tensor, scales: torch.Tensor, zero_points: torch.Tensor, bias=None):
+    """A dynamic int8 linear [N, H] whose weight is exactly the int8 `values` [N, H] at the given
+    scales and zero points: per row ([N] each), or one for the tensor (0-dim); float32 `bias` [N]
+    or None. No value is rounded again, so rows taken from (or stacked out of) int8 layers keep
+    their outputs."""
+    if scales.dim():
+        weight = torch._make_per_channel_quantized_tensor(values, scales, zero_points, 0)  # qint8 [N, H]
     else:
-        weight = torch._make_per_tensor_quantized_tensor(rows, float(scales), int(zero_points))  # qint8 [|S|, H]
+        weight = torch._make_per_tensor_quantized_tensor(values, float(scales), int(zero_points))  # qint8 [N, H]
     with quiet_quantization():
-        out = torch.ao.nn.quantized.dynamic.Linear(head.in_features, index.numel(), bias_=bias is not None,
+        out = torch.ao.nn.quantized.dynamic.Linear(values.shape[1], values.shape[0], bias_=bias is not None,
                                                    dtype=torch.qint8)
-        out.set_weight_bias(weight, None if bias is None else bias.index_select(0, index))
+        out.set_weight_bias(weight, bias)
     return out
 
 

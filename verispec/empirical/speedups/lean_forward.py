@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .int8_head import is_quantized_linear, quiet_quantization
+from .int8_head import int8_linear, is_quantized_linear
 
 __all__ = ["LeanForward", "LeanOutput", "lean_view", "stack_linears", "supports", "DESCRIPTION"]
 
@@ -138,16 +138,11 @@ def _stack_int8(layers) -> torch.nn.Module:
     weights = [layer.weight() for layer in layers]
     if any(w.qscheme() not in (torch.per_channel_affine, torch.per_channel_symmetric) for w in weights):
         raise TypeError("layers: int8 linears with per-row weight scales only")
-    values = torch.cat([w.int_repr() for w in weights])  # int8 [sum N, K]
-    scales = torch.cat([w.q_per_channel_scales() for w in weights])
-    zeros = torch.cat([w.q_per_channel_zero_points() for w in weights])
     biased = any(layer.bias() is not None for layer in layers)
-    bias = torch.cat([_bias(layer) for layer in layers]) if biased else None
-    with quiet_quantization():
-        weight = torch._make_per_channel_quantized_tensor(values, scales, zeros, 0)
-        out = torch.ao.nn.quantized.dynamic.Linear(values.shape[1], values.shape[0], dtype=torch.qint8)
-        out.set_weight_bias(weight, bias)
-    return out
+    return int8_linear(torch.cat([w.int_repr() for w in weights]),  # int8 [sum N, K]
+                       torch.cat([w.q_per_channel_scales() for w in weights]),
+                       torch.cat([w.q_per_channel_zero_points() for w in weights]),
+                       torch.cat([_bias(layer) for layer in layers]) if biased else None)
 
 
 @dataclass
