@@ -311,7 +311,7 @@ class CausalLM:
             return (out.logits[:, -keep:] if keep else out.logits).float(), out.cache
         ids, head = self._head_subset
         full = self.model.get_output_embeddings()
-        # The model runs whole (its hooks see the call), its output layer swapped for the rows S
+        # The output layer is swapped for the rows S during the call, which the module or the runner reads
         self.model.set_output_embeddings(head)
         try:
             out = run(**kwargs)
