@@ -118,7 +118,9 @@ CASES = [("chain", methods.get("adaptive", draft_length=3, max_draft_length=3, p
          ("paths", methods.get("gbv", draft_length=3, num_paths=2, policy="auto", costs=COSTS),
           policy.planned_method(lambda L: ref_methods.gbv(L, 2), 3, COSTS, 0.5, num_paths=2), 1),
          ("tree", methods.get("opt_tree", node_budget=5, max_depth=3, policy="auto", costs=COSTS),
-          policy.budget_tree_method(5, COSTS, max_depth=3), 1)]
+          policy.budget_tree_method(5, COSTS, max_depth=3), 1),
+         ("tree-width", methods.get("opt_tree", node_budget=5, max_depth=3, width=1, policy="auto", costs=COSTS),
+          policy.budget_tree_method(5, COSTS, max_depth=3, width=1), 1)]
 
 
 @pytest.mark.parametrize("case_id, method, twin, iterations", CASES, ids=[c[0] for c in CASES])

@@ -163,7 +163,7 @@ def test_one_draft_forward_per_layer_one_target_forward_per_iteration(pair, tree
 # structure: the drafted tree equals the pure-python recomputation
 # ----------------------------------------------------------------------------------------------
 
-def _reference_opt_tree(draft_ref, prefix, n, threshold, depth):
+def _reference_opt_tree(draft_ref, prefix, n, threshold, depth, width=None):
     """(nodes {node: W}, layers) from `opt_tree_structure` on plain-forward probabilities."""
     asked = []
 
@@ -171,7 +171,7 @@ def _reference_opt_tree(draft_ref, prefix, n, threshold, depth):
         asked.append(len(u))
         return draft_ref.probs(tuple(prefix) + u)
 
-    children = opt_tree_structure(q_of, n, threshold, depth)
+    children = opt_tree_structure(q_of, n, threshold, depth, width)
     weights, stack = {}, [((), 1.0)]
     while stack:
         u, w = stack.pop()
@@ -200,18 +200,22 @@ def _same_tree(got: dict, want: dict) -> bool:
 OPT_CASES = [(6, 0.0, 3), (10, 0.0, 4), (10, 0.05, 8), (3, 0.0, 6), (1, 0.0, 3)]
 
 
-def _check_opt_tree_cases(draft, prefixes, prune=False):
+def _check_opt_tree_cases(draft, prefixes, prune=False, width=None):
     """True iff every drafted OPT-Tree equals the reference on every case (and counts forwards).
-    Unpruned drafting builds exactly the reference's layers; pruned drafting may stop earlier."""
+    Unpruned drafting builds exactly the reference's layers; pruned drafting may stop earlier.
+    With a width, each layer's forward feeds at most `width` rows (2 pending rows first)."""
     draft_ref = TorchLM(draft, 1.0)
     stopped_early = False
     for prefix in prefixes:
         for n, threshold, depth in OPT_CASES:
             before = draft.forward_count
-            dt = trees.draft_tree(draft, torch.tensor([prefix]), "opt_tree", n, threshold, depth, prune=prune)
+            dt = trees.draft_tree(draft, torch.tensor([prefix]), "opt_tree", n, threshold, depth, prune=prune,
+                                  width=width)
             prefill = int(len(prefix) > 1)  # all but the last token; none for a one-token prefix
             assert draft.forward_count - before == prefill + dt.draft_forwards  # + one per layer
-            want, layers = _reference_opt_tree(draft_ref, prefix, n, threshold, depth)
+            want, layers = _reference_opt_tree(draft_ref, prefix, n, threshold, depth, width)
+            if width is not None and dt.draft_rows - 2 > width * (dt.draft_forwards - 1):
+                return False
             built = int(dt.layers[0])
             if not _same_tree(dt.nodes(0), want) or dt.draft_forwards != built or not (
                     built == layers if not prune else built <= layers):
@@ -229,6 +233,27 @@ PREFIXES = [[3, 7, 1], [20, 4, 9, 9, 0], [13]]
 def test_opt_tree_equals_reference_structure(peaked, prune):
     _, draft = peaked
     assert _check_opt_tree_cases(draft, PREFIXES, prune)
+
+
+@pytest.mark.parametrize("prune", [False, True])
+@pytest.mark.parametrize("width", [1, 2])
+def test_opt_tree_with_a_width_equals_reference_structure(peaked, prune, width):
+    """The width-capped tree (EAGLE-2's per-layer expansion) is the reference's, and its layer
+    forwards feed at most `width` rows; uncapped, the same cases feed wider layers."""
+    _, draft = peaked
+    assert _check_opt_tree_cases(draft, PREFIXES, prune, width)
+    uncapped = [trees.draft_tree(draft, torch.tensor([p]), "opt_tree", 10, 0.0, 4, prune=prune) for p in PREFIXES]
+    assert any(t.draft_rows - 2 > width * (t.draft_forwards - 1) for t in uncapped)
+
+
+def test_width_is_refused_for_static_trees_and_bad_values(peaked):
+    _, draft = peaked
+    with pytest.raises(ValueError, match="width"):
+        trees.draft_tree(draft, torch.tensor([[3, 7]]), "kary", 6, 0.0, 3, width=2)
+    with pytest.raises(ValueError, match="width"):
+        trees.draft_tree(draft, torch.tensor([[3, 7]]), "opt_tree", 6, 0.0, 3, width=0)
+    with pytest.raises(TypeError, match="width"):
+        trees.draft_tree(draft, torch.tensor([[3, 7]]), "opt_tree", 6, 0.0, 3, width=1.5)
 
 
 @pytest.mark.parametrize("fixture", ["pair", "peaked"])

@@ -175,6 +175,8 @@ DRAFTER_CASES = [
     _case("opt-tree-budget-float", lambda: drafters.opt_tree(2.5), TypeError, "node_budget"),
     _case("opt-tree-threshold-nan", lambda: drafters.opt_tree(2, gain_threshold=NAN), ValueError, "threshold"),
     _case("opt-tree-depth-0", lambda: drafters.opt_tree(2, max_depth=0), ValueError, "max_depth"),
+    _case("opt-tree-width-0", lambda: drafters.opt_tree(2, width=0), ValueError, "width"),
+    _case("opt-tree-width-float", lambda: drafters.opt_tree(2, width=1.5), TypeError, "width"),
     _case("point-mass-fn", lambda: drafters.point_mass(3), TypeError, "fn"),
     _case("point-mass-L-0", lambda: drafters.point_mass(lambda c: (), draft_length=0), ValueError, "draft_length"),
     _case("point-mass-no-vocab", lambda: drafters.point_mass(lambda c: (0,))(None, (), Sampler(0)), ValueError,

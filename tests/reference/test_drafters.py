@@ -245,6 +245,39 @@ def test_opt_tree_threshold_stops_growth():
     assert _tree_nodes(drafters.opt_tree_structure(model.probs, 3, 0.0, 3)) == {(0,), (1,), (0, 0)}
 
 
+@given(seed=seeds, V=st.integers(2, 4), n=st.integers(2, 8), depth=st.integers(2, 4), width=st.integers(1, 3))
+def test_opt_tree_width_expands_at_most_width_nodes_per_layer(seed, V, n, depth, width):
+    """With `width`, at most `width` nodes of each depth have children, the tree stays a subtree
+    of at most n nodes, and every expanded node is among its layer's `width` largest W."""
+    model = models.random_tree(V, seed, concentration=0.5)
+    asked = []
+
+    def q_of(node):
+        asked.append(node)
+        return model.probs(node)
+
+    children = drafters.opt_tree_structure(q_of, n, 0.0, depth, width)
+    nodes = _tree_nodes(children)
+    assert 1 <= len(nodes) <= n and all(u[:-1] == () or u[:-1] in nodes for u in nodes)
+    for d in range(depth):
+        assert sum(len(u) == d for u in set(asked)) <= width  # draft forwards of <= width rows
+    assert all(u in set(asked) for u in children)  # a node with children was expanded
+
+
+def test_opt_tree_width_one_is_a_greedy_chain_with_runner_up_leaves():
+    """q = (.55, .45) at the root, (.1 / .9) below token 1, (.5, .5) elsewhere; n = 3. Uncapped,
+    (1, 0) (W = .405) beats (0, 0) (.275); with width 1 only the root's largest-W child (0,) is
+    expanded: the greedy chain 0, 0 with the runner-up (1,) as a leaf."""
+    table = {(): [0.55, 0.45], (1,): [0.9, 0.1]}
+
+    def q_of(node):
+        return np.array(table.get(node, [0.5, 0.5]))
+
+    assert _tree_nodes(drafters.opt_tree_structure(q_of, 3, 0.0, 3)) == {(0,), (1,), (1, 0)}
+    assert drafters.opt_tree_structure(q_of, 3, 0.0, 3, width=1) == {(): [0, 1], (0,): [0]}
+    assert drafters.opt_tree(3, width=1).width == 1
+
+
 def test_opt_tree_drafter_defaults_max_depth_to_budget():
     drafter = drafters.opt_tree(4)
     assert drafter.max_depth == 4 and drafter.node_budget == 4

@@ -144,6 +144,7 @@ def test_planned_paths_and_budget_trees_are_lossless():
     assert_lossless(gbv, **QUICK)
     assert_lossless(policy.planned_method(lambda L: methods.block(L), 3, _costs(draft=0.05), 0.9), **QUICK)
     assert_lossless(policy.budget_tree_method(4, policy.TOY_COSTS, max_depth=3), **QUICK)
+    assert_lossless(policy.budget_tree_method(4, policy.TOY_COSTS, max_depth=3, width=1), **QUICK)
 
 
 def test_a_policy_that_peeks_at_the_target_is_caught():

@@ -84,35 +84,36 @@ def paths_method(name: str, draft_length: int = registry.L.default, num_paths: i
 
 
 @renamed_keywords(threshold="gain_threshold")
-def tree_method(name: str, node_budget: int = registry.N_BUDGET.default,
-                gain_threshold: float = registry.THRESHOLD.default,
+def tree_method(name: str, node_budget: int = registry.N_BUDGET.default, gain_threshold: float = registry.THRESHOLD.default,
                 max_depth: int = registry.DEPTH.default, branching: int = registry.default("kary", "branching"), *,
                 draft_temperature: float | None = registry.T_DRAFT.default, prune: bool = registry.PRUNE.default,
                 kind: str | None = None) -> TorchMethod:
-    """A draft-tree method with sample-and-follow (OPT-Tree, arXiv 2406.17276): the tree `kind`
-    of `trees.TREES` (default: the registry's tree of method `name`, else `name`) with node budget
-    n = node_budget."""
-
-    entry = registry.spec(name) if name in registry.REGISTRY else None
-    if kind is None:  # the registry's tree kind of the method (chain_tree drafts a "chain")
-        kind = dict(entry.torch_fixed).get("kind", name) if entry is not None else name
-    check_tree_args(kind, node_budget, gain_threshold, max_depth, branching)
-    if entry is None:  # a label of the caller's: the tree family's drafter and rule
-        entry = registry.spec(registry.names(family=registry.TREE)[0])
-    drafter = _drafter(entry, tree=kind, node_budget=node_budget, gain_threshold=gain_threshold, max_depth=max_depth,
-                       branching=branching, draft_temperature=draft_temperature, prune=prune)
-    return TorchMethod(name, drafter, registry.resolve_factory(entry.torch_rule)(),
-                       {"node_budget": node_budget, "gain_threshold": gain_threshold, "max_depth": max_depth})
+    """A draft-tree method with sample-and-follow (OPT-Tree, arXiv 2406.17276): the tree `kind` of
+    `trees.TREES` (default: the registry's tree of method `name`, else `name`), node budget n."""
+    return _tree_method(name, kind, node_budget=node_budget, gain_threshold=gain_threshold, max_depth=max_depth,
+                        branching=branching, draft_temperature=draft_temperature, prune=prune)
 
 
 @renamed_keywords(threshold="gain_threshold")
 def opt_tree_method(name: str, node_budget: int = registry.N_BUDGET.default,
                     gain_threshold: float = registry.THRESHOLD.default, max_depth: int = registry.DEPTH.default, *,
-                    draft_temperature: float | None = registry.T_DRAFT.default, prune: bool = registry.PRUNE.default,
-                    kind: str | None = None) -> TorchMethod:
-    """`tree_method` for a tree whose shape takes no branching (OPT-Tree's, arXiv 2406.17276)."""
-    return tree_method(name, node_budget, gain_threshold, max_depth, draft_temperature=draft_temperature,
-                       prune=prune, kind=kind)
+                    width: int | None = registry.WIDTH.default, draft_temperature: float | None = registry.T_DRAFT.default,
+                    prune: bool = registry.PRUNE.default, kind: str | None = None) -> TorchMethod:
+    """`tree_method` for OPT-Tree (arXiv 2406.17276), whose layers take a width, not a branching."""
+    return _tree_method(name, kind, node_budget=node_budget, gain_threshold=gain_threshold, max_depth=max_depth,
+                        branching=registry.default("kary", "branching"), draft_temperature=draft_temperature,
+                        prune=prune, width=width)
+
+
+def _tree_method(name: str, kind: str | None, **args) -> TorchMethod:
+    entry = registry.spec(name) if name in registry.REGISTRY else None
+    if kind is None:  # the registry's tree kind of the method (chain_tree drafts a "chain")
+        kind = dict(entry.torch_fixed).get("kind", name) if entry is not None else name
+    check_tree_args(kind, *(args.get(key) for key in ("node_budget", "gain_threshold", "max_depth", "branching", "width")))
+    if entry is None:  # a label of the caller's: the tree family's drafter and rule
+        entry = registry.spec(registry.names(family=registry.TREE)[0])
+    return TorchMethod(name, _drafter(entry, tree=kind, **args), registry.resolve_factory(entry.torch_rule)(),
+                       {key: args.get(key) for key in ("node_budget", "gain_threshold", "max_depth", "width")})
 
 
 def prompt_lookup(draft_length: int = registry.L.default, max_ngram: int = registry.NGRAM.default) -> TorchMethod:

@@ -381,7 +381,7 @@ def fixed_tree(children: dict) -> Draft:
 
 @renamed_keywords(threshold="gain_threshold")
 def opt_tree_structure(q_of: Callable[[Node], np.ndarray], node_budget: int, gain_threshold: float,
-                       max_depth: int) -> dict[Node, list[int]]:
+                       max_depth: int, width: int | None = None) -> dict[Node, list[int]]:
     """OPT-Tree's layer-wise construction (Wang et al. 2024, arXiv 2406.17276, Algorithm 1).
 
     Node weight W(u) = product of draft probabilities on u's root path. Layer 1 = the top-n root
@@ -390,6 +390,12 @@ def opt_tree_structure(q_of: Callable[[Node], np.ndarray], node_budget: int, gai
     largest W seen so far; stop when its gain is <= gain_threshold or at max_depth. The tree is the n
     largest-W nodes (ties: shallower first, so it is a subtree). Zero-probability children are
     never drafted.
+
+    `width` (None: no cap) expands only the `width` largest-W nodes of each layer (ties by node):
+    the others stay in the tree as leaves, and each layer's draft forward runs at most `width`
+    rows. This is EAGLE-2's expansion step (Li et al. 2024, arXiv 2406.16858, Section 4.1: the
+    top-k nodes of a layer by value are expanded), kept inside OPT-Tree's budget and stop; with
+    width = 1 the tree is the draft's greedy chain with each layer's runner-up tokens as leaves.
 
     Exact draft probabilities (Fractions, or the prover's symbolic reals) are compared exactly:
     W is an exact product and every ranking is by exact comparisons (float64 products could tie or
@@ -406,7 +412,7 @@ def opt_tree_structure(q_of: Callable[[Node], np.ndarray], node_budget: int, gai
     expected = 0
     for _depth in range(max_depth):
         candidates = []
-        for u in layer:
+        for u in layer if width is None else layer[:width]:  # the layer is sorted by W, descending
             q = np.asarray(q_of(u))  # [V]
             if q.dtype != object:  # float input: rank in float64 (exact input keeps its numbers)
                 q = q.astype(np.float64)
@@ -493,17 +499,24 @@ def check_threshold(gain_threshold) -> float:
 
 
 @renamed_keywords(threshold="gain_threshold")
-def opt_tree(node_budget: int, gain_threshold: float = 0.0, max_depth: int | None = None) -> Drafter:
+def opt_tree(node_budget: int, gain_threshold: float = 0.0, max_depth: int | None = None,
+             width: int | None = None) -> Drafter:
     """OPT-Tree adaptive draft tree (deterministic given the draft model); see `opt_tree_structure`.
 
     Args:
         node_budget: n >= 1, the number of draft tokens (tree nodes besides the root).
         gain_threshold: delta >= 0, stop growing when E[A] gains <= delta from a new layer.
         max_depth: >= 1 (default: node_budget).
+        width: >= 1, the most nodes of a layer that are expanded (None: every node).
+
+    Raises:
+        TypeError / ValueError: node_budget, max_depth or width not an int >= 1; gain_threshold
+        not a number >= 0.
     """
     n = check_positive_int(node_budget, "node_budget")
     check_threshold(gain_threshold)
     depth = n if max_depth is None else check_positive_int(max_depth, "max_depth")
+    width = None if width is None else check_positive_int(width, "width")
 
     def build(draft_model, context, rand):
         draft_model = require_draft_model(draft_model, "opt_tree")
@@ -511,9 +524,9 @@ def opt_tree(node_budget: int, gain_threshold: float = 0.0, max_depth: int | Non
         def q_of(node):
             return draft_model.probs(context + node)
 
-        return fixed_tree(opt_tree_structure(q_of, n, float(gain_threshold), depth))
+        return fixed_tree(opt_tree_structure(q_of, n, float(gain_threshold), depth, width))
 
-    return Drafter("opt_tree", build, node_budget=n, gain_threshold=gain_threshold, max_depth=depth)
+    return Drafter("opt_tree", build, node_budget=n, gain_threshold=gain_threshold, max_depth=depth, width=width)
 
 
 def phrase_draft(phrase: tuple[int, ...], vocab_size: int) -> Draft:

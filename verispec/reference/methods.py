@@ -243,9 +243,11 @@ def hu_greedy(draft_length: int, num_paths: int) -> Method:
 
 @renamed_keywords(threshold="gain_threshold")
 def opt_tree(node_budget: int, gain_threshold: float = registry.default("opt_tree", "gain_threshold"),
-             max_depth: int | None = registry.default("opt_tree", "max_depth")) -> Method:
-    """OPT-Tree adaptive draft tree with sample-and-follow verification (arXiv 2406.17276)."""
-    drafter = drafters.opt_tree(node_budget, gain_threshold, max_depth)
+             max_depth: int | None = registry.default("opt_tree", "max_depth"),
+             width: int | None = registry.default("opt_tree", "width")) -> Method:
+    """OPT-Tree adaptive draft tree with sample-and-follow verification (arXiv 2406.17276); `width`
+    caps the nodes of a layer that are expanded (`drafters.opt_tree_structure`)."""
+    drafter = drafters.opt_tree(node_budget, gain_threshold, max_depth, width)
     return Method("opt_tree", drafter, sample_and_follow, dict(drafter.params), model_state_only=True)
 
 

@@ -51,7 +51,7 @@ from .drafters import Drafter, fixed_tree, opt_tree_structure, require_draft_mod
 from .methods import Method
 from .models import check_positive_int
 from .randomness import enumerate_law
-from .registry import DEPTH, POLICY, THRESHOLD
+from .registry import DEPTH, POLICY, THRESHOLD, WIDTH
 from .verifiers import sample_and_follow
 
 __all__ = ["Calibration", "Rate", "expected_tokens", "keeps_drafting", "planned_length", "best_budget",
@@ -231,15 +231,17 @@ def planned_method(factory: Callable[[int], Method], max_length: int, costs: Cos
 
 @renamed_keywords(threshold="gain_threshold")
 def budget_tree_method(node_budget: int, costs: CostModel, scale=1, max_depth: int = DEPTH.default,
-                       gain_threshold: float = THRESHOLD.default) -> Method:
-    """OPT-Tree (`drafters.opt_tree_structure` at budget n) cut to the `best_budget` top-W nodes,
-    with sample-and-follow: the reference twin of ``opt_tree:pol=auto`` (layers = the tree's depth
-    before the cut, the draft forwards the torch drafter spends; `scale` its calibration rho).
+                       gain_threshold: float = THRESHOLD.default, width: int | None = WIDTH.default) -> Method:
+    """OPT-Tree (`drafters.opt_tree_structure` at budget n, `width` nodes expanded per layer) cut
+    to the `best_budget` top-W nodes, with sample-and-follow: the reference twin of
+    ``opt_tree:pol=auto`` (layers = the tree's depth before the cut, the draft forwards the torch
+    drafter spends; `scale` its calibration rho).
 
     Raises:
-        TypeError / ValueError: node_budget / max_depth not ints >= 1, costs not a CostModel.
+        TypeError / ValueError: node_budget / max_depth / width not ints >= 1, costs not a CostModel.
     """
     n, depth = check_positive_int(node_budget, "node_budget"), check_positive_int(max_depth, "max_depth")
+    width = None if width is None else check_positive_int(width, "width")
     _check_costs(costs)
 
     def draft(draft_model, context, rand):
@@ -248,7 +250,7 @@ def budget_tree_method(node_budget: int, costs: CostModel, scale=1, max_depth: i
         def q_of(node):
             return model.probs(context + node)
 
-        children = opt_tree_structure(q_of, n, gain_threshold, depth)
+        children = opt_tree_structure(q_of, n, gain_threshold, depth, width)
         weights = _tree_weights(children, q_of)
         order = sorted(weights, key=lambda u: (-weights[u], len(u), u))  # a subtree at every cut
         layers = max(len(u) for u in order)
@@ -258,7 +260,7 @@ def budget_tree_method(node_budget: int, costs: CostModel, scale=1, max_depth: i
             kept.setdefault(u[:-1], []).append(u[-1])
         return fixed_tree(kept)
 
-    return Method("budget_tree", draft, sample_and_follow, {"node_budget": n, "max_depth": depth},
+    return Method("budget_tree", draft, sample_and_follow, {"node_budget": n, "max_depth": depth, "width": width},
                   model_state_only=True)
 
 

@@ -173,6 +173,8 @@ N_BUDGET = Param("node_budget", 50, "n", "draft tokens per tree (node budget)")
 THRESHOLD = Param("gain_threshold", 0.0, None, "OPT-Tree stops adding layers when E[A] gains <= gain_threshold")
 DEPTH = Param("max_depth", 10, None, "the deepest layer of a tree")
 PRUNE = Param("prune", True, None, "skip draft rows no chosen node can descend from")
+WIDTH = Param("width", None, "width", "expand only the `width` largest-W nodes of each layer, so a draft forward runs "
+              "at most that many rows (None: every node that can matter)")
 NGRAM = Param("max_ngram", 3, None, "the longest context suffix n-gram looked up")
 CONFIDENCE = Param("confidence_threshold", 0.4, "c", "stop the chain after a token of draft probability below it "
                    "(c: percent)",
@@ -237,10 +239,11 @@ def _selection(name: str, doc: str, params: tuple, drafter: str = _PATHS, fixed:
 def _tree(name: str, doc: str, shape: str, branching_doc: str, torch_only: tuple, note: str = "",
           policy: tuple = _POLICY) -> MethodSpec:
     """A draft-tree method: `TreeDrafter` of tree `shape` + sample-and-follow; `branching_doc`: the
-    `branching` parameter's doc ("" for a shape without one: opt_tree); `policy`: the cost
-    policy's parameters (`_POLICY_AUTO`: the bench runs it "auto")."""
-    branching = (Param("branching", 2, None, branching_doc),) if branching_doc else ()  # opt_tree's shape has none
-    params = (N_BUDGET, THRESHOLD, DEPTH) + branching + (T_DRAFT, PRUNE) + policy
+    `branching` parameter's doc ("" for a shape without one: opt_tree, whose layers take a width);
+    `policy`: the cost policy's parameters (`_POLICY_AUTO`: the bench runs it "auto")."""
+    # opt_tree's shape takes no branching; its layers take a width, a static shape's are fixed
+    shape_params = (Param("branching", 2, None, branching_doc),) if branching_doc else (WIDTH,)
+    params = (N_BUDGET, THRESHOLD, DEPTH) + shape_params + (T_DRAFT, PRUNE) + policy
     torch = f"{_TORCH}:{'tree_method' if branching_doc else 'opt_tree_method'}"
     return MethodSpec(name, doc, params, TREE, reference=f"{_REF}:{name}", torch=torch,
                       torch_rule=_SAMPLE_AND_FOLLOW, torch_drafter=f"{_DRAFTERS}:TreeDrafter",

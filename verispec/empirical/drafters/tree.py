@@ -13,7 +13,8 @@ Trees (`TREES`), every one capped at `max_depth`:
   `verispec.reference.drafters.opt_tree_structure`: W = the product of draft probabilities on a
   node's root path; each layer = the global top-n by W over the top-n children of the previous
   layer's nodes; stop when the gain of E[A] (the n largest W so far) is <= gain_threshold; the
-  tree = the n largest-W nodes (ties go to the shallower node).
+  tree = the n largest-W nodes (ties go to the shallower node). ``width=w`` expands only a layer's w
+  largest-W nodes, so a layer's forward runs <= w rows (EAGLE-2, arXiv 2406.16858, Section 4.1).
 - static baselines at node budget n (`static_shape`): ``"chain"`` (the draft's top-1 path),
   ``"kary"`` (top-k children of every node, breadth first) and ``"eagle"`` (the n rank paths with
   the largest product of the fixed rank priors `EAGLE_RANK_PRIOR`).
@@ -162,15 +163,16 @@ class TreeDrafter(ModelDrafter):
     Args:
         tree: one of `TREES`. node_budget: n >= 1. gain_threshold: OPT-Tree's E[A]-gain threshold >= 0.
         max_depth: >= 1. branching: k >= 1 ("kary"). draft_temperature: T_d of q (None: T, or 1
-        at T = 0). prune: opt_tree's exact pruning. keep_q: keep every node's q in the tree (for
+        at T = 0). prune: opt_tree's exact pruning. width: opt_tree's largest-W nodes expanded per
+        layer, the others leaves (None: all). keep_q: keep every node's q in the tree (for
         verifiers that read q, e.g. a reference rule through the adapter; costs n V floats).
     """
 
     @renamed_keywords(threshold="gain_threshold")
     def __init__(self, tree="opt_tree", node_budget=50, gain_threshold=0.0, max_depth=10, branching=2, *,
-                 draft_temperature=None, prune=True, keep_q=False):
-        self.tree, self.n, self.delta, self.depth, self.shape = check_tree_args(
-            tree, node_budget, gain_threshold, max_depth, branching)
+                 draft_temperature=None, prune=True, width=None, keep_q=False):
+        self.tree, self.n, self.delta, self.depth, self.shape, self.width = check_tree_args(
+            tree, node_budget, gain_threshold, max_depth, branching, width)
         self.draft_temperature = None if draft_temperature is None else check_temperature(
             draft_temperature, "draft_temperature")
         self.prune, self.keep_q = prune, keep_q
@@ -285,6 +287,7 @@ class TreeDrafter(ModelDrafter):
             g["expected"] = best
             if self.prune and top.shape[1] == self.n:  # exact pruning (why it is exact: class docstring)
                 run = run & (w > top[:, self.n - 1:])
+            run = run & (torch.arange(m, device=run.device) < (self.width or m))  # sorted by W: the first `width`
         else:
             g["active"] = g["active"] & ok.any(1) & (depth < len(self.layers))
         return tokens, parent, w, run & g["active"].unsqueeze(1)
@@ -314,8 +317,8 @@ class TreeDrafter(ModelDrafter):
 
 # --- Public API ---
 
-def check_tree_args(tree, node_budget, gain_threshold, max_depth, branching):
-    """Validated (tree, n, gain_threshold, max_depth, shape or None)."""
+def check_tree_args(tree, node_budget, gain_threshold, max_depth, branching, width=None):
+    """Validated (tree, n, gain_threshold, max_depth, shape or None, width or None)."""
     if not isinstance(tree, str):
         raise TypeError(f"tree: expected a tree name string, got {type(tree).__name__}")
     if tree not in TREES:
@@ -325,39 +328,37 @@ def check_tree_args(tree, node_budget, gain_threshold, max_depth, branching):
     depth = check_positive(max_depth, "max_depth")
     k = check_positive(branching, "branching")
     shape = None if tree == "opt_tree" else static_shape(tree, n, depth, k)
-    return tree, n, delta, depth, shape
+    if width is not None and shape is not None:
+        raise ValueError(f"width: only opt_tree's layers take a width, not {tree!r}'s fixed shape")
+    return tree, n, delta, depth, shape, None if width is None else check_positive(width, "width")
 
 
 @renamed_keywords(threshold="gain_threshold")
 def draft_tree(draft: CausalLM, prefix_ids, tree: str = "opt_tree", node_budget: int = 50,
                gain_threshold: float = 0.0, max_depth: int = 10, *, draft_temperature: float = 1.0,
-               branching: int = 2, prune: bool = True) -> TreeRecords:
+               branching: int = 2, prune: bool = True, width: int | None = None) -> TreeRecords:
     """Draft one tree after `prefix_ids` (the drafting step of the tree methods,
     `verispec.empirical.methods.tree_method`, exposed for tests and analysis). Costs a prefill of
     all but the last prefix token plus one forward per layer.
 
     Args:
-        draft: `CausalLM`. prefix_ids: int [B, n] or [n]. tree: one of `TREES`.
-        node_budget: n >= 1. gain_threshold: OPT-Tree's E[A]-gain threshold >= 0 (opt_tree only).
-        max_depth: >= 1. draft_temperature: >= 0 (q = softmax(logits / T_d); 0: one-hot argmax).
-        branching: k >= 1 children per node ("kary" only).
-        prune: opt_tree only; False runs every top-n node of every layer, as the paper's code
-            (the same tree, more draft rows; see `TreeDrafter`).
+        draft: `CausalLM`. prefix_ids: int [B, n] or [n]. draft_temperature: >= 0 (q = softmax(logits
+        / T_d); 0: one-hot argmax). The rest as `TreeDrafter`'s; prune=False runs every top-n node
+        of every layer, as the paper's code (the same tree, more draft rows).
 
     Returns:
         `TreeRecords` (use `.nodes(row)` for {node tuple: W} and `.predicted_acceptance`).
 
     Raises:
-        TypeError / ValueError (naming the argument): a non-`CausalLM` draft, unknown tree,
-        node_budget / max_depth / branching < 1, gain_threshold < 0, negative draft_temperature, bad
-        prefix.
+        TypeError / ValueError (naming the argument): a non-`CausalLM` draft, a bad prefix, a
+        negative draft_temperature, or as `TreeDrafter` (`check_tree_args`: a width on a static tree).
 
-    Source: Wang et al. 2024, "OPT-Tree", arXiv 2406.17276, Algorithm 1 (opt_tree).
+    Source: Wang et al. 2024, "OPT-Tree", arXiv 2406.17276, Algorithm 1; width: EAGLE-2, arXiv 2406.16858.
     """
     if not isinstance(draft, CausalLM):
         raise TypeError(f"draft: expected a CausalLM, got {type(draft).__name__}")
-    drafter = TreeDrafter(tree, node_budget, gain_threshold, max_depth, branching,
-                          draft_temperature=check_temperature(draft_temperature, "draft_temperature"), prune=prune)
+    drafter = TreeDrafter(tree, node_budget, gain_threshold, max_depth, branching, prune=prune, width=width,
+                          draft_temperature=check_temperature(draft_temperature, "draft_temperature"))
     prefix = check_prompt(prefix_ids, draft)
     lengths = torch.full((prefix.shape[0],), prefix.shape[1], dtype=torch.long, device=prefix.device)
     drafter.start(draft, prefix, lengths, drafter.draft_temperature, None)
