@@ -406,6 +406,7 @@ def opt_tree_structure(q_of: Callable[[Node], np.ndarray], node_budget: int, gai
         {node: [child tokens]} ordered by W descending (ties by token id).
     """
     n = node_budget
+    width = None if width is None else check_positive_int(width, "width")
     weights: dict[Node, object] = {}
     layer: list[Node] = [()]
     parent_w = {(): 1}
