@@ -21,7 +21,7 @@ class QuantizedDrafts:
     """
 
     def __init__(self):
-        self._copies: dict = {}  # id(draft CausalLM) -> (draft, its int8 copy); the draft kept so its id stays its own
+        self._copies: dict = {}  # id(draft CausalLM) -> (draft, its int8 copy)
         self._lean: dict = {}  # id(draft CausalLM, int8 or not) -> (draft, its lean view)
 
     def __len__(self) -> int:
@@ -34,11 +34,15 @@ class QuantizedDrafts:
         so neither is built inside a timed span)."""
         draft = pair.draft
         if spec.draft_quant:
-            if id(draft) not in self._copies:
-                self._copies[id(draft)] = (draft, quantize_draft(draft, bits=spec.draft_quant))
-            draft = self._copies[id(draft)][1]
+            draft = _once(self._copies, draft, lambda d: quantize_draft(d, bits=spec.draft_quant))
         if spec.draft_forward == "lean":  # its stacked layers: a second of copying on a 0.5B
-            if id(draft) not in self._lean:
-                self._lean[id(draft)] = (draft, lean_view(draft))
-            draft = self._lean[id(draft)][1]
+            draft = _once(self._lean, draft, lean_view)
         return pair if draft is pair.draft else ModelPair(pair.target, draft, getattr(pair, "tokenizer", None))
+
+
+def _once(built: dict, draft, build):
+    """`build(draft)`, made on the first call for this draft object and kept in `built` with the
+    draft itself (so its id stays its own while the entry lives)."""
+    if id(draft) not in built:
+        built[id(draft)] = (draft, build(draft))
+    return built[id(draft)][1]
