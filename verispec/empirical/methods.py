@@ -113,7 +113,7 @@ def _tree_method(name: str, kind: str | None, **args) -> TorchMethod:
     if entry is None:  # a label of the caller's: the tree family's drafter and rule
         entry = registry.spec(registry.names(family=registry.TREE)[0])
     return TorchMethod(name, _drafter(entry, tree=kind, **args), registry.resolve_factory(entry.torch_rule)(),
-                       {key: args.get(key) for key in ("node_budget", "gain_threshold", "max_depth", "width")})
+                       {key: args[key] for key in ("node_budget", "gain_threshold", "max_depth", "width") if key in args})
 
 
 def prompt_lookup(draft_length: int = registry.L.default, max_ngram: int = registry.NGRAM.default) -> TorchMethod:
