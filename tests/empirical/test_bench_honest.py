@@ -15,6 +15,7 @@ import importlib
 import json
 import os
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -224,6 +225,32 @@ def test_auto_dtype_reads_this_hosts_flags(monkeypatch, tmp_path):
     assert bench.BenchConfig(dtype="float16").resolve()[0].dtype == "float16"
     with pytest.raises(ValueError, match="dtype"):
         hardware.resolve_dtype("int3", "cpu")
+
+
+def test_cpu_name_reads_the_model_name_and_keys_the_cost_models(monkeypatch, tmp_path):
+    """Two CPUs of one torch capability ("AVX512": an AMX Xeon and an EPYC) differ in speed, so the
+    CPU's model name is part of a cost model's key: the same method, pair and config on another
+    CPU get another key (and are measured there), and nothing else in the key changes."""
+    from verispec.bench import costs as bench_costs
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t: avx2\n\nmodel name\t: ignored\n")
+    assert hardware.cpu_name(str(cpuinfo)) == "AMD EPYC 9R14"
+    monkeypatch.setattr("platform.processor", lambda: "x86_64")
+    assert hardware.cpu_name(str(tmp_path / "missing")) == "x86_64"
+    spec, config = bench.parse_method("adaptive:dq=8", 4, 3), bench.BenchConfig(dtype="float32")
+    pair_ = SimpleNamespace(target=_named_model("t"), draft=_named_model("d"))
+    keys = []
+    for name in ("Intel(R) Xeon(R) Platinum 8488C", "AMD EPYC 9R14"):
+        monkeypatch.setattr(bench_costs, "cpu_name", lambda name=name: name)
+        keys.append(dict(bench_costs.cost_key(spec, pair_, config)))
+    assert keys[0]["cpu"] != keys[1]["cpu"]
+    assert {k: v for k, v in keys[0].items() if k != "cpu"} == {k: v for k, v in keys[1].items() if k != "cpu"}
+
+
+def _named_model(name):
+    """The little of a `CausalLM` that `cost_key` reads: a name, a module with parameters, a dtype."""
+    return SimpleNamespace(name=name, model=torch.nn.Linear(2, 2), dtype=torch.float32)
 
 
 def test_bench_records_dtype_and_cpu_capability(tiny_pair, tmp_path):

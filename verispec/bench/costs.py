@@ -1,6 +1,6 @@
 """The host's measured cost model for the drafting policy: draft and target forward seconds against
-token rows and cache length, measured once per (model pair, device, dtype, speed levers, threads,
-library versions), cached on disk and recorded in the bench JSON.
+token rows and cache length, measured once per (model pair, device, CPU model, dtype, speed levers,
+threads, library versions), cached on disk and recorded in the bench JSON.
 
 `measure_costs(target, draft, ...)` times forwards through the engine's own KV interface
 (`verispec.empirical.kv`: the appends a decode makes, the attention masks included): after a
@@ -39,7 +39,7 @@ import torch
 
 from ..atomic import write_json_atomic
 from ..empirical.kv import new_kv
-from ..empirical.speedups.hardware import host_info
+from ..empirical.speedups.hardware import cpu_name, host_info
 from ..empirical.speedups.linear_layout import linear_layout
 from ..reference.costs import CostModel
 from .spec import BenchMethod, draft_vocabulary, parse_method
@@ -144,7 +144,8 @@ def _fingerprint(model) -> str:
 
 
 def cost_key(spec: BenchMethod, pair, config) -> tuple:
-    """((name, value), ...): what a method's cost model depends on."""
+    """((name, value), ...): what a method's cost model depends on, the CPU's model name included
+    (torch's capability alone names an AMX Xeon and an EPYC alike)."""
     import transformers
 
     device = str(config.device)
@@ -154,7 +155,8 @@ def cost_key(spec: BenchMethod, pair, config) -> tuple:
             ("device_name", name), ("dtype", str(pair.target.dtype)), ("draft_quant", spec.draft_quant),
             ("draft_vocab", spec.draft_vocab), ("linear_layout", spec.linear_layout),
             ("threads", torch.get_num_threads()), ("torch", torch.__version__),
-            ("transformers", transformers.__version__), ("cpu_capability", host_info(device)["cpu_capability"])) + (
+            ("transformers", transformers.__version__), ("cpu_capability", host_info(device)["cpu_capability"]),
+            ("cpu", cpu_name())) + (
             (("draft_forward", spec.draft_forward),) if spec.draft_forward != "hf" else ())  # hf: keys as before
 
 

@@ -16,7 +16,7 @@ from importlib.metadata import version
 import torch
 
 from ..empirical.drafters.phrases import PhrasePool
-from ..empirical.speedups.hardware import host_info, resolve_dtype
+from ..empirical.speedups.hardware import cpu_name, host_info, resolve_dtype
 from ..empirical.speedups.lean_forward import DESCRIPTION as LEAN_DESCRIPTION
 from ..empirical.speedups.linear_layout import DESCRIPTIONS
 from ..empirical.speedups.quantize import DESCRIPTION
@@ -97,14 +97,8 @@ def environment(config, threads: int, dtype_reason: str = "") -> dict:
     import transformers
     from transformers.generation import candidate_generator
 
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
-    except OSError:
-        pass
     cuda = str(config.device).startswith("cuda") and torch.cuda.is_available()
-    return {"machine": platform.machine(), "cpu": cpu, **host_info(config.device),
+    return {"machine": platform.machine(), "cpu": cpu_name(), **host_info(config.device),
             "cores": os.cpu_count(), "torch_threads": threads, "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version(),
             "scikit_learn": version("scikit-learn") if candidate_generator.is_sklearn_available() else None,

@@ -13,7 +13,7 @@ faster and the safer choice (`benchmarks/bench_rows.py` measures both on a host)
 
 from __future__ import annotations
 
-__all__ = ["DTYPES", "NATIVE_BF16_FLAGS", "cpu_flags", "choose_dtype", "resolve_dtype", "host_info"]
+__all__ = ["DTYPES", "NATIVE_BF16_FLAGS", "cpu_flags", "cpu_name", "choose_dtype", "resolve_dtype", "host_info"]
 
 #: Dtypes `--dtype` accepts besides "auto".
 DTYPES = ("bfloat16", "float32", "float16")
@@ -35,6 +35,23 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset:
     except OSError:
         pass
     return frozenset()
+
+
+def cpu_name(path: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name: the first "model name" line of `path` (Linux), else
+    `platform.processor()` (may be ""). Two CPUs of one torch capability can differ in speed by 2x
+    or more (e.g. an AMX Xeon and an EPYC, both "AVX512"), so the bench records it and keys its
+    cost models by it."""
+    import platform
+
+    try:
+        with open(path) as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
 
 
 def _cuda_bf16(device) -> bool:
