@@ -236,7 +236,7 @@ def test_cpu_name_reads_the_model_name_and_keys_the_cost_models(monkeypatch, tmp
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t: avx2\n\nmodel name\t: ignored\n")
     assert hardware.cpu_name(str(cpuinfo)) == "AMD EPYC 9R14"
-    monkeypatch.setattr("platform.processor", lambda: "x86_64")
+    monkeypatch.setattr(hardware.platform, "processor", lambda: "x86_64")
     assert hardware.cpu_name(str(tmp_path / "missing")) == "x86_64"
     spec, config = bench.parse_method("adaptive:dq=8", 4, 3), bench.BenchConfig(dtype="float32")
     pair_ = SimpleNamespace(target=_named_model("t"), draft=_named_model("d"))

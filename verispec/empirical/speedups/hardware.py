@@ -13,6 +13,8 @@ faster and the safer choice (`benchmarks/bench_rows.py` measures both on a host)
 
 from __future__ import annotations
 
+import platform
+
 __all__ = ["DTYPES", "NATIVE_BF16_FLAGS", "cpu_flags", "cpu_name", "choose_dtype", "resolve_dtype", "host_info"]
 
 #: Dtypes `--dtype` accepts besides "auto".
@@ -42,8 +44,6 @@ def cpu_name(path: str = "/proc/cpuinfo") -> str:
     `platform.processor()` (may be ""). Two CPUs of one torch capability can differ in speed by 2x
     or more (e.g. an AMX Xeon and an EPYC, both "AVX512"), so the bench records it and keys its
     cost models by it."""
-    import platform
-
     try:
         with open(path) as handle:
             for line in handle:
