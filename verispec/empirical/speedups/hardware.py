@@ -29,14 +29,8 @@ REPORTED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx51
 def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset:
     """The CPU's feature flags from the first "flags" line of `path` (Linux); empty when unreadable
     (other systems: the choice then falls back to float32)."""
-    try:
-        with open(path) as handle:
-            for line in handle:
-                if line.startswith(("flags", "Features")):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
+    value = _cpuinfo_value(path, ("flags", "Features"))
+    return frozenset() if value is None else frozenset(value.split())
 
 
 def cpu_name(path: str = "/proc/cpuinfo") -> str:
@@ -44,14 +38,21 @@ def cpu_name(path: str = "/proc/cpuinfo") -> str:
     `platform.processor()` (may be ""). Two CPUs of one torch capability can differ in speed by 2x
     or more (e.g. an AMX Xeon and an EPYC, both "AVX512"), so the bench records it and keys its
     cost models by it."""
+    value = _cpuinfo_value(path, ("model name",))
+    return platform.processor() if value is None else value.strip()
+
+
+def _cpuinfo_value(path: str, keys: tuple) -> str | None:
+    """The text after the colon of the first line of `path` that starts with one of `keys`; None
+    where no line does or the file cannot be read."""
     try:
         with open(path) as handle:
             for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if line.startswith(keys):
+                    return line.split(":", 1)[1]
     except OSError:
         pass
-    return platform.processor()
+    return None
 
 
 def _cuda_bf16(device) -> bool:
