@@ -287,7 +287,7 @@ class TreeDrafter(ModelDrafter):
             g["expected"] = best
             if self.prune and top.shape[1] == self.n:  # exact pruning (why it is exact: class docstring)
                 run = run & (w > top[:, self.n - 1:])
-            run = run & (torch.arange(m, device=run.device) < (self.width or m))  # sorted by W: the first `width`
+            run = run if self.width is None else run & (torch.arange(m, device=run.device) < self.width)  # sorted by W
         else:
             g["active"] = g["active"] & ok.any(1) & (depth < len(self.layers))
         return tokens, parent, w, run & g["active"].unsqueeze(1)
