@@ -387,9 +387,8 @@ class DecodeRun:
         if not getattr(verifier, "trusted", False):
             check_verdict(verdict, tree, getattr(verifier, "name", self.method.name))
         keep = torch.zeros_like(tree.real)
-        keep[:, 0] = True
         keep.scatter_(1, verdict.nodes.clamp(min=0), verdict.nodes >= 0)
-        keep[:, 0] = True
+        keep[:, 0] = True  # after the scatter: rows with tau = 0 scatter False onto column 0
         keep = keep.gather(1, order) & tree.real.gather(1, order)
         keep = keep if unread is None else torch.cat([unread[1], keep], 1)
         self.kv.commit(keep, prefix=tree.chain)

@@ -411,7 +411,7 @@ class HybridDrafter(AdaptiveChainDrafter):
 VERIFIERS = ("token", "block")
 
 
-def _check(draft_length, max_draft_length, confidence_threshold, schedule, verifier="token"):
+def _check(draft_length, max_draft_length, confidence_threshold, schedule, verifier, guess_length):
     L = check_positive(draft_length, "draft_length")
     top = 4 * L if max_draft_length is None else check_positive(max_draft_length, "max_draft_length")
     if top < L:
@@ -423,7 +423,7 @@ def _check(draft_length, max_draft_length, confidence_threshold, schedule, verif
         raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}")
     if verifier not in VERIFIERS:
         raise ValueError(f"verifier: expected one of {', '.join(VERIFIERS)}, got {verifier!r}")
-    return L, top
+    return L, top, c, check_int(guess_length, "guess_length", 0)
 
 
 @renamed_keywords(threshold="confidence_threshold")
@@ -440,9 +440,7 @@ def adaptive_method(draft_length: int = 4, max_draft_length: int | None = None, 
     Raises:
         ValueError: a parameter out of range. TypeError: a guess_length that is not an int.
     """
-    L, top = _check(draft_length, max_draft_length, confidence_threshold, schedule, verifier)
-    g = check_int(guess_length, "guess_length", 0)
-    c = confidence_threshold
+    L, top, c, g = _check(draft_length, max_draft_length, confidence_threshold, schedule, verifier, guess_length)
     return TorchMethod("adaptive", lambda: AdaptiveChainDrafter(L, top, c, schedule, draft_temperature, g),
                        PathRule(verifier), {"draft_length": L, "max_draft_length": top, "confidence_threshold": c,
                                             "schedule": schedule, "verifier": verifier, "guess_length": g})
@@ -459,10 +457,8 @@ def hybrid_method(draft_length: int = 4, max_draft_length: int | None = None, co
     Raises:
         ValueError: a parameter out of range. TypeError: a guess_length that is not an int.
     """
-    L, top = _check(draft_length, max_draft_length, confidence_threshold, schedule, verifier)
+    L, top, c, g = _check(draft_length, max_draft_length, confidence_threshold, schedule, verifier, guess_length)
     n, k = check_positive(lookup_length, "lookup_length"), check_positive(max_ngram, "max_ngram")
-    g = check_int(guess_length, "guess_length", 0)
-    c = confidence_threshold
     return TorchMethod("hybrid", lambda: HybridDrafter(L, top, c, schedule, n, k,
                                                        draft_temperature=draft_temperature, guess_length=g),
                        PathRule(verifier), {"draft_length": L, "max_draft_length": top, "confidence_threshold": c,

@@ -10,7 +10,7 @@ from .common import RuleOutput, accept_probability, chain_probabilities, emit, r
 
 
 def block_rule(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: torch.Tensor,
-               validate: bool = True) -> RuleOutput:
+               validate: bool = True, greedy: bool = False) -> RuleOutput:
     """Block verification on a batch of chains (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami,
     Suresh 2024, arXiv 2403.10444, Algorithm 2).
 
@@ -20,9 +20,13 @@ def block_rule(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: 
     i, else 0), then one categorical from p_L (tau = L) or norm(max(w_tau p_tau - q_tau, 0)).
 
     Args, Returns (`RuleOutput`, path_index 0) and Raises: as `token_rule` (p [B, L+1, V], q [B, L,
-    V], draft int [B, L], uniforms [B, >= L+1]).
+    V], draft int [B, L], uniforms [B, >= L+1]); greedy: p is one-hot (T = 0), so each w_i is 0 or
+    1 and h_i = w_i (w_i = 0: Z_i = 0): the vocabulary-wide pass for Z is skipped, same output (with
+    `validate`, ValueError naming p if p is not one-hot).
     """
     rows, draft, p_x, q_x = chain_probabilities(p, q, draft, uniforms, validate)  # [B], [B, L] x 3
+    if validate and greedy and not bool(((p == 0) | (p == 1)).all()):
+        raise ValueError("p: greedy=True needs one-hot target distributions (T = 0)")
     B, L = draft.shape
     w = [torch.ones(B, dtype=p.dtype, device=p.device)]
     for i in range(L):
@@ -31,7 +35,7 @@ def block_rule(p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, uniforms: 
     h = torch.empty_like(weights)  # [B, L+1], h_1..h_L in columns 1..L
     h[:, L] = weights[:, L]
     if L > 1:
-        h[:, 1:L] = stop_probability(p[:, 1:L], q[:, 1:L], weights[:, 1:L])
+        h[:, 1:L] = weights[:, 1:L] if greedy else stop_probability(p[:, 1:L], q[:, 1:L], weights[:, 1:L])
     h_desc = h[:, 1:].flip(-1)  # [B, L]: h_L, h_{L-1}, ..., h_1
     success = bernoulli(h_desc, uniforms[:, :L])  # [B, L]
     any_success = success.any(-1)  # [B]

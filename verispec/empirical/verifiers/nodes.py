@@ -16,6 +16,8 @@ so a stream source (`NumpyUniforms`) is read in the reference's order.
 
 from __future__ import annotations
 
+import inspect
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -66,22 +68,24 @@ class PathRule:
         self.name = name
         self.chain = name in CHAIN_RULES  # reads path 0 only
         self.full_paths_only = not takes_lengths(name)  # e.g. gbv: every path has L tokens
+        self.greedy_aware = "greedy" in inspect.signature(RULES[name]).parameters  # block: a shortcut at T = 0
 
     def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
         if tree.paths is None:
             raise ValueError(f"draft tree: rule {self.name!r} needs the drafter's paths [B, K, L]")
         paths = tree.paths  # [B, K, L], node ids
         B, K, L = paths.shape
+        rule = partial(RULES[self.name], greedy=True) if temperature == 0 and self.greedy_aware else RULES[self.name]
         if tree.chain and self.chain and tree.q is not None:  # node j = depth j: slices
-            out = CHAIN_RULES[self.name](p[:, :L + 1], tree.q[:, :L], tree.tokens[:, 1:L + 1],
-                                         source.peek(B, L + 1, p.device), validate=False)
+            out = rule(p[:, :L + 1], tree.q[:, :L], tree.tokens[:, 1:L + 1], source.peek(B, L + 1, p.device),
+                       validate=False)
             source.advance(out.consumed)
             return _verdict(paths[:, 0], out.tau, out.tokens.gather(1, out.tau.unsqueeze(1))[:, 0])
         lengths = (paths >= 0).sum(-1)  # [B, K]
         if self.chain:  # chain rules read path 0, never past its length
             deepest = int(lengths[:, 0].max()) if B else 0  # the uniforms peeked still follow L
             p_tab, q_tab, drafted = _path_tables(p, tree, paths[:, :1, :deepest], loose=True)
-            tau, emitted, consumed = _chain_by_length(self.name, p_tab[:, 0], q_tab[:, 0], drafted[:, 0],
+            tau, emitted, consumed = _chain_by_length(rule, p_tab[:, 0], q_tab[:, 0], drafted[:, 0],
                                                       lengths[:, 0], source.peek(B, L + 1, p.device))
             k_star = torch.zeros_like(tau)
         else:
@@ -125,10 +129,10 @@ def _node_rows(t, nodes, loose: bool, may_slice: bool = True):
     return t.gather(1, nodes.clamp(min=0).unsqueeze(-1).expand(-1, -1, t.shape[-1]))
 
 
-def _chain_by_length(name, p, q, draft, lengths, u):
-    """A chain rule per row with its own draft length: rows grouped by length (length 0 draws
-    straight from p, one uniform). p [B, l+1, V], q [B, l, V], draft [B, l], lengths [B],
-    u [B, >= l+1] -> (tau [B], emitted [B, l+1] (-1 padded), consumed [B])."""
+def _chain_by_length(rule, p, q, draft, lengths, u):
+    """A chain rule (a `CHAIN_RULES` function) per row with its own draft length: rows grouped by
+    length (length 0 draws straight from p, one uniform). p [B, l+1, V], q [B, l, V], draft [B, l],
+    lengths [B], u [B, >= l+1] -> (tau [B], emitted [B, l+1] (-1 padded), consumed [B])."""
     B, width = p.shape[:2]
     tau = torch.zeros(B, dtype=torch.long, device=p.device)
     emitted = torch.full((B, width), -1, dtype=torch.long, device=p.device)
@@ -140,7 +144,7 @@ def _chain_by_length(name, p, q, draft, lengths, u):
         if n == 0:
             emitted[rows, 0] = categorical(p[rows, 0], u[rows, 0])
             continue
-        out = CHAIN_RULES[name](p[rows, :n + 1], q[rows, :n], draft[rows, :n], u[rows, :n + 1], validate=False)
+        out = rule(p[rows, :n + 1], q[rows, :n], draft[rows, :n], u[rows, :n + 1], validate=False)
         tau[rows], emitted[rows, :n + 1], consumed[rows] = out.tau, out.tokens, out.consumed
     return tau, emitted, consumed
 
