@@ -40,7 +40,7 @@ PROMPTS = [torch.tensor([5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7]), torch.tensor([1, 
            torch.tensor([40, 41, 42, 43, 44, 45])]
 FAMILIES = [("adaptive", {}), ("hybrid", {"lookup_length": 4}), ("adaptive", {"guess_length": 3}),
             ("token", {}), ("block", {"draft_length": 6}), ("gbv", {"num_paths": 2}), ("spechub", {}),
-            ("opt_tree", {"node_budget": 12}), ("kary", {"node_budget": 8})]
+            ("opt_tree", {"node_budget": 12}), ("kary", {"node_budget": 8}), ("adaptive", {"leaves": "on"})]
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def test_a_policy_that_never_stops_is_caught(exact_models, monkeypatch):
     """Planted: the chain policy always drafts on (to the cap): tau_1's law moves off the twin's."""
     _, method, twin, _ = CASES[0]
     law = exact_tau_laws(*exact_models, twin, (1, 3), depth=3)[0]
-    monkeypatch.setattr(torch_policy.ChainPolicy, "stops", lambda self, c, depth, going, caps: torch.zeros_like(going))
+    monkeypatch.setattr(torch_policy.ChainPolicy, "stops", lambda self, c, depth, going, *_: torch.zeros_like(going))
     tau = decode_taus(*exact_models, method, {}, 3000, "padded", (1, 3), seed=46, depth=3)[0]
     with pytest.raises(AssertionError, match="tau_1"):
         check_means([tau], [law], bound=3)

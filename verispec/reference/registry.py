@@ -195,10 +195,15 @@ CALIBRATION = Param("calibration_weight", 4, "cw", "policy auto: prior weight, i
                     "its acceptance estimate", minimum=0)
 MEMORY = Param("memory", None, None, "policy auto: a PolicyMemory carrying its statistics across decode calls "
                "(the bench keeps one per method and temperature)")
+LEAVES = Param("leaves", "off", "lv", "policy auto, at T = 0: below the chain, the draft's runner-up token at each "
+               "depth as a leaf where it pays under the costs, the tree followed greedily (on), or none (off)",
+               choices=("off", "on"))
 _POLICY = (POLICY, COSTS, CALIBRATION, MEMORY)
 _POLICY_AUTO = (POLICY_AUTO, COSTS, CALIBRATION, MEMORY)
-#: The names of the policy's parameters (`verispec.empirical.methods.get` applies them to any method).
-POLICY_OPTIONS = tuple(p.name for p in _POLICY)
+#: The names of the policy's parameters (`verispec.empirical.methods.get` applies them to any method
+#: that declares them; the last, leaves, only the adaptive chain declares).
+_POLICY_NAMES = tuple(p.name for p in _POLICY)
+POLICY_OPTIONS = _POLICY_NAMES + (LEAVES.name,)
 
 POOL = Param("pool", None, None, "a PhrasePool read and filled by every decode (None: a fresh pool per call)")
 WINDOW = Param("window", 4, "W", "Jacobi window columns in every forward (0: none)", minimum=0)
@@ -225,7 +230,7 @@ def _path(name: str, doc: str, rule: str, multi: bool, iid: bool = True,
                       reference=f"{_REF}:{name}", torch=f"{_TORCH}:paths_method", torch_rule=f"{_RULES}.{rule}",
                       torch_drafter=_PATHS,
                       torch_fixed=(("name", name), ("iid", iid)) + (() if multi else (("num_paths", 1),)),
-                      torch_only=("draft_temperature",) + POLICY_OPTIONS)
+                      torch_only=("draft_temperature",) + _POLICY_NAMES)
 
 
 def _selection(name: str, doc: str, params: tuple, drafter: str = _PATHS, fixed: tuple = (),
@@ -233,7 +238,7 @@ def _selection(name: str, doc: str, params: tuple, drafter: str = _PATHS, fixed:
     """A multi-draft selection method: `drafter` + its one-step rule top down (`TopDownSelection`)."""
     return MethodSpec(name, doc, params + _POLICY, SELECTION, uniforms=uniforms, reference=f"{_REF}:{name}",
                       torch=f"{_TORCH}:selection_method", torch_rule=_TOP_DOWN, torch_drafter=drafter,
-                      torch_fixed=(("name", name),) + fixed, torch_only=("draft_temperature",) + POLICY_OPTIONS)
+                      torch_fixed=(("name", name),) + fixed, torch_only=("draft_temperature",) + _POLICY_NAMES)
 
 
 def _tree(name: str, doc: str, shape: str, branching_doc: str, torch_only: tuple, note: str = "",
@@ -247,7 +252,7 @@ def _tree(name: str, doc: str, shape: str, branching_doc: str, torch_only: tuple
     torch = f"{_TORCH}:{'tree_method' if branching_doc else 'opt_tree_method'}"
     return MethodSpec(name, doc, params, TREE, reference=f"{_REF}:{name}", torch=torch,
                       torch_rule=_SAMPLE_AND_FOLLOW, torch_drafter=f"{_DRAFTERS}:TreeDrafter",
-                      torch_fixed=(("name", name), ("kind", shape)), torch_only=torch_only + POLICY_OPTIONS,
+                      torch_fixed=(("name", name), ("kind", shape)), torch_only=torch_only + _POLICY_NAMES,
                       note=note)
 
 
@@ -299,7 +304,7 @@ _ENTRIES = (
     _selection("hu_greedy", "top K-1 tokens of q + one sampled off them, verified at its transport optimum (Hu et al., "
                "arXiv 2502.18779)", (L, K, T_DRAFT), f"{_DRAFTERS}:GreedyDraftDrafter", (("truncation", None),)),
     MethodSpec("adaptive", "a confidence-stopped chain + token or block verification (transformers' heuristic)",
-               (L, CAP, CONFIDENCE, SCHEDULE, T_DRAFT, VERIFIER, GUESSES) + _POLICY_AUTO,
+               (L, CAP, CONFIDENCE, SCHEDULE, T_DRAFT, VERIFIER, GUESSES) + _POLICY_AUTO + (LEAVES,),
                reference="verispec.reference.adaptive:adaptive_method", torch="verispec.empirical.drafters.adaptive:adaptive_method",
                torch_drafter=f"{_DRAFTERS}.adaptive:AdaptiveChainDrafter",
                torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length") + POLICY_OPTIONS),
@@ -308,7 +313,7 @@ _ENTRIES = (
                 T_DRAFT, VERIFIER, GUESSES) + _POLICY_AUTO,
                reference="verispec.reference.adaptive:hybrid_method", torch="verispec.empirical.drafters.adaptive:hybrid_method",
                torch_drafter=f"{_DRAFTERS}.adaptive:HybridDrafter", quick_check=False,
-               torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length") + POLICY_OPTIONS),
+               torch_only=("max_draft_length", "schedule", "draft_temperature", "guess_length") + _POLICY_NAMES),
     MethodSpec("typical", "a chain + Medusa's typical acceptance, p(x) > min(eps, delta e^-H(p)); lossy (Cai et al., "
                "arXiv 2401.10774)", (L, Param("epsilon", 0.09, None, "eps: the hard probability threshold"),
                                      Param("delta", 0.3, None, "delta: the entropy-scaled threshold")),

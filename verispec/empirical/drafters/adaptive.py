@@ -217,7 +217,7 @@ class AdaptiveChainDrafter(PathsDrafter):
             chain.record(going, token, q)
             confidence = self._confidence(step, token, q)  # [B]
             stop = confidence < self.confidence_threshold if self.policy is None else self.policy.stops(
-                confidence, chain.depth, going, chain.lengths)
+                confidence, chain.depth, going, chain.lengths, step, token)
             low = going & stop & (chain.lengths > chain.depth + 1)
             chain.lengths = torch.where(low, chain.depth + 1, chain.lengths)
             chain.depth = chain.depth + going.long()
@@ -281,21 +281,22 @@ class AdaptiveChainDrafter(PathsDrafter):
 
     def draft(self, rows) -> DraftTree:
         paths, lengths, q = self._chain(self._in_budget(self.cap, rows), rows)
-        return self._chain_tree(rows.last, paths, lengths, q)
+        tree = self._chain_tree(rows.last, paths, lengths, q)
+        return tree if self.policy is None else self.policy.grow(tree, self)
 
     # -- after verification -------------------------------------------------------------------------
 
     def accept(self, tree: DraftTree, verdict) -> None:
         self._commit_and_queue(tree, verdict, ran=True)
-        self._update_caps(verdict.tau, torch.ones_like(self.cap, dtype=torch.bool))
+        self._update_caps(verdict, torch.ones_like(self.cap, dtype=torch.bool))
 
-    def _update_caps(self, tau: torch.Tensor, drafted_by_model: torch.Tensor) -> None:
+    def _update_caps(self, verdict, drafted_by_model: torch.Tensor) -> None:
         """transformers' heuristic: +2 when the row accepted every drafted token, else -1 (rows
         the draft model drafted for; the others keep their cap). Under a cost policy: its calibration
         learns from the iteration instead, and the cap stays at max_draft_length."""
+        tau = verdict.tau  # [B]
         if self.policy is not None:
-            self.policy.observe(self._drafted, tau, drafted_by_model)
-            return
+            return self.policy.observe(self._drafted, tau, drafted_by_model, verdict.nodes)
         if self.schedule == "constant":
             return
         grown = torch.where(tau >= self._drafted, self.cap + 2, self.cap - 1).clamp(1, self.max_length)
@@ -398,7 +399,7 @@ class HybridDrafter(AdaptiveChainDrafter):
                 tree.tokens.shape[1] - self.fed.shape[1], 0)), -1)], dim=1)
             self.fed[self._lookup] = -1  # phrase nodes were never fed to the draft model
         self._commit_and_queue(tree, verdict, ran=self._ran)
-        self._update_caps(verdict.tau, ~self._lookup)
+        self._update_caps(verdict, ~self._lookup)
 
     def logs(self) -> dict:
         out = super().logs()

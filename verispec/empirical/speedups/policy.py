@@ -23,6 +23,17 @@ the tree budget). Here they run batched on the engine's drafters, one policy obj
 - `TreePolicy` (opt_tree, kary, eagle, chain_tree): the tree cut to the `best_budget` top-W
   nodes, W scaled by rho = (w + sum tau) / (w + sum E[A] predicted) over finished iterations.
 
+Runner-up leaves (``leaves="on"``, adaptive chains, T = 0 only): at a greedy target the first
+rejected chain token is often one where the draft's second choice is the target's argmax.
+`ChainPolicy.grow` hangs the draft's runner-up token at each depth j below chain node j - 1 as a
+leaf, with no draft forward (the draft's logits at that depth are already computed), and keeps
+the m leaves of largest weight W_j = P(the chain survives to depth j - 1) rho_j (rho_j: the
+draft's probability of the runner-up) that maximise (E + sum W) / (C + the extra target rows'
+seconds): OPT-Tree's objective (arXiv 2406.17276) priced by the costs. The tree is verified by
+greedy sample-and-follow (`GreedyFollowAtZero`): lossless on any tree, and at T = 0 it emits the
+target's argmax path, as every lossless chain rule does on the chain alone; an accepted leaf adds
+one token (the bonus after it). At T > 0 nothing changes.
+
 A `PolicyMemory` (``memory=``) carries these statistics from one decode call to the next: the
 bench keeps one per method and temperature across its prompts, as one serving process would,
 so a prompt starts from what the earlier prompts taught (scaled down to `CARRY_TOKENS`). Without
@@ -38,13 +49,14 @@ import torch
 
 from ...reference.costs import CostModel
 from ...reference.policy import POLICIES
-from ...reference.registry import CALIBRATION, POLICY
+from ...reference.registry import CALIBRATION, LEAVES, POLICY
 from ..drafters.adaptive import AdaptiveChainDrafter
-from ..drafters.base import PathsDrafter
+from ..drafters.base import DraftTree, PathsDrafter
 from ..drafters.tree import TreeDrafter
+from ..verifiers.nodes import SampleAndFollow
 
-__all__ = ["PolicyConfig", "PolicyMemory", "ChainPolicy", "PlanPolicy", "TreePolicy", "with_policy",
-           "CALIBRATION_BINS", "CARRY_TOKENS"]
+__all__ = ["PolicyConfig", "PolicyMemory", "ChainPolicy", "PlanPolicy", "TreePolicy", "GreedyFollowAtZero",
+           "with_policy", "CALIBRATION_BINS", "CARRY_TOKENS"]
 
 #: Bins of the chain policy's acceptance calibration g(c) over the draft probability c in [0, 1].
 CALIBRATION_BINS = 8
@@ -138,12 +150,13 @@ class _CostTables:
 class ChainPolicy:
     """`keeps_drafting` per drawn token, batched, with a per-row online calibration (module doc)."""
 
-    def __init__(self, config: PolicyConfig, max_length: int):
-        self.config, self.M = config, max_length
+    def __init__(self, config: PolicyConfig, max_length: int, leaves: bool = False):
+        self.config, self.M, self.leaves = config, max_length, leaves
+        self.leaf_base = None  # the first leaf's node id in the last grown tree (None: no leaves)
 
     def start(self, batch: int, device) -> None:
         bins = self.config.bins
-        self.tables = _CostTables(self.config.costs, self.M + 1, device)
+        self.tables = _CostTables(self.config.costs, (2 if self.leaves else 1) * self.M + 1, device)
         self.centres = (torch.arange(bins, device=device, dtype=torch.float64) + 0.5) / bins  # [bins]
         zeros = torch.zeros(batch, bins, dtype=torch.float64, device=device)  # [B, bins]
         counts = self.config.seed({"chain_seen": zeros, "chain_accepted": zeros}, "chain_seen")
@@ -177,13 +190,19 @@ class ChainPolicy:
         self.survive = torch.ones(B, dtype=torch.float64, device=cache_length.device)  # prod a_i [B]
         self.tokens = torch.ones_like(self.survive)  # E_d [B]
         self.confidence = torch.zeros(B, M, dtype=torch.float64, device=cache_length.device)  # c per depth
+        self.n = cache_length
+        self.runner = torch.zeros(B, M, dtype=torch.long, device=cache_length.device)  # runner-up per depth
+        self.runner_p = torch.zeros(B, M, dtype=torch.float64, device=cache_length.device)  # its rho
 
-    def stops(self, confidence: torch.Tensor, depth: torch.Tensor, going: torch.Tensor,
-              caps: torch.Tensor) -> torch.Tensor:
-        """After the token of draft probability confidence [B] drawn at depth [B] (tokens before
-        it) by the going rows [B]: True where drafting more does not pay within caps [B]."""
+    def stops(self, confidence: torch.Tensor, depth: torch.Tensor, going: torch.Tensor, caps: torch.Tensor,
+              logits: torch.Tensor | None = None, token: torch.Tensor | None = None) -> torch.Tensor:
+        """After the token [B] of draft probability confidence [B] drawn at depth [B] (tokens before
+        it) by the going rows [B]: True where drafting more does not pay within caps [B]. With
+        leaves, the draft's logits [B, V] at that depth give the runner-up (`grow`)."""
         bins = self.g.shape[1]
         c = confidence.double()
+        if self.leaves and logits is not None:
+            self._runner_up(logits, token, c, depth, going)
         a = self.g.gather(1, (c * bins).long().clamp(0, bins - 1).unsqueeze(1))[:, 0]  # [B]
         self.survive = torch.where(going, self.survive * a, self.survive)
         self.tokens = torch.where(going, self.tokens + self.survive, self.tokens)
@@ -199,9 +218,56 @@ class ChainPolicy:
         better &= (d.unsqueeze(1) + j) <= torch.minimum(caps, torch.full_like(caps, M)).unsqueeze(1)
         return ~better.any(1)
 
-    def observe(self, drafted: torch.Tensor, tau: torch.Tensor, active: torch.Tensor) -> None:
+    def _runner_up(self, logits, token, c, depth, going) -> None:
+        """Record each going row's runner-up token (the larger of the top two logits [B, V] that is
+        not the drawn token [B]) at its depth, with rho = c exp(l_runner - l_token): its draft
+        probability at the temperature c was read at."""
+        top = logits.topk(2, dim=-1)  # values, indices [B, 2]
+        first = top.indices[:, 0] == token  # [B]
+        runner = torch.where(first, top.indices[:, 1], top.indices[:, 0])  # [B]
+        gap = torch.where(first, top.values[:, 1], top.values[:, 0]) - logits.gather(1, token.unsqueeze(1))[:, 0]
+        at = depth.clamp(max=self.M - 1).unsqueeze(1)  # [B, 1]
+        for table, value in ((self.runner, runner), (self.runner_p, c * torch.exp(gap.double()))):
+            table.scatter_(1, at, torch.where(going, value, table.gather(1, at)[:, 0]).unsqueeze(1))
+
+    def grow(self, tree: DraftTree, drafter) -> DraftTree:
+        """The chain tree (node j = depth j, N = 1 + l nodes) with the runner-up leaves that pay
+        (module docstring) at a greedy target with leaves on; else the tree as it is. Leaf nodes
+        N..N + l - 1 (node N + j - 1 below chain node j - 1; padding where not kept); q is dropped
+        (greedy sample-and-follow reads none) and `drafter.fed` marks the leaves unfed."""
+        self.leaf_base = None
+        if not self.leaves or drafter.temperature != 0:
+            return tree
+        B, N = tree.tokens.shape
+        l, bins, device = N - 1, self.g.shape[1], tree.tokens.device
+        valid = tree.real[:, 1:]  # [B, l]: chain node j exists
+        a = self.g.gather(1, (self.confidence[:, :l] * bins).long().clamp(0, bins - 1))  # [B, l]
+        survive = torch.cat([torch.ones_like(a[:, :1]), a.cumprod(1)[:, :-1]], 1)  # [B, l]: to depth j - 1
+        order = torch.where(valid, survive * self.runner_p[:, :l], -1.0).sort(dim=1, descending=True, stable=True)
+        m = torch.arange(1, l + 1, device=device).expand(B, l)  # [B, l]: leaves kept
+        chain_rows = 1 + valid.sum(1, keepdim=True)  # [B, 1]: the root and the chain
+        base = self.prices.gather(1, chain_rows - 1)  # [B, 1]: C(l)
+        target = self.tables.target
+        extra = self.tables.seconds(target, chain_rows + m, self.n) - self.tables.seconds(target, chain_rows, self.n)
+        tokens = self.tokens.unsqueeze(1)  # [B, 1]: E_l
+        ratio = (tokens + order.values.clamp(min=0).cumsum(1)) / (base + extra)  # [B, l]
+        ratio = torch.where(m < chain_rows, ratio, -1.0)
+        best = torch.where(ratio.amax(1) > (tokens / base)[:, 0], ratio.argmax(1) + 1, 0)  # [B]; 0: none pays
+        keep = torch.zeros_like(valid).scatter_(1, order.indices, m <= best.unsqueeze(1)) & valid  # [B, l]
+        drafter.fed = torch.cat([drafter.fed[:, :N], drafter.fed.new_full((B, l), -1)], 1)
+        self.leaf_base = N
+        return replace(tree, tokens=torch.cat([tree.tokens, self.runner[:, :l]], 1), q=None, chain=False,
+                       parents=torch.cat([tree.parents, m - 1], 1), real=torch.cat([tree.real, keep], 1))
+
+    def observe(self, drafted: torch.Tensor, tau: torch.Tensor, active: torch.Tensor,
+                nodes: torch.Tensor | None = None) -> None:
         """Learn from a verified iteration: drafted [B] tokens, tau [B] accepted, active [B] rows
-        whose chain the draft model drafted (token i was examined iff i <= tau, accepted iff i < tau)."""
+        whose chain the draft model drafted (token i was examined iff i <= tau, accepted iff i < tau);
+        nodes [B, D], the accepted node ids: a path that ends in a leaf (`grow`) accepted one chain
+        token fewer than tau."""
+        if self.leaf_base is not None and nodes is not None:
+            last = nodes.gather(1, (tau - 1).clamp(min=0).unsqueeze(1))[:, 0]  # [B]
+            tau = tau - ((tau > 0) & (last >= self.leaf_base)).long()
         i = torch.arange(self.M, device=tau.device)  # [M]
         examined = (i < drafted.unsqueeze(1)) & (i <= tau.unsqueeze(1)) & active.unsqueeze(1)  # [B, M]
         bins = self.seen.shape[1]
@@ -301,27 +367,51 @@ class TreePolicy:
         self.config.remember({"tree_measured": measured, "tree_predicted": self.kept})
 
 
+class GreedyFollowAtZero:
+    """A method's verifier at T > 0; at T = 0, sample-and-follow (greedy), which reads the
+    runner-up leaves `ChainPolicy.grow` hangs below the chain (module docstring)."""
+
+    trusted, capturable = True, False
+
+    def __init__(self, verifier):
+        self.verifier, self.follow = verifier, SampleAndFollow()
+        self.name, self.needs_q = getattr(verifier, "name", "verifier"), getattr(verifier, "needs_q", True)
+
+    def __call__(self, p, tree, source, temperature, rows=None):
+        rule = self.follow if temperature == 0 else self.verifier
+        return rule(p, tree, source, temperature, rows)
+
+
 def with_policy(method, policy: str = POLICY.default, costs: CostModel | None = None,
-                calibration_weight: float = CALIBRATION.default, memory: PolicyMemory | None = None):
+                calibration_weight: float = CALIBRATION.default, memory: PolicyMemory | None = None,
+                leaves: str = LEAVES.default):
     """`method` (a `TorchMethod`) with its draft length / node budget chosen per iteration by the
     cost policy (``policy="auto"``, needs `costs`), or unchanged (``"fixed"``). The verifier is
     untouched. Chains cut by a stop (adaptive, hybrid) get `ChainPolicy`, trees `TreePolicy`,
     fixed-length paths `PlanPolicy`; `memory` (a `PolicyMemory`) carries their statistics across
-    decode calls.
+    decode calls. ``leaves="on"`` (the adaptive chain under "auto"): runner-up leaves at T = 0,
+    verified by `GreedyFollowAtZero` (module docstring).
 
     Raises:
         ValueError naming ``policy``: not one of "fixed" / "auto", or a drafter with no length or
-            budget to choose (prompt lookup, phrase pools). TypeError / ValueError: bad costs or
-            calibration_weight (`PolicyConfig`).
+            budget to choose (prompt lookup, phrase pools). ValueError naming ``leaves``: not
+            "off" / "on", or "on" without "auto" or on a method other than the adaptive chain.
+            TypeError / ValueError: bad costs or calibration_weight (`PolicyConfig`).
     """
     if policy not in POLICIES:
         raise ValueError(f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
+    if leaves not in LEAVES.choices:
+        raise ValueError(f"leaves: expected one of {', '.join(LEAVES.choices)}, got {leaves!r}")
     if policy == "fixed":
+        if leaves == "on":
+            raise ValueError("leaves: 'on' needs policy 'auto' (the measured costs decide which leaves pay)")
         return method
     config = PolicyConfig(costs, calibration_weight, memory=memory)
     probe, make = method.drafter(), method.drafter
+    if leaves == "on" and type(probe) is not AdaptiveChainDrafter:
+        raise ValueError(f"leaves: 'on' is for the adaptive chain, not method {method.name!r}")
     if isinstance(probe, AdaptiveChainDrafter):
-        def attach(d): return ChainPolicy(config, d.max_length)
+        def attach(d): return ChainPolicy(config, d.max_length, leaves == "on")
     elif isinstance(probe, TreeDrafter):
         def attach(d): return TreePolicy(config, d.n)
     elif isinstance(probe, PathsDrafter):
@@ -334,4 +424,7 @@ def with_policy(method, policy: str = POLICY.default, costs: CostModel | None = 
         out.policy = attach(out)
         return out
 
-    return replace(method, drafter=drafter, params={**method.params, "policy": "auto"})
+    if leaves == "off":
+        return replace(method, drafter=drafter, params={**method.params, "policy": "auto"})
+    return replace(method, drafter=drafter, verifier=GreedyFollowAtZero(method.verifier),
+                   params={**method.params, "policy": "auto", "leaves": "on"})
