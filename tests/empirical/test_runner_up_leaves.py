@@ -66,6 +66,8 @@ def test_leaves_are_kept_accepted_and_save_target_forwards_at_t0(pair):
     assert runs["off"][1] == (0, 0)
     kept, ended = runs["on"][1]
     assert kept > ended > 0
+    logs = runs["on"][0].stats.logs  # the counts the bench records
+    assert (int(logs["leaves_kept"].sum()), int(logs["leaf_tokens"].sum())) == (kept, ended)
     assert runs["on"][0].stats.target_forwards < runs["off"][0].stats.target_forwards
 
 

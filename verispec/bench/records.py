@@ -102,6 +102,9 @@ def measured_record(spec: BenchMethod, result, memory: PeakMemory, clock: PhaseC
     for name in ("pool_lookups", "pool_hits"):
         if name in stats.logs:
             record[name] = int(stats.logs[name])
+    for name in ("leaves_kept", "leaf_tokens"):  # runner-up leaves (policy auto, T = 0)
+        if name in stats.logs:
+            record[name] = int(stats.logs[name].sum())
     entry = method_entry(spec.name)
     if entry is not None and entry.keeps_pool and entry.needs_draft:  # phrase drafts: rows per draft forward vary
         record["draft_rows"] = int(stats.draft_rows)

@@ -78,9 +78,9 @@ class DecodeStats:
             every step, to tell near-ties apart when another decoder's greedy output diverges),
             "runner_up_tokens" int64 [B, N]; trees (`trees.TreeDrafter`), per (row, iteration) in
             the order of `accepted_lengths`: "predicted_acceptance" float64 (the tree's E[A]),
-            "tree_sizes" and "layers" int64; phrase pools (`phrases`): "pool_lookups",
-            "pool_hits", "draft_pool_tokens", "verified_pool_tokens", "pool_phrases" and
-            "target_phrases" (ints; the last counted by `ouroboros_phrase_method` only).
+            "tree_sizes" and "layers" int64; adaptive chains: "chain_lengths", "caps" (and "leaves_kept",
+            "leaf_tokens" with runner-up leaves); phrase pools: "pool_lookups", "pool_hits", "draft_pool_tokens",
+            "verified_pool_tokens", "pool_phrases" and "target_phrases" (ints; the last: `ouroboros_phrase_method`).
     """
 
     method: str

@@ -325,7 +325,8 @@ class AdaptiveChainDrafter(PathsDrafter):
     def logs(self) -> dict:
         if not self._lengths:
             return {}
-        return {"chain_lengths": torch.cat(self._lengths), "caps": torch.cat(self._caps)}
+        extra = {} if self.policy is None else self.policy.logs()  # runner-up leaves
+        return {"chain_lengths": torch.cat(self._lengths), "caps": torch.cat(self._caps), **extra}
 
 
 class HybridDrafter(AdaptiveChainDrafter):

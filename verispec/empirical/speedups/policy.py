@@ -153,6 +153,7 @@ class ChainPolicy:
     def __init__(self, config: PolicyConfig, max_length: int, leaves: bool = False):
         self.config, self.M, self.leaves = config, max_length, leaves
         self.leaf_base = None  # the first leaf's node id in the last grown tree (None: no leaves)
+        self._kept, self._ended = [], []  # leaves kept, paths that ended in a leaf: [B] per iteration
 
     def start(self, batch: int, device) -> None:
         bins = self.config.bins
@@ -256,6 +257,7 @@ class ChainPolicy:
         keep = torch.zeros_like(valid).scatter_(1, order.indices, m <= best.unsqueeze(1)) & valid  # [B, l]
         drafter.fed = torch.cat([drafter.fed[:, :N], drafter.fed.new_full((B, l), -1)], 1)
         self.leaf_base = N
+        self._kept.append(keep.sum(1).cpu())
         return replace(tree, tokens=torch.cat([tree.tokens, self.runner[:, :l]], 1), q=None, chain=False,
                        parents=torch.cat([tree.parents, m - 1], 1), real=torch.cat([tree.real, keep], 1))
 
@@ -267,7 +269,9 @@ class ChainPolicy:
         token fewer than tau."""
         if self.leaf_base is not None and nodes is not None:
             last = nodes.gather(1, (tau - 1).clamp(min=0).unsqueeze(1))[:, 0]  # [B]
-            tau = tau - ((tau > 0) & (last >= self.leaf_base)).long()
+            ended = (tau > 0) & (last >= self.leaf_base)  # [B]
+            self._ended.append(ended.cpu())
+            tau = tau - ended.long()
         i = torch.arange(self.M, device=tau.device)  # [M]
         examined = (i < drafted.unsqueeze(1)) & (i <= tau.unsqueeze(1)) & active.unsqueeze(1)  # [B, M]
         bins = self.seen.shape[1]
@@ -276,6 +280,14 @@ class ChainPolicy:
         accepted = torch.zeros_like(self.seen).scatter_add_(1, where, (examined & (i < tau.unsqueeze(1))).double())
         self.seen, self.accepted = self.seen + seen, self.accepted + accepted
         self.config.remember({"chain_seen": seen, "chain_accepted": accepted})
+
+
+    def logs(self) -> dict:
+        """With leaves at T = 0, per (row, iteration): "leaves_kept" and "leaf_tokens" (1 where the
+        accepted path ended in a leaf) int64."""
+        if not self._kept:
+            return {}
+        return {"leaves_kept": torch.cat(self._kept), "leaf_tokens": torch.cat(self._ended).long()}
 
 
 class PlanPolicy:
