@@ -37,8 +37,8 @@ one token (the bonus after it). At T > 0 nothing changes.
 A `PolicyMemory` (``memory=``) carries these statistics from one decode call to the next: the
 bench keeps one per method and temperature across its prompts, as one serving process would,
 so a prompt starts from what the earlier prompts taught (scaled down to `CARRY_TOKENS`). Without
-it each call starts from the prior. None of them touches a verifier. Tensor shapes are in the
-comments; B = active rows.
+it each call starts from the prior. None of them touches a verifier, but for the leaves' greedy
+follow at T = 0. Tensor shapes are in the comments; B = active rows.
 """
 
 from __future__ import annotations
@@ -160,12 +160,16 @@ class ChainPolicy:
         self.tables = _CostTables(self.config.costs, (2 if self.leaves else 1) * self.M + 1, device)
         self.centres = (torch.arange(bins, device=device, dtype=torch.float64) + 0.5) / bins  # [bins]
         zeros = torch.zeros(batch, bins, dtype=torch.float64, device=device)  # [B, bins]
-        counts = self.config.seed({"chain_seen": zeros, "chain_accepted": zeros}, "chain_seen")
+        leaf = {"leaf_predicted": zeros[:, 0], "leaf_accepted": zeros[:, 0]} if self.leaves else {}
+        counts = self.config.seed({"chain_seen": zeros, "chain_accepted": zeros, **leaf}, "chain_seen")
         self.seen, self.accepted = counts["chain_seen"], counts["chain_accepted"]  # verified tokens per bin
+        self.leaf_predicted = counts.get("leaf_predicted", zeros[:, 0])  # sum of kept leaves' W [B]
+        self.leaf_accepted = counts.get("leaf_accepted", zeros[:, 0])  # leaves accepted [B]
         self.confidence = torch.zeros(batch, self.M, dtype=torch.float64, device=device)  # c per depth [B, M]
 
     def select(self, rows: torch.Tensor) -> None:
         self.seen, self.accepted, self.confidence = self.seen[rows], self.accepted[rows], self.confidence[rows]
+        self.leaf_predicted, self.leaf_accepted = self.leaf_predicted[rows], self.leaf_accepted[rows]
 
     def calibration(self) -> torch.Tensor:
         """g per row and bin [B, bins], shrunk in two levels with weight w: each bin towards the
@@ -191,7 +195,7 @@ class ChainPolicy:
         self.survive = torch.ones(B, dtype=torch.float64, device=cache_length.device)  # prod a_i [B]
         self.tokens = torch.ones_like(self.survive)  # E_d [B]
         self.confidence = torch.zeros(B, M, dtype=torch.float64, device=cache_length.device)  # c per depth
-        self.n = cache_length
+        self.n, self.leaf_weight = cache_length, torch.zeros_like(self.survive)  # kept leaves' W [B]
         self.runner = torch.zeros(B, M, dtype=torch.long, device=cache_length.device)  # runner-up per depth
         self.runner_p = torch.zeros(B, M, dtype=torch.float64, device=cache_length.device)  # its rho
 
@@ -233,33 +237,44 @@ class ChainPolicy:
 
     def grow(self, tree: DraftTree, drafter) -> DraftTree:
         """The chain tree (node j = depth j, N = 1 + l nodes) with the runner-up leaves that pay
-        (module docstring) at a greedy target with leaves on; else the tree as it is. Leaf nodes
-        N..N + l - 1 (node N + j - 1 below chain node j - 1; padding where not kept); q is dropped
+        (module docstring) at a greedy target with leaves on; else the tree as it is. The k kept
+        leaves of a row follow its chain as nodes N..N + k - 1, in depth order (padding after them:
+        k is the fullest row's); a leaf of depth j hangs below chain node j - 1. q is dropped
         (greedy sample-and-follow reads none) and `drafter.fed` marks the leaves unfed."""
         self.leaf_base = None
-        if not self.leaves or drafter.temperature != 0:
-            return tree
         B, N = tree.tokens.shape
-        l, bins, device = N - 1, self.g.shape[1], tree.tokens.device
+        if not self.leaves or drafter.temperature != 0 or N < 2:
+            return tree
+        l, bins, w = N - 1, self.g.shape[1], self.config.calibration_weight
         valid = tree.real[:, 1:]  # [B, l]: chain node j exists
         a = self.g.gather(1, (self.confidence[:, :l] * bins).long().clamp(0, bins - 1))  # [B, l]
         survive = torch.cat([torch.ones_like(a[:, :1]), a.cumprod(1)[:, :-1]], 1)  # [B, l]: to depth j - 1
-        order = torch.where(valid, survive * self.runner_p[:, :l], -1.0).sort(dim=1, descending=True, stable=True)
-        m = torch.arange(1, l + 1, device=device).expand(B, l)  # [B, l]: leaves kept
+        weight = torch.where(valid, survive * self.runner_p[:, :l], 0.0)  # W [B, l]
+        scale = (w + self.leaf_accepted) / (w + self.leaf_predicted).clamp(min=1e-300)  # [B], as TreePolicy's rho
+        scale = torch.where(w + self.leaf_predicted > 0, scale, torch.ones_like(scale))
+        order = torch.where(valid, weight, -1.0).sort(dim=1, descending=True, stable=True)
+        m = torch.arange(1, l + 1, device=valid.device).expand(B, l)  # [B, l]: leaves kept
         chain_rows = 1 + valid.sum(1, keepdim=True)  # [B, 1]: the root and the chain
         base = self.prices.gather(1, chain_rows - 1)  # [B, 1]: C(l)
         target = self.tables.target
         extra = self.tables.seconds(target, chain_rows + m, self.n) - self.tables.seconds(target, chain_rows, self.n)
         tokens = self.tokens.unsqueeze(1)  # [B, 1]: E_l
-        ratio = (tokens + order.values.clamp(min=0).cumsum(1)) / (base + extra)  # [B, l]
+        ratio = (tokens + scale.unsqueeze(1) * order.values.clamp(min=0).cumsum(1)) / (base + extra)  # [B, l]
         ratio = torch.where(m < chain_rows, ratio, -1.0)
         best = torch.where(ratio.amax(1) > (tokens / base)[:, 0], ratio.argmax(1) + 1, 0)  # [B]; 0: none pays
         keep = torch.zeros_like(valid).scatter_(1, order.indices, m <= best.unsqueeze(1)) & valid  # [B, l]
-        drafter.fed = torch.cat([drafter.fed[:, :N], drafter.fed.new_full((B, l), -1)], 1)
-        self.leaf_base = N
+        self.leaf_weight, self.leaf_base = (weight * keep).sum(1), N
         self._kept.append(keep.sum(1).cpu())
-        return replace(tree, tokens=torch.cat([tree.tokens, self.runner[:, :l]], 1), q=None, chain=False,
-                       parents=torch.cat([tree.parents, m - 1], 1), real=torch.cat([tree.real, keep], 1))
+        k = int(keep.sum(1).max())  # read back: the tree's width
+        slot = torch.where(keep, keep.long().cumsum(1) - 1, k)  # [B, l]: column k collects the unkept
+
+        def packed(values, fill):  # [B, l] by depth -> [B, k], each row's kept leaves first
+            return torch.full((B, k + 1), fill, dtype=values.dtype, device=values.device).scatter_(1, slot, values)[:, :k]
+
+        drafter.fed = torch.cat([drafter.fed[:, :N], drafter.fed.new_full((B, k), -1)], 1)
+        return replace(tree, tokens=torch.cat([tree.tokens, packed(self.runner[:, :l], 0)], 1), q=None, chain=False,
+                       parents=torch.cat([tree.parents, packed(m - 1, 0)], 1), depth=l,
+                       real=torch.cat([tree.real, packed(keep, False)], 1))
 
     def observe(self, drafted: torch.Tensor, tau: torch.Tensor, active: torch.Tensor,
                 nodes: torch.Tensor | None = None) -> None:
@@ -272,6 +287,11 @@ class ChainPolicy:
             ended = (tau > 0) & (last >= self.leaf_base)  # [B]
             self._ended.append(ended.cpu())
             tau = tau - ended.long()
+            self.leaf_predicted, self.leaf_accepted = self.leaf_predicted + self.leaf_weight, self.leaf_accepted + ended
+            self.config.remember({"leaf_predicted": self.leaf_weight, "leaf_accepted": ended.double()})
+        elif self.leaves:  # T > 0: nothing to learn, but the memory keeps one set of keys
+            self.config.remember({"leaf_predicted": torch.zeros_like(tau, dtype=torch.float64),
+                                  "leaf_accepted": torch.zeros_like(tau, dtype=torch.float64)})
         i = torch.arange(self.M, device=tau.device)  # [M]
         examined = (i < drafted.unsqueeze(1)) & (i <= tau.unsqueeze(1)) & active.unsqueeze(1)  # [B, M]
         bins = self.seen.shape[1]
@@ -280,7 +300,6 @@ class ChainPolicy:
         accepted = torch.zeros_like(self.seen).scatter_add_(1, where, (examined & (i < tau.unsqueeze(1))).double())
         self.seen, self.accepted = self.seen + seen, self.accepted + accepted
         self.config.remember({"chain_seen": seen, "chain_accepted": accepted})
-
 
     def logs(self) -> dict:
         """With leaves at T = 0, per (row, iteration): "leaves_kept" and "leaf_tokens" (1 where the
@@ -399,7 +418,7 @@ def with_policy(method, policy: str = POLICY.default, costs: CostModel | None = 
                 leaves: str = LEAVES.default):
     """`method` (a `TorchMethod`) with its draft length / node budget chosen per iteration by the
     cost policy (``policy="auto"``, needs `costs`), or unchanged (``"fixed"``). The verifier is
-    untouched. Chains cut by a stop (adaptive, hybrid) get `ChainPolicy`, trees `TreePolicy`,
+    untouched, except at T = 0 with leaves (below). Chains cut by a stop (adaptive, hybrid) get `ChainPolicy`, trees `TreePolicy`,
     fixed-length paths `PlanPolicy`; `memory` (a `PolicyMemory`) carries their statistics across
     decode calls. ``leaves="on"`` (the adaptive chain under "auto"): runner-up leaves at T = 0,
     verified by `GreedyFollowAtZero` (module docstring).
