@@ -217,7 +217,7 @@ class AdaptiveChainDrafter(PathsDrafter):
             chain.record(going, token, q)
             confidence = self._confidence(step, token, q)  # [B]
             stop = confidence < self.confidence_threshold if self.policy is None else self.policy.stops(
-                confidence, chain.depth, going, chain.lengths, step, token)
+                confidence, chain.depth, going, chain.lengths, step if self.temperature == 0 else None, token)
             low = going & stop & (chain.lengths > chain.depth + 1)
             chain.lengths = torch.where(low, chain.depth + 1, chain.lengths)
             chain.depth = chain.depth + going.long()
