@@ -130,10 +130,9 @@ def _node_rows(t, nodes, loose: bool, may_slice: bool = True):
 
 
 def _chain_by_length(rule, p, q, draft, lengths, u):
-    """A chain rule (a `CHAIN_RULES` function; block with greedy=True bound at T = 0) per row with its
-    own draft length: rows grouped by length (length 0 draws straight from p, one uniform). p [B, l+1,
-    V], q [B, l, V], draft [B, l], lengths [B], u [B, >= l+1] -> (tau [B], emitted [B, l+1] (-1
-    padded), consumed [B])."""
+    """A chain rule (block: with greedy=True at T = 0) per row with its own draft length: rows grouped
+    by length (length 0 draws straight from p, one uniform). p [B, l+1, V], q [B, l, V], draft [B, l],
+    lengths [B], u [B, >= l+1] -> (tau [B], emitted [B, l+1] (-1 padded), consumed [B])."""
     B, width = p.shape[:2]
     tau = torch.zeros(B, dtype=torch.long, device=p.device)
     emitted = torch.full((B, width), -1, dtype=torch.long, device=p.device)
