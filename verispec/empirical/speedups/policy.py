@@ -76,12 +76,12 @@ class PolicyMemory:
     def seed(self, counts: dict, examined: str) -> dict:
         """Per-row starting counts {name: [B, ...]} for a call: the carried sums broadcast to every
         row, all scaled by min(1, CARRY_TOKENS / carried `examined` total); `counts` (zeros of the
-        right shapes) where nothing is carried yet."""
+        right shapes) where nothing is carried yet, for every name or for that name alone."""
         if examined not in self.counts:
             return counts
         scale = min(1.0, CARRY_TOKENS / max(float(self.counts[examined].sum()), 1e-300))
         return {name: (self.counts[name].to(value.device) * scale).expand_as(value).clone()
-                for name, value in counts.items()}
+                if name in self.counts else value for name, value in counts.items()}
 
     def add(self, increments: dict) -> None:
         """Add a verified iteration's per-row counts {name: [B, ...]} (summed over rows)."""
@@ -289,9 +289,6 @@ class ChainPolicy:
             tau = tau - ended.long()
             self.leaf_predicted, self.leaf_accepted = self.leaf_predicted + self.leaf_weight, self.leaf_accepted + ended
             self.config.remember({"leaf_predicted": self.leaf_weight, "leaf_accepted": ended.double()})
-        elif self.leaves:  # T > 0: nothing to learn, but the memory keeps one set of keys
-            self.config.remember({"leaf_predicted": torch.zeros_like(tau, dtype=torch.float64),
-                                  "leaf_accepted": torch.zeros_like(tau, dtype=torch.float64)})
         i = torch.arange(self.M, device=tau.device)  # [M]
         examined = (i < drafted.unsqueeze(1)) & (i <= tau.unsqueeze(1)) & active.unsqueeze(1)  # [B, M]
         bins = self.seen.shape[1]

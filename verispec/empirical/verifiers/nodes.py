@@ -16,7 +16,6 @@ so a stream source (`NumpyUniforms`) is read in the reference's order.
 
 from __future__ import annotations
 
-import inspect
 from functools import partial
 from typing import NamedTuple
 
@@ -26,7 +25,7 @@ from ...reference.deprecation import deprecated
 from ..model import tree_ancestors
 from ..uniforms import categorical
 from .pointmass import child_table, point_mass_tree_uniforms, point_mass_walk
-from .rule_table import CHAIN_RULES, RULES, SAMPLE_AND_FOLLOW, takes_lengths, uniforms_needed, verify
+from .rule_table import CHAIN_RULES, RULES, SAMPLE_AND_FOLLOW, takes, uniforms_needed, verify
 from .sample_and_follow import sample_and_follow_nodes
 
 __all__ = ["Verdict", "PathRule", "SampleAndFollow", "PointMassTree"]
@@ -67,8 +66,8 @@ class PathRule:
             raise ValueError(f"name: not a path rule: {name!r}")
         self.name = name
         self.chain = name in CHAIN_RULES  # reads path 0 only
-        self.full_paths_only = not takes_lengths(name)  # e.g. gbv: every path has L tokens
-        self.greedy_aware = "greedy" in inspect.signature(RULES[name]).parameters  # block: a shortcut at T = 0
+        self.full_paths_only = not takes(name, "lengths")  # e.g. gbv: every path has L tokens
+        self.greedy_aware = takes(name, "greedy")  # block: a shortcut at T = 0
 
     def __call__(self, p, tree, source, temperature, rows=None) -> Verdict:
         if tree.paths is None:

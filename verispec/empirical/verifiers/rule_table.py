@@ -19,7 +19,7 @@ from ...reference import registry
 from .common import RuleOutput, check_tensor
 from .multidraft import sample_and_follow_rule
 
-__all__ = ["RULES", "CHAIN_RULES", "SAMPLE_AND_FOLLOW", "takes_lengths", "uniforms_needed", "verify"]
+__all__ = ["RULES", "CHAIN_RULES", "SAMPLE_AND_FOLLOW", "takes", "uniforms_needed", "verify"]
 
 #: The rule of the tree methods (opt_tree and the static trees) on the path layout; not a method name.
 SAMPLE_AND_FOLLOW = "sample_and_follow"
@@ -48,9 +48,10 @@ def _budget(name: str) -> Callable[[int, int], int]:
     return registry.spec(name).uniforms
 
 
-def takes_lengths(name: str) -> bool:
-    """True when rule `name` takes per-path ``lengths`` (a rule without it needs full-length paths)."""
-    return "lengths" in inspect.signature(RULES[name]).parameters
+def takes(name: str, keyword: str) -> bool:
+    """True when rule `name` takes `keyword`: per-path ``lengths`` (a rule without it needs
+    full-length paths), or ``greedy`` (block's shortcut at T = 0)."""
+    return keyword in inspect.signature(RULES[name]).parameters
 
 
 def uniforms_needed(name: str, draft_length: int, num_paths: int = 1) -> int:
@@ -82,7 +83,7 @@ def verify(name: str, p: torch.Tensor, q: torch.Tensor, paths: torch.Tensor, uni
     if name not in RULES:
         raise ValueError(f"name: unknown rule {name!r}; known: {', '.join(RULES)}")
     chain = name in CHAIN_RULES
-    if chain or not takes_lengths(name):
+    if chain or not takes(name, "lengths"):
         if lengths is not None and bool((lengths != paths.shape[-1]).any()):
             raise ValueError(f"lengths: rule {name!r} needs full-length paths")
         if not chain:
