@@ -19,6 +19,7 @@ from verispec.empirical.drafters import adaptive  # noqa: E402
 
 from .test_adaptive import PROMPTS, check_tau_law, exact_models, pair  # noqa: E402,F401 (fixtures)
 from .test_decode_tiny import tiny  # noqa: E402
+from .test_policy import FLAT  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -27,20 +28,22 @@ def peaked_pair():
     return tiny(64, 0, head_scale=16.0), tiny(64, 0, noise=0.1, head_scale=16.0)
 
 
-def _trees(target, draft, name, guess_length, storage, T, N=60):
-    """(every DraftTree the target verified, the decode result) for one run at uniforms seed 3."""
+def _trees(target, draft, name, guess_length, storage, T, N=60, **params):
+    """(every DraftTree the target verified, the decode result) for one run at uniforms seed 3;
+    `params`: more of the method's parameters (the cost policy's)."""
     trees = []
-    method = methods.get(name, draft_length=3, max_draft_length=8, confidence_threshold=0.0, guess_length=guess_length)
+    method = methods.get(name, draft_length=3, max_draft_length=8, confidence_threshold=0.0, guess_length=guess_length,
+                         **params)
     method = dataclasses.replace(method, observe=lambda logits, tree, rows: trees.append(tree))
     batch = PROMPTS if storage != "sequence" else PROMPTS[:1]
     return trees, engine.decode(target, draft, batch, method, N, temperature=T, uniforms=3, storage=storage)
 
 
-def assert_same_chains(target, draft, name, storage, T, fewer=True):
+def assert_same_chains(target, draft, name, storage, T, fewer=True, **params):
     """Same uniforms: every iteration's tree (tokens, parents, q) with guesses equals the chain
     drafted one token per forward (in fewer draft forwards unless fewer=False)."""
-    plain_trees, plain = _trees(target, draft, name, 0, storage, T)
-    trees, guessed = _trees(target, draft, name, 4, storage, T)
+    plain_trees, plain = _trees(target, draft, name, 0, storage, T, **params)
+    trees, guessed = _trees(target, draft, name, 4, storage, T, **params)
     assert torch.equal(guessed.tokens, plain.tokens)
     assert len(trees) == len(plain_trees)
     for a, b in zip(plain_trees, trees):
@@ -52,7 +55,7 @@ def assert_same_chains(target, draft, name, storage, T, fewer=True):
 
 
 @pytest.mark.parametrize("name", ["adaptive", "hybrid"])
-@pytest.mark.parametrize("storage", ["padded", "packed", "sequence"])
+@pytest.mark.parametrize("storage", ["padded", "packed", "sequence", "static"])
 @pytest.mark.parametrize("T, models", [(0.0, "pair"), (1.0, "peaked_pair")])
 def test_guesses_keep_every_chain_and_save_forwards(request, name, storage, T, models):
     """The draft's own continuations repeat the context (tiny models loop), so guesses hit (hybrid
@@ -63,6 +66,22 @@ def test_guesses_keep_every_chain_and_save_forwards(request, name, storage, T, m
     if T == 0:
         greedy = engine.decode(target, None, PROMPTS[:guessed.tokens.shape[0]], engine.target_only_method(), 60)
         assert torch.equal(guessed.tokens, greedy.tokens)
+
+
+@pytest.fixture(scope="module")
+def sharp_pair():
+    """Sharper still: the policy's long chains at T = 1 repeat the context often enough for the
+    guesses to ride in some forwards (with `peaked_pair` on this seed they happen not to)."""
+    return tiny(64, 0, head_scale=32.0), tiny(64, 0, noise=0.1, head_scale=32.0)
+
+
+@pytest.mark.parametrize("T, models", [(0.0, "pair"), (1.0, "sharp_pair")])
+def test_guesses_keep_the_cost_policy_chains(request, T, models):
+    """Under the cost policy (what the bench runs adaptive with) the guesses still only save
+    draft forwards: the policy stops each chain where it stops it when
+    drafting one token per forward, so the trees, q rows and tokens are the same."""
+    target, draft = request.getfixturevalue(models)
+    assert_same_chains(target, draft, "adaptive", "padded", T, policy="auto", costs=FLAT)
 
 
 def test_draft_cache_stays_in_sync_with_guesses(pair):
