@@ -147,6 +147,14 @@ class _CostTables:
         return base[index] + slope[index] * n.view(shape).double()
 
 
+def _shrunk_ratio(measured: torch.Tensor, predicted: torch.Tensor, w: float) -> torch.Tensor:
+    """(w + measured) / (w + predicted) per row [B] (float64), 1 where w + predicted is 0: how far
+    measured tokens run ahead of predicted ones, shrunk towards 1 by w pseudo-tokens (TreePolicy's
+    rho, the runner-up leaves' scale)."""
+    ratio = (w + measured) / (w + predicted).clamp(min=1e-300)
+    return torch.where(w + predicted > 0, ratio, torch.ones_like(ratio))
+
+
 class ChainPolicy:
     """`keeps_drafting` per drawn token, batched, with a per-row online calibration (module doc)."""
 
@@ -250,8 +258,7 @@ class ChainPolicy:
         a = self.g.gather(1, (self.confidence[:, :l] * bins).long().clamp(0, bins - 1))  # [B, l]
         survive = torch.cat([torch.ones_like(a[:, :1]), a.cumprod(1)[:, :-1]], 1)  # [B, l]: to depth j - 1
         weight = torch.where(valid, survive * self.runner_p[:, :l], 0.0)  # W [B, l]
-        scale = (w + self.leaf_accepted) / (w + self.leaf_predicted).clamp(min=1e-300)  # [B], as TreePolicy's rho
-        scale = torch.where(w + self.leaf_predicted > 0, scale, torch.ones_like(scale))
+        scale = _shrunk_ratio(self.leaf_accepted, self.leaf_predicted, w)  # [B], as TreePolicy's rho
         order = torch.where(valid, weight, -1.0).sort(dim=1, descending=True, stable=True)
         m = torch.arange(1, l + 1, device=valid.device).expand(B, l)  # [B, l]: leaves kept
         chain_rows = 1 + valid.sum(1, keepdim=True)  # [B, 1]: the root and the chain
@@ -372,8 +379,7 @@ class TreePolicy:
         best budget m: its m largest-W chosen records (ties: earlier records, so a subtree)."""
         n, n_len = self.n, self.cache_length
         w = self.config.calibration_weight
-        rho = (w + self.measured) / (w + self.predicted).clamp(min=1e-300)  # [B]
-        rho = torch.where(w + self.predicted > 0, rho, torch.ones_like(rho))
+        rho = _shrunk_ratio(self.measured, self.predicted, w)  # [B]
         ranked = torch.where(chosen, weight, -1.0)  # [B, R]
         order = torch.sort(ranked, dim=1, descending=True, stable=True).indices[:, :n]  # [B, n']
         top = ranked.gather(1, order).clamp(min=0.0)  # [B, n']
