@@ -49,13 +49,11 @@ def rate(records, measure: str) -> float:
 
 def interval(values: list) -> tuple:
     """(mean, low, high): a two-sided 95% Student-t interval of the mean; (mean, nan, nan) for one value."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
+    mean = sum(values) / len(values)
+    if len(values) < 2:
         return mean, math.nan, math.nan
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
+    low, high = stats.t.interval(0.95, len(values) - 1, loc=mean, scale=stats.sem(values))
+    return mean, float(low), float(high)
 
 
 def compare(runs: dict, runner: str, T: float, measure: str, peer: str = "hf") -> dict:

@@ -32,6 +32,11 @@ def _file(tmp_path, name, rows):
     return str(path)
 
 
+def _records(path):
+    with open(path) as handle:
+        return json.load(handle)["records"]
+
+
 # Decode (new tokens less 2): hf:a is the faster peer (10 tokens in 1 + 2 s against 2 + 2 s); end
 # to end hf:b is (14 tokens in 1 + 1 s against 3 + 3 s). Ours: decode 10 tokens in 0.5 + 1.5 s, end
 # to end 14 in 1 + 2 s.
@@ -42,7 +47,7 @@ ROWS = {("hf:a", 0.0, "p0"): _record(8, 1.0, 3.0), ("hf:a", 0.0, "p1"): _record(
 
 
 def test_the_fastest_peer_per_measure_and_the_exact_ratios(tmp_path, script):
-    runs = script.by_runner(json.loads(open(_file(tmp_path, "a.json", ROWS)).read())["records"])
+    runs = script.by_runner(_records(_file(tmp_path, "a.json", ROWS)))
     decode = script.compare(runs, "mine", 0.0, "decode")
     assert decode["peer"] == "hf:a" and decode["prompts"] == 2
     assert decode["ratio"] == pytest.approx((10 / 2.0) / (10 / 3.0), abs=1e-12)
@@ -76,7 +81,7 @@ def test_pooled_over_files_uses_each_files_own_peer(tmp_path, script):
 
 
 def test_missing_runner_or_peer_is_a_clear_error(tmp_path, script):
-    runs = script.by_runner(json.loads(open(_file(tmp_path, "a.json", ROWS)).read())["records"])
+    runs = script.by_runner(_records(_file(tmp_path, "a.json", ROWS)))
     with pytest.raises(ValueError, match="runner"):
         script.compare(runs, "absent", 0.0, "decode")
     with pytest.raises(ValueError, match="peer"):
