@@ -27,6 +27,7 @@ import math
 from scipy import stats
 
 from verispec.atomic import write_json_atomic
+from verispec.bench.records import RecordKey
 
 #: (tokens field, seconds field) of a bench record, per measure.
 MEASURES = {"decode": ("decode_tokens", "decode_s"), "end_to_end": ("new_tokens", "wall_s")}
@@ -35,9 +36,9 @@ MEASURES = {"decode": ("decode_tokens", "decode_s"), "end_to_end": ("new_tokens"
 def by_runner(records: dict) -> dict:
     """{(label, T): {task_id: record}} from a bench file's records ("label|T=..|task_id")."""
     out: dict = {}
-    for key, record in records.items():
-        label, temperature, task = key.split("|")
-        out.setdefault((label, float(temperature[2:])), {})[task] = record
+    for text, record in records.items():
+        key = RecordKey.parse(text)
+        out.setdefault((key.label, key.temperature), {})[key.task] = record
     return out
 
 

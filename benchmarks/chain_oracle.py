@@ -58,6 +58,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from verispec.atomic import resume_json, write_json_atomic  # noqa: E402
 from verispec.bench.dispatch import run_method  # noqa: E402
 from verispec.bench.drafts import QuantizedDrafts  # noqa: E402
+from verispec.bench.records import RecordKey  # noqa: E402
 from verispec.bench.costs import time_appends  # noqa: E402
 from verispec.bench.run import BenchConfig, prepare  # noqa: E402
 from verispec.bench.spec import draft_vocabulary, parse_method  # noqa: E402
@@ -239,10 +240,10 @@ def target_seconds(target, prompt: torch.Tensor, rows: int, repeats: int = 7) ->
 def measured_counts(bench: dict, task: str) -> dict:
     """{runner label: (target forwards, draft forwards)} at T = 0 for one prompt of a bench JSON."""
     out = {}
-    for key, record in bench.get("records", {}).items():
-        runner, temperature, name = key.split("|")
-        if temperature == "T=0" and name == task and record.get("target_forwards") is not None:
-            out[runner] = (record["target_forwards"], record["draft_forwards"])
+    for text, record in bench.get("records", {}).items():
+        key = RecordKey.parse(text)
+        if key.temperature == 0 and key.task == task and record.get("target_forwards") is not None:
+            out[key.label] = (record["target_forwards"], record["draft_forwards"])
     return out
 
 

@@ -54,6 +54,7 @@ from verispec.atomic import write_json_atomic  # noqa: E402
 from verispec import bench  # noqa: E402
 from verispec.bench import batched  # noqa: E402
 from verispec.bench.costs import recorded_spec  # noqa: E402
+from verispec.bench.records import RecordKey, batched_record_key, record_key  # noqa: E402
 from verispec.empirical import kv  # noqa: E402
 from verispec.empirical.drafters.phrases.pool import PhrasePool  # noqa: E402
 from verispec.reference import registry  # noqa: E402
@@ -150,7 +151,7 @@ class PoolReplay:
         while self.done < tasks.index(task):
             earlier, ids = self.order[self.done]
             result = bench.run_method(self.spec, self.pair, ids, self.config, 0.0, self.config.seed, self.pools)
-            recorded = self.records.get(f"{self.label}|T=0|{earlier}", {}).get("tokens")
+            recorded = self.records.get(record_key(self.label, 0, earlier), {}).get("tokens")
             if self.mismatch is None and result.tokens[0].tolist() != recorded:
                 self.mismatch = earlier
             self.done += 1
@@ -210,8 +211,8 @@ def explain_one(divergence: dict, runner: str, pair, prompt_ids, records: dict, 
     spec, runner = runner, getattr(runner, "label", runner)
     task, i = divergence["task_id"], divergence["index"]
     a, b = divergence["target_only_token"], divergence["token"]
-    base_tokens = records[f"target_only|T=0|{task}"]["tokens"]
-    method_tokens = records[f"{runner}|T=0|{task}"]["tokens"]
+    base_tokens = records[record_key("target_only", 0, task)]["tokens"]
+    method_tokens = records[record_key(runner, 0, task)]["tokens"]
     base_runs = {} if base_runs is None else base_runs
     if (task, i) not in base_runs:
         base_runs[task, i] = replay("target_only", pair, prompt_ids, config, i, base_tokens)
@@ -375,15 +376,15 @@ def batched_divergences(results: dict) -> dict:
     """{(B, batch): [(runner, row, index)]}: every first divergence of a T = 0 batched record from
     batched target-only's record of the same batch."""
     out: dict = {}
-    for key, record in sorted(results["records"].items()):
-        runner, B, T, batch = key.split("|")
-        if runner == "target_only" or float(T[2:]) != 0:
+    for text, record in sorted(results["records"].items()):
+        key = RecordKey.parse(text)
+        if key.label == "target_only" or key.temperature != 0:
             continue
-        base = results["records"][f"target_only|{B}|{T}|{batch}"]["tokens"]
+        base = results["records"][str(key.relabelled("target_only"))]["tokens"]
         for row, (mine, theirs) in enumerate(zip(record["tokens"], base)):
             index = bench.first_divergence(mine, theirs)
             if index is not None:
-                out.setdefault((int(B[2:]), int(batch)), []).append((runner, row, index))
+                out.setdefault((key.batch_size, int(key.task)), []).append((key.label, row, index))
     return out
 
 
@@ -396,11 +397,11 @@ def explain_batched(results: dict, pair, prompts: list, near_tie: float = bench.
     for (B, batch), found in batched_divergences(results).items():
         items = prompts[batch * B:(batch + 1) * B]
         ids = [pair.tokenizer(p["prompt"], return_tensors="pt").input_ids[0] for p in items]  # each [n_i]
-        base_tokens = records[f"target_only|B={B}|T=0|{batch}"]["tokens"]
+        base_tokens = records[batched_record_key("target_only", B, 0, batch)]["tokens"]
         watch = {(row, len(ids[row]) + i - 1): ids[row].tolist() + base_tokens[row] for _, row, i in found}
         base_runs = replay_batched("target_only", pair, ids, config, watch, base_tokens)
         for runner in dict.fromkeys(runner for runner, _, _ in found):  # one re-run per runner and batch
-            method_tokens = records[f"{runner}|B={B}|T=0|{batch}"]["tokens"]
+            method_tokens = records[batched_record_key(runner, B, 0, batch)]["tokens"]
             rows = {row: i for name, row, i in found if name == runner}
             mine = {(row, len(ids[row]) + i - 1): ids[row].tolist() + method_tokens[row] for row, i in rows.items()}
             method_runs = replay_batched(runner, pair, ids, config, mine, method_tokens)
@@ -417,7 +418,7 @@ def explain_batched(results: dict, pair, prompts: list, near_tie: float = bench.
 
 def is_batched(results: dict) -> bool:
     """Whether a results file comes from the batched bench (record keys runner|B=..|T=..|batch)."""
-    return any(key.split("|")[1].startswith("B=") for key in results["records"])
+    return any(RecordKey.parse(key).batch_size is not None for key in results["records"])
 
 
 def main(argv=None):

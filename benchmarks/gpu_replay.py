@@ -63,7 +63,7 @@ from verispec import bench
 from verispec.atomic import write_json_atomic
 from verispec.bench import batched as batched_bench
 from verispec.bench import run as run_module
-from verispec.bench.records import record_key
+from verispec.bench.records import RecordKey, record_key
 from verispec.bench.weights import DEFAULT_DRAFT, DEFAULT_TARGET, ModelPair, convert_gguf
 from verispec.empirical.model import CausalLM
 
@@ -473,9 +473,9 @@ def relabelled(recorded: dict, recorded_as: dict) -> dict:
         return recorded
     back = {kit: now for now, kit in recorded_as.items()}
     records = {}
-    for key, record in recorded["records"].items():
-        label, _, rest = key.partition("|")
-        records[f"{back.get(label, label)}|{rest}"] = record
+    for text, record in recorded["records"].items():
+        key = RecordKey.parse(text)
+        records[str(key.relabelled(back.get(key.label, key.label)))] = record
     run = {**recorded["last_run"], "methods": [back.get(m, m) for m in recorded["last_run"]["methods"]]}
     return {**recorded, "records": records, "last_run": run}
 

@@ -48,6 +48,7 @@ import gpu_replay  # noqa: E402
 import profile_iteration  # noqa: E402
 
 from verispec.atomic import write_json_atomic  # noqa: E402
+from verispec.bench.records import RecordKey  # noqa: E402
 from verispec.empirical import methods  # noqa: E402
 from verispec.empirical.speedups.hardware import host_info  # noqa: E402
 from verispec.reference import registry  # noqa: E402
@@ -232,7 +233,7 @@ def acceptance(records: dict, preset: str) -> list:
         speeds, off = rates(results), results["projection"]["out_of_step"]
         if top in speeds and bottom in speeds:
             ratio = speeds[top] / speeds[bottom]
-            stray = [key for key in off if key.split("|")[0] in (top, bottom)]  # records not replayed in step
+            stray = [key for key in off if RecordKey.parse(key).label in (top, bottom)]  # records not replayed in step
             rows.append({"name": name, "value": ratio, "at_least": bound, "met": ratio >= bound and not stray,
                          "records_out_of_step": stray,
                          "is": f"derived: decode tokens/s {top} / {bottom}, graphs on, one file"})

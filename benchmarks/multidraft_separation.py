@@ -52,6 +52,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from verispec.atomic import write_json_atomic  # noqa: E402
+from verispec.bench.records import RecordKey  # noqa: E402
 
 #: rule name -> one-step acceptance closed form in verispec.theory.closed_forms (None: K = 1 overlap).
 ONE_STEP = {"token": None, "nss": "nss_acceptance", "rrs": "rrs_acceptance", "rrsw": "rrsw_acceptance",
@@ -83,11 +84,11 @@ FIELDS = {
 def per_prompt_block_efficiency(bench: dict, temperature: float = 1.0) -> dict:
     """{method label: {prompt id: block efficiency}} from a bench JSON's records at one T."""
     out: dict = {}
-    for key, record in bench["records"].items():
-        method, T, prompt = key.split("|")
-        if float(T[2:]) != temperature or not record.get("accepted_count") or method == "target_only":
+    for text, record in bench["records"].items():
+        key = RecordKey.parse(text)
+        if key.temperature != temperature or not record.get("accepted_count") or key.label == "target_only":
             continue  # target-only verifies no draft: its block efficiency is 1 by definition
-        out.setdefault(method, {})[prompt] = record["accepted_sum"] / record["accepted_count"] + 1.0
+        out.setdefault(key.label, {})[key.task] = record["accepted_sum"] / record["accepted_count"] + 1.0
     return out
 
 

@@ -29,7 +29,7 @@ from ..reference import registry
 from ..reference.deprecation import deprecated
 from .clocks import PeakMemory
 from .config import BatchedBenchSettings
-from .records import load_results, save_results
+from .records import RecordKey, batched_record_key, load_results, save_results
 from .report import pyplot, save_figure, table
 from .run import default_output, environment, prepare, resolved_dtype
 from .spec import BenchMethod, parse_method
@@ -161,7 +161,7 @@ def run_batched_bench(config: BatchedBenchConfig, output: str | None = None, *, 
         for i in range(min(len(ids) // B, config.batches or len(ids))):
             for T in config.temperatures:
                 for method in _methods(config):
-                    key = f"{method}|B={B}|T={float(T):g}|{i}"
+                    key = batched_record_key(method, B, T, i)
                     if key in results["records"]:
                         continue
                     if progress:
@@ -189,9 +189,9 @@ def summarize_batched(results: dict) -> list[dict]:
     block efficiency, padded KV slots per batch, peak KV slots, peak memory, and at T = 0 the
     fraction of rows equal to batched target-only greedy."""
     groups: dict = {}
-    for key, record in results["records"].items():
-        method, B, T, batch = key.split("|")
-        groups.setdefault((method, int(B[2:]), float(T[2:])), {})[batch] = record
+    for text, record in results["records"].items():
+        key = RecordKey.parse(text)
+        groups.setdefault((key.label, key.batch_size, key.temperature), {})[key.task] = record
     rows = []
     baseline = registry.BASELINE_METHOD
     for (method, B, T), done in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][0] != baseline)):

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, replace
 
 from ..atomic import write_json_atomic
 from ..empirical.drafters.phrases import PhrasePool
 from .clocks import PeakMemory, PhaseClock
 from .spec import BenchMethod, method_entry
 
-__all__ = ["RECORD_SCHEMA", "load_results", "save_results", "method_key", "record_key", "measured_record",
-           "restore_pools", "save_pool"]
+__all__ = ["RECORD_SCHEMA", "RecordKey", "load_results", "save_results", "method_key", "record_key",
+           "batched_record_key", "measured_record", "restore_pools", "save_pool"]
 
 #: Version of the record layout (2: one timed span per record, split by `PhaseClock`; 3: adaptive,
 #: hybrid and opt_tree run under the cost policy unless ``pol=fixed``, and ``hf`` takes assistant
@@ -46,6 +47,42 @@ def save_results(path: str, results: dict) -> None:
     write_json_atomic(path, results)
 
 
+@dataclass(frozen=True)
+class RecordKey:
+    """One record's key in a results file, as fields: ``label|T=t|task`` (`verispec bench`) or
+    ``label|B=b|T=t|task`` (the batched bench: `batch_size` b, `task` the batch's index as text).
+    ``str(key)`` is the text; `parse` reads it back."""
+
+    label: str
+    temperature: float
+    task: str
+    batch_size: int | None = None
+
+    def __str__(self) -> str:
+        batch = "" if self.batch_size is None else f"B={self.batch_size}|"
+        return f"{self.label}|{batch}T={float(self.temperature):g}|{self.task}"
+
+    @classmethod
+    def parse(cls, key: str) -> "RecordKey":
+        """The fields of a record key's text.
+
+        Raises:
+            ValueError (naming ``key``): not "label|T=t|task" or "label|B=b|T=t|task".
+        """
+        parts = key.split("|")
+        try:
+            if len(parts) == 3 and parts[1].startswith("T="):
+                return cls(parts[0], float(parts[1][2:]), parts[2])
+            if len(parts) == 4 and parts[1].startswith("B=") and parts[2].startswith("T="):
+                return cls(parts[0], float(parts[2][2:]), parts[3], int(parts[1][2:]))
+        except ValueError:
+            pass
+        raise ValueError(f"key: expected 'label|T=t|task' or 'label|B=b|T=t|task', got {key!r}")
+
+    def relabelled(self, label: str) -> "RecordKey":
+        return replace(self, label=label)
+
+
 def method_key(label: str, T) -> str:
     """The key "label|T=.." of a method's pool, also the prefix of its records' keys."""
     return f"{label}|T={float(T):g}"
@@ -53,7 +90,12 @@ def method_key(label: str, T) -> str:
 
 def record_key(label: str, T, task_id: str) -> str:
     """The key "label|T=..|task_id" of one record."""
-    return f"{method_key(label, T)}|{task_id}"
+    return str(RecordKey(label, T, task_id))
+
+
+def batched_record_key(label: str, batch_size: int, T, index) -> str:
+    """The key "label|B=..|T=..|index" of one batched-bench record (batch `index`)."""
+    return str(RecordKey(label, T, str(index), batch_size))
 
 
 def measured_record(spec: BenchMethod, result, memory: PeakMemory, clock: PhaseClock) -> dict:

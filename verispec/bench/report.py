@@ -11,6 +11,7 @@ import os
 
 from rich.table import Table
 
+from .records import RecordKey
 from .spec import BASELINE, method_entry, parse_method
 
 __all__ = ["summarize", "greedy_match", "first_divergence", "format_table", "table", "display_name",
@@ -30,17 +31,17 @@ def summarize(results: dict, config) -> list[dict]:
     tokens/s, speedup vs target-only (decode phase, same run), end-to-end speedup (prefill
     included), forwards per prompt, peak memory, and at T = 0 the greedy match rate vs
     target-only with each first divergence explained."""
-    records, rows = results["records"], []
-    labels = list(dict.fromkeys(k.split("|", 1)[0] for k in records))
+    rows, grouped = [], {}  # (label, T) -> {task: record}
+    for text, record in results["records"].items():
+        key = RecordKey.parse(text)
+        grouped.setdefault((key.label, key.temperature), {})[key.task] = record
+    labels = list(dict.fromkeys(label for label, _ in grouped))
     labels = [BASELINE] + [label for label in labels if label != BASELINE]
     specs = [parse_method(label, config.draft_length, config.num_paths) for label in labels]
-    temperatures = sorted({float(k.split("|")[1][2:]) for k in records})
-    for T in temperatures:
-        key = f"T={float(T):g}"
-        base = {t: r for k, r in records.items() if k.startswith(f"{BASELINE}|{key}|")
-                for t in [k.split("|", 2)[2]]}
+    for T in sorted({T for _, T in grouped}):
+        base = grouped.get((BASELINE, T), {})
         for spec in specs:
-            done = {k.split("|", 2)[2]: r for k, r in records.items() if k.startswith(f"{spec.label}|{key}|")}
+            done = grouped.get((spec.label, T), {})
             common = [t for t in done if t in base]
             if not common:
                 continue
