@@ -296,7 +296,8 @@ class AdaptiveChainDrafter(PathsDrafter):
         learns from the iteration instead, and the cap stays at max_draft_length."""
         tau = verdict.tau  # [B]
         if self.policy is not None:
-            return self.policy.observe(self._drafted, tau, drafted_by_model, verdict.nodes)
+            self.policy.observe(self._drafted, tau, drafted_by_model, verdict.nodes)
+            return
         if self.schedule == "constant":
             return
         grown = torch.where(tau >= self._drafted, self.cap + 2, self.cap - 1).clamp(1, self.max_length)
