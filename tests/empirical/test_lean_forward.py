@@ -1,7 +1,8 @@
 """The lean draft forward (`verispec.empirical.speedups.lean_forward`, ``df=lean``) computes the
 transformers module's function: same logits on every kind of append the engine makes (prefill,
 one token, a chain over a cache, a tree under a 4D mask, the static KV's slot mask), float32 and
-int8, with a head subset; and the engine decodes the same tokens with it."""
+int8, with a head subset, its layers run in Python or as TorchScript (``df=scripted``: the same
+logits as the Python ones, exactly); and the engine decodes the same tokens with it."""
 
 from __future__ import annotations
 
@@ -34,12 +35,12 @@ def _model(seed=0, layers=2, kv_heads=2, bias_nudge=0.0):
     return lm
 
 
-@pytest.fixture(scope="module", params=["float32", "int8"])
+@pytest.fixture(scope="module", params=["float32", "int8", "float32_scripted", "int8_scripted"])
 def pair(request):
     lm = _model()
-    if request.param == "int8":
+    if request.param.startswith("int8"):
         lm = quantize_draft(lm)
-    return lm, lean_view(lm)
+    return lm, lean_view(lm, scripted=request.param.endswith("scripted"))
 
 
 def _ids(n, seed=0):
@@ -114,10 +115,24 @@ def test_an_unsupported_model_is_refused_by_name():
         lean(input_ids=_ids(2), attention_mask=torch.ones(1, 2))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_scripted_layers_give_the_python_layers_logits_exactly(dtype):
+    lm = _model() if dtype == "float32" else quantize_draft(_model())
+    python, scripted = lean_view(lm), lean_view(lm, scripted=True)
+    assert isinstance(scripted.runner.layers[0][0], torch.jit.ScriptModule)
+    assert not isinstance(python.runner.layers[0][0], torch.jit.ScriptModule)
+    (a, cache_a), (b, cache_b) = python.prefill(_ids(7)), scripted.prefill(_ids(7))
+    assert torch.equal(a, b)
+    assert torch.equal(python.chain(cache_a, _ids(1, 1)), scripted.chain(cache_b, _ids(1, 1)))
+    tokens, parents = _ids(4, 2), torch.tensor([[-1, 0, 0, 1]])
+    assert torch.equal(python.tree(cache_a, tokens, parents), scripted.tree(cache_b, tokens, parents))
+
+
+@pytest.mark.parametrize("scripted", [False, True], ids=["lean", "scripted"])
 @pytest.mark.parametrize("name, temperature", [("adaptive", 0.0), ("block", 0.0), ("adaptive", 1.0)])
-def test_the_engine_decodes_the_same_tokens_with_the_lean_draft(name, temperature):
+def test_the_engine_decodes_the_same_tokens_with_the_lean_draft(name, temperature, scripted):
     target, draft = _model(seed=1), quantize_draft(_model(seed=1))
-    lean = lean_view(draft)
+    lean = lean_view(draft, scripted)
     prompt = _ids(8, 9)
     kwargs = {"draft_length": 4}
     runs = [engine.decode(target, d, prompt, methods.get(name, **kwargs), 24, temperature, uniforms=3)
@@ -131,7 +146,8 @@ def test_bench_parses_df():
     assert (spec.draft_forward, spec.draft_quant) == ("lean", 8)
     assert bench.parse_method("block", 3, 2).draft_forward == "hf"
     assert bench.parse_method("block:df=hf", 3, 2).draft_forward == "hf"
-    for bad in ("hf:df=lean", "target_only:df=lean", "prompt_lookup:df=lean", "block:df=fast"):
+    assert bench.parse_method("adaptive:dq=8,df=scripted", 3, 2).draft_forward == "scripted"
+    for bad in ("hf:df=lean", "hf:df=scripted", "target_only:df=lean", "prompt_lookup:df=lean", "block:df=fast"):
         with pytest.raises(ValueError, match="methods"):
             bench.parse_method(bad, 3, 2)
 
@@ -140,15 +156,18 @@ def test_bench_runs_the_lean_draft_with_the_same_tokens_and_says_so(tmp_path):
     target, draft = _model(seed=1), _model(seed=1)
     tiny_pair = type("Pair", (), {"target": target, "draft": draft, "tokenizer": CharTokenizer(VOCAB)})()
     prompts = [{"task_id": "t/0", "prompt": "abcab"}, {"task_id": "t/1", "prompt": "cabbage"}]
-    config = bench.BenchConfig(prompts=2, max_new_tokens=8, methods=("block:dq=8", "block:dq=8,df=lean"),
+    config = bench.BenchConfig(prompts=2, max_new_tokens=8,
+                               methods=("block:dq=8", "block:dq=8,df=lean", "block:dq=8,df=scripted"),
                                temperatures=(0.0,), draft_length=3, dtype="float32")
     results = bench.run_bench(config, str(tmp_path / "df.json"), pair=tiny_pair, prompts=prompts, plot=False)
     assert "stacked" in results["environment"]["draft_forward"]["df=lean"]
+    assert "TorchScript" in results["environment"]["draft_forward"]["df=scripted"]
     for task in ("t/0", "t/1"):
         plain = results["records"][f"block:dq=8|T=0|{task}"]
-        lean = results["records"][f"block:dq=8,df=lean|T=0|{task}"]
-        assert lean["tokens"] == plain["tokens"] and lean["draft_forwards"] == plain["draft_forwards"] > 0
-        assert lean["draft_forward"] == "lean" and "draft_forward" not in plain
+        for kind in ("lean", "scripted"):
+            lean = results["records"][f"block:dq=8,df={kind}|T=0|{task}"]
+            assert lean["tokens"] == plain["tokens"] and lean["draft_forwards"] == plain["draft_forwards"] > 0
+            assert lean["draft_forward"] == kind and "draft_forward" not in plain
 
 
 def test_the_phase_clock_sees_a_lean_draft_forward():

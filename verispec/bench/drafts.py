@@ -1,4 +1,4 @@
-"""The drafts of one bench run: the int8 copy (``dq=8``) and the lean-forward view (``df=lean``) of
+"""The drafts of one bench run: the int8 copy (``dq=8``) and the lean-forward view (``df=lean``, ``df=scripted``) of
 each draft model, built once, before any timed span, and held by the run that built them (no
 process-wide cache)."""
 
@@ -22,27 +22,30 @@ class QuantizedDrafts:
 
     def __init__(self):
         self._copies: dict = {}  # id(draft CausalLM) -> (draft, its int8 copy)
-        self._lean: dict = {}  # id(draft CausalLM, int8 or not) -> (draft, its lean view)
+        self._lean: dict = {}  # (id(draft CausalLM, int8 or not), scripted) -> (draft, its lean view)
 
     def __len__(self) -> int:
         return len(self._copies)
 
     def pair_for(self, spec: BenchMethod, pair):
         """The pair a method decodes with: `pair` itself, or a `ModelPair` whose draft is, with
-        ``dq=8``, the int8 copy of `pair.draft`, and with ``df=lean``, the view of it that runs the
-        lean forward (each built on first use, seconds on a 0.5B: the run's warm-up builds them,
+        ``dq=8``, the int8 copy of `pair.draft`, and with ``df=lean`` (``df=scripted``), the view of it that runs the
+        lean forward (its layers as TorchScript) (each built on first use, seconds on a 0.5B: the run's warm-up builds them,
         so neither is built inside a timed span)."""
         draft = pair.draft
         if spec.draft_quant:
-            draft = _once(self._copies, draft, lambda d: quantize_draft(d, bits=spec.draft_quant))
-        if spec.draft_forward == "lean":  # its stacked layers: a second of copying on a 0.5B
-            draft = _once(self._lean, draft, lean_view)
+            draft = _once(self._copies, (draft,), lambda d: quantize_draft(d, bits=spec.draft_quant))
+        if spec.draft_forward != "hf":  # its stacked layers: a second of copying on a 0.5B
+            scripted = spec.draft_forward == "scripted"
+            draft = _once(self._lean, (draft, scripted), lambda d: lean_view(d, scripted))
         return pair if draft is pair.draft else ModelPair(pair.target, draft, getattr(pair, "tokenizer", None))
 
 
-def _once(built: dict, draft, build):
-    """`build(draft)`, made on the first call for this draft object and kept in `built` with the
-    draft itself (so its id stays its own while the entry lives)."""
-    if id(draft) not in built:
-        built[id(draft)] = (draft, build(draft))
-    return built[id(draft)][1]
+def _once(built: dict, key: tuple, build):
+    """`build(draft)` for key = (draft, *settings), made on the first call for this draft object
+    and these settings, and kept in `built` with the draft itself (so its id stays its own while
+    the entry lives)."""
+    draft, index = key[0], (id(key[0]), *key[1:])
+    if index not in built:
+        built[index] = (draft, build(draft))
+    return built[index][1]

@@ -17,7 +17,7 @@ import torch
 
 from ..empirical.drafters.phrases import PhrasePool
 from ..empirical.speedups.hardware import cpu_name, host_info, resolve_dtype
-from ..empirical.speedups.lean_forward import DESCRIPTION as LEAN_DESCRIPTION
+from ..empirical.speedups.lean_forward import DESCRIPTION as LEAN_DESCRIPTION, SCRIPTED_DESCRIPTION
 from ..empirical.speedups.linear_layout import DESCRIPTIONS
 from ..empirical.speedups.quantize import DESCRIPTION
 from .clocks import PeakMemory, PhaseClock, prefill_only_seconds
@@ -202,15 +202,17 @@ def _with_costs(specs, pair, config, drafts: QuantizedDrafts, results: dict) -> 
 
 
 def _run_environment(config, specs, dtype_reason: str) -> dict:
-    """`environment`, plus what ``dq=8``, each ``lin=`` layout and ``df=lean`` of the run's methods mean."""
+    """`environment`, plus what ``dq=8``, each ``lin=`` layout and ``df=`` forward of the run's methods mean."""
     results = environment(config, torch.get_num_threads(), dtype_reason)
     if any(spec.draft_quant for spec in specs):
         results["draft_quant"] = {"dq=8": DESCRIPTION, "quantized_engine": torch.backends.quantized.engine}
     if any(spec.linear_layout != "xw" for spec in specs):
         results["linear_layout"] = {f"lin={spec.linear_layout}": DESCRIPTIONS[spec.linear_layout]
                                     for spec in specs if spec.linear_layout != "xw"}
-    if any(spec.draft_forward == "lean" for spec in specs):
-        results["draft_forward"] = {"df=lean": LEAN_DESCRIPTION}
+    described = {"lean": LEAN_DESCRIPTION, "scripted": SCRIPTED_DESCRIPTION}
+    if any(spec.draft_forward in described for spec in specs):
+        results["draft_forward"] = {f"df={kind}": described[kind] for kind in described
+                                    if any(spec.draft_forward == kind for spec in specs)}
     return results
 
 

@@ -8,7 +8,7 @@ bench adds only its baselines (the transformers peers ``hf`` and ``hf_prompt_loo
 the assistant's own settings `PEER_PARAMS`: ``L=`` num_assistant_tokens, ``sched=`` its schedule,
 ``c=`` its confidence threshold in percent), a user's Method as ``pkg.module:attr``, and four
 options of the run: ``dq=8`` (int8 draft weights), ``dv=k`` (a draft vocabulary subset), ``lin=``
-(the target's GEMM layout) and ``df=lean`` (the engine's draft forward, `DRAFT_FORWARDS`).
+(the target's GEMM layout) and ``df=lean`` / ``df=scripted`` (the engine's draft forward, `DRAFT_FORWARDS`).
 `verispec bench`'s --draft-length / --num-paths give L and K where the method has them. A method's
 label is also the key of its records in a results file, so labels are kept as given.
 """
@@ -29,8 +29,9 @@ __all__ = ["BenchMethod", "parse_method", "method_names", "method_entry", "draft
 
 #: ``df=``: how the engine runs its draft model's forwards. "hf": the transformers module's own
 #: forward; "lean": `verispec.empirical.speedups.lean_forward.LeanForward` (the same function in
-#: fewer ops, q/k/v and gate/up stacked). The peer runs its assistant through transformers always.
-DRAFT_FORWARDS = ("hf", "lean")
+#: fewer ops, q/k/v and gate/up stacked); "scripted": the lean forward with its layers run by
+#: TorchScript. The peer runs its assistant through transformers always.
+DRAFT_FORWARDS = ("hf", "lean", "scripted")
 
 #: The transformers assisted-generation baselines (`verispec.bench.peer`): not methods of ours.
 PEERS = ("hf", "hf_prompt_lookup")
@@ -91,7 +92,7 @@ def _takes_draft_vocab(name: str) -> bool:
 
 
 def _bad(item: str, text: str, known: dict) -> ValueError:
-    keys = ", ".join(list(known) + ["dq=8", "dv=k", f"lin= one of {', '.join(LAYOUTS)}", "df=lean"])
+    keys = ", ".join(list(known) + ["dq=8", "dv=k", f"lin= one of {', '.join(LAYOUTS)}", "df=lean or scripted"])
     return ValueError(f"methods: bad parameter {item!r} in {text!r} (this method takes {keys})")
 
 

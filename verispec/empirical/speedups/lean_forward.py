@@ -16,6 +16,14 @@ rotary embedding, mask building, cache bookkeeping) is a dispatch. This forward
   runs on every KV storage of the engine (a transformers ``DynamicCache`` or the static
   ``SlotCache``).
 
+``scripted=True`` (bench ``df=scripted``) compiles each layer's two halves, before and after the
+cache update, with TorchScript (``torch.jit.script``): the same ops run by TorchScript's
+interpreter instead of Python, which on a CPU is most of what a one-token int8 forward spends
+outside its GEMMs; the cache update stays in Python, so every storage still works. torch 2.13 marks
+``torch.jit`` deprecated in favour of ``torch.compile``, but ``torch.compile`` cannot trace the
+int8 dynamic linear (its packed weights are a TorchScript object: a graph break at every linear);
+the notice is silenced around that one call.
+
 It changes the draft's q by float rounding at most, so every lossless rule stays lossless (a
 verifier reads the q the tokens were drawn from; Leviathan et al. 2023, arXiv 2211.17192, Thm. 1).
 Meant for DRAFT models: a target's p would change by the same rounding.
@@ -29,19 +37,27 @@ sliding windows).
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
 from .int8_head import int8_linear, is_quantized_linear
 
-__all__ = ["LeanForward", "LeanOutput", "lean_view", "stack_linears", "supports", "DESCRIPTION"]
+__all__ = ["LeanForward", "LeanOutput", "lean_view", "stack_linears", "supports", "DESCRIPTION",
+           "SCRIPTED_DESCRIPTION"]
 
 #: What ``df=lean`` means, for reports (the bench's JSON).
 DESCRIPTION = ("the engine runs the draft's forwards itself: q/k/v and gate/up each as one stacked linear (int8: "
                "the same rows and scales, so the same outputs), RMSNorm, rotary embedding and one SDPA call per "
                "layer, through the KV cache's update; the draft's function is unchanged up to float rounding; "
                "transformers' assisted generation (hf) runs its assistant's own forward")
+
+#: What ``df=scripted`` means, for reports (the bench's JSON).
+SCRIPTED_DESCRIPTION = ("as df=lean, with each decoder layer's two halves (norm, q/k/v and RoPE; attention, o, norm "
+                        "and MLP) compiled by TorchScript (torch.jit.script) and the KV cache updated in Python "
+                        "between them: the same ops and outputs, less interpreter time per op")
 
 _ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 _MLP = ("gate_proj", "up_proj", "down_proj")
@@ -56,16 +72,17 @@ class LeanOutput:
     cache: object
 
 
-def lean_view(draft):
-    """A view of a DRAFT `CausalLM` whose forwards run `LeanForward` in place of its transformers
-    module (its ``runner``): it shares the model, its head subsets (`with_head_subset` on the view
-    keeps the lean forward) and its `forward_count`, and keeps no prefill memo.
+def lean_view(draft, scripted: bool = False):
+    """A view of a DRAFT `CausalLM` whose forwards run `LeanForward` (``scripted``: its layers as
+    TorchScript) in place of its transformers module (its ``runner``): it shares the model, its
+    head subsets (`with_head_subset` on the view keeps the lean forward) and its `forward_count`,
+    and keeps no prefill memo.
 
     Raises:
         ValueError: a model `LeanForward` does not run (naming ``model``).
     """
     view = copy.copy(draft)
-    view.runner = LeanForward(draft.model)
+    view.runner = LeanForward(draft.model, scripted)
     view.reuse_prefills(False)
     return view
 
@@ -145,14 +162,47 @@ def _stack_int8(layers) -> torch.nn.Module:
                        torch.cat([_bias(layer) for layer in layers]) if biased else None)
 
 
-@dataclass
-class _Layer:
-    qkv: torch.nn.Module  # [.., H] -> [.., (n_heads + 2 n_kv_heads) * head_dim]
-    o: torch.nn.Module
-    gate_up: torch.nn.Module  # [.., H] -> [.., 2 I]
-    down: torch.nn.Module
-    norm_in: torch.Tensor  # RMSNorm weights [H]
-    norm_post: torch.Tensor
+class _QKV(torch.nn.Module):
+    """A layer's first half: RMSNorm, the stacked q/k/v linear and RoPE.
+    x [B, n, H], cos / sin [B or 1, 1, n, D] (sin sign-folded) -> q [B, Hq, n, D], k and v [B, Hkv, n, D]."""
+
+    def __init__(self, qkv: torch.nn.Module, norm: torch.Tensor, eps: float, n_heads: int, n_kv_heads: int,
+                 head_dim: int):
+        super().__init__()
+        self.qkv, self.norm, self.eps = qkv, norm, eps  # qkv: [.., H] -> [.., (Hq + 2 Hkv) * D]
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, head_dim
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        B, n = x.shape[0], x.shape[1]
+        D, Hq, Hkv = self.head_dim, self.n_heads, self.n_kv_heads
+        qk, v = self.qkv(_norm(x, self.norm, self.eps)).split([(Hq + Hkv) * D, Hkv * D], -1)
+        qk = qk.view(B, n, Hq + Hkv, D).transpose(1, 2)  # [B, Hq + Hkv, n, D]: q's heads, then k's
+        qk = qk * cos + qk.unflatten(-1, [2, D // 2]).flip(-2).flatten(-2) * sin  # RoPE, sin sign-folded
+        q, k = qk.split([Hq, Hkv], 1)  # [B, Hq, n, D], [B, Hkv, n, D]
+        return q, k, v.view(B, n, Hkv, D).transpose(1, 2)
+
+
+class _AttendAndMLP(torch.nn.Module):
+    """A layer's second half, after the cache took k and v: attention over the cache's keys and
+    values (one SDPA call, grouped heads), the o projection, the residual, RMSNorm and the SiLU MLP
+    (stacked gate/up, down) with its residual. x [B, n, H], q [B, Hq, n, D], keys / values
+    [B, Hkv, S, D], mask: an additive [B, 1, n, S] or None (causal: SDPA's own flag) -> [B, n, H]."""
+
+    def __init__(self, o: torch.nn.Module, gate_up: torch.nn.Module, down: torch.nn.Module, norm: torch.Tensor,
+                 eps: float, scaling: float, grouped: bool):
+        super().__init__()
+        self.o, self.gate_up, self.down = o, gate_up, down  # gate_up: [.., H] -> [.., 2 I]
+        self.norm, self.eps, self.scaling, self.grouped = norm, eps, scaling, grouped
+
+    def forward(self, x: torch.Tensor, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                mask: Optional[torch.Tensor], causal: bool) -> torch.Tensor:
+        B, n = x.shape[0], x.shape[1]
+        attended = torch.nn.functional.scaled_dot_product_attention(
+            q, keys, values, attn_mask=None if mask is None else mask.to(q.dtype), is_causal=causal,
+            scale=self.scaling, enable_gqa=self.grouped)  # [B, Hq, n, D]
+        x = x + self.o(attended.transpose(1, 2).reshape(B, n, -1))
+        gate, up = self.gate_up(_norm(x, self.norm, self.eps)).chunk(2, -1)  # [B, n, I] each
+        return x + self.down(torch.nn.functional.silu(gate) * up)
 
 
 class LeanForward:
@@ -163,6 +213,8 @@ class LeanForward:
     Args:
         model: a transformers causal LM with the supported layout (`supports`). It is not changed;
             the stacked layers are new modules (the model's own stay for its own forward).
+        scripted: run each layer's two halves (before and after the cache update) as TorchScript
+            (module docstring); the same ops, so the same logits.
 
     Call arguments:
         input_ids: int64 [B, n]. cache: a transformers `Cache` (written through ``update``; a new
@@ -176,11 +228,11 @@ class LeanForward:
             2D (padding) attention mask, which this forward does not take.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, scripted: bool = False):
         reason = supports(model)
         if reason:
             raise ValueError(f"model: the lean forward does not run this model ({reason})")
-        self.model = model
+        self.model, self.scripted = model, scripted
         config = model.config
         attention = model.model.layers[0].self_attn
         self.head_dim = attention.head_dim
@@ -190,12 +242,19 @@ class LeanForward:
         self.eps = model.model.layers[0].input_layernorm.variance_epsilon
         self.layers = [self._layer(layer) for layer in model.model.layers]
 
-    @staticmethod
-    def _layer(layer) -> _Layer:
+    def _layer(self, layer) -> tuple:
+        """A decoder layer's two halves (`_QKV`, `_AttendAndMLP`), scripted when `self.scripted`."""
         a, mlp = layer.self_attn, layer.mlp
-        return _Layer(qkv=stack_linears([a.q_proj, a.k_proj, a.v_proj]), o=a.o_proj,
-                      gate_up=stack_linears([mlp.gate_proj, mlp.up_proj]), down=mlp.down_proj,
-                      norm_in=layer.input_layernorm.weight, norm_post=layer.post_attention_layernorm.weight)
+        halves = (_QKV(stack_linears([a.q_proj, a.k_proj, a.v_proj]), layer.input_layernorm.weight, self.eps,
+                       self.n_heads, self.n_kv_heads, self.head_dim),
+                  _AttendAndMLP(a.o_proj, stack_linears([mlp.gate_proj, mlp.up_proj]), mlp.down_proj,
+                                layer.post_attention_layernorm.weight, self.eps, self.scaling,
+                                self.n_heads != self.n_kv_heads))
+        if not self.scripted:
+            return halves
+        with warnings.catch_warnings():  # torch 2.13 marks torch.jit deprecated (module docstring)
+            warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated")
+            return tuple(torch.jit.script(half.eval()) for half in halves)
 
     @torch.no_grad()
     def __call__(self, input_ids, cache=None, position_ids=None, attention_mask=None, use_cache=True,
@@ -233,26 +292,19 @@ class LeanForward:
         allowed = torch.ones(n, past + n, dtype=torch.bool, device=device).tril(past)  # [n, past + n]
         return torch.zeros(n, past + n, device=device).masked_fill_(~allowed, float("-inf"))
 
-    def _block(self, layer: _Layer, index: int, x, cos, sin, cache, mask):
-        """One decoder layer: x [B, n, H] -> [B, n, H]; keys and values appended to `cache`."""
-        B, n, _ = x.shape
-        D, Hq, Hkv = self.head_dim, self.n_heads, self.n_kv_heads
-        qk, v = layer.qkv(_norm(x, layer.norm_in, self.eps)).split([(Hq + Hkv) * D, Hkv * D], -1)
-        qk = qk.view(B, n, Hq + Hkv, D).transpose(1, 2)  # [B, Hq + Hkv, n, D]: q's heads, then k's
-        qk = qk * cos + qk.unflatten(-1, (2, D // 2)).flip(-2).flatten(-2) * sin  # RoPE, sin sign-folded
-        q, k = qk.split([Hq, Hkv], 1)  # [B, Hq, n, D], [B, Hkv, n, D]
-        keys, values = cache.update(k, v.view(B, n, Hkv, D).transpose(1, 2), index)  # [B, Hkv, S, D]
-        attended = torch.nn.functional.scaled_dot_product_attention(
-            q, keys, values, attn_mask=None if mask is None else mask.to(q.dtype),
-            is_causal=mask is None and n > 1, scale=self.scaling, enable_gqa=Hq != Hkv)  # [B, Hq, n, D]
-        x = x + layer.o(attended.transpose(1, 2).reshape(B, n, Hq * D))
-        gate, up = layer.gate_up(_norm(x, layer.norm_post, self.eps)).chunk(2, -1)  # [B, n, I] each
-        return x + layer.down(torch.nn.functional.silu(gate) * up)
+    @staticmethod
+    def _block(layer: tuple, index: int, x, cos, sin, cache, mask):
+        """One decoder layer (its two halves): x [B, n, H] -> [B, n, H]; keys and values appended
+        to `cache` between them."""
+        first, second = layer
+        q, k, v = first(x, cos, sin)
+        keys, values = cache.update(k, v, index)  # [B, Hkv, S, D] each
+        return second(x, q, keys, values, mask, mask is None and x.shape[1] > 1)
 
 
-def _norm(x, weight, eps):
+def _norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm as transformers' Llama-family layers compute it: normalised in float32, cast back to
     x's dtype, then scaled (in one op where x is float32 already)."""
     if x.dtype == torch.float32 and weight.dtype == torch.float32:
-        return torch.rms_norm(x, (x.shape[-1],), weight, eps)
-    return torch.rms_norm(x.float(), (x.shape[-1],), None, eps).to(x.dtype) * weight
+        return torch.rms_norm(x, [x.shape[-1]], weight, eps)
+    return torch.rms_norm(x.float(), [x.shape[-1]], None, eps).to(x.dtype) * weight
