@@ -1,11 +1,13 @@
-"""What does the lean draft forward (``df=lean``) save per draft forward? One draft append of r
-token rows over the prompt's cache, timed through the engine's `CausalLM.chain` with the
-transformers module's forward and with `verispec.empirical.speedups.lean_forward.LeanForward`,
-alternated, on the real pair's draft (int8 weights with ``--dq 8``, the default; the bench's draft
-vocabulary with ``--dv``), plus the largest logit difference between the two forwards.
+"""What does the lean draft forward (``df=lean``, ``df=scripted``) save per draft forward? One draft
+append of r token rows over the prompt's cache, timed through the engine's `CausalLM.chain` with
+the transformers module's forward, with `verispec.empirical.speedups.lean_forward.LeanForward`, and
+with the same forward's layers as TorchScript (``scripted``), alternated, on the real pair's draft
+(int8 weights with ``--dq 8``, the default; the bench's draft vocabulary with ``--dv``), plus the
+largest logit difference between the lean and the transformers forward, and between the scripted
+and the lean one.
 
-The JSON keeps every timing, the median per (forward, rows), the ratio lean / hf of the medians
-(derived), and the host's CPU capability and load average. Run it on a quiet machine only. The file
+The JSON keeps every timing, the median per (forward, rows), the ratios lean / hf and scripted /
+lean of the medians (derived), and the host's CPU capability and load average. Run it on a quiet machine only. The file
 is written once at the end (atomically); a second run of the same settings keeps it, ``--fresh``
 replaces it.
 
@@ -74,11 +76,11 @@ def time_appends(views: dict, ids, rows: int, repeats: int) -> dict:
     return {name: values[3:] for name, values in times.items()}
 
 
-def max_logit_difference(views: dict, ids) -> float:
-    """Largest |logit| difference of the two forwards over a prefill and a 2-token append (finite
-    logits only: -inf outside a draft vocabulary in both)."""
+def max_logit_difference(first, second, ids) -> float:
+    """Largest |logit| difference of two forwards (views) over a prefill and a 2-token append
+    (finite logits only: -inf outside a draft vocabulary in both)."""
     outs = []
-    for view in views.values():
+    for view in (first, second):
         logits, cache = view.prefill(ids)
         outs.append(torch.cat([logits[:, -1:], view.chain(cache, torch.tensor([[13, 14]]))], 1))
     finite = torch.isfinite(outs[0])
@@ -106,22 +108,26 @@ def main(argv=None) -> dict:
         print(f"kept {args.output} (same settings; --fresh measures again)")
         return old
     draft, ids, name = _draft_and_prompt(args)
-    views = {"hf": draft, "lean": lean_view(draft)}
+    views = {"hf": draft, "lean": lean_view(draft), "scripted": lean_view(draft, scripted=True)}
     if args.dv and not args.tiny:
         subset = torch.arange(min(args.dv, draft.vocab_size))
         views = {key: view.with_head_subset(subset) for key, view in views.items()}
     out = {**settings, "prompt": name, "prompt_tokens": int(ids.shape[1]), "torch": torch.__version__,
            "load_average_before": list(os.getloadavg()), **host_info("cpu"),
-           "max_logit_difference": max_logit_difference(views, ids), "by_rows": {}}
+           "max_logit_difference": max_logit_difference(views["hf"], views["lean"], ids),
+           "max_logit_difference_scripted": max_logit_difference(views["lean"], views["scripted"], ids),
+           "by_rows": {}}
     with torch.inference_mode():
         for r in rows:
             times = time_appends(views, ids, r, args.repeats)
             medians = {key: statistics.median(values) for key, values in times.items()}
             out["by_rows"][str(r)] = {"seconds": times, "median_s": medians,
-                                      "ratio_lean_over_hf": medians["lean"] / medians["hf"]}
-            print(f"{r} rows: hf {medians['hf'] * 1e3:.1f} ms, lean {medians['lean'] * 1e3:.1f} ms "
-                  f"(lean / hf {medians['lean'] / medians['hf']:.3f})")
-    out["ratio_is"] = "derived: median lean seconds / median hf seconds, alternated appends"
+                                      "ratio_lean_over_hf": medians["lean"] / medians["hf"],
+                                      "ratio_scripted_over_lean": medians["scripted"] / medians["lean"]}
+            print(f"{r} rows: hf {medians['hf'] * 1e3:.1f} ms, lean {medians['lean'] * 1e3:.1f} ms, scripted "
+                  f"{medians['scripted'] * 1e3:.1f} ms (lean / hf {medians['lean'] / medians['hf']:.3f}, "
+                  f"scripted / lean {medians['scripted'] / medians['lean']:.3f})")
+    out["ratio_is"] = "derived: median lean (scripted) seconds / median hf (lean) seconds, alternated appends"
     out["load_average_after"] = list(os.getloadavg())
     write_json_atomic(args.output, out)
     return out

@@ -194,6 +194,7 @@ def test_the_draft_forward_bench_runs_and_keeps_its_file(tmp_path, capsys):
     args = ["--tiny", "--rows", "1,2", "--repeats", "2", "--threads", "1", "--output", str(tmp_path / "df.json")]
     out = bench_draft_forward.main(args)
     assert set(out["by_rows"]) == {"1", "2"} and out["max_logit_difference"] == 0.0  # int8 stacked: exact
-    assert all(len(row["seconds"]["lean"]) == 2 for row in out["by_rows"].values())
+    assert out["max_logit_difference_scripted"] == 0.0  # the same ops, run by TorchScript
+    assert all(len(row["seconds"][kind]) == 2 for row in out["by_rows"].values() for kind in ("lean", "scripted"))
     again = bench_draft_forward.main(args)
     assert again == out and "kept" in capsys.readouterr().out

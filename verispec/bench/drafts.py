@@ -1,6 +1,6 @@
-"""The drafts of one bench run: the int8 copy (``dq=8``) and the lean-forward view (``df=lean``, ``df=scripted``) of
-each draft model, built once, before any timed span, and held by the run that built them (no
-process-wide cache)."""
+"""The drafts of one bench run: the int8 copy (``dq=8``) and the lean-forward view (``df=lean``,
+``df=scripted``) of each draft model, built once, before any timed span, and held by the run that
+built them (no process-wide cache)."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ class QuantizedDrafts:
 
     def pair_for(self, spec: BenchMethod, pair):
         """The pair a method decodes with: `pair` itself, or a `ModelPair` whose draft is, with
-        ``dq=8``, the int8 copy of `pair.draft`, and with ``df=lean`` (``df=scripted``), the view of it that runs the
-        lean forward (its layers as TorchScript) (each built on first use, seconds on a 0.5B: the run's warm-up builds them,
-        so neither is built inside a timed span)."""
+        ``dq=8``, the int8 copy of `pair.draft`, and with ``df=lean`` (``df=scripted``), the view
+        of it that runs the lean forward (its layers as TorchScript). Each is built on first use,
+        seconds on a 0.5B: the run's warm-up builds them, so none is built inside a timed span."""
         draft = pair.draft
         if spec.draft_quant:
             draft = _once(self._copies, (draft,), lambda d: quantize_draft(d, bits=spec.draft_quant))

@@ -297,11 +297,9 @@ class AdaptiveChainDrafter(PathsDrafter):
         tau = verdict.tau  # [B]
         if self.policy is not None:
             self.policy.observe(self._drafted, tau, drafted_by_model, verdict.nodes)
-            return
-        if self.schedule == "constant":
-            return
-        grown = torch.where(tau >= self._drafted, self.cap + 2, self.cap - 1).clamp(1, self.max_length)
-        self.cap = torch.where(drafted_by_model, grown, self.cap)
+        elif self.schedule != "constant":
+            grown = torch.where(tau >= self._drafted, self.cap + 2, self.cap - 1).clamp(1, self.max_length)
+            self.cap = torch.where(drafted_by_model, grown, self.cap)
 
     def _commit_and_queue(self, tree: DraftTree, verdict, ran: bool) -> None:
         """Keep in the draft cache the pending tokens (fed this iteration when `ran`) and the
