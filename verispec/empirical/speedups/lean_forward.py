@@ -18,8 +18,8 @@ rotary embedding, mask building, cache bookkeeping) is a dispatch. This forward
 
 ``scripted=True`` (bench ``df=scripted``) compiles each layer's two halves, before and after the
 cache update, with TorchScript (``torch.jit.script``): the same ops run by TorchScript's
-interpreter instead of Python, which on a CPU is most of what a one-token int8 forward spends
-outside its GEMMs; the cache update stays in Python, so every storage still works. torch 2.13 marks
+interpreter instead of Python, cutting the per-op dispatch a one-token int8 forward spends around
+its GEMMs on a CPU; the cache update stays in Python, so every storage still works. torch 2.13 marks
 ``torch.jit`` deprecated in favour of ``torch.compile``, but ``torch.compile`` cannot trace the
 int8 dynamic linear (its packed weights are a TorchScript object: a graph break at every linear);
 the notice is silenced around that one call.
