@@ -21,7 +21,7 @@ class QuantizedDrafts:
     """
 
     def __init__(self):
-        self._copies: dict = {}  # id(draft CausalLM) -> (draft, its int8 copy)
+        self._copies: dict = {}  # (id(draft CausalLM),) -> (draft, its int8 copy)
         self._lean: dict = {}  # (id(draft CausalLM, int8 or not), scripted) -> (draft, its lean view)
 
     def __len__(self) -> int:
