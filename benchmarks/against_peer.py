@@ -27,19 +27,10 @@ import math
 from scipy import stats
 
 from verispec.atomic import write_json_atomic
-from verispec.bench.records import RecordKey
+from verispec.bench.records import records_by_runner
 
 #: (tokens field, seconds field) of a bench record, per measure.
 MEASURES = {"decode": ("decode_tokens", "decode_s"), "end_to_end": ("new_tokens", "wall_s")}
-
-
-def by_runner(records: dict) -> dict:
-    """{(label, T): {task_id: record}} from a bench file's records ("label|T=..|task_id")."""
-    out: dict = {}
-    for text, record in records.items():
-        key = RecordKey.parse(text)
-        out.setdefault((key.label, key.temperature), {})[key.task] = record
-    return out
 
 
 def rate(records, measure: str) -> float:
@@ -58,7 +49,7 @@ def interval(values: list) -> tuple:
 
 
 def compare(runs: dict, runner: str, T: float, measure: str, peer: str = "hf") -> dict:
-    """The runner against the fastest `peer` runner at temperature T in one file's `by_runner` table:
+    """The runner against the fastest `peer` runner at temperature T in one file's `records_by_runner` table:
     {peer, prompts, ratio, per_prompt (mean, low, high), values (the per-prompt ratios), totals
     [runner's tokens, seconds, peer's tokens, seconds]}.
 
@@ -98,7 +89,7 @@ def report(paths: list, runner: str, peer: str = "hf") -> dict:
     tables = {}
     for path in paths:
         with open(path) as handle:
-            tables[path] = by_runner(json.load(handle)["records"])
+            tables[path] = records_by_runner(json.load(handle)["records"])
     temperatures = sorted(set.intersection(*({t for label, t in runs if label == runner} for runs in tables.values())))
     if not temperatures:
         raise ValueError(f"runner: {runner!r} has no temperature in common across the files")

@@ -47,7 +47,7 @@ ROWS = {("hf:a", 0.0, "p0"): _record(8, 1.0, 3.0), ("hf:a", 0.0, "p1"): _record(
 
 
 def test_the_fastest_peer_per_measure_and_the_exact_ratios(tmp_path, script):
-    runs = script.by_runner(_records(_file(tmp_path, "a.json", ROWS)))
+    runs = script.records_by_runner(_records(_file(tmp_path, "a.json", ROWS)))
     decode = script.compare(runs, "mine", 0.0, "decode")
     assert decode["peer"] == "hf:a" and decode["prompts"] == 2
     assert decode["ratio"] == pytest.approx((10 / 2.0) / (10 / 3.0), abs=1e-12)
@@ -81,7 +81,7 @@ def test_pooled_over_files_uses_each_files_own_peer(tmp_path, script):
 
 
 def test_missing_runner_or_peer_is_a_clear_error(tmp_path, script):
-    runs = script.by_runner(_records(_file(tmp_path, "a.json", ROWS)))
+    runs = script.records_by_runner(_records(_file(tmp_path, "a.json", ROWS)))
     with pytest.raises(ValueError, match="runner"):
         script.compare(runs, "absent", 0.0, "decode")
     with pytest.raises(ValueError, match="peer"):

@@ -13,7 +13,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from verispec.bench.records import RecordKey, batched_record_key, method_key, record_key  # noqa: E402
+from verispec.bench.records import (RecordKey, batched_record_key, method_key, record_key,  # noqa: E402
+                                     records_by_runner)
 
 RESULTS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "results")
 
@@ -34,6 +35,15 @@ def test_a_batched_key_reads_back_to_its_fields():
     key = RecordKey.parse(text)
     assert (key.label, key.temperature, key.task, key.batch_size) == ("block", 0.0, "3", 4)
     assert str(key.relabelled("target_only")) == "target_only|B=4|T=0|3"
+
+
+def test_records_group_by_runner_and_temperature():
+    records = {record_key("hf", 0, "t/0"): {"n": 1}, record_key("hf", 1, "t/0"): {"n": 2},
+               record_key("hf", 0, "t/1"): {"n": 3}, record_key("block", 0, "t/0"): {"n": 4}}
+    assert records_by_runner(records) == {("hf", 0.0): {"t/0": {"n": 1}, "t/1": {"n": 3}},
+                                          ("hf", 1.0): {"t/0": {"n": 2}}, ("block", 0.0): {"t/0": {"n": 4}}}
+    with pytest.raises(ValueError, match="key"):
+        records_by_runner({"hf|t/0": {}})
 
 
 @pytest.mark.parametrize("bad", ["block", "block|T=x|t", "block|0|t", "block|B=2|t", "block|B=x|T=0|1",

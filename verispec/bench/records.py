@@ -18,7 +18,7 @@ from .clocks import PeakMemory, PhaseClock
 from .spec import BenchMethod, method_entry
 
 __all__ = ["RECORD_SCHEMA", "RecordKey", "load_results", "save_results", "method_key", "record_key",
-           "batched_record_key", "measured_record", "restore_pools", "save_pool"]
+           "batched_record_key", "records_by_runner", "measured_record", "restore_pools", "save_pool"]
 
 #: Version of the record layout (2: one timed span per record, split by `PhaseClock`; 3: adaptive,
 #: hybrid and opt_tree run under the cost policy unless ``pol=fixed``, and ``hf`` takes assistant
@@ -81,6 +81,20 @@ class RecordKey:
 
     def relabelled(self, label: str) -> "RecordKey":
         return replace(self, label=label)
+
+
+def records_by_runner(records: dict) -> dict:
+    """{(label, temperature): {task: record}}: a results file's records ("label|T=t|task") grouped
+    by runner and temperature.
+
+    Raises:
+        ValueError (naming ``key``): a key that is not a record key (`RecordKey.parse`).
+    """
+    out: dict = {}
+    for text, record in records.items():
+        key = RecordKey.parse(text)
+        out.setdefault((key.label, key.temperature), {})[key.task] = record
+    return out
 
 
 def method_key(label: str, T) -> str:

@@ -11,7 +11,7 @@ import os
 
 from rich.table import Table
 
-from .records import RecordKey
+from .records import records_by_runner
 from .spec import BASELINE, method_entry, parse_method
 
 __all__ = ["summarize", "greedy_match", "first_divergence", "format_table", "table", "display_name",
@@ -31,10 +31,7 @@ def summarize(results: dict, config) -> list[dict]:
     tokens/s, speedup vs target-only (decode phase, same run), end-to-end speedup (prefill
     included), forwards per prompt, peak memory, and at T = 0 the greedy match rate vs
     target-only with each first divergence explained."""
-    rows, grouped = [], {}  # (label, T) -> {task: record}
-    for text, record in results["records"].items():
-        key = RecordKey.parse(text)
-        grouped.setdefault((key.label, key.temperature), {})[key.task] = record
+    rows, grouped = [], records_by_runner(results["records"])  # (label, T) -> {task: record}
     labels = list(dict.fromkeys(label for label, _ in grouped))
     labels = [BASELINE] + [label for label in labels if label != BASELINE]
     specs = [parse_method(label, config.draft_length, config.num_paths) for label in labels]
