@@ -7,9 +7,9 @@ largest logit difference between the lean and the transformers forward, and betw
 and the lean one.
 
 The JSON keeps every timing, the median per (forward, rows), the ratios lean / hf and scripted /
-lean of the medians (derived), and the host's CPU capability and load average. Run it on a quiet machine only. The file
-is written once at the end (atomically); a second run of the same settings keeps it, ``--fresh``
-replaces it.
+lean of the medians (derived), and the host's CPU capability and load average. Run it on a quiet
+machine only. The file is written once at the end (atomically); a second run of the same settings
+keeps it, ``--fresh`` replaces it.
 
     python3 benchmarks/bench_draft_forward.py [--rows 1,2,4,8] [--repeats 25] [--threads 2]
         [--dq 8] [--dv 32768] [--first-prompt 50] [--tiny] [--output PATH] [--fresh]

@@ -21,7 +21,7 @@ class QuantizedDrafts:
     """
 
     def __init__(self):
-        self._copies: dict = {}  # (id(draft CausalLM),) -> (draft, its int8 copy)
+        self._copies: dict = {}  # (id(draft CausalLM), None) -> (draft, its int8 copy)
         self._lean: dict = {}  # (id(draft CausalLM, int8 or not), scripted) -> (draft, its lean view)
 
     def __len__(self) -> int:
@@ -34,18 +34,17 @@ class QuantizedDrafts:
         seconds on a 0.5B: the run's warm-up builds them, so none is built inside a timed span."""
         draft = pair.draft
         if spec.draft_quant:
-            draft = _once(self._copies, (draft,), lambda d: quantize_draft(d, bits=spec.draft_quant))
+            draft = _once(self._copies, draft, lambda d: quantize_draft(d, bits=spec.draft_quant))
         if spec.draft_forward != "hf":  # its stacked layers: a second of copying on a 0.5B
             scripted = spec.draft_forward == "scripted"
-            draft = _once(self._lean, (draft, scripted), lambda d: lean_view(d, scripted))
+            draft = _once(self._lean, draft, lambda d: lean_view(d, scripted), scripted)
         return pair if draft is pair.draft else ModelPair(pair.target, draft, getattr(pair, "tokenizer", None))
 
 
-def _once(built: dict, key: tuple, build):
-    """`build(draft)` for key = (draft, *settings), made on the first call for this draft object
-    and these settings, and kept in `built` with the draft itself (so its id stays its own while
-    the entry lives)."""
-    draft, index = key[0], (id(key[0]), *key[1:])
-    if index not in built:
-        built[index] = (draft, build(draft))
-    return built[index][1]
+def _once(built: dict, draft, build, setting=None):
+    """`build(draft)`, made on the first call for this draft object and `setting`, and kept in
+    `built` with the draft itself (so its id stays its own while the entry lives)."""
+    key = (id(draft), setting)
+    if key not in built:
+        built[key] = (draft, build(draft))
+    return built[key][1]

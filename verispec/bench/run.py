@@ -210,9 +210,9 @@ def _run_environment(config, specs, dtype_reason: str) -> dict:
         results["linear_layout"] = {f"lin={spec.linear_layout}": DESCRIPTIONS[spec.linear_layout]
                                     for spec in specs if spec.linear_layout != "xw"}
     described = {"lean": LEAN_DESCRIPTION, "scripted": SCRIPTED_DESCRIPTION}
-    if any(spec.draft_forward in described for spec in specs):
-        results["draft_forward"] = {f"df={kind}": described[kind] for kind in described
-                                    if any(spec.draft_forward == kind for spec in specs)}
+    used = [kind for kind in described if kind in {spec.draft_forward for spec in specs}]
+    if used:
+        results["draft_forward"] = {f"df={kind}": described[kind] for kind in used}
     return results
 
 
