@@ -80,6 +80,7 @@ class RecordKey:
         raise ValueError(f"key: expected 'label|T=t|task' or 'label|B=b|T=t|task', got {key!r}")
 
     def relabelled(self, label: str) -> "RecordKey":
+        """The same key for another runner `label` (e.g. its target-only twin)."""
         return replace(self, label=label)
 
 
