@@ -12,7 +12,8 @@ benchmarks/results/bench_rows.json (or --output), with the CPU's capability and 
 `--dtype auto` picks on it. Every GEMM and float forward is timed in both linear layouts of
 `verispec.empirical.speedups.linear_layout` (``xw``: torch's ``X @ W^T``; ``wx``: ``(W @ X^T)^T`` for 2..32
 rows, the bench's ``lin=wx``), the float32 ones also as ``wxpad`` (``wx`` on the rows zero-padded
-to the next power of two, ``lin=wxpad``). The row counts include non-powers of two (3, 5, 12, 15,
+to the next power of two, ``lin=wxpad``), the bfloat16 ones also as ``packed`` (the weight reordered
+once for oneDNN, ``lin=packed``, where this CPU's oneDNN has bfloat16). The row counts include non-powers of two (3, 5, 12, 15,
 17, ...): the GEMM kernel's cost is not monotone in the rows on every CPU, and a verification
 forward's row count is whatever the draft's length makes it.
 
@@ -47,14 +48,17 @@ def _time(fn, repeats):
 
 def gemm_rows(dtype, repeats=20, layout="xw"):
     """{M: seconds} for x [M, 1536] @ W.T, W [8960, 1536] (``wx``: as (W @ x.T).T; ``wxpad``: on x's
-    rows zero-padded to the next power of two)."""
-    from verispec.empirical.speedups.linear_layout import weight_major_linear
+    rows zero-padded to the next power of two; ``packed``: a linear layer in that layout)."""
+    from verispec.empirical.speedups.linear_layout import linear_layout, weight_major_linear
 
     g = torch.Generator().manual_seed(0)
     weight = torch.randn(8960, 1536, generator=g).to(dtype)
-    product = (lambda x: x @ weight.T) if layout == "xw" else (
+    layer = torch.nn.Linear(1536, 8960, bias=False, dtype=dtype)
+    layer.weight.data.copy_(weight)
+    product = (lambda x: x @ weight.T) if layout == "xw" else layer if layout == "packed" else (
         lambda x: weight_major_linear(x, weight, None, pad=layout == "wxpad"))
-    return {m: _time(lambda x=torch.randn(m, 1536, generator=g).to(dtype): product(x), repeats) for m in ROWS}
+    with torch.no_grad(), linear_layout(layer, layout if layout == "packed" else "xw"):
+        return {m: _time(lambda x=torch.randn(m, 1536, generator=g).to(dtype): product(x), repeats) for m in ROWS}
 
 
 def model_rows(dtype=torch.bfloat16, repeats=3, int8=False, layout="xw"):
@@ -98,13 +102,14 @@ def main(argv=None):
                "torch": torch.__version__, "threads": torch.get_num_threads(), "gemm": {}}
     print(f"{'dtype':17} " + " ".join(f"M={m:<5}" for m in ROWS) + "   (time / time at M=1)")
     gemms = ((torch.bfloat16, "xw"), (torch.float32, "xw"), (torch.bfloat16, "wx"), (torch.float32, "wx"),
-             (torch.float32, "wxpad"))
+             (torch.float32, "wxpad"), (torch.bfloat16, "packed"))
     for dtype, layout in gemms:
         t, name = gemm_rows(dtype, layout=layout), str(dtype) + ("" if layout == "xw" else f" lin={layout}")
         results["gemm"][name] = {"seconds": t, "ratio_to_1_row": {m: t[m] / t[1] for m in ROWS}}
         print(f"{name[6:]:17} " + " ".join(f"{t[m] / t[1]:<7.2f}" for m in ROWS) + f"   M=1: {t[1] * 1e3:.2f} ms")
     runs = ((torch.bfloat16, False, "xw"), (torch.float32, False, "xw"), (torch.float32, True, "xw"),
-            (torch.bfloat16, False, "wx"), (torch.float32, False, "wx"), (torch.float32, False, "wxpad"))
+            (torch.bfloat16, False, "wx"), (torch.float32, False, "wx"), (torch.float32, False, "wxpad"),
+            (torch.bfloat16, False, "packed"))
     for dtype, int8, layout in runs if args.model else ():
         t, name = model_rows(dtype, int8=int8, layout=layout), "int8" if int8 else str(dtype)[6:]
         name += "" if layout == "xw" else f"_lin_{layout}"

@@ -85,7 +85,8 @@ def _add_workload(p) -> None:
                         "dq=8 on every method with a draft model, hf included (hf:dq=8, block:dv=32768,dq=8): "
                         "int8 draft weights (the target untouched); df=lean on our draft-model methods: "
                         "the engine runs the draft's forward itself, in fewer ops (block:dq=8,df=lean); df=scripted: "
-                        "the same with its layers run by TorchScript")
+                        "the same with its layers run by TorchScript; tf=lean on our methods (target_only "
+                        "included): the same for the target's forward")
     p.add_argument("--temperatures", type=temperatures, default=None,
                    help=f"default {_listed(single.temperatures)} (batched: {_listed(batched.temperatures)})")
     p.add_argument("--draft-length", type=positive_int, default=single.draft_length,

@@ -85,8 +85,9 @@ def batched_method(text: str, draft_length: int) -> BenchMethod:
     if name not in BATCHED_METHODS:
         raise ValueError(f"methods: {text!r} is not batched; known: {', '.join(BATCHED_METHODS)}")
     spec = parse_method(text, draft_length, registry.spec(name).defaults("torch").get("num_paths", 1))
-    if spec.draft_vocab or spec.draft_quant or spec.linear_layout != "xw" or spec.draft_forward != "hf":
-        raise ValueError(f"methods: {text!r}: the options dv, dq, lin and df are not taken in batched mode")
+    if spec.draft_vocab or spec.draft_quant or spec.linear_layout != "xw" or spec.draft_forward != "hf" \
+            or spec.target_forward != "hf":
+        raise ValueError(f"methods: {text!r}: the options dv, dq, lin, df and tf are not taken in batched mode")
     if spec.param("policy") == "auto":  # its cost model prices one row's forwards, not a batch's
         if "pol=auto" in text:
             raise ValueError(f"methods: {text!r}: the cost policy (pol=auto) is not taken in batched mode")

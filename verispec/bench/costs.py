@@ -40,7 +40,7 @@ import torch
 from ..atomic import write_json_atomic
 from ..empirical.kv import new_kv
 from ..empirical.speedups.hardware import cpu_name, host_info
-from ..empirical.speedups.linear_layout import linear_layout
+from ..empirical.speedups.linear_layout import model_layout
 from ..reference.costs import CostModel
 from .spec import BenchMethod, draft_vocabulary, parse_method
 from .weights import cache_dir
@@ -129,7 +129,7 @@ def measure_costs(target, draft, key=(), *, layout: str = "xw", grid: CostGrid =
     cuda = str(target.device).startswith("cuda")
     with torch.inference_mode():
         drafts = time_appends(draft, grid.draft_rows, grid.lengths, grid.repeats, cuda)
-        with linear_layout(target.model, layout):
+        with model_layout(target, layout):
             targets = time_appends(target, grid.target_rows, grid.lengths, grid.repeats, cuda)
     samples = [("draft", *s) for s in drafts] + [("target", *s) for s in targets]
     return CostModel.fitted(samples, key)
@@ -157,7 +157,8 @@ def cost_key(spec: BenchMethod, pair, config) -> tuple:
             ("threads", torch.get_num_threads()), ("torch", torch.__version__),
             ("transformers", transformers.__version__), ("cpu_capability", host_info(device)["cpu_capability"]),
             ("cpu", cpu_name())) + (
-            (("draft_forward", spec.draft_forward),) if spec.draft_forward != "hf" else ())  # hf: keys as before
+            (("draft_forward", spec.draft_forward),) if spec.draft_forward != "hf" else ()) + (  # hf: keys as before
+            (("target_forward", spec.target_forward),) if spec.target_forward != "hf" else ())
 
 
 def spot_check(target, draft, model: CostModel, *, layout: str = "xw", repeats: int = 3) -> dict:
@@ -171,7 +172,7 @@ def spot_check(target, draft, model: CostModel, *, layout: str = "xw", repeats: 
     """
     cuda = str(target.device).startswith("cuda")
     out, drift = {}, 0.0
-    with torch.inference_mode(), linear_layout(target.model, layout):
+    with torch.inference_mode(), model_layout(target, layout):
         spots = (("draft_1_row", draft, 1), (f"target_{SPOT_TARGET_ROWS}_rows", target, SPOT_TARGET_ROWS))
         for name, who, rows in spots:
             times = sorted(s for *_, s in time_appends(who, (rows,), (SPOT_LENGTH,), repeats, cuda))

@@ -13,7 +13,7 @@ from ..empirical import methods
 from ..empirical.engine import decode
 from ..empirical.drafters.phrases import PhrasePool
 from ..empirical.speedups.policy import PolicyMemory
-from ..empirical.speedups.linear_layout import linear_layout
+from ..empirical.speedups.linear_layout import model_layout
 from ..reference import registry
 from ..reference.methods import load
 from .peer import assistant_head_subset, assistant_settings, hf_assisted
@@ -41,7 +41,7 @@ def run_method(spec: BenchMethod, pair, prompt, config, T: float, seed: int, poo
         lengths; its stats).
     """
     N, eos = config.max_new_tokens, eos_token_id(config, pair)
-    with linear_layout(pair.target.model, spec.linear_layout):  # "xw": changes nothing
+    with model_layout(pair.target, spec.linear_layout):  # "xw": changes nothing
         if spec.name == "hf":
             return _run_peer(spec, pair, prompt, config, T, seed, pools)
         if spec.name == "hf_prompt_lookup":

@@ -141,6 +141,8 @@ def measured_record(spec: BenchMethod, result, memory: PeakMemory, clock: PhaseC
         record["linear_layout"] = spec.linear_layout
     if spec.draft_forward != "hf":
         record["draft_forward"] = spec.draft_forward
+    if spec.target_forward != "hf":
+        record["target_forward"] = spec.target_forward
     if spec.param("policy") is not None:  # the draft length / node budget rule, and its cost model
         record["policy"] = spec.param("policy")
         if spec.cost_model:

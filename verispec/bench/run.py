@@ -17,7 +17,7 @@ import torch
 
 from ..empirical.drafters.phrases import PhrasePool
 from ..empirical.speedups.hardware import cpu_name, host_info, resolve_dtype
-from ..empirical.speedups.lean_forward import DESCRIPTION as LEAN_DESCRIPTION, SCRIPTED_DESCRIPTION
+from ..empirical.speedups.lean_forward import DESCRIPTION as LEAN_DESCRIPTION, SCRIPTED_DESCRIPTION, TARGET_DESCRIPTION
 from ..empirical.speedups.linear_layout import DESCRIPTIONS
 from ..empirical.speedups.quantize import DESCRIPTION
 from .clocks import PeakMemory, PhaseClock, prefill_only_seconds
@@ -202,7 +202,8 @@ def _with_costs(specs, pair, config, drafts: QuantizedDrafts, results: dict) -> 
 
 
 def _run_environment(config, specs, dtype_reason: str) -> dict:
-    """`environment`, plus what ``dq=8``, each ``lin=`` layout and ``df=`` forward of the run's methods mean."""
+    """`environment`, plus what ``dq=8``, each ``lin=`` layout and ``df=`` / ``tf=`` forward of the run's
+    methods mean."""
     results = environment(config, torch.get_num_threads(), dtype_reason)
     if any(spec.draft_quant for spec in specs):
         results["draft_quant"] = {"dq=8": DESCRIPTION, "quantized_engine": torch.backends.quantized.engine}
@@ -213,6 +214,8 @@ def _run_environment(config, specs, dtype_reason: str) -> dict:
     used = [kind for kind in described if kind in {spec.draft_forward for spec in specs}]
     if used:
         results["draft_forward"] = {f"df={kind}": described[kind] for kind in used}
+    if any(spec.target_forward != "hf" for spec in specs):
+        results["target_forward"] = {"tf=lean": TARGET_DESCRIPTION}
     return results
 
 

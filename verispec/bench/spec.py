@@ -6,9 +6,10 @@ Method names, parameters, defaults and short keys come from the method registry
 when its key is not given: the cost policy ``pol=auto`` on adaptive, hybrid and opt_tree); the
 bench adds only its baselines (the transformers peers ``hf`` and ``hf_prompt_lookup``; ``hf`` takes
 the assistant's own settings `PEER_PARAMS`: ``L=`` num_assistant_tokens, ``sched=`` its schedule,
-``c=`` its confidence threshold in percent), a user's Method as ``pkg.module:attr``, and four
+``c=`` its confidence threshold in percent), a user's Method as ``pkg.module:attr``, and five
 options of the run: ``dq=8`` (int8 draft weights), ``dv=k`` (a draft vocabulary subset), ``lin=``
-(the target's GEMM layout) and ``df=lean`` / ``df=scripted`` (the engine's draft forward, `DRAFT_FORWARDS`).
+(the target's GEMM layout), ``df=lean`` / ``df=scripted`` (the engine's draft forward,
+`DRAFT_FORWARDS`) and ``tf=lean`` (the engine's target forward, `TARGET_FORWARDS`).
 `verispec bench`'s --draft-length / --num-paths give L and K where the method has them. A method's
 label is also the key of its records in a results file, so labels are kept as given.
 """
@@ -25,13 +26,18 @@ from ..reference.methods import load
 from .config import DEFAULT_METHODS
 
 __all__ = ["BenchMethod", "parse_method", "method_names", "method_entry", "draft_vocabulary", "DEFAULT_METHODS",
-           "PEERS", "PEER_PARAMS", "USER_METHOD", "BASELINE", "DRAFT_FORWARDS"]
+           "PEERS", "PEER_PARAMS", "USER_METHOD", "BASELINE", "DRAFT_FORWARDS", "TARGET_FORWARDS"]
 
 #: ``df=``: how the engine runs its draft model's forwards. "hf": the transformers module's own
 #: forward; "lean": `verispec.empirical.speedups.lean_forward.LeanForward` (the same function in
 #: fewer ops, q/k/v and gate/up stacked); "scripted": the lean forward with its layers run by
 #: TorchScript. The peer runs its assistant through transformers always.
 DRAFT_FORWARDS = ("hf", "lean", "scripted")
+#: ``tf=``: how the engine runs its target model's forwards. "hf": the transformers module's own
+#: forward; "lean": the same `LeanForward` (the target's function up to float rounding: its float
+#: linears stacked, so only the GEMM's summation order can differ). The peer runs its target through
+#: transformers always.
+TARGET_FORWARDS = ("hf", "lean")
 
 #: The transformers assisted-generation baselines (`verispec.bench.peer`): not methods of ours.
 PEERS = ("hf", "hf_prompt_lookup")
@@ -57,7 +63,7 @@ class BenchMethod:
     (``(name, value)`` pairs passed to `verispec.empirical.methods.get`) and the run's options:
     draft_vocab k (FR-Spec subset, 0: all), draft_quant (8: int8 draft weights, 0: as loaded),
     linear_layout (the target's GEMM layout, `speedups.linear_layout.LAYOUTS`), draft_forward
-    (`DRAFT_FORWARDS`), and cost_model:
+    (`DRAFT_FORWARDS`), target_forward (`TARGET_FORWARDS`), and cost_model:
     the id of the measured cost model a policy-"auto" method runs with (`verispec.bench.costs`;
     set by the run, "" before)."""
 
@@ -69,6 +75,7 @@ class BenchMethod:
     linear_layout: str = "xw"
     cost_model: str = ""
     draft_forward: str = "hf"
+    target_forward: str = "hf"
 
     def param(self, name: str, default=None):
         """The value of method parameter `name` (`default` when the spec does not set it)."""
@@ -92,7 +99,7 @@ def _takes_draft_vocab(name: str) -> bool:
 
 
 def _bad(item: str, text: str, known: dict) -> ValueError:
-    keys = ", ".join(list(known) + ["dq=8", "dv=k", f"lin= one of {', '.join(LAYOUTS)}", "df=lean or scripted"])
+    keys = ", ".join(list(known) + ["dq=8", "dv=k", f"lin= one of {', '.join(LAYOUTS)}", "df=lean or scripted", "tf=lean"])
     return ValueError(f"methods: bad parameter {item!r} in {text!r} (this method takes {keys})")
 
 
@@ -112,8 +119,8 @@ def _read(name: str, params: str, text: str) -> tuple[dict, dict]:
         if key not in keys and registry.RENAMED_KEYS.get(key) in keys:  # e.g. a phrase pool's K, now C
             deprecated(f"the key {key}= of {name}", f"{registry.RENAMED_KEYS[key]}=", stacklevel=4)
             key = registry.RENAMED_KEYS[key]
-        if key in ("lin", "df"):
-            if value not in (LAYOUTS if key == "lin" else DRAFT_FORWARDS):
+        if key in ("lin", "df", "tf"):
+            if value not in {"lin": LAYOUTS, "df": DRAFT_FORWARDS, "tf": TARGET_FORWARDS}[key]:
                 raise _bad(item, text, keys)
             options[key] = value
         elif key in ("dq", "dv"):
@@ -139,7 +146,7 @@ def _read(name: str, params: str, text: str) -> tuple[dict, dict]:
 def _check_options(name: str, options: dict, values: dict, text: str) -> None:
     """ValueError (naming ``methods``) for dq other than 8 or on a method without a draft model, dv
     on a method whose draft head it cannot narrow, df=lean on a peer or a method without a draft
-    model, or a length cap M below L."""
+    model, tf=lean on a peer, or a length cap M below L."""
     drafts = name == "hf" or (name not in PEERS and registry.spec(name).needs_draft)
     if "dq" in options and (options["dq"] != 8 or not drafts):
         raise ValueError(f"methods: dq=8 (int8 draft weights) is the only width, for methods with a draft model "
@@ -149,6 +156,9 @@ def _check_options(name: str, options: dict, values: dict, text: str) -> None:
     if options.get("df", "hf") != "hf" and (name in PEERS or not registry.spec(name).needs_draft):
         raise ValueError(f"methods: df (the engine's draft forward) is for our methods with a draft model; "
                          f"got {text!r}")
+    if options.get("tf", "hf") != "hf" and name in PEERS:
+        raise ValueError(f"methods: tf (the engine's target forward) is for our methods; the peer runs "
+                         f"transformers' own; got {text!r}")
     top = values.get("max_draft_length")
     if top is not None and top < values.get("draft_length", 0):
         raise ValueError(f"methods: M (the length cap's ceiling) must be >= L; got {text!r}")
@@ -156,7 +166,7 @@ def _check_options(name: str, options: dict, values: dict, text: str) -> None:
 
 def parse_method(text: str, draft_length: int, num_paths: int) -> BenchMethod:
     """``"name"`` or ``"name:L=4,K=3"`` (trees ``"opt_tree:n=50"``, phrase pools ``"ouroboros:C=1,W=0"``,
-    options ``dq=8``, ``dv=k``, ``lin=wxpad``, ``df=lean``), or a user's ``"pkg.module:attr"`` -> BenchMethod.
+    options ``dq=8``, ``dv=k``, ``lin=wxpad``, ``df=lean``, ``tf=lean``), or a user's ``"pkg.module:attr"`` -> BenchMethod.
     `draft_length` / `num_paths` are L and K where the method has them and the text does not set
     them; every other parameter takes the registry's default.
 
@@ -186,12 +196,12 @@ def parse_method(text: str, draft_length: int, num_paths: int) -> BenchMethod:
     label = text if params else name
     if name in PEERS or name == BASELINE:  # the label lists the settings, then the options, in one order
         kept = [f"{p.key}={_key_text(p, values[p.name])}" for p in PEER_PARAMS if p.name in values]
-        kept += [f"{key}={options[key]}" for key in ("dv", "dq", "lin") if key in options]
+        kept += [f"{key}={options[key]}" for key in ("dv", "dq", "lin", "tf") if key in options]
         label = f"{name}:{','.join(kept)}" if kept else name
     order = [p.name for p in PEER_PARAMS] if name in PEERS else list(registry.spec(name).defaults("torch"))
     return BenchMethod(label, name, tuple(sorted(values.items(), key=lambda kv: order.index(kv[0]))),
                        options.get("dv", 0), options.get("dq", 0), options.get("lin", "xw"),
-                       draft_forward=options.get("df", "hf"))
+                       draft_forward=options.get("df", "hf"), target_forward=options.get("tf", "hf"))
 
 
 def _key_text(param, value) -> str:

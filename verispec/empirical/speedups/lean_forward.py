@@ -1,5 +1,5 @@
-"""A lean forward for a Llama-family draft model (``df=lean``): the same function as the
-transformers module's forward, in fewer ops.
+"""A lean forward for a Llama-family draft model (``df=lean``), or target (``tf=lean``): the same
+function as the transformers module's forward, in fewer ops.
 
 Why: on a CPU an int8 draft's one-token forward is bound by per-op costs, not by its weights: each
 dynamically quantized linear quantizes its input again, and each of the module's small ops (norms,
@@ -26,7 +26,11 @@ the notice is silenced around that one call.
 
 It changes the draft's q by float rounding at most, so every lossless rule stays lossless (a
 verifier reads the q the tokens were drawn from; Leviathan et al. 2023, arXiv 2211.17192, Thm. 1).
-Meant for DRAFT models: a target's p would change by the same rounding.
+On a TARGET (bench ``tf=lean``) it changes p by the same float rounding at most: a stacked float
+linear computes each output as the separate layer does, over the same inputs, and only a GEMM
+that orders a sum otherwise can round differently, as forwards of different row counts already do
+(`linear_layout`). The output law is the target model's up to that rounding; where the GEMM keeps
+the order, the logits are the module's bit for bit (docs/real_models.md says where that held).
 
 Supported: decoder-only models whose layers are ``self_attn`` (``q_proj``, ``k_proj``, ``v_proj``,
 ``o_proj``), ``mlp`` (``gate_proj``, ``up_proj``, ``down_proj``, SiLU), ``input_layernorm`` and
@@ -46,7 +50,7 @@ import torch
 from .int8_head import int8_linear, is_quantized_linear
 
 __all__ = ["LeanForward", "LeanOutput", "lean_view", "stack_linears", "supports", "DESCRIPTION",
-           "SCRIPTED_DESCRIPTION"]
+           "SCRIPTED_DESCRIPTION", "TARGET_DESCRIPTION"]
 
 #: What ``df=lean`` means, for reports (the bench's JSON).
 DESCRIPTION = ("the engine runs the draft's forwards itself: q/k/v and gate/up each as one stacked linear (int8: "
@@ -58,6 +62,12 @@ DESCRIPTION = ("the engine runs the draft's forwards itself: q/k/v and gate/up e
 SCRIPTED_DESCRIPTION = ("as df=lean, with each decoder layer's two halves (norm, q/k/v and RoPE; attention, o, norm "
                         "and MLP) compiled by TorchScript (torch.jit.script) and the KV cache updated in Python "
                         "between them: the same ops and outputs, less interpreter time per op")
+
+#: What ``tf=lean`` means, for reports (the bench's JSON).
+TARGET_DESCRIPTION = ("the engine runs the target's forwards itself, as df=lean runs the draft's: q/k/v and gate/up "
+                      "each as one stacked linear, RMSNorm, rotary embedding and one SDPA call per layer, through the "
+                      "KV cache's update; the target's function is unchanged up to float rounding (the GEMM's "
+                      "summation order); transformers' assisted generation (hf) runs its target's own forward")
 
 _ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 _MLP = ("gate_proj", "up_proj", "down_proj")
@@ -73,10 +83,11 @@ class LeanOutput:
 
 
 def lean_view(draft, scripted: bool = False):
-    """A view of a DRAFT `CausalLM` whose forwards run `LeanForward` (``scripted``: its layers as
-    TorchScript) in place of its transformers module (its ``runner``): it shares the model, its
-    head subsets (`with_head_subset` on the view keeps the lean forward) and its `forward_count`,
-    and keeps no prefill memo.
+    """A view of a `CausalLM` (a draft; or a target, module docstring) whose forwards run
+    `LeanForward` (``scripted``: its layers as TorchScript) in place of its transformers module (its
+    ``runner``): it shares the model, its head subsets (`with_head_subset` on the view keeps the lean
+    forward), its `forward_count` and its logits hooks, and keeps no prefill memo. The stacked
+    layers are new weights: a view holds a second copy of q/k/v and gate/up.
 
     Raises:
         ValueError: a model `LeanForward` does not run (naming ``model``).
@@ -241,6 +252,8 @@ class LeanForward:
         self.scaling = attention.scaling
         self.eps = model.model.layers[0].input_layernorm.variance_epsilon
         self.layers = [self._layer(layer) for layer in model.model.layers]
+        # its own layers as one module, so a module-wide change reaches them (`linear_layout.model_layout`)
+        self.module = torch.nn.ModuleList([half for layer in self.layers for half in layer])
 
     def _layer(self, layer) -> tuple:
         """A decoder layer's two halves (`_QKV`, `_AttendAndMLP`), scripted when `self.scripted`."""

@@ -9,10 +9,23 @@ as they already do between forwards of different row counts: the target's law is
 best layout is a per-host, per-dtype choice measured by `benchmarks/bench_rows.py`
 (docs/linear_layout.md), not a default.
 
+``packed`` hands a bfloat16 layer's weight to oneDNN once, reordered into oneDNN's own blocked
+format (``torch.ops.mkldnn._reorder_linear_weight``, as torch's inductor does for CPU linears),
+and multiplies through it (``torch.ops.mkldnn._linear_pointwise``). torch's own bfloat16 linear
+also calls oneDNN at a real model's sizes, but on the plain weight, which for a few rows can cost
+several times the packed product (docs/linear_layout.md gives the measured hosts). Where both call
+oneDNN the outputs are equal bit for bit; where torch sends a tiny product to another kernel they
+differ by float rounding, as the other layouts' do. The packed copy is made on a layer's first
+call and kept on the layer (one more copy of its weight) until the weight changes. Only where
+oneDNN has bfloat16 (``torch.ops.mkldnn._is_mkldnn_bf16_supported()``) and for bfloat16 inputs;
+elsewhere the layer runs as torch's own.
+
 ``with linear_layout(target.model, "wx"):`` runs every plain `torch.nn.Linear` inside the module
-(subclasses and int8 linears keep their own forward) in that layout for 2..max_rows rows on CPU,
-and as torch's own otherwise. The bench gives it to one method's target by ``lin=wx`` /
-``lin=wxpad``, the peer included, so a speedup splits into what the layout and the drafting give.
+(subclasses and int8 linears keep their own forward) in that layout for 2..max_rows rows on CPU
+(``packed``: every row count), and as torch's own otherwise; `model_layout(target, ...)` also
+reaches a lean forward's layers. The bench gives it to one method's target by ``lin=wx`` /
+``lin=wxpad`` / ``lin=packed``, the peer included, so a speedup splits into what the layout and
+the drafting give.
 """
 
 from __future__ import annotations
@@ -21,11 +34,13 @@ import contextlib
 
 import torch
 
-__all__ = ["LAYOUTS", "MAX_ROWS", "DESCRIPTIONS", "linear_layout", "padded_rows", "weight_major_linear"]
+__all__ = ["LAYOUTS", "MAX_ROWS", "DESCRIPTIONS", "linear_layout", "model_layout", "padded_rows",
+           "weight_major_linear", "packed_available"]
 
 #: ``xw``: torch's own ``X @ W^T``; ``wx``: ``(W @ X^T)^T`` for 2..max_rows rows; ``wxpad``: ``wx``
-#: with the rows zero-padded to the next power of two.
-LAYOUTS = ("xw", "wx", "wxpad")
+#: with the rows zero-padded to the next power of two; ``packed``: bfloat16 weights reordered once
+#: for oneDNN (module docstring).
+LAYOUTS = ("xw", "wx", "wxpad", "packed")
 #: `linear_layout`'s default max_rows: the most rows `benchmarks/bench_rows.py` times.
 MAX_ROWS = 32
 #: What ``lin=wx`` / ``lin=wxpad`` mean, for the bench JSON's environment.
@@ -33,7 +48,11 @@ DESCRIPTIONS = {
     "wx": (f"the target's plain torch.nn.Linear layers computed as (W @ X^T)^T for inputs of 2..{MAX_ROWS} rows "
            "on CPU, torch's X @ W^T otherwise; the same sums up to float rounding"),
     "wxpad": (f"as wx, X's 2..{MAX_ROWS} rows zero-padded to the next power of two and the padding columns of "
-              "the output dropped; the same sums up to float rounding")}
+              "the output dropped; the same sums up to float rounding"),
+    "packed": ("the target's plain torch.nn.Linear layers, in bfloat16 on CPU, multiplied through a copy of each "
+               "weight reordered once into oneDNN's blocked format (torch.ops.mkldnn._reorder_linear_weight / "
+               "_linear_pointwise); torch's own bfloat16 linear runs the same oneDNN kernel but reorders the plain "
+               "weight on every call")}
 
 
 def padded_rows(rows: int) -> int:
@@ -84,6 +103,30 @@ class _WeightMajorLinear(torch.nn.Linear):
         return super().forward(x)
 
 
+def packed_available() -> bool:
+    """Whether ``packed`` runs here: torch has oneDNN with bfloat16 support on this CPU."""
+    return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+class _PackedLinear(torch.nn.Linear):
+    """A `torch.nn.Linear` whose bfloat16 CPU forward multiplies through its weight reordered for
+    oneDNN (``packed``; `linear_layout` swaps the class in and back). The reordered copy is kept in
+    the layer's ``_layout_packed`` as (weight version, data pointer, copy) across blocks, and made
+    again once the weight changes."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.weight
+        if x.device.type != "cpu" or x.dtype != torch.bfloat16 or weight.dtype != torch.bfloat16:
+            return super().forward(x)
+        stamp = (weight._version, weight.data_ptr())
+        kept = self.__dict__.get("_layout_packed")
+        if kept is None or kept[:2] != stamp:
+            kept = (*stamp, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None))
+            self.__dict__["_layout_packed"] = kept
+        # a strided x would take another oneDNN path than torch's own linear, which copies it first
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), kept[2], self.bias, "none", [], "")
+
+
 @contextlib.contextmanager
 def linear_layout(module: torch.nn.Module, layout: str = "wx", max_rows: int = MAX_ROWS):
     """Inside the block, the plain `torch.nn.Linear` layers of `module` run in `layout`.
@@ -91,8 +134,9 @@ def linear_layout(module: torch.nn.Module, layout: str = "wx", max_rows: int = M
     Args:
         module: a torch module (e.g. ``target.model`` of a `CausalLM`).
         layout: ``"wx"`` (``(W @ X^T)^T`` for 2..max_rows rows on CPU), ``"wxpad"`` (``wx`` on
-            the rows zero-padded to the next power of two) or ``"xw"`` (torch's own: the block
-            changes nothing).
+            the rows zero-padded to the next power of two), ``"packed"`` (bfloat16 weights reordered
+            once for oneDNN, every row count; torch's own where `packed_available` is False) or
+            ``"xw"`` (torch's own: the block changes nothing).
         max_rows: the largest row count (batch x new tokens) run as ``wx``; default 32, the
             most rows `benchmarks/bench_rows.py` times (the target's MLP GEMM at 32 rows: 3.83x
             one row as ``wx`` against 5.90x as ``xw``, float32, AVX2 host).
@@ -110,14 +154,27 @@ def linear_layout(module: torch.nn.Module, layout: str = "wx", max_rows: int = M
         raise ValueError(f"layout: expected one of {', '.join(LAYOUTS)}, got {layout!r}")
     if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 2:
         raise ValueError(f"max_rows: expected an int >= 2, got {max_rows!r}")
-    layers = [m for m in module.modules() if type(m) is torch.nn.Linear] if layout != "xw" else []
+    runs = layout in ("wx", "wxpad") or (layout == "packed" and packed_available())
+    layers = [m for m in module.modules() if type(m) is torch.nn.Linear] if runs else []
     try:
         for layer in layers:
             layer._layout_max_rows, layer._layout_pad = max_rows, layout == "wxpad"
-            layer.__class__ = _WeightMajorLinear
+            layer.__class__ = _PackedLinear if layout == "packed" else _WeightMajorLinear
         yield module
     finally:
         for layer in layers:
             layer.__class__ = torch.nn.Linear
             layer.__dict__.pop("_layout_max_rows", None)
             layer.__dict__.pop("_layout_pad", None)
+
+
+@contextlib.contextmanager
+def model_layout(lm, layout: str = "wx"):
+    """`linear_layout` over a `CausalLM`'s module and, where it runs a lean forward
+    (`verispec.empirical.speedups.lean_forward.lean_view`), over that forward's stacked layers too
+    (its ``runner.module``), so both forwards get the layout. Raises as `linear_layout`."""
+    with contextlib.ExitStack() as stack:
+        for module in (lm.model, getattr(getattr(lm, "runner", None), "module", None)):
+            if module is not None:
+                stack.enter_context(linear_layout(module, layout))
+        yield lm
