@@ -12,10 +12,10 @@ benchmarks/results/bench_rows.json (or --output), with the CPU's capability and 
 `--dtype auto` picks on it. Every GEMM and float forward is timed in both linear layouts of
 `verispec.empirical.speedups.linear_layout` (``xw``: torch's ``X @ W^T``; ``wx``: ``(W @ X^T)^T`` for 2..32
 rows, the bench's ``lin=wx``), the float32 ones also as ``wxpad`` (``wx`` on the rows zero-padded
-to the next power of two, ``lin=wxpad``), the bfloat16 ones also as ``packed`` (the weight reordered
-once for oneDNN, ``lin=packed``, where this CPU's oneDNN has bfloat16). The row counts include non-powers of two (3, 5, 12, 15,
-17, ...): the GEMM kernel's cost is not monotone in the rows on every CPU, and a verification
-forward's row count is whatever the draft's length makes it.
+to the next power of two, ``lin=wxpad``), the bfloat16 ones also as ``packed`` (the weight
+reordered once for oneDNN, ``lin=packed``, where this CPU's oneDNN has bfloat16). The row counts
+include non-powers of two (3, 5, 12, 15, 17, ...): the GEMM kernel's cost is not monotone in the
+rows on every CPU, and a verification forward's row count is whatever the draft's length makes it.
 
     python3 benchmarks/bench_rows.py [--model] [--threads 2] [--output PATH]
 """

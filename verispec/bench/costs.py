@@ -150,15 +150,16 @@ def cost_key(spec: BenchMethod, pair, config) -> tuple:
 
     device = str(config.device)
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
+    # the engine's own forwards enter the key only where used: the models cached before them keep their keys
+    forwards = tuple((name, value) for name, value in (("draft_forward", spec.draft_forward),
+                                                       ("target_forward", spec.target_forward)) if value != "hf")
     return (("schema", COST_SCHEMA), ("target", pair.target.name), ("target_id", _fingerprint(pair.target)),
             ("draft", pair.draft.name), ("draft_id", _fingerprint(pair.draft)), ("device", device),
             ("device_name", name), ("dtype", str(pair.target.dtype)), ("draft_quant", spec.draft_quant),
             ("draft_vocab", spec.draft_vocab), ("linear_layout", spec.linear_layout),
             ("threads", torch.get_num_threads()), ("torch", torch.__version__),
             ("transformers", transformers.__version__), ("cpu_capability", host_info(device)["cpu_capability"]),
-            ("cpu", cpu_name())) + (
-            (("draft_forward", spec.draft_forward),) if spec.draft_forward != "hf" else ()) + (  # hf: keys as before
-            (("target_forward", spec.target_forward),) if spec.target_forward != "hf" else ())
+            ("cpu", cpu_name())) + forwards
 
 
 def spot_check(target, draft, model: CostModel, *, layout: str = "xw", repeats: int = 3) -> dict:

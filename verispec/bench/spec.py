@@ -99,7 +99,8 @@ def _takes_draft_vocab(name: str) -> bool:
 
 
 def _bad(item: str, text: str, known: dict) -> ValueError:
-    keys = ", ".join(list(known) + ["dq=8", "dv=k", f"lin= one of {', '.join(LAYOUTS)}", "df=lean or scripted", "tf=lean"])
+    options = ["dq=8", "dv=k", f"lin= one of {', '.join(LAYOUTS)}", "df=lean or scripted", "tf=lean"]
+    keys = ", ".join(list(known) + options)
     return ValueError(f"methods: bad parameter {item!r} in {text!r} (this method takes {keys})")
 
 
@@ -166,7 +167,8 @@ def _check_options(name: str, options: dict, values: dict, text: str) -> None:
 
 def parse_method(text: str, draft_length: int, num_paths: int) -> BenchMethod:
     """``"name"`` or ``"name:L=4,K=3"`` (trees ``"opt_tree:n=50"``, phrase pools ``"ouroboros:C=1,W=0"``,
-    options ``dq=8``, ``dv=k``, ``lin=wxpad``, ``df=lean``, ``tf=lean``), or a user's ``"pkg.module:attr"`` -> BenchMethod.
+    options ``dq=8``, ``dv=k``, ``lin=wxpad``, ``df=lean``, ``tf=lean``), or a user's
+    ``"pkg.module:attr"`` -> BenchMethod.
     `draft_length` / `num_paths` are L and K where the method has them and the text does not set
     them; every other parameter takes the registry's default.
 

@@ -30,7 +30,7 @@ On a TARGET (bench ``tf=lean``) it changes p by the same float rounding at most:
 linear computes each output as the separate layer does, over the same inputs, and only a GEMM
 that orders a sum otherwise can round differently, as forwards of different row counts already do
 (`linear_layout`). The output law is the target model's up to that rounding; where the GEMM keeps
-the order, the logits are the module's bit for bit (docs/real_models.md says where that held).
+the order, the logits are the module's bit for bit (docs/draft_forward.md says where that held).
 
 Supported: decoder-only models whose layers are ``self_attn`` (``q_proj``, ``k_proj``, ``v_proj``,
 ``o_proj``), ``mlp`` (``gate_proj``, ``up_proj``, ``down_proj``, SiLU), ``input_layernorm`` and
