@@ -23,7 +23,7 @@ from .test_bench import CharTokenizer  # noqa: E402
 VOCAB = 48
 
 
-def _model(seed=0, layers=2, kv_heads=2, bias_nudge=0.0):
+def small_model(seed=0, layers=2, kv_heads=2, bias_nudge=0.0):
     config = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=layers,
                                       num_attention_heads=4, num_key_value_heads=kv_heads, intermediate_size=48,
                                       max_position_embeddings=256)
@@ -37,19 +37,19 @@ def _model(seed=0, layers=2, kv_heads=2, bias_nudge=0.0):
 
 @pytest.fixture(scope="module", params=["float32", "int8", "float32_scripted", "int8_scripted"])
 def pair(request):
-    lm = _model()
+    lm = small_model()
     if request.param.startswith("int8"):
         lm = quantize_draft(lm)
     return lm, lean_view(lm, scripted=request.param.endswith("scripted"))
 
 
-def _ids(n, seed=0):
+def token_ids(n, seed=0):
     return torch.randint(0, VOCAB, (1, n), generator=torch.Generator().manual_seed(seed))
 
 
 def test_prefill_one_token_and_chain_match_the_module(pair):
     plain, lean = pair
-    prompt, step, chain = _ids(9), _ids(1, 1), _ids(4, 2)
+    prompt, step, chain = token_ids(9), token_ids(1, 1), token_ids(4, 2)
     logits_a, cache_a = plain.prefill(prompt)
     logits_b, cache_b = lean.prefill(prompt)
     torch.testing.assert_close(logits_b, logits_a, atol=1e-4, rtol=1e-4)
@@ -60,17 +60,17 @@ def test_prefill_one_token_and_chain_match_the_module(pair):
 
 def test_tree_under_a_4d_mask_and_head_subset_match_the_module(pair):
     plain, lean = pair
-    _, cache_a = plain.prefill(_ids(7))
-    _, cache_b = lean.prefill(_ids(7))
-    tokens, parents = _ids(5, 3), torch.tensor([[-1, 0, 0, 1, -1]])
+    _, cache_a = plain.prefill(token_ids(7))
+    _, cache_b = lean.prefill(token_ids(7))
+    tokens, parents = token_ids(5, 3), torch.tensor([[-1, 0, 0, 1, -1]])
     torch.testing.assert_close(lean.tree(cache_b, tokens, parents), plain.tree(cache_a, tokens, parents),
                                atol=1e-4, rtol=1e-4)
     subset = torch.tensor([0, 3, 5, 7, 11, 40])
     head_a, head_b = plain.with_head_subset(subset), lean.with_head_subset(subset)
     assert head_b.runner is lean.runner
-    _, cache_a = head_a.prefill(_ids(6))
-    logits_b, cache_b = head_b.prefill(_ids(6))
-    torch.testing.assert_close(head_b.chain(cache_b, _ids(2, 4)), head_a.chain(cache_a, _ids(2, 4)),
+    _, cache_a = head_a.prefill(token_ids(6))
+    logits_b, cache_b = head_b.prefill(token_ids(6))
+    torch.testing.assert_close(head_b.chain(cache_b, token_ids(2, 4)), head_a.chain(cache_a, token_ids(2, 4)),
                                atol=1e-4, rtol=1e-4)
     assert torch.isinf(logits_b[0, -1, 1])  # outside S
 
@@ -80,9 +80,9 @@ def test_static_kv_appends_match_the_module(pair):
     outs = []
     for lm in (plain, lean):
         kv = StaticKV(lm, 1, committed=32)
-        first = kv.append(_ids(6), torch.arange(-1, 5).unsqueeze(0), torch.ones(1, 6, dtype=torch.bool), chain=True)
+        first = kv.append(token_ids(6), torch.arange(-1, 5).unsqueeze(0), torch.ones(1, 6, dtype=torch.bool), chain=True)
         kv.commit(torch.ones(1, 6, dtype=torch.bool), prefix=True)
-        tree = kv.append(_ids(4, 5), torch.tensor([[-1, 0, 0, 2]]), torch.ones(1, 4, dtype=torch.bool))
+        tree = kv.append(token_ids(4, 5), torch.tensor([[-1, 0, 0, 2]]), torch.ones(1, 4, dtype=torch.bool))
         kv.close()
         outs.append((first, tree))
     for a, b in zip(*outs):
@@ -90,7 +90,7 @@ def test_static_kv_appends_match_the_module(pair):
 
 
 def test_stacked_int8_linears_are_the_separate_ones_exactly():
-    lm = quantize_draft(_model())
+    lm = quantize_draft(small_model())
     attention = lm.model.model.layers[0].self_attn
     parts = [attention.q_proj, attention.k_proj, attention.v_proj]
     x = torch.randn(3, 32)
@@ -110,30 +110,30 @@ def test_an_unsupported_model_is_refused_by_name():
     assert supports(gpt2)
     with pytest.raises(ValueError, match="model"):
         LeanForward(gpt2)
-    lean = LeanForward(_model().model)
+    lean = LeanForward(small_model().model)
     with pytest.raises(ValueError, match="attention_mask"):
-        lean(input_ids=_ids(2), attention_mask=torch.ones(1, 2))
+        lean(input_ids=token_ids(2), attention_mask=torch.ones(1, 2))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
 def test_scripted_layers_give_the_python_layers_logits_exactly(dtype):
-    lm = _model() if dtype == "float32" else quantize_draft(_model())
+    lm = small_model() if dtype == "float32" else quantize_draft(small_model())
     python, scripted = lean_view(lm), lean_view(lm, scripted=True)
     assert isinstance(scripted.runner.layers[0][0], torch.jit.ScriptModule)
     assert not isinstance(python.runner.layers[0][0], torch.jit.ScriptModule)
-    (a, cache_a), (b, cache_b) = python.prefill(_ids(7)), scripted.prefill(_ids(7))
+    (a, cache_a), (b, cache_b) = python.prefill(token_ids(7)), scripted.prefill(token_ids(7))
     assert torch.equal(a, b)
-    assert torch.equal(python.chain(cache_a, _ids(1, 1)), scripted.chain(cache_b, _ids(1, 1)))
-    tokens, parents = _ids(4, 2), torch.tensor([[-1, 0, 0, 1]])
+    assert torch.equal(python.chain(cache_a, token_ids(1, 1)), scripted.chain(cache_b, token_ids(1, 1)))
+    tokens, parents = token_ids(4, 2), torch.tensor([[-1, 0, 0, 1]])
     assert torch.equal(python.tree(cache_a, tokens, parents), scripted.tree(cache_b, tokens, parents))
 
 
 @pytest.mark.parametrize("scripted", [False, True], ids=["lean", "scripted"])
 @pytest.mark.parametrize("name, temperature", [("adaptive", 0.0), ("block", 0.0), ("adaptive", 1.0)])
 def test_the_engine_decodes_the_same_tokens_with_the_lean_draft(name, temperature, scripted):
-    target, draft = _model(seed=1), quantize_draft(_model(seed=1))
+    target, draft = small_model(seed=1), quantize_draft(small_model(seed=1))
     lean = lean_view(draft, scripted)
-    prompt = _ids(8, 9)
+    prompt = token_ids(8, 9)
     kwargs = {"draft_length": 4}
     runs = [engine.decode(target, d, prompt, methods.get(name, **kwargs), 24, temperature, uniforms=3)
             for d in (draft, lean)]
@@ -153,7 +153,7 @@ def test_bench_parses_df():
 
 
 def test_bench_runs_the_lean_draft_with_the_same_tokens_and_says_so(tmp_path):
-    target, draft = _model(seed=1), _model(seed=1)
+    target, draft = small_model(seed=1), small_model(seed=1)
     tiny_pair = type("Pair", (), {"target": target, "draft": draft, "tokenizer": CharTokenizer(VOCAB)})()
     prompts = [{"task_id": "t/0", "prompt": "abcab"}, {"task_id": "t/1", "prompt": "cabbage"}]
     config = bench.BenchConfig(prompts=2, max_new_tokens=8,
@@ -175,11 +175,11 @@ def test_the_phase_clock_sees_a_lean_draft_forward():
     module (so no module hook fires), and the clock notes it through the logits hook instead."""
     from verispec.bench.clocks import PhaseClock
 
-    target, draft = _model(seed=1), _model(seed=2)
+    target, draft = small_model(seed=1), small_model(seed=2)
     lean = lean_view(draft)
     with PhaseClock([target, lean]) as clock:
-        target.prefill(_ids(5))
-        lean.prefill(_ids(5))
+        target.prefill(token_ids(5))
+        lean.prefill(token_ids(5))
     assert sorted(clock.first_end) == [0, 1] and clock.first_end[1] >= clock.first_end[0]
     assert lean.logits_hooks == [] and draft.logits_hooks == []  # removed on exit
 

@@ -18,11 +18,11 @@ from verispec.empirical.speedups.lean_forward import LeanForward, lean_view  # n
 from verispec.empirical.speedups.quantize import quantize_draft  # noqa: E402
 
 from .test_bench import CharTokenizer  # noqa: E402
-from .test_lean_forward import VOCAB, _ids, _model  # noqa: E402
+from .test_lean_forward import VOCAB, small_model, token_ids  # noqa: E402
 
 
 def _tiny_pair():
-    return type("Pair", (), {"target": _model(seed=1), "draft": _model(seed=2), "tokenizer": CharTokenizer(VOCAB)})()
+    return type("Pair", (), {"target": small_model(seed=1), "draft": small_model(seed=2), "tokenizer": CharTokenizer(VOCAB)})()
 
 
 @pytest.mark.parametrize("storage", ["sequence", "static"])
@@ -31,14 +31,14 @@ def _tiny_pair():
 def test_the_engine_decodes_the_same_tokens_with_the_lean_target(name, temperature, storage):
     """Same tokens, and the same logits at every target forward (float rounding apart): the
     logits are the sharper check, since a tiny random model's tokens barely move with its p."""
-    target, draft = _model(seed=1), quantize_draft(_model(seed=2))
+    target, draft = small_model(seed=1), quantize_draft(small_model(seed=2))
     sizes = {"target_only": {}, "opt_tree": {"node_budget": 8}}
     method = methods.get(name, **sizes.get(name, {"draft_length": 3}))
     runs, seen = [], []
     target.logits_hooks.append(lambda lm, logits: seen[-1].append(logits.clone()))  # the view shares the list
     for model in (target, lean_view(target)):
         seen.append([])
-        runs.append(engine.decode(model, draft, _ids(8, 9), method, 20, temperature, uniforms=5, storage=storage))
+        runs.append(engine.decode(model, draft, token_ids(8, 9), method, 20, temperature, uniforms=5, storage=storage))
     assert torch.equal(runs[0].tokens, runs[1].tokens)
     assert runs[0].stats.target_forwards == runs[1].stats.target_forwards == len(seen[0]) == len(seen[1]) > 0
     for plain, lean in zip(*seen):

@@ -14,12 +14,11 @@ pytest.importorskip("transformers")
 from verispec import bench  # noqa: E402
 from verispec.empirical import engine, methods  # noqa: E402
 from verispec.empirical.speedups.lean_forward import lean_view  # noqa: E402
-from verispec.empirical.speedups.linear_layout import (_PackedLinear, linear_layout, model_layout,  # noqa: E402
-                                                       packed_available)
+from verispec.empirical.speedups.linear_layout import linear_layout, model_layout, packed_available  # noqa: E402
 from verispec.empirical.speedups.quantize import quantize_draft  # noqa: E402
 
 from .test_bench import CharTokenizer  # noqa: E402
-from .test_lean_forward import VOCAB, _ids, _model  # noqa: E402
+from .test_lean_forward import VOCAB, small_model, token_ids  # noqa: E402
 
 needs_bf16 = pytest.mark.skipif(not packed_available(), reason="oneDNN without bfloat16 on this CPU")
 
@@ -37,7 +36,7 @@ def test_packed_bfloat16_linear_is_torchs_bit_for_bit(shape, bias):
     x = torch.randn(shape).to(torch.bfloat16)
     expected = layer(x)
     with linear_layout(layer, "packed"):
-        assert type(layer) is _PackedLinear
+        assert type(layer) is not torch.nn.Linear  # swapped in for the block
         got = layer(x)
     assert type(layer) is torch.nn.Linear and torch.equal(got, expected)
 
@@ -69,12 +68,12 @@ def test_other_dtypes_run_as_torchs_own():
 
 @needs_bf16
 def test_model_layout_reaches_the_lean_forwards_stacked_layers():
-    lean = lean_view(_bf16(_model(seed=1)))
+    lean = lean_view(_bf16(small_model(seed=1)))
     stacked = [m for m in lean.runner.module.modules() if type(m) is torch.nn.Linear]
     assert stacked
     with model_layout(lean, "packed"):
-        assert all(type(m) is _PackedLinear for m in stacked)
-        assert type(lean.model.get_output_embeddings()) is _PackedLinear
+        assert all(type(m) is not torch.nn.Linear for m in stacked)
+        assert type(lean.model.get_output_embeddings()) is not torch.nn.Linear
     assert all(type(m) is torch.nn.Linear for m in stacked)
 
 
@@ -88,7 +87,7 @@ def _bf16(lm):
 @pytest.mark.parametrize("name, temperature", [("target_only", 1.0), ("adaptive", 0.0), ("opt_tree", 1.0)])
 @pytest.mark.parametrize("lean", [False, True], ids=["hf", "lean"])
 def test_the_engine_decodes_the_same_tokens_and_logits_packed(name, temperature, lean):
-    target, draft = _bf16(_model(seed=1)), quantize_draft(_model(seed=2))
+    target, draft = _bf16(small_model(seed=1)), quantize_draft(small_model(seed=2))
     model = lean_view(target) if lean else target
     sizes = {"target_only": {}, "opt_tree": {"node_budget": 8}}
     method = methods.get(name, **sizes.get(name, {"draft_length": 3}))
@@ -97,7 +96,7 @@ def test_the_engine_decodes_the_same_tokens_and_logits_packed(name, temperature,
     for layout in ("xw", "packed"):
         seen.append([])
         with model_layout(model, layout):
-            runs.append(engine.decode(model, draft, _ids(8, 9), method, 16, temperature, uniforms=5))
+            runs.append(engine.decode(model, draft, token_ids(8, 9), method, 16, temperature, uniforms=5))
     assert torch.equal(runs[0].tokens, runs[1].tokens) and len(seen[0]) == len(seen[1]) > 0
     # bfloat16 rounding at most: torch's own linear sends the tiny head's product (48 x 32) to another
     # kernel than oneDNN, one logit a last bit apart; the real pair's were equal bit for bit
@@ -114,7 +113,7 @@ def test_bench_parses_lin_packed():
 
 @needs_bf16
 def test_bench_packed_runners_match_and_say_so(tmp_path):
-    pair = type("Pair", (), {"target": _bf16(_model(seed=1)), "draft": _bf16(_model(seed=2)),
+    pair = type("Pair", (), {"target": _bf16(small_model(seed=1)), "draft": _bf16(small_model(seed=2)),
                              "tokenizer": CharTokenizer(VOCAB)})()
     prompts = [{"task_id": "t/0", "prompt": "abcab"}, {"task_id": "t/1", "prompt": "cabbage"}]
     runners = ("hf:dq=8,lin=packed", "block:dq=8", "block:dq=8,lin=packed", "block:dq=8,lin=packed,tf=lean")
