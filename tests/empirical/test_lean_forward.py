@@ -23,11 +23,11 @@ from .test_bench import CharTokenizer  # noqa: E402
 VOCAB = 48
 
 
-def small_model(seed=0, layers=2, kv_heads=2, bias_nudge=0.0):
+def small_model(seed=0, layers=2, kv_heads=2, bias_nudge=0.0, dtype=torch.float32):
     config = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=layers,
                                       num_attention_heads=4, num_key_value_heads=kv_heads, intermediate_size=48,
                                       max_position_embeddings=256)
-    lm = CausalLM.from_config(config, seed=seed)
+    lm = CausalLM.from_config(config, seed=seed, dtype=dtype)
     with torch.no_grad():  # random q/k/v biases: a stacked bias in the wrong order would show
         for layer in lm.model.model.layers:
             for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):

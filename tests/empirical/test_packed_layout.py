@@ -68,7 +68,7 @@ def test_other_dtypes_run_as_torchs_own():
 
 @needs_bf16
 def test_model_layout_reaches_the_lean_forwards_stacked_layers():
-    lean = lean_view(_bf16(small_model(seed=1)))
+    lean = lean_view(small_model(seed=1, dtype=torch.bfloat16))
     stacked = [m for m in lean.runner.module.modules() if type(m) is torch.nn.Linear]
     assert stacked
     with model_layout(lean, "packed"):
@@ -77,17 +77,11 @@ def test_model_layout_reaches_the_lean_forwards_stacked_layers():
     assert all(type(m) is torch.nn.Linear for m in stacked)
 
 
-def _bf16(lm):
-    lm.model.to(torch.bfloat16)
-    lm.dtype = torch.bfloat16  # the dtype its masks are built in
-    return lm
-
-
 @needs_bf16
 @pytest.mark.parametrize("name, temperature", [("target_only", 1.0), ("adaptive", 0.0), ("opt_tree", 1.0)])
 @pytest.mark.parametrize("lean", [False, True], ids=["hf", "lean"])
 def test_the_engine_decodes_the_same_tokens_and_logits_packed(name, temperature, lean):
-    target, draft = _bf16(small_model(seed=1)), quantize_draft(small_model(seed=2))
+    target, draft = small_model(seed=1, dtype=torch.bfloat16), quantize_draft(small_model(seed=2))
     model = lean_view(target) if lean else target
     sizes = {"target_only": {}, "opt_tree": {"node_budget": 8}}
     method = methods.get(name, **sizes.get(name, {"draft_length": 3}))
@@ -113,7 +107,8 @@ def test_bench_parses_lin_packed():
 
 @needs_bf16
 def test_bench_packed_runners_match_and_say_so(tmp_path):
-    pair = type("Pair", (), {"target": _bf16(small_model(seed=1)), "draft": _bf16(small_model(seed=2)),
+    pair = type("Pair", (), {"target": small_model(seed=1, dtype=torch.bfloat16),
+                             "draft": small_model(seed=2, dtype=torch.bfloat16),
                              "tokenizer": CharTokenizer(VOCAB)})()
     prompts = [{"task_id": "t/0", "prompt": "abcab"}, {"task_id": "t/1", "prompt": "cabbage"}]
     runners = ("hf:dq=8,lin=packed", "block:dq=8", "block:dq=8,lin=packed", "block:dq=8,lin=packed,tf=lean")
